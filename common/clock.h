@@ -1,0 +1,39 @@
+// Time as an injected dependency: a Clock interface, the real one, and deadline helpers.
+// Tests use tests/fakes/fake_clock.h; nothing here sleeps.
+#pragma once
+
+#include <chrono>
+
+namespace ringtrain {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+using WallTime = std::chrono::system_clock::time_point;
+using Duration = std::chrono::milliseconds;
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual WallTime Now() const = 0;
+};
+
+class RealClock final : public Clock {
+ public:
+  WallTime Now() const override { return std::chrono::system_clock::now(); }
+};
+
+inline SteadyTime DeadlineAfter(Duration d) { return std::chrono::steady_clock::now() + d; }
+
+// Milliseconds left until `deadline`, never negative, for poll(2).
+inline int MillisLeft(SteadyTime deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  if (left.count() > 1'000'000'000) return 1'000'000'000;
+  return static_cast<int>(left.count());
+}
+
+inline double SecondsSince(SteadyTime start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace ringtrain

@@ -1,0 +1,228 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/backoff.h"
+
+namespace ringtrain::net {
+namespace {
+
+void SetNonBlocking(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+void SetNoDelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+// Waits until fd is ready for `events`; DeadlineExceeded when the deadline passes.
+Status WaitFor(int fd, short events, SteadyTime deadline, const char* what) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    int r = ::poll(&p, 1, MillisLeft(deadline));
+    if (r > 0) return Status::Ok();
+    if (r == 0) return DeadlineExceeded(std::string(what) + ": timed out");
+    if (errno != EINTR) return ErrnoStatus(StatusCode::kUnavailable, what, errno);
+  }
+}
+
+std::string HostPort(const std::string& host, int port) {
+  return host + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+void Socket::Close() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+void Socket::Shutdown() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+StatusOr<Socket> Listen(const std::string& host, int port, int backlog) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const char* node = (host.empty() || host == "0.0.0.0") ? nullptr : host.c_str();
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(node, service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable("listen " + HostPort(host, port) + ": " + gai_strerror(rc));
+  }
+  Socket s(::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol));
+  if (!s.valid()) {
+    freeaddrinfo(res);
+    return ErrnoStatus(StatusCode::kUnavailable, "socket", errno);
+  }
+  int one = 1;
+  setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (::bind(s.fd(), res->ai_addr, res->ai_addrlen) != 0) {
+    int err = errno;
+    freeaddrinfo(res);
+    if (err == EADDRINUSE) {
+      return Unavailable("listen " + HostPort(host, port) + ": port " + std::to_string(port) +
+                         " is already in use");
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "bind " + HostPort(host, port), err);
+  }
+  freeaddrinfo(res);
+  if (::listen(s.fd(), backlog) != 0) {
+    return ErrnoStatus(StatusCode::kUnavailable, "listen " + HostPort(host, port), errno);
+  }
+  SetNonBlocking(s.fd());
+  return s;
+}
+
+StatusOr<int> LocalPort(const Socket& s) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(s.fd(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return ErrnoStatus(StatusCode::kInternal, "getsockname", errno);
+  }
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+StatusOr<Socket> Accept(const Socket& listener, SteadyTime deadline) {
+  for (;;) {
+    RETURN_IF_ERROR(WaitFor(listener.fd(), POLLIN, deadline, "accept"));
+    int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      SetNoDelay(fd);
+      return Socket(fd);
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+      continue;
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "accept", errno);
+  }
+}
+
+StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  std::string service = std::to_string(port);
+  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) {
+    return Unavailable("resolve " + host + ": " + gai_strerror(rc));
+  }
+  Status last = Unavailable("connect " + HostPort(host, port) + ": no address");
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                      ai->ai_protocol));
+    if (!s.valid()) {
+      last = ErrnoStatus(StatusCode::kUnavailable, "socket", errno);
+      continue;
+    }
+    int r = ::connect(s.fd(), ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno != EINPROGRESS) {
+      last = ErrnoStatus(StatusCode::kUnavailable, "connect " + HostPort(host, port), errno);
+      continue;
+    }
+    if (r != 0) {
+      Status w = WaitFor(s.fd(), POLLOUT, deadline, "connect");
+      if (!w.ok()) {
+        last = w.WithContext(HostPort(host, port));
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof(err);
+      getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last = ErrnoStatus(StatusCode::kUnavailable, "connect " + HostPort(host, port), err);
+        continue;
+      }
+    }
+    SetNoDelay(s.fd());
+    freeaddrinfo(res);
+    return s;
+  }
+  freeaddrinfo(res);
+  return last;
+}
+
+StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline) {
+  Backoff backoff;
+  Status last = Unavailable("connect " + HostPort(host, port) + ": not attempted");
+  for (;;) {
+    auto s = Connect(host, port, deadline);
+    if (s.ok()) return s;
+    last = s.status();
+    auto wait = backoff.Next();
+    if (std::chrono::steady_clock::now() + wait >= deadline) break;
+    std::this_thread::sleep_for(wait);
+  }
+  return DeadlineExceeded("gave up after " + std::to_string(backoff.attempts() + 1) +
+                          " attempts: " + last.message());
+}
+
+Status SendAll(const Socket& s, const void* data, std::size_t len, SteadyTime deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (len > 0) {
+    ssize_t n = ::send(s.fd(), p, len, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      RETURN_IF_ERROR(WaitFor(s.fd(), POLLOUT, deadline, "send"));
+      continue;
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "send", errno);
+  }
+  return Status::Ok();
+}
+
+Status RecvAll(const Socket& s, void* data, std::size_t len, SteadyTime deadline) {
+  char* p = static_cast<char*>(data);
+  while (len > 0) {
+    ASSIGN_OR_RETURN(std::size_t n, RecvSome(s, p, len, deadline));
+    if (n == 0) return Unavailable("recv: connection closed by peer");
+    p += n;
+    len -= n;
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::size_t> RecvSome(const Socket& s, void* data, std::size_t len, SteadyTime deadline) {
+  for (;;) {
+    ssize_t n = ::recv(s.fd(), data, len, 0);
+    if (n >= 0) return static_cast<std::size_t>(n);
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      RETURN_IF_ERROR(WaitFor(s.fd(), POLLIN, deadline, "recv"));
+      continue;
+    }
+    return ErrnoStatus(StatusCode::kUnavailable, "recv", errno);
+  }
+}
+
+}  // namespace ringtrain::net

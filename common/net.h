@@ -1,0 +1,54 @@
+// TCP sockets with deadlines: listen (port 0 allowed), accept, connect with DNS and connect
+// retries under jittered backoff, and send/receive of whole buffers. Every call that can block
+// takes a deadline; nothing here knows about stores, rings or HTTP.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace ringtrain::net {
+
+// Owns a file descriptor; closes it on destruction. Always non-blocking, TCP_NODELAY.
+class Socket {
+ public:
+  Socket() = default;
+  explicit Socket(int fd) : fd_(fd) {}
+  Socket(Socket&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Socket& operator=(Socket&& o) noexcept;
+  Socket(const Socket&) = delete;
+  Socket& operator=(const Socket&) = delete;
+  ~Socket() { Close(); }
+
+  int fd() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Close();
+  // Wakes any thread blocked in poll on this socket (both directions) without closing the fd.
+  void Shutdown();
+
+ private:
+  int fd_ = -1;
+};
+
+// Binds host:port (host "" or "0.0.0.0" = any; port 0 = ephemeral). A port in use is reported
+// as Unavailable("... port N is already in use").
+StatusOr<Socket> Listen(const std::string& host, int port, int backlog = 128);
+StatusOr<int> LocalPort(const Socket& s);
+StatusOr<Socket> Accept(const Socket& listener, SteadyTime deadline);
+
+// One attempt: resolve and connect, bounded by the deadline.
+StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline);
+// Retries resolution and connection with jittered backoff until the deadline; the last error is
+// reported with the number of attempts.
+StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline);
+
+Status SendAll(const Socket& s, const void* data, std::size_t len, SteadyTime deadline);
+Status RecvAll(const Socket& s, void* data, std::size_t len, SteadyTime deadline);
+// Reads whatever is available (at least 1 byte) before the deadline; 0 means the peer closed.
+StatusOr<std::size_t> RecvSome(const Socket& s, void* data, std::size_t len, SteadyTime deadline);
+
+}  // namespace ringtrain::net

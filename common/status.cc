@@ -1,0 +1,65 @@
+#include "common/status.h"
+
+#include <cstring>
+
+namespace ringtrain {
+
+std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case StatusCode::kNotFound: return "NOT_FOUND";
+    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
+    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case StatusCode::kDataLoss: return "DATA_LOSS";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case StatusCode::kUnavailable: return "UNAVAILABLE";
+    case StatusCode::kAborted: return "ABORTED";
+    case StatusCode::kCancelled: return "CANCELLED";
+    case StatusCode::kInternal: return "INTERNAL";
+  }
+  return "UNKNOWN";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  std::string out(StatusCodeName(code_));
+  out += ": ";
+  out += message_;
+  return out;
+}
+
+Status Status::WithContext(std::string_view context) const {
+  if (ok()) return *this;
+  std::string m(context);
+  m += ": ";
+  m += message_;
+  return Status(code_, std::move(m));
+}
+
+bool Status::retryable() const {
+  switch (code_) {
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kUnavailable:
+    case StatusCode::kAborted:
+    case StatusCode::kCancelled:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Status ErrnoStatus(StatusCode code, std::string_view what, int err) {
+  std::string m(what);
+  m += ": ";
+  m += std::strerror(err);
+  return Status(code, std::move(m));
+}
+
+int ExitCodeFor(const Status& status) {
+  if (status.ok()) return kExitOk;
+  return status.retryable() ? kExitRetryable : kExitPermanent;
+}
+
+}  // namespace ringtrain

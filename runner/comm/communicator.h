@@ -1,0 +1,36 @@
+// The collective-communication seam shared by the TCP ring and NCCL backends. A Communicator
+// is created once per gang attempt and used from one thread at a time; the order of
+// collectives must be identical on every rank. Any error (peer lost, timeout) leaves the
+// communicator aborted: every later call fails fast, and peers see the failure too.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace ringtrain::comm {
+
+inline constexpr Duration kDefaultCollectiveTimeout{std::chrono::seconds(60)};
+
+enum class ReduceOp { kSum, kAverage };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place over `count` float32 elements (count may be 0).
+  virtual Status AllReduce(float* data, std::size_t count, ReduceOp op) = 0;
+  // Copies `bytes` from `root`'s buffer into every rank's buffer.
+  virtual Status Broadcast(void* data, std::size_t bytes, int root) = 0;
+  virtual Status Barrier() = 0;
+  // Each rank contributes `bytes` at `in`; `out` receives size()*bytes, rank-major.
+  virtual Status AllGather(const void* in, std::size_t bytes, void* out) = 0;
+  // Makes every pending and future call fail with Aborted; safe from any thread.
+  virtual void Abort() = 0;
+};
+
+}  // namespace ringtrain::comm

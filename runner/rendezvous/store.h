@@ -1,0 +1,32 @@
+// The rendezvous key/value store seam (gloo's Store, c10d's Store): what every rank uses to
+// find its peers. Implementations: TcpStore (tcp_store.h), PrefixStore (prefix_store.h), and
+// an in-memory one for tests (tests/fakes/). Must not know about communicators or training.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace ringtrain::rendezvous {
+
+inline constexpr Duration kDefaultStoreTimeout{std::chrono::seconds(300)};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // Blocks until the key exists or the timeout passes (DeadlineExceeded names the key).
+  virtual StatusOr<std::string> Get(const std::string& key, Duration timeout) = 0;
+  // Atomically adds `delta` to the integer at key (missing = 0) and returns the new value.
+  virtual StatusOr<std::int64_t> Add(const std::string& key, std::int64_t delta) = 0;
+  // Sets key to `desired` if its value equals `expected` ("" = missing); returns the value now.
+  virtual StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                           const std::string& desired) = 0;
+  // Blocks until every key exists; DeadlineExceeded lists the keys still missing.
+  virtual Status Wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+};
+
+}  // namespace ringtrain::rendezvous
