@@ -1,0 +1,61 @@
+// The trainable model seam used by the trainer: a stack of layers whose parameters and
+// gradients live in two flat float buffers with the same layout (so gradient buckets are plain
+// contiguous ranges, like DDP's bucket views). CPU kernels use OpenBLAS for every GEMM.
+// Must not know about communicators, data loading or metrics.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ringtrain::model {
+
+struct ModelConfig {
+  std::string name = "mlp";  // "mlp" (784-256-10) or "cnn" (2× conv-relu-pool, then dense)
+  int channels = 1;          // input shape: channels × height × width
+  int height = 28;
+  int width = 28;
+  int classes = 10;
+  int hidden = 256;          // mlp hidden width
+  int max_batch = 256;       // activations are allocated once for this many samples
+  std::uint64_t seed = 42;   // initial weights (rank 0's are broadcast anyway)
+};
+
+// [offset, offset+count) of one layer's parameters in the flat buffers.
+struct ParamRange {
+  std::size_t offset = 0;
+  std::size_t count = 0;
+};
+
+struct EvalResult {
+  double loss_sum = 0;  // summed over the batch, not averaged
+  std::int64_t correct = 0;
+};
+
+// Called during backward once a layer's gradients are final, last layer first.
+using GradReadyFn = std::function<void(const ParamRange&)>;
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config);
+
+  virtual std::span<float> params() = 0;
+  virtual std::span<float> grads() = 0;
+  // One entry per parameterized layer, in forward order; together they tile params().
+  virtual const std::vector<ParamRange>& layer_ranges() const = 0;
+
+  // x: n×C×H×W floats, y: n labels in [0, classes). Overwrites grads() with the gradient of the
+  // mean loss over the n samples and returns that mean loss. n ≤ max_batch.
+  virtual float ForwardBackward(const float* x, const std::int32_t* y, int n,
+                                const GradReadyFn& on_ready) = 0;
+  virtual EvalResult Evaluate(const float* x, const std::int32_t* y, int n) = 0;
+};
+
+}  // namespace ringtrain::model
