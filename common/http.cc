@@ -13,13 +13,20 @@ constexpr Duration kPollInterval{200};
 
 const char* Reason(int code) {
   switch (code) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -92,8 +99,7 @@ StatusOr<GetResult> Get(const std::string& host, int port, const std::string& pa
                         Duration timeout) {
   auto deadline = DeadlineAfter(timeout);
   ASSIGN_OR_RETURN(net::Socket s, net::Connect(host, port, deadline));
-  std::string req = "GET " + path + " HTTP/1.1\r\nHost: " + host +
-                    "\r\nConnection: close\r\n\r\n";
+  std::string req = "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   RETURN_IF_ERROR(net::SendAll(s, req.data(), req.size(), deadline));
   std::string resp;
   char buf[8192];

@@ -136,8 +136,8 @@ StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline)
   }
   Status last = Unavailable("connect " + HostPort(host, port) + ": no address");
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                      ai->ai_protocol));
+    Socket s(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!s.valid()) {
       last = ErrnoStatus(StatusCode::kUnavailable, "socket", errno);
       continue;

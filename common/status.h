@@ -13,16 +13,16 @@ namespace ringtrain {
 
 enum class StatusCode : std::uint8_t {
   kOk = 0,
-  kInvalidArgument,    // bad spec, bad flag, bad file content: permanent
-  kNotFound,           // missing file or key
+  kInvalidArgument,  // bad spec, bad flag, bad file content: permanent
+  kNotFound,         // missing file or key
   kAlreadyExists,
   kFailedPrecondition,
-  kDataLoss,           // corrupt or truncated data: permanent
-  kPermissionDenied,   // wrong token
-  kDeadlineExceeded,   // a blocking call ran out of time: retryable
-  kUnavailable,        // peer lost, connection refused, port busy: retryable
-  kAborted,            // the collective was aborted by this or another rank: retryable
-  kCancelled,          // shutdown requested
+  kDataLoss,          // corrupt or truncated data: permanent
+  kPermissionDenied,  // wrong token
+  kDeadlineExceeded,  // a blocking call ran out of time: retryable
+  kUnavailable,       // peer lost, connection refused, port busy: retryable
+  kAborted,           // the collective was aborted by this or another rank: retryable
+  kCancelled,         // shutdown requested
   kInternal,
 };
 
@@ -50,7 +50,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status AlreadyExists(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status FailedPrecondition(std::string m) {
@@ -103,10 +105,10 @@ class [[nodiscard]] StatusOr {
 #define RT_CONCAT_INNER(a, b) a##b
 #define RT_CONCAT(a, b) RT_CONCAT_INNER(a, b)
 
-#define RETURN_IF_ERROR(expr)                     \
-  do {                                            \
-    ::ringtrain::Status rt_status_ = (expr);      \
-    if (!rt_status_.ok()) return rt_status_;      \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::ringtrain::Status rt_status_ = (expr); \
+    if (!rt_status_.ok()) return rt_status_; \
   } while (0)
 
 #define ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

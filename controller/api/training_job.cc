@@ -1,0 +1,468 @@
+#include "controller/api/training_job.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "common/env.h"
+
+namespace ringtrain::api {
+namespace {
+
+using nlohmann::json;
+
+// YAML → JSON with YAML 1.2 core-schema typing of plain scalars; quoted scalars stay strings.
+StatusOr<json> YamlToJson(const YAML::Node& node, const std::string& path) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+    case YAML::NodeType::Undefined:
+      return json(nullptr);
+    case YAML::NodeType::Sequence: {
+      json arr = json::array();
+      for (std::size_t i = 0; i < node.size(); ++i) {
+        ASSIGN_OR_RETURN(json v, YamlToJson(node[i], path + "[" + std::to_string(i) + "]"));
+        arr.push_back(std::move(v));
+      }
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      json obj = json::object();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) return InvalidArgument(path + ": map keys must be strings");
+        std::string key = kv.first.Scalar();
+        ASSIGN_OR_RETURN(json v, YamlToJson(kv.second, path.empty() ? key : path + "." + key));
+        obj[key] = std::move(v);
+      }
+      return obj;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& s = node.Scalar();
+      if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
+      if (s == "null" || s == "~" || s.empty()) return json(nullptr);
+      if (s == "true" || s == "True" || s == "TRUE") return json(true);
+      if (s == "false" || s == "False" || s == "FALSE") return json(false);
+      if (auto i = ParseInt(s, path); i.ok()) return json(*i);
+      if (auto d = ParseDouble(s, path); d.ok() && s.find_first_of("0123456789") == 0) {
+        return json(*d);
+      }
+      if (auto d = ParseDouble(s, path); d.ok() && (s[0] == '-' || s[0] == '+' || s[0] == '.')) {
+        return json(*d);
+      }
+      return json(s);
+    }
+  }
+  return json(nullptr);
+}
+
+std::string TypeName(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number_integer() || v.is_number_unsigned()) return "an integer";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "a list";
+  return "an object";
+}
+
+std::string Quote(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// Reads fields of one JSON object, naming "<path>.<key>" in every error and flagging keys that
+// were never read as unknown fields (kubectl's strict field validation does the same).
+class Fields {
+ public:
+  Fields(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
+
+  std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  const json* Find(const std::string& key) {
+    seen_.insert(key);
+    auto it = obj_.find(key);
+    if (it == obj_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  Status Int(const std::string& key, std::int64_t min, std::int64_t max, std::int64_t* out) {
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_number_integer() && !v->is_number_unsigned()) {
+      return InvalidArgument(Path(key) + ": must be an integer, got " + TypeName(*v) + " " +
+                             Quote(*v));
+    }
+    std::int64_t n = v->get<std::int64_t>();
+    if (n < min) {
+      return InvalidArgument(Path(key) + ": must be at least " + std::to_string(min) + ", got " +
+                             std::to_string(n));
+    }
+    if (n > max) {
+      return InvalidArgument(Path(key) + ": must be at most " + std::to_string(max) + ", got " +
+                             std::to_string(n));
+    }
+    *out = n;
+    return Status::Ok();
+  }
+  Status Int(const std::string& key, std::int64_t min, std::int64_t max, int* out) {
+    std::int64_t v = *out;
+    RETURN_IF_ERROR(Int(key, min, max, &v));
+    *out = static_cast<int>(v);
+    return Status::Ok();
+  }
+  Status OptInt(const std::string& key, std::int64_t min, std::optional<std::int64_t>* out) {
+    if (Find(key) == nullptr) return Status::Ok();
+    std::int64_t v = 0;
+    RETURN_IF_ERROR(Int(key, min, INT64_MAX, &v));
+    *out = v;
+    return Status::Ok();
+  }
+  Status Number(const std::string& key, double min, bool exclusive_min, double* out) {
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_number()) {
+      return InvalidArgument(Path(key) + ": must be a number, got " + TypeName(*v) + " " +
+                             Quote(*v));
+    }
+    double d = v->get<double>();
+    if (!std::isfinite(d) || d < min || (exclusive_min && d == min)) {
+      return InvalidArgument(Path(key) + ": must be " +
+                             (exclusive_min ? "greater than " : "at least ") + Quote(json(min)) +
+                             ", got " + Quote(*v));
+    }
+    *out = d;
+    return Status::Ok();
+  }
+  Status Bool(const std::string& key, bool* out) {
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_boolean()) {
+      return InvalidArgument(Path(key) + ": must be true or false, got " + Quote(*v));
+    }
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+  Status String(const std::string& key, std::string* out) {
+    const json* v = Find(key);
+    if (v == nullptr) return Status::Ok();
+    if (!v->is_string()) {
+      return InvalidArgument(Path(key) + ": must be a string, got " + TypeName(*v) + " " +
+                             Quote(*v));
+    }
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+  Status Enum(const std::string& key, const std::vector<std::string>& allowed, std::string* out) {
+    std::string v = *out;
+    RETURN_IF_ERROR(String(key, &v));
+    for (const auto& a : allowed) {
+      if (a == v) {
+        *out = v;
+        return Status::Ok();
+      }
+    }
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    return InvalidArgument(Path(key) + ": must be one of " + list + ", got \"" + v + "\"");
+  }
+  StatusOr<const json*> Object(const std::string& key) {
+    const json* v = Find(key);
+    if (v != nullptr && !v->is_object()) {
+      return InvalidArgument(Path(key) + ": must be an object, got " + TypeName(*v));
+    }
+    return v;
+  }
+  Status NoUnknown() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      if (seen_.count(it.key()) == 0) {
+        return InvalidArgument(Path(it.key()) + ": unknown field");
+      }
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const json& obj_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+Status ParseTrain(const json& j, TrainSpec* t) {
+  Fields f(j, "spec.train");
+  RETURN_IF_ERROR(f.Enum("model", {"mlp", "cnn"}, &t->model));
+  RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+  RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
+  RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));
+  RETURN_IF_ERROR(f.Enum("optimizer", {"sgd", "adam"}, &t->optimizer));
+  RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
+  RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
+  RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
+  RETURN_IF_ERROR(f.Enum("lrScaling", {"linear", "none"}, &t->lr_scaling));
+  RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
+  RETURN_IF_ERROR(f.Enum("lrSchedule", {"constant", "cosine"}, &t->lr_schedule));
+  RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
+  if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
+  return f.NoUnknown();
+}
+
+Status ParseRunPolicy(const json& j, RunPolicy* p) {
+  Fields f(j, "spec.runPolicy");
+  RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
+  RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, &p->active_deadline_seconds));
+  RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, &p->ttl_seconds_after_finished));
+  RETURN_IF_ERROR(f.Enum("cleanPodPolicy", {"None", "Running", "All"}, &p->clean_pod_policy));
+  RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
+  RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
+  RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
+  return f.NoUnknown();
+}
+
+Status ParseSpec(const json& j, JobSpec* s) {
+  Fields f(j, "spec");
+  RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
+  RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
+  RETURN_IF_ERROR(f.Enum("backend", {"auto", "nccl", "tcp"}, &s->backend));
+  RETURN_IF_ERROR(f.String("image", &s->image));
+  ASSIGN_OR_RETURN(const json* train, f.Object("train"));
+  if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
+  ASSIGN_OR_RETURN(const json* ckpt, f.Object("checkpoint"));
+  if (ckpt != nullptr) {
+    Fields c(*ckpt, "spec.checkpoint");
+    RETURN_IF_ERROR(c.String("path", &s->checkpoint.path));
+    RETURN_IF_ERROR(c.Int("everySteps", 1, INT64_MAX, &s->checkpoint.every_steps));
+    RETURN_IF_ERROR(c.NoUnknown());
+  }
+  if (const json* cmd = f.Find("command"); cmd != nullptr) {
+    if (!cmd->is_array()) return InvalidArgument("spec.command: must be a list of strings");
+    for (std::size_t i = 0; i < cmd->size(); ++i) {
+      if (!(*cmd)[i].is_string()) {
+        return InvalidArgument("spec.command[" + std::to_string(i) + "]: must be a string");
+      }
+      s->command.push_back((*cmd)[i].get<std::string>());
+    }
+  }
+  ASSIGN_OR_RETURN(const json* tmpl, f.Object("template"));
+  if (tmpl != nullptr && !tmpl->empty()) s->pod_template_json = tmpl->dump();
+  ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
+  if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));
+  RETURN_IF_ERROR(f.NoUnknown());
+  if (s->backend == "nccl" && s->gpus_per_replica == 0) {
+    return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
+  }
+  return Status::Ok();
+}
+
+// RFC 1123 label, as Kubernetes requires of names that become pod and service names.
+bool IsDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return s.front() != '-' && s.back() != '-';
+}
+
+Status ParseMetadata(const json& j, ObjectMeta* m) {
+  if (!j.is_object()) return InvalidArgument("metadata: must be an object");
+  if (auto it = j.find("name"); it != j.end() && it->is_string()) m->name = *it;
+  if (auto it = j.find("namespace"); it != j.end() && it->is_string()) m->ns = *it;
+  if (auto it = j.find("uid"); it != j.end() && it->is_string()) m->uid = *it;
+  if (auto it = j.find("resourceVersion"); it != j.end() && it->is_string()) {
+    m->resource_version = *it;
+  }
+  if (auto it = j.find("generation"); it != j.end() && it->is_number_integer()) {
+    m->generation = *it;
+  }
+  if (auto it = j.find("creationTimestamp"); it != j.end() && it->is_string()) {
+    m->creation_timestamp = *it;
+  }
+  if (auto it = j.find("labels"); it != j.end() && it->is_object()) {
+    for (auto l = it->begin(); l != it->end(); ++l) {
+      if (l->is_string()) m->labels[l.key()] = l->get<std::string>();
+    }
+  }
+  if (m->name.empty()) return InvalidArgument("metadata.name: required");
+  // Pod names are <job>-<attempt>-<rank>: leave room for the suffix.
+  if (!IsDnsLabel(m->name) || m->name.size() > 50) {
+    return InvalidArgument("metadata.name: \"" + m->name +
+                           "\" must be a DNS label of at most 50 characters (a-z, 0-9, '-')");
+  }
+  return Status::Ok();
+}
+
+void ParseStatus(const json& j, JobStatus* s) {
+  auto str = [&](const json& o, const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  auto num = [&](const json& o, const char* k) -> double {
+    auto it = o.find(k);
+    return it != o.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
+  s->phase = str(j, "phase");
+  s->restarts = static_cast<int>(num(j, "restarts"));
+  s->attempt = static_cast<int>(num(j, "attempt"));
+  s->start_time = str(j, "startTime");
+  s->completion_time = str(j, "completionTime");
+  s->observed_generation = static_cast<std::int64_t>(num(j, "observedGeneration"));
+  if (auto it = j.find("conditions"); it != j.end() && it->is_array()) {
+    for (const auto& c : *it) {
+      s->conditions.push_back({str(c, "type"), str(c, "status"), str(c, "reason"),
+                               str(c, "message"), str(c, "lastTransitionTime")});
+    }
+  }
+  if (auto it = j.find("replicas"); it != j.end() && it->is_object()) {
+    s->replicas = {static_cast<int>(num(*it, "pending")), static_cast<int>(num(*it, "running")),
+                   static_cast<int>(num(*it, "succeeded")), static_cast<int>(num(*it, "failed"))};
+  }
+  if (auto it = j.find("progress"); it != j.end() && it->is_object()) {
+    s->progress =
+        Progress{static_cast<std::int64_t>(num(*it, "step")), static_cast<int>(num(*it, "epoch")),
+                 num(*it, "samplesPerSecond"), num(*it, "loss"), str(*it, "updatedAt")};
+  }
+  if (auto it = j.find("lastFailure"); it != j.end() && it->is_object()) {
+    s->last_failure =
+        Failure{static_cast<int>(num(*it, "rank")), static_cast<int>(num(*it, "exitCode")),
+                str(*it, "reason"), str(*it, "message")};
+  }
+}
+
+StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
+  if (!doc.is_object()) return InvalidArgument("the document is not an object");
+  auto api_version = doc.value("apiVersion", std::string());
+  auto kind = doc.value("kind", std::string());
+  if (api_version != kApiVersion) {
+    return InvalidArgument(std::string("apiVersion: must be ") + kApiVersion + ", got \"" +
+                           api_version + "\"");
+  }
+  if (kind != kKind) {
+    return InvalidArgument(std::string("kind: must be ") + kKind + ", got \"" + kind + "\"");
+  }
+  TrainingJob job;
+  auto meta = doc.find("metadata");
+  if (meta == doc.end()) return InvalidArgument("metadata: required");
+  RETURN_IF_ERROR(ParseMetadata(*meta, &job.metadata));
+  auto spec = doc.find("spec");
+  if (spec == doc.end() || !spec->is_object()) {
+    return InvalidArgument("spec: required, must be an object");
+  }
+  RETURN_IF_ERROR(ParseSpec(*spec, &job.spec));
+  if (with_status) {
+    if (auto st = doc.find("status"); st != doc.end() && st->is_object()) {
+      ParseStatus(*st, &job.status);
+    }
+  }
+  return job;
+}
+
+}  // namespace
+
+StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(source + ": not valid YAML: " + e.what());
+  }
+  auto doc = YamlToJson(root, "");
+  if (!doc.ok()) return doc.status().WithContext(source);
+  auto job = FromJson(*doc, /*with_status=*/false);
+  if (!job.ok()) return job.status().WithContext(source);
+  return job;
+}
+
+StatusOr<TrainingJob> LoadManifestFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return NotFound(path + ": cannot open the manifest");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseManifestYaml(ss.str(), path);
+}
+
+StatusOr<TrainingJob> ParseJobJson(const std::string& text) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return InvalidArgument("TrainingJob: not valid JSON");
+  return FromJson(doc, /*with_status=*/true);
+}
+
+std::string StatusToJson(const JobStatus& s) {
+  json j = json::object();
+  if (!s.phase.empty()) j["phase"] = s.phase;
+  j["conditions"] = json::array();
+  for (const auto& c : s.conditions) {
+    j["conditions"].push_back({{"type", c.type},
+                               {"status", c.status},
+                               {"reason", c.reason},
+                               {"message", c.message},
+                               {"lastTransitionTime", c.last_transition_time}});
+  }
+  j["replicas"] = {{"pending", s.replicas.pending},
+                   {"running", s.replicas.running},
+                   {"succeeded", s.replicas.succeeded},
+                   {"failed", s.replicas.failed}};
+  j["restarts"] = s.restarts;
+  j["attempt"] = s.attempt;
+  if (!s.start_time.empty()) j["startTime"] = s.start_time;
+  if (!s.completion_time.empty()) j["completionTime"] = s.completion_time;
+  if (s.observed_generation > 0) j["observedGeneration"] = s.observed_generation;
+  if (s.progress) {
+    j["progress"] = {{"step", s.progress->step},
+                     {"epoch", s.progress->epoch},
+                     {"samplesPerSecond", s.progress->samples_per_second},
+                     {"loss", s.progress->loss},
+                     {"updatedAt", s.progress->updated_at}};
+  }
+  if (s.last_failure) {
+    j["lastFailure"] = {{"rank", s.last_failure->rank},
+                        {"exitCode", s.last_failure->exit_code},
+                        {"reason", s.last_failure->reason},
+                        {"message", s.last_failure->message}};
+  }
+  return j.dump();
+}
+
+std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir) {
+  const TrainSpec& t = spec.train;
+  auto num = [](double v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
+    return std::string(buf, r.ptr);
+  };
+  std::vector<std::string> args = {"--model",
+                                   t.model,
+                                   "--dataset",
+                                   t.dataset,
+                                   "--epochs",
+                                   std::to_string(t.epochs),
+                                   "--batch-size",
+                                   std::to_string(t.batch_size_per_replica),
+                                   "--optimizer",
+                                   t.optimizer,
+                                   "--learning-rate",
+                                   num(t.learning_rate),
+                                   "--momentum",
+                                   num(t.momentum),
+                                   "--weight-decay",
+                                   num(t.weight_decay),
+                                   "--lr-scaling",
+                                   t.lr_scaling,
+                                   "--warmup-epochs",
+                                   num(t.warmup_epochs),
+                                   "--lr-schedule",
+                                   t.lr_schedule,
+                                   "--seed",
+                                   std::to_string(t.seed),
+                                   "--checkpoint-every",
+                                   std::to_string(spec.checkpoint.every_steps)};
+  if (!checkpoint_dir.empty()) {
+    args.push_back("--checkpoint-dir");
+    args.push_back(checkpoint_dir);
+  }
+  return args;
+}
+
+bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
+
+}  // namespace ringtrain::api

@@ -1,0 +1,142 @@
+// The TrainingJob API (ringtrain.dev/v1alpha1): types, defaults, validation with field paths,
+// and conversion from YAML manifests and API-server JSON. Shared by `ringtrain run` and the
+// operator; must not do I/O beyond reading the manifest file it is given.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ringtrain::api {
+
+inline constexpr char kGroup[] = "ringtrain.dev";
+inline constexpr char kVersion[] = "v1alpha1";
+inline constexpr char kApiVersion[] = "ringtrain.dev/v1alpha1";
+inline constexpr char kKind[] = "TrainingJob";
+
+struct TrainSpec {
+  std::string model = "mlp";
+  std::string dataset = "/usr/share/datasets/fashion-mnist";
+  int epochs = 10;
+  int batch_size_per_replica = 64;
+  std::string optimizer = "adam";
+  double learning_rate = 0.001;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  std::string lr_scaling = "linear";
+  double warmup_epochs = 1;
+  std::string lr_schedule = "cosine";
+  std::int64_t seed = 42;
+};
+
+struct CheckpointSpec {
+  std::string path;  // empty: `ringtrain run` uses its work dir; pods use /ckpt
+  std::int64_t every_steps = 500;
+};
+
+struct RunPolicy {
+  int backoff_limit = 3;
+  std::optional<std::int64_t> active_deadline_seconds;
+  std::optional<std::int64_t> ttl_seconds_after_finished;
+  std::string clean_pod_policy = "Running";  // None | Running | All
+  bool suspend = false;
+  std::string scheduler_name;
+  std::int64_t progress_deadline_seconds = 300;  // 0 = no stall detection
+};
+
+struct JobSpec {
+  int replicas = 1;
+  int gpus_per_replica = 0;
+  std::string backend = "auto";  // auto | nccl | tcp
+  std::string image = "ghcr.io/ringtrain/ringtrain-runner:0.1.0";
+  TrainSpec train;
+  CheckpointSpec checkpoint;
+  std::vector<std::string> command;  // replaces the built-in trainer when set
+  std::string pod_template_json;     // PodTemplateSpec merged into each pod, as JSON ("" = none)
+  RunPolicy run_policy;
+
+  int world_size() const { return replicas * (gpus_per_replica > 1 ? gpus_per_replica : 1); }
+};
+
+struct ObjectMeta {
+  std::string name;
+  std::string ns = "default";
+  std::string uid;
+  std::string resource_version;
+  std::int64_t generation = 0;
+  std::string creation_timestamp;
+  std::map<std::string, std::string> labels;
+};
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True" | "False"
+  std::string reason;
+  std::string message;
+  std::string last_transition_time;
+  bool operator==(const Condition&) const = default;
+};
+
+struct Progress {
+  std::int64_t step = 0;
+  int epoch = 0;
+  double samples_per_second = 0;
+  double loss = 0;
+  std::string updated_at;  // when step last changed
+  bool operator==(const Progress&) const = default;
+};
+
+struct Failure {
+  int rank = -1;
+  int exit_code = 0;
+  std::string reason;
+  std::string message;
+  bool operator==(const Failure&) const = default;
+};
+
+struct ReplicaCounts {
+  int pending = 0;
+  int running = 0;
+  int succeeded = 0;
+  int failed = 0;
+  bool operator==(const ReplicaCounts&) const = default;
+};
+
+struct JobStatus {
+  std::string phase;  // "" | Pending | Running | Restarting | Succeeded | Failed | Suspended
+  std::vector<Condition> conditions;
+  ReplicaCounts replicas;
+  int restarts = 0;  // counted against backoffLimit
+  int attempt = 0;   // gang generation: restarts plus disruptions
+  std::string start_time;
+  std::string completion_time;
+  std::optional<Progress> progress;
+  std::optional<Failure> last_failure;
+  std::int64_t observed_generation = 0;
+  bool operator==(const JobStatus&) const = default;
+};
+
+struct TrainingJob {
+  ObjectMeta metadata;
+  JobSpec spec;
+  JobStatus status;
+};
+
+// Parses and validates a manifest; errors name the file and the field
+// ("job.yaml: spec.replicas: must be at least 1, got 0").
+StatusOr<TrainingJob> LoadManifestFile(const std::string& path);
+StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source);
+// From the API server's JSON (status included).
+StatusOr<TrainingJob> ParseJobJson(const std::string& json);
+std::string StatusToJson(const JobStatus& status);
+
+// The runner's command line for the built-in trainer: identical for pods and local processes.
+std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir);
+
+bool IsTerminal(const std::string& phase);
+
+}  // namespace ringtrain::api

@@ -1,0 +1,364 @@
+#include "controller/executors/local_executor.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "common/http.h"
+#include "common/net.h"
+#include "controller/reconcile/planner.h"
+
+extern char** environ;
+
+namespace ringtrain::executors {
+namespace {
+
+using reconcile::ObservedReplica;
+using reconcile::ReplicaPhase;
+
+struct Process {
+  std::string name;
+  int rank = 0;
+  int attempt = 0;
+  pid_t pid = -1;
+  bool exited = false;
+  int exit_code = 0;
+  std::string reason;
+  bool deleting = false;
+  SteadyTime kill_at{};
+  std::string termination_log;
+  int metrics_port = -1;
+};
+
+StatusOr<int> FreePort() {
+  ASSIGN_OR_RETURN(net::Socket s, net::Listen("127.0.0.1", 0));
+  return net::LocalPort(s);
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::ostringstream o;
+  for (int i = 0; i < 4; ++i) o << std::hex << rd();
+  return o.str();
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class LocalRun {
+ public:
+  LocalRun(const api::TrainingJob& job, const LocalRunOptions& options)
+      : job_(job), options_(options) {}
+
+  StatusOr<LocalRunResult> Run(const std::atomic<bool>* interrupted);
+
+ private:
+  Status Spawn(int rank, int attempt);
+  void Reap();
+  void Kill(Process& p);
+  void EnforceGrace();
+  std::vector<ObservedReplica> Observe() const;
+  void PollProgress();
+  void PrintProgress(bool force);
+  bool AnyAlive() const {
+    for (const auto& [name, p] : procs_) {
+      if (!p.exited) return true;
+    }
+    return false;
+  }
+
+  const api::TrainingJob& job_;
+  const LocalRunOptions& options_;
+  api::TrainingJob state_;
+  std::map<std::string, Process> procs_;
+  std::map<int, int> master_port_;  // per attempt
+  std::string token_ = RandomToken();
+  std::optional<reconcile::ObservedProgress> progress_;
+  SteadyTime next_poll_{};
+  SteadyTime next_print_{};
+  int printed_attempt_ = -1;
+};
+
+Status LocalRun::Spawn(int rank, int attempt) {
+  const api::JobSpec& spec = job_.spec;
+  if (!master_port_.count(attempt)) {
+    ASSIGN_OR_RETURN(master_port_[attempt], FreePort());
+  }
+  ASSIGN_OR_RETURN(int metrics_port, FreePort());
+  Process p;
+  p.name = reconcile::ReplicaName(job_.metadata.name, attempt, rank);
+  p.rank = rank;
+  p.attempt = attempt;
+  p.metrics_port = metrics_port;
+  p.termination_log = options_.workdir + "/" + p.name + ".termination-log";
+  std::remove(p.termination_log.c_str());
+  std::string log_path = options_.workdir + "/" + p.name + ".log";
+
+  const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  const std::string port = std::to_string(master_port_[attempt]);
+  env["RINGTRAIN_JOB"] = job_.metadata.name;
+  env["RINGTRAIN_NAMESPACE"] = job_.metadata.ns;
+  env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank);
+  env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
+  env["LOCAL_RANK"] = std::to_string(rank % gpus);
+  env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
+  env["RINGTRAIN_MASTER_PORT"] = env["MASTER_PORT"] = port;
+  env["RINGTRAIN_ATTEMPT"] = std::to_string(attempt);
+  env["RINGTRAIN_TOKEN"] = token_;
+  env["RINGTRAIN_METRICS_PORT"] = std::to_string(metrics_port);
+  env["RINGTRAIN_TERMINATION_LOG"] = p.termination_log;
+
+  std::vector<std::string> argv;
+  if (!spec.command.empty()) {
+    argv = spec.command;
+  } else {
+    std::string ckpt =
+        spec.checkpoint.path.empty() ? options_.workdir + "/checkpoints" : spec.checkpoint.path;
+    argv.push_back(options_.runner_path);
+    for (auto& a : api::RunnerArgs(spec, ckpt)) argv.push_back(a);
+    if (rank == 0) {
+      argv.push_back("--result-file");
+      argv.push_back(options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json");
+    }
+  }
+  // Everything the child needs is built before fork: only async-signal-safe calls after it.
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : env_strings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + log_path, errno);
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(log_fd);
+    return ErrnoStatus(StatusCode::kUnavailable, "fork", errno);
+  }
+  if (pid == 0) {
+    // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(128 + SIGKILL);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    const char msg[] = "ringtrain: cannot execute the runner\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  p.pid = pid;
+  spdlog::debug("started {} (pid {}), log {}", p.name, pid, log_path);
+  procs_[p.name] = std::move(p);
+  return Status::Ok();
+}
+
+void LocalRun::Reap() {
+  for (;;) {
+    int wstatus = 0;
+    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) return;
+    for (auto& [name, p] : procs_) {
+      if (p.pid != pid) continue;
+      p.exited = true;
+      if (WIFEXITED(wstatus)) {
+        p.exit_code = WEXITSTATUS(wstatus);
+        p.reason = p.exit_code == 0 ? "Completed" : "Error";
+      } else if (WIFSIGNALED(wstatus)) {
+        p.exit_code = 128 + WTERMSIG(wstatus);
+        p.reason = WTERMSIG(wstatus) == SIGKILL ? "Killed" : "Signaled";
+      }
+      if (p.deleting) p.reason = "Deleted";
+    }
+  }
+}
+
+void LocalRun::Kill(Process& p) {
+  if (p.exited || p.deleting) return;
+  p.deleting = true;
+  p.kill_at = std::chrono::steady_clock::now() + options_.grace;
+  ::kill(p.pid, SIGTERM);
+}
+
+void LocalRun::EnforceGrace() {
+  auto now = std::chrono::steady_clock::now();
+  for (auto& [name, p] : procs_) {
+    if (p.deleting && !p.exited && now >= p.kill_at) ::kill(p.pid, SIGKILL);
+  }
+}
+
+std::vector<ObservedReplica> LocalRun::Observe() const {
+  std::vector<ObservedReplica> out;
+  for (const auto& [name, p] : procs_) {
+    if (p.deleting && p.exited) continue;  // deleted and gone, like a pod removed from the API
+    ObservedReplica r;
+    r.name = p.name;
+    r.rank = p.rank;
+    r.attempt = p.attempt;
+    r.terminating = p.deleting;
+    if (!p.exited) {
+      r.phase = ReplicaPhase::kRunning;
+    } else {
+      r.phase = p.exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+      r.exit_code = p.exit_code;
+      r.reason = p.reason;
+      r.message = ReadFirstLine(p.termination_log);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+void LocalRun::PollProgress() {
+  auto now = std::chrono::steady_clock::now();
+  if (now < next_poll_) return;
+  next_poll_ = now + std::chrono::seconds(1);
+  const std::string rank0 = reconcile::ReplicaName(job_.metadata.name, state_.status.attempt, 0);
+  auto it = procs_.find(rank0);
+  if (it == procs_.end() || it->second.exited) return;
+  auto r = http::Get("127.0.0.1", it->second.metrics_port, "/status", Duration(500));
+  if (!r.ok() || r->code != 200) return;
+  auto j = nlohmann::json::parse(r->body, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return;
+  reconcile::ObservedProgress p;
+  p.step = j.value("step", 0LL);
+  p.epoch = j.value("epoch", 0);
+  p.samples_per_second = j.value("samples_per_second", 0.0);
+  p.loss = j.value("loss", 0.0);
+  progress_ = p;
+}
+
+void LocalRun::PrintProgress(bool force) {
+  auto now = std::chrono::steady_clock::now();
+  if (!force && now < next_print_) return;
+  next_print_ = now + (options_.tty ? std::chrono::milliseconds(500) : std::chrono::seconds(10));
+  const auto& st = state_.status;
+  char line[256];
+  if (progress_) {
+    std::snprintf(line, sizeof(line),
+                  "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f | %.0f samples/s | "
+                  "restarts %d",
+                  st.phase.c_str(), st.attempt, progress_->epoch + 1, job_.spec.train.epochs,
+                  static_cast<long long>(progress_->step), progress_->loss,
+                  progress_->samples_per_second, st.restarts);
+  } else {
+    std::snprintf(line, sizeof(line), "%s | attempt %d | starting %d replicas | restarts %d",
+                  st.phase.c_str(), st.attempt, job_.spec.world_size(), st.restarts);
+  }
+  if (options_.tty) {
+    std::fprintf(stdout, "\r\033[K%s", line);
+  } else {
+    std::fprintf(stdout, "%s\n", line);
+  }
+  std::fflush(stdout);
+}
+
+StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
+  auto start = std::chrono::steady_clock::now();
+  state_ = job_;
+  LocalRunResult result;
+  for (;;) {
+    Reap();
+    EnforceGrace();
+    if (interrupted != nullptr && interrupted->load()) {
+      if (!result.interrupted) {
+        result.interrupted = true;
+        for (auto& [name, p] : procs_) Kill(p);
+      }
+      if (!AnyAlive()) break;
+      std::this_thread::sleep_for(options_.poll);
+      continue;
+    }
+    PollProgress();
+    reconcile::PlanInput in;
+    in.job = &state_;
+    in.replicas = Observe();
+    in.progress = progress_;
+    in.now = std::chrono::system_clock::now();
+    reconcile::Plan plan = reconcile::PlanReconcile(in);
+    if (plan.status.attempt != state_.status.attempt) progress_.reset();
+    state_.status = plan.status;
+    for (const auto& e : plan.events) {
+      if (options_.tty) std::fputs("\r\033[K", stdout);
+      std::fflush(stdout);
+      if (e.type == "Warning") {
+        spdlog::warn("{}: {}", e.reason, e.message);
+      } else {
+        spdlog::info("{}: {}", e.reason, e.message);
+      }
+    }
+    for (const auto& a : plan.actions) {
+      switch (a.kind) {
+        case reconcile::Action::Kind::kCreateReplica:
+          RETURN_IF_ERROR(Spawn(a.rank, a.attempt));
+          break;
+        case reconcile::Action::Kind::kDeleteReplica:
+          if (auto it = procs_.find(a.name); it != procs_.end()) Kill(it->second);
+          break;
+        case reconcile::Action::Kind::kDeleteJob:
+          break;  // nothing to delete locally
+      }
+    }
+    if (api::IsTerminal(state_.status.phase)) {
+      // Nothing outlives `ringtrain run`, whatever cleanPodPolicy says for a cluster.
+      for (auto& [name, p] : procs_) Kill(p);
+      if (!AnyAlive()) break;
+    }
+    if (state_.status.attempt != printed_attempt_) {
+      printed_attempt_ = state_.status.attempt;
+      PrintProgress(true);
+    } else {
+      PrintProgress(false);
+    }
+    std::this_thread::sleep_for(options_.poll);
+  }
+  if (options_.tty) std::fputs("\n", stdout);
+  result.status = state_.status;
+  result.wall_seconds = SecondsSince(start);
+  result.result_json = ReadFile(options_.workdir + "/result-attempt-" +
+                                std::to_string(state_.status.attempt) + ".json");
+  return result;
+}
+
+}  // namespace
+
+StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
+                                  const std::atomic<bool>* interrupted) {
+  LocalRun run(job, options);
+  return run.Run(interrupted);
+}
+
+}  // namespace ringtrain::executors

@@ -1,0 +1,35 @@
+// The local-process executor behind `ringtrain run`: replicas are ringtrain-runner processes on
+// this machine, driven by the same planner as the operator, so a job fails, restarts and
+// finishes the same way on a laptop and on a cluster. Owns the child processes and their logs.
+#pragma once
+
+#include <atomic>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "controller/api/training_job.h"
+
+namespace ringtrain::executors {
+
+struct LocalRunOptions {
+  std::string runner_path;  // ringtrain-runner, or spec.command[0] when the spec sets one
+  std::string workdir;      // logs, termination messages, result, default checkpoints
+  bool tty = false;         // redraw one progress line instead of printing a line every 10 s
+  Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+  Duration poll{std::chrono::milliseconds(100)};
+};
+
+struct LocalRunResult {
+  api::JobStatus status;
+  std::string result_json;  // rank 0's result file of the last attempt, "" if none
+  double wall_seconds = 0;
+  bool interrupted = false;
+};
+
+// Runs the job to completion (or until *interrupted becomes true: all ranks are stopped).
+StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
+                                  const std::atomic<bool>* interrupted);
+
+}  // namespace ringtrain::executors

@@ -1,0 +1,198 @@
+// ringtrain: the TrainingJob CLI. `ringtrain run JOB.yaml` runs a job on this machine as local
+// runner processes under the same planner the operator uses; `ringtrain validate JOB.yaml`
+// checks a manifest. Exit code 0 = the job succeeded, 1 = it failed or the input was bad,
+// 130 = interrupted.
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/env.h"
+#include "common/logging.h"
+#include "controller/api/training_job.h"
+#include "controller/executors/local_executor.h"
+
+namespace ringtrain {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted = true; }
+
+constexpr char kUsage[] =
+    "usage:\n"
+    "  ringtrain run JOB.yaml [--summary-json FILE] [--workdir DIR] [--runner PATH]\n"
+    "  ringtrain validate JOB.yaml\n";
+
+std::string DefaultRunnerPath() {
+  if (auto env = GetEnv("RINGTRAIN_RUNNER")) return *env;
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "ringtrain-runner";
+  buf[n] = '\0';
+  return (std::filesystem::path(buf).parent_path() / "ringtrain-runner").string();
+}
+
+int Validate(const std::vector<std::string>& args) {
+  if (args.size() != 1) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  auto job = api::LoadManifestFile(args[0]);
+  if (!job.ok()) {
+    std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
+    return 1;
+  }
+  std::printf("%s: TrainingJob %s is valid (world size %d)\n", args[0].c_str(),
+              job->metadata.name.c_str(), job->spec.world_size());
+  return 0;
+}
+
+int Run(const std::vector<std::string>& args) {
+  std::string manifest, summary_path, workdir, runner = DefaultRunnerPath();
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    auto value = [&](const char* flag) -> std::optional<std::string> {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "error: %s needs a value\n", flag);
+        return std::nullopt;
+      }
+      return args[++i];
+    };
+    if (args[i] == "--summary-json") {
+      auto v = value("--summary-json");
+      if (!v) return 2;
+      summary_path = *v;
+    } else if (args[i] == "--workdir") {
+      auto v = value("--workdir");
+      if (!v) return 2;
+      workdir = *v;
+    } else if (args[i] == "--runner") {
+      auto v = value("--runner");
+      if (!v) return 2;
+      runner = *v;
+    } else if (args[i].rfind("--", 0) == 0 || !manifest.empty()) {
+      std::fprintf(stderr, "error: unexpected argument '%s'\n%s", args[i].c_str(), kUsage);
+      return 2;
+    } else {
+      manifest = args[i];
+    }
+  }
+  if (manifest.empty()) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  auto job = api::LoadManifestFile(manifest);
+  if (!job.ok()) {
+    std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
+    return 1;
+  }
+  if (job->spec.command.empty() && ::access(runner.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
+                 runner.c_str());
+    return 1;
+  }
+  if (workdir.empty()) {
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / ("ringtrain-" + job->metadata.name + "-XXXXXX"))
+            .string();
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      std::fprintf(stderr, "error: cannot create a work directory under %s\n",
+                   std::filesystem::temp_directory_path().c_str());
+      return 1;
+    }
+    workdir = tmpl;
+  } else {
+    std::error_code ec;
+    std::filesystem::create_directories(workdir, ec);
+    if (ec) {
+      std::fprintf(stderr, "error: --workdir %s: %s\n", workdir.c_str(), ec.message().c_str());
+      return 1;
+    }
+  }
+  spdlog::info("TrainingJob {}: {} replicas (world size {}), logs in {}", job->metadata.name,
+               job->spec.replicas, job->spec.world_size(), workdir);
+
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  executors::LocalRunOptions opts;
+  opts.runner_path = runner;
+  opts.workdir = workdir;
+  opts.tty = ::isatty(STDOUT_FILENO) != 0;
+  auto result = executors::RunLocal(*job, opts, &g_interrupted);
+  if (!result.ok()) {
+    std::fprintf(stderr, "error: %s\n", result.status().ToString().c_str());
+    return 1;
+  }
+  const auto& st = result->status;
+  nlohmann::json summary = nlohmann::json::object();
+  if (!result->result_json.empty()) {
+    auto r = nlohmann::json::parse(result->result_json, nullptr, false);
+    if (r.is_object()) summary = r;
+  }
+  summary["job"] = job->metadata.name;
+  summary["phase"] = result->interrupted ? "Interrupted" : st.phase;
+  summary["restarts"] = st.restarts;
+  summary["attempts"] = st.attempt + 1;
+  summary["world_size"] = job->spec.world_size();
+  summary["wall_seconds"] = result->wall_seconds;
+  summary["workdir"] = workdir;
+  if (st.last_failure) {
+    summary["last_failure"] = {{"rank", st.last_failure->rank},
+                               {"exit_code", st.last_failure->exit_code},
+                               {"reason", st.last_failure->reason},
+                               {"message", st.last_failure->message}};
+  }
+  std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d\n",
+              job->metadata.name.c_str(), summary["phase"].get<std::string>().c_str(),
+              result->wall_seconds, job->spec.world_size(), st.restarts);
+  if (summary.contains("test_accuracy")) {
+    std::printf("  test accuracy %.4f, test loss %.4f, %lld steps, %.0f samples/s\n",
+                summary["test_accuracy"].get<double>(), summary["test_loss"].get<double>(),
+                summary["steps"].get<long long>(), summary["samples_per_second"].get<double>());
+  }
+  if (st.last_failure && st.phase == "Failed") {
+    std::printf("  last failure: rank %d exit code %d (%s) %s\n", st.last_failure->rank,
+                st.last_failure->exit_code, st.last_failure->reason.c_str(),
+                st.last_failure->message.c_str());
+  }
+  if (!summary_path.empty()) {
+    std::ofstream out(summary_path, std::ios::trunc);
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write %s\n", summary_path.c_str());
+      return 1;
+    }
+    out << summary.dump(2) << "\n";
+  }
+  if (result->interrupted) return 130;
+  return st.phase == "Succeeded" ? 0 : 1;
+}
+
+int Main(int argc, char** argv) {
+  InitLogging("ringtrain");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  std::string cmd = args[0];
+  args.erase(args.begin());
+  if (cmd == "run") return Run(args);
+  if (cmd == "validate") return Validate(args);
+  std::fprintf(stderr, "error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+}  // namespace ringtrain
+
+int main(int argc, char** argv) { return ringtrain::Main(argc, argv); }

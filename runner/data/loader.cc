@@ -1,0 +1,109 @@
+#include "runner/data/loader.h"
+
+#include <algorithm>
+
+namespace ringtrain::data {
+
+StatusOr<std::unique_ptr<PrefetchLoader>> PrefetchLoader::Create(const Dataset& dataset,
+                                                                 const LoaderOptions& options) {
+  if (options.batch_size <= 0) return InvalidArgument("batch size must be positive");
+  // One slot is held by the trainer while the next is filled, so at least two are needed.
+  if (options.workers <= 0 || options.prefetch < 2) {
+    return InvalidArgument("loader needs at least 1 worker and a prefetch depth of at least 2");
+  }
+  if (dataset.count == 0) return InvalidArgument("the dataset is empty");
+  return std::unique_ptr<PrefetchLoader>(new PrefetchLoader(dataset, options));
+}
+
+PrefetchLoader::PrefetchLoader(const Dataset& dataset, const LoaderOptions& options)
+    : dataset_(dataset),
+      options_(options),
+      sampler_(dataset.count, options.rank, options.world_size, options.seed, options.shuffle),
+      steps_per_epoch_(sampler_.steps_per_epoch(options.batch_size)),
+      first_seq_(options.start_epoch * steps_per_epoch_ + options.start_step),
+      end_seq_(options.end_epoch * steps_per_epoch_),
+      consumed_(first_seq_) {
+  slots_.resize(static_cast<std::size_t>(options.prefetch));
+  const auto bs = static_cast<std::size_t>(options.batch_size);
+  for (auto& s : slots_) {
+    s.x.resize(bs * static_cast<std::size_t>(dataset.sample_size()));
+    s.y.resize(bs);
+    s.idx.reserve(bs);
+  }
+  for (int w = 0; w < options.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+}
+
+PrefetchLoader::~PrefetchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+const std::vector<std::size_t>& PrefetchLoader::EpochIndices(int epoch) {
+  int k = epoch % 2;
+  if (cached_epoch_[k] != epoch) {
+    sampler_.Indices(epoch, cached_indices_[k]);
+    cached_epoch_[k] = epoch;
+  }
+  return cached_indices_[k];
+}
+
+void PrefetchLoader::Work(int worker) {
+  const auto depth = static_cast<std::int64_t>(slots_.size());
+  // Worker w fills batches first_seq + w, + workers, ...; a batch waits for its slot to be freed.
+  for (std::int64_t seq = first_seq_ + worker; seq < end_seq_; seq += options_.workers) {
+    Slot* slot = &slots_[static_cast<std::size_t>(seq % depth)];
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || seq < consumed_ + depth - 1; });
+      if (stop_) return;
+      int epoch = static_cast<int>(seq / steps_per_epoch_);
+      std::int64_t step = seq % steps_per_epoch_;
+      const auto& indices = EpochIndices(epoch);
+      std::size_t begin = static_cast<std::size_t>(step) * options_.batch_size;
+      std::size_t end = std::min(indices.size(), begin + options_.batch_size);
+      slot->idx.assign(indices.begin() + static_cast<std::ptrdiff_t>(begin),
+                       indices.begin() + static_cast<std::ptrdiff_t>(end));
+      slot->view.epoch = epoch;
+      slot->view.step = step;
+    }
+    int n = static_cast<int>(slot->idx.size());
+    Gather(dataset_, slot->idx.data(), n, slot->x.data(), slot->y.data());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      slot->view.x = slot->x.data();
+      slot->view.y = slot->y.data();
+      slot->view.n = n;
+      slot->seq = seq;
+    }
+    cv_.notify_all();
+  }
+}
+
+StatusOr<BatchView> PrefetchLoader::Next(Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (consumed_ >= end_seq_) return NotFound("no more batches: the last epoch is done");
+  const auto depth = static_cast<std::int64_t>(slots_.size());
+  Slot& slot = slots_[static_cast<std::size_t>(consumed_ % depth)];
+  const std::int64_t want = consumed_;
+  if (slot.seq != want) {
+    auto start = std::chrono::steady_clock::now();
+    bool ready = cv_.wait_for(lock, timeout, [&] { return slot.seq == want; });
+    wait_seconds_ += SecondsSince(start);
+    if (!ready) {
+      return DeadlineExceeded("data loader: batch " + std::to_string(want) + " not ready after " +
+                              std::to_string(timeout.count()) + " ms");
+    }
+  }
+  ++consumed_;
+  // The slot handed out now is reused only for batch want+depth, which waits for
+  // consumed_ > want+1, i.e. until the caller has asked for the batch after this one.
+  lock.unlock();
+  cv_.notify_all();
+  return slot.view;
+}
+
+}  // namespace ringtrain::data

@@ -1,0 +1,159 @@
+// ringtrain-runner: one rank of a data-parallel job. Reads the env contract (DESIGN.md), joins
+// the rendezvous, forms the communicator, trains, and exits 0, 1-127 (permanent) or 128-255
+// (retryable) with a one-line reason in the termination log.
+#include <cblas.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "common/env.h"
+#include "common/logging.h"
+#include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/data/idx.h"
+#include "runner/metrics/runner_metrics.h"
+#include "runner/rendezvous/prefix_store.h"
+#include "runner/rendezvous/rendezvous.h"
+#include "runner/rendezvous/tcp_store.h"
+#include "runner/train/config.h"
+#include "runner/train/trainer.h"
+
+namespace ringtrain {
+namespace {
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+
+void OnSignal(int sig) {
+  g_signal = sig;
+  g_stop = true;
+}
+
+void WriteTerminationLog(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::trunc);
+  if (out) out << line << "\n";
+}
+
+Status WriteResult(const std::string& path, const train::TrainResult& r) {
+  nlohmann::json j = {{"test_accuracy", r.test_accuracy},
+                      {"test_loss", r.test_loss},
+                      {"epochs", r.epochs},
+                      {"steps", r.steps},
+                      {"steps_this_run", r.steps_this_run},
+                      {"wall_seconds", r.wall_seconds},
+                      {"samples_per_second", r.samples_per_second},
+                      {"world_size", r.world_size},
+                      {"data_wait_seconds", r.data_wait_seconds},
+                      {"allreduce_wait_seconds", r.allreduce_wait_seconds},
+                      {"resumed", r.resumed}};
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) return Unavailable("cannot write result file " + path);
+    out << j.dump(2) << "\n";
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable("cannot rename result file " + path);
+  }
+  return Status::Ok();
+}
+
+Status Run(const train::RankEnv& env, const train::TrainConfig& config,
+           metrics::RunnerMetrics* metrics) {
+  // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
+  ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
+  ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
+  spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
+               config.dataset);
+
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  if (env.rank == 0) {
+    ASSIGN_OR_RETURN(server,
+                     rendezvous::TcpStoreServer::Create("0.0.0.0", env.master_port, env.token));
+  }
+  rendezvous::TcpStoreClientOptions so;
+  so.host = env.rank == 0 ? "127.0.0.1" : env.master_addr;
+  so.port = env.master_port;
+  so.token = env.token;
+  so.connect_timeout = env.rendezvous_timeout;
+  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
+  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
+  RETURN_IF_ERROR(
+      rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
+
+  comm::TcpCommOptions co;
+  co.rank = env.rank;
+  co.size = env.world_size;
+  co.advertise_host =
+      GetEnv("RINGTRAIN_ADVERTISE_ADDR")
+          .value_or(GetEnv("POD_IP").value_or(
+              env.world_size > 1 && env.master_addr != "127.0.0.1" && env.master_addr != "localhost"
+                  ? ""
+                  : "127.0.0.1"));
+  co.connect_timeout = env.rendezvous_timeout;
+  co.collective_timeout = env.collective_timeout;
+  ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(store, co));
+  spdlog::info("communicator ready: rank {}/{} (attempt {})", env.rank, env.world_size,
+               env.attempt);
+
+  train::TrainerDeps deps;
+  deps.comm = comm.get();
+  deps.train = &train_set;
+  deps.test = &test_set;
+  deps.metrics = metrics;
+  deps.stop = &g_stop;
+  deps.attempt = env.attempt;
+  ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, deps));
+  ASSIGN_OR_RETURN(auto result, trainer->Run());
+  spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
+               result.test_accuracy, result.samples_per_second, result.wall_seconds);
+  if (env.rank == 0 && !config.result_file.empty()) {
+    RETURN_IF_ERROR(WriteResult(config.result_file, result));
+  }
+  return Status::Ok();
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+    std::fputs(train::TrainFlagsHelp().c_str(), stdout);
+    return 0;
+  }
+  auto env = train::RankEnvFromEnvironment();
+  InitLogging("rank " + (env.ok() ? std::to_string(env->rank) : std::string("?")));
+  auto fail = [&](const Status& s, const std::string& log_path) {
+    int code = ExitCodeFor(s);
+    if (g_signal != 0) code = 128 + g_signal;
+    spdlog::error("{} (exit code {}, {})", s.ToString(), code,
+                  code >= 128 ? "retryable" : "permanent");
+    WriteTerminationLog(log_path, s.ToString());
+    return code;
+  };
+  if (!env.ok()) return fail(env.status(), "/dev/termination-log");
+  auto config = train::ParseTrainFlags(args);
+  if (!config.ok()) return fail(config.status(), env->termination_log);
+
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  // One BLAS thread per rank: ranks already fill the cores, and oversubscription is slower.
+  openblas_set_num_threads(
+      static_cast<int>(GetEnvInt("RINGTRAIN_BLAS_THREADS", 1, 1, 256).value_or(1)));
+
+  metrics::RunnerMetrics metrics({env->job, env->ns, env->rank});
+  if (env->metrics_port >= 0) {
+    Status s = metrics.Serve("0.0.0.0", env->metrics_port);
+    if (!s.ok()) return fail(s.WithContext("metrics server"), env->termination_log);
+    spdlog::info("serving /metrics and /status on port {}", metrics.port());
+  }
+  Status s = Run(*env, *config, &metrics);
+  if (!s.ok()) return fail(s, env->termination_log);
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringtrain
+
+int main(int argc, char** argv) { return ringtrain::Main(argc, argv); }

@@ -1,0 +1,171 @@
+#include "runner/metrics/runner_metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <nlohmann/json.hpp>
+
+#include "common/http.h"
+
+namespace ringtrain::metrics {
+namespace {
+
+prometheus::Histogram::BucketBoundaries TimeBuckets() {
+  return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+}
+
+}  // namespace
+
+RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
+    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels) {
+  const prometheus::Labels l{
+      {"job", labels.job}, {"namespace", labels.ns}, {"rank", std::to_string(labels.rank)}};
+  auto& r = *registry_;
+  step_seconds_ = &prometheus::BuildHistogram()
+                       .Name("ringtrain_step_duration_seconds")
+                       .Help(
+                           "Wall time of one training step: data, forward, backward, "
+                           "all-reduce wait and optimizer")
+                       .Register(r)
+                       .Add(l, TimeBuckets());
+  samples_ = &prometheus::BuildCounter()
+                  .Name("ringtrain_samples_total")
+                  .Help("Training samples processed by this rank")
+                  .Register(r)
+                  .Add(l);
+  steps_ = &prometheus::BuildCounter()
+                .Name("ringtrain_steps_total")
+                .Help("Optimizer steps taken by this rank in this process")
+                .Register(r)
+                .Add(l);
+  data_wait_ = &prometheus::BuildCounter()
+                    .Name("ringtrain_data_wait_seconds_total")
+                    .Help("Seconds the trainer waited for the input pipeline")
+                    .Register(r)
+                    .Add(l);
+  allreduce_seconds_ = &prometheus::BuildHistogram()
+                            .Name("ringtrain_allreduce_duration_seconds")
+                            .Help("Duration of one gradient-bucket all-reduce")
+                            .Register(r)
+                            .Add(l, TimeBuckets());
+  allreduce_bytes_ = &prometheus::BuildCounter()
+                          .Name("ringtrain_allreduce_bytes_total")
+                          .Help("Bytes of gradients all-reduced by this rank")
+                          .Register(r)
+                          .Add(l);
+  allreduce_wait_ = &prometheus::BuildCounter()
+                         .Name("ringtrain_allreduce_wait_seconds_total")
+                         .Help(
+                             "Seconds the trainer waited for all-reduce after backward "
+                             "(communication not hidden by overlap)")
+                         .Register(r)
+                         .Add(l);
+  loss_ = &prometheus::BuildGauge()
+               .Name("ringtrain_loss")
+               .Help("Training loss of the last step on this rank")
+               .Register(r)
+               .Add(l);
+  epoch_ =
+      &prometheus::BuildGauge().Name("ringtrain_epoch").Help("Current epoch").Register(r).Add(l);
+  step_ = &prometheus::BuildGauge()
+               .Name("ringtrain_step")
+               .Help("Global optimizer step")
+               .Register(r)
+               .Add(l);
+  samples_per_second_ = &prometheus::BuildGauge()
+                             .Name("ringtrain_samples_per_second")
+                             .Help("This rank's training throughput over the last interval")
+                             .Register(r)
+                             .Add(l);
+  test_accuracy_ = &prometheus::BuildGauge()
+                        .Name("ringtrain_test_accuracy_ratio")
+                        .Help("Test accuracy of the last evaluation (0-1)")
+                        .Register(r)
+                        .Add(l);
+  world_size_ = &prometheus::BuildGauge()
+                     .Name("ringtrain_world_size")
+                     .Help("Ranks in the gang")
+                     .Register(r)
+                     .Add(l);
+  checkpoints_ = &prometheus::BuildCounter()
+                      .Name("ringtrain_checkpoints_total")
+                      .Help("Checkpoints written by this rank")
+                      .Register(r)
+                      .Add(l);
+}
+
+RunnerMetrics::~RunnerMetrics() { StopServing(); }
+
+Status RunnerMetrics::Serve(const std::string& host, int port) {
+  std::map<std::string, http::Handler> handlers;
+  handlers["/metrics"] = [this] {
+    return http::Response{200, "text/plain; version=0.0.4; charset=utf-8", RenderText()};
+  };
+  handlers["/status"] = [this] {
+    return http::Response{200, "application/json", RenderStatusJson()};
+  };
+  handlers["/healthz"] = [] { return http::Response{200, "text/plain", "ok\n"}; };
+  ASSIGN_OR_RETURN(server_, http::Server::Create(host, port, std::move(handlers)));
+  return Status::Ok();
+}
+
+int RunnerMetrics::port() const { return server_ ? server_->port() : -1; }
+
+void RunnerMetrics::StopServing() {
+  if (server_) server_->Stop();
+}
+
+void RunnerMetrics::ObserveStep(double seconds, int samples) {
+  step_seconds_->Observe(seconds);
+  samples_->Increment(samples);
+  steps_->Increment();
+}
+void RunnerMetrics::ObserveDataWait(double seconds) { data_wait_->Increment(seconds); }
+void RunnerMetrics::ObserveAllReduce(double seconds, std::size_t bytes) {
+  allreduce_seconds_->Observe(seconds);
+  allreduce_bytes_->Increment(static_cast<double>(bytes));
+}
+void RunnerMetrics::ObserveAllReduceWait(double seconds) { allreduce_wait_->Increment(seconds); }
+void RunnerMetrics::SetLoss(double loss) { loss_->Set(loss); }
+void RunnerMetrics::SetEpoch(int epoch) { epoch_->Set(epoch); }
+void RunnerMetrics::SetStep(long long step) { step_->Set(static_cast<double>(step)); }
+void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v); }
+void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
+void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
+void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
+
+void RunnerMetrics::UpdateProgress(const Progress& p) {
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_ = p;
+}
+
+Progress RunnerMetrics::progress() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return progress_;
+}
+
+std::string RunnerMetrics::RenderText() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+std::string RunnerMetrics::RenderStatusJson() const {
+  Progress p = progress();
+  nlohmann::json j = {{"job", labels_.job},
+                      {"namespace", labels_.ns},
+                      {"rank", labels_.rank},
+                      {"attempt", p.attempt},
+                      {"world_size", p.world_size},
+                      {"state", p.state},
+                      {"epoch", p.epoch},
+                      {"step", p.step},
+                      {"steps_total", p.steps_total},
+                      {"samples_per_second", p.samples_per_second},
+                      {"loss", p.loss},
+                      {"message", p.message}};
+  if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
+  return j.dump() + "\n";
+}
+
+}  // namespace ringtrain::metrics

@@ -1,0 +1,95 @@
+// The runner's Prometheus metrics and JSON /status, served on one port. Families and series are
+// created once here (prometheus-cpp's Add is never called on the hot path); the trainer only
+// observes, increments and sets. Must not know about the model or the communicator.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+
+namespace prometheus {
+class Registry;
+class Counter;
+class Gauge;
+class Histogram;
+}  // namespace prometheus
+
+namespace ringtrain::http {
+class Server;
+}
+
+namespace ringtrain::metrics {
+
+struct RunnerLabels {
+  std::string job;
+  std::string ns;
+  int rank = 0;
+};
+
+// What /status reports: job-wide progress as seen by this rank.
+struct Progress {
+  std::string state = "starting";  // starting | running | evaluating | succeeded | failed
+  int attempt = 0;
+  int world_size = 1;
+  int epoch = 0;
+  long long step = 0;  // global optimizer steps
+  long long steps_total = 0;
+  double samples_per_second = 0;  // whole job: this rank's rate × world size
+  double loss = 0;
+  double test_accuracy = -1;  // -1 until the first evaluation
+  std::string message;
+};
+
+class RunnerMetrics {
+ public:
+  explicit RunnerMetrics(const RunnerLabels& labels);
+  ~RunnerMetrics();
+
+  // Serves /metrics, /status and /healthz on `port` (0 = ephemeral).
+  Status Serve(const std::string& host, int port);
+  int port() const;
+  void StopServing();
+
+  void ObserveStep(double seconds, int samples);
+  void ObserveDataWait(double seconds);
+  void ObserveAllReduce(double seconds, std::size_t bytes);
+  void ObserveAllReduceWait(double seconds);
+  void SetLoss(double loss);
+  void SetEpoch(int epoch);
+  void SetStep(long long step);
+  void SetSamplesPerSecond(double v);
+  void SetTestAccuracy(double v);
+  void SetWorldSize(int n);
+  void IncCheckpoints();
+
+  void UpdateProgress(const Progress& p);
+  Progress progress() const;
+
+  std::string RenderText() const;
+  std::string RenderStatusJson() const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram* step_seconds_;
+  prometheus::Counter* samples_;
+  prometheus::Counter* steps_;
+  prometheus::Counter* data_wait_;
+  prometheus::Histogram* allreduce_seconds_;
+  prometheus::Counter* allreduce_bytes_;
+  prometheus::Counter* allreduce_wait_;
+  prometheus::Gauge* loss_;
+  prometheus::Gauge* epoch_;
+  prometheus::Gauge* step_;
+  prometheus::Gauge* samples_per_second_;
+  prometheus::Gauge* test_accuracy_;
+  prometheus::Gauge* world_size_;
+  prometheus::Counter* checkpoints_;
+  RunnerLabels labels_;
+  mutable std::mutex mu_;
+  Progress progress_;
+  std::unique_ptr<http::Server> server_;
+};
+
+}  // namespace ringtrain::metrics

@@ -1,0 +1,151 @@
+#include "runner/train/config.h"
+
+#include <functional>
+#include <map>
+
+#include "common/env.h"
+
+namespace ringtrain::train {
+namespace {
+
+StatusOr<int> EnvInt(const char* primary, const char* fallback, int def, int min, int max) {
+  if (GetEnv(primary) || fallback == nullptr) {
+    ASSIGN_OR_RETURN(std::int64_t v, GetEnvInt(primary, def, min, max));
+    return static_cast<int>(v);
+  }
+  ASSIGN_OR_RETURN(std::int64_t v, GetEnvInt(fallback, def, min, max));
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+StatusOr<RankEnv> RankEnvFromEnvironment() {
+  RankEnv e;
+  e.job = GetEnv("RINGTRAIN_JOB").value_or(e.job);
+  e.ns = GetEnv("RINGTRAIN_NAMESPACE").value_or(e.ns);
+  ASSIGN_OR_RETURN(e.world_size, EnvInt("RINGTRAIN_WORLD_SIZE", "WORLD_SIZE", 1, 1, 1 << 16));
+  ASSIGN_OR_RETURN(e.rank, EnvInt("RINGTRAIN_RANK", "RANK", 0, 0, e.world_size - 1));
+  ASSIGN_OR_RETURN(e.local_rank, EnvInt("LOCAL_RANK", nullptr, 0, 0, 1 << 16));
+  ASSIGN_OR_RETURN(e.attempt, EnvInt("RINGTRAIN_ATTEMPT", nullptr, 0, 0, 1 << 30));
+  e.master_addr =
+      GetEnv("RINGTRAIN_MASTER_ADDR").value_or(GetEnv("MASTER_ADDR").value_or(e.master_addr));
+  ASSIGN_OR_RETURN(e.master_port, EnvInt("RINGTRAIN_MASTER_PORT", "MASTER_PORT", 29500, 1, 65535));
+  e.token = GetEnv("RINGTRAIN_TOKEN").value_or("");
+  if (e.token.empty() && e.world_size > 1) {
+    return InvalidArgument("RINGTRAIN_TOKEN: required when RINGTRAIN_WORLD_SIZE > 1");
+  }
+  ASSIGN_OR_RETURN(e.metrics_port, EnvInt("RINGTRAIN_METRICS_PORT", nullptr, 9400, -1, 65535));
+  e.termination_log = GetEnv("RINGTRAIN_TERMINATION_LOG").value_or(e.termination_log);
+  ASSIGN_OR_RETURN(auto rdzv, GetEnvInt("RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", 300, 1, 86400));
+  e.rendezvous_timeout = std::chrono::seconds(rdzv);
+  ASSIGN_OR_RETURN(auto coll, GetEnvInt("RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", 60, 1, 86400));
+  e.collective_timeout = std::chrono::seconds(coll);
+  return e;
+}
+
+StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
+  TrainConfig c;
+  using Setter = std::function<Status(const std::string&, const std::string&)>;
+  auto str = [](std::string* out) -> Setter {
+    return [out](const std::string&, const std::string& v) {
+      *out = v;
+      return Status::Ok();
+    };
+  };
+  auto integer = [](auto* out, std::int64_t min) -> Setter {
+    return [out, min](const std::string& f, const std::string& v) {
+      ASSIGN_OR_RETURN(std::int64_t n, ParseInt(v, "--" + f));
+      if (n < min) return InvalidArgument("--" + f + ": must be at least " + std::to_string(min));
+      *out = static_cast<std::remove_pointer_t<decltype(out)>>(n);
+      return Status::Ok();
+    };
+  };
+  auto number = [](double* out, double min) -> Setter {
+    return [out, min](const std::string& f, const std::string& v) {
+      ASSIGN_OR_RETURN(double n, ParseDouble(v, "--" + f));
+      if (!(n >= min))
+        return InvalidArgument("--" + f + ": must be at least " + std::to_string(min));
+      *out = n;
+      return Status::Ok();
+    };
+  };
+  auto boolean = [](bool* out) -> Setter {
+    return [out](const std::string& f, const std::string& v) {
+      if (v == "true" || v == "1")
+        *out = true;
+      else if (v == "false" || v == "0")
+        *out = false;
+      else
+        return InvalidArgument("--" + f + ": expected true or false, got '" + v + "'");
+      return Status::Ok();
+    };
+  };
+  auto one_of = [](std::string* out, std::vector<std::string> allowed) -> Setter {
+    return [out, allowed](const std::string& f, const std::string& v) {
+      for (const auto& a : allowed) {
+        if (a == v) {
+          *out = v;
+          return Status::Ok();
+        }
+      }
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      return InvalidArgument("--" + f + ": '" + v + "' is not one of " + list);
+    };
+  };
+  std::map<std::string, Setter> flags = {
+      {"model", one_of(&c.model.name, {"mlp", "cnn"})},
+      {"dataset", str(&c.dataset)},
+      {"epochs", integer(&c.epochs, 1)},
+      {"batch-size", integer(&c.batch_size, 1)},
+      {"optimizer", one_of(&c.optimizer.name, {"sgd", "adam"})},
+      {"learning-rate", number(&c.learning_rate, 0)},
+      {"momentum", number(&c.optimizer.momentum, 0)},
+      {"weight-decay", number(&c.optimizer.weight_decay, 0)},
+      {"lr-scaling", one_of(&c.lr_scaling, {"linear", "none"})},
+      {"warmup-epochs", number(&c.warmup_epochs, 0)},
+      {"lr-schedule", one_of(&c.lr_schedule, {"constant", "cosine"})},
+      {"seed", integer(&c.seed, 0)},
+      {"checkpoint-dir", str(&c.checkpoint_dir)},
+      {"checkpoint-every", integer(&c.checkpoint_every, 1)},
+      {"bucket-cap-bytes", integer(&c.bucket_cap_bytes, 4)},
+      {"overlap", boolean(&c.overlap)},
+      {"loader-workers", integer(&c.loader_workers, 1)},
+      {"prefetch", integer(&c.prefetch, 2)},
+      {"max-steps", integer(&c.max_steps, -1)},
+      {"eval-every-epoch", boolean(&c.eval_every_epoch)},
+      {"result-file", str(&c.result_file)},
+      {"step-sleep-ms", integer(&c.step_sleep_ms, 0)},
+  };
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'");
+    std::string name = a.substr(2);
+    std::string value;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return InvalidArgument("--" + name + ": missing value");
+    }
+    auto it = flags.find(name);
+    if (it == flags.end()) return InvalidArgument("--" + name + ": unknown flag");
+    RETURN_IF_ERROR(it->second(name, value));
+  }
+  return c;
+}
+
+std::string TrainFlagsHelp() {
+  return "usage: ringtrain-runner [--model mlp|cnn] [--dataset DIR] [--epochs N]\n"
+         "  [--batch-size N (per replica)] [--optimizer sgd|adam] [--learning-rate X]\n"
+         "  [--momentum X] [--weight-decay X] [--lr-scaling linear|none] [--warmup-epochs X]\n"
+         "  [--lr-schedule constant|cosine] [--seed N] [--checkpoint-dir DIR]\n"
+         "  [--checkpoint-every STEPS] [--bucket-cap-bytes N] [--overlap true|false]\n"
+         "  [--loader-workers N] [--prefetch N] [--max-steps N] [--result-file PATH]\n"
+         "Rank and rendezvous come from RINGTRAIN_* (or torchrun's RANK, WORLD_SIZE,\n"
+         "MASTER_ADDR, MASTER_PORT) environment variables.\n";
+}
+
+}  // namespace ringtrain::train

@@ -1,0 +1,60 @@
+// The runner's training configuration and the env contract of DESIGN.md, parsed from
+// command-line flags and RINGTRAIN_* / torchrun variables. Errors name the flag or variable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "runner/model/model.h"
+#include "runner/model/optimizer.h"
+
+namespace ringtrain::train {
+
+struct TrainConfig {
+  model::ModelConfig model;
+  model::OptimizerConfig optimizer;
+  std::string dataset = "/usr/share/datasets/fashion-mnist";
+  int epochs = 10;
+  int batch_size = 64;  // per replica; the global batch is batch_size × world size
+  double learning_rate = 0.001;
+  std::string lr_scaling = "linear";   // linear | none: lr × world size (Goyal et al.)
+  double warmup_epochs = 1;            // ramp from lr to the scaled lr
+  std::string lr_schedule = "cosine";  // constant | cosine (decay to 0 after warmup)
+  std::uint64_t seed = 42;
+  std::string checkpoint_dir;  // empty = no checkpoints
+  std::int64_t checkpoint_every = 500;
+  std::size_t bucket_cap_bytes = 256 * 1024;
+  bool overlap = true;  // all-reduce buckets during backward, on the comm thread
+  int loader_workers = 1;
+  int prefetch = 4;
+  std::int64_t max_steps = -1;  // stop early (tests, benchmarks); -1 = all epochs
+  bool eval_every_epoch = true;
+  std::string result_file;         // rank 0 writes the final metrics here as JSON
+  std::int64_t step_sleep_ms = 0;  // testing aid: slow each step so faults can be injected
+};
+
+struct RankEnv {
+  std::string job = "local";
+  std::string ns = "default";
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int attempt = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string token;
+  int metrics_port = 9400;  // -1 = off
+  std::string termination_log = "/dev/termination-log";
+  Duration rendezvous_timeout{std::chrono::seconds(300)};
+  Duration collective_timeout{std::chrono::seconds(60)};
+};
+
+StatusOr<RankEnv> RankEnvFromEnvironment();
+// --flag=value or --flag value; unknown flags are errors naming the flag.
+StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args);
+std::string TrainFlagsHelp();
+
+}  // namespace ringtrain::train

@@ -1,0 +1,66 @@
+// The synchronous data-parallel training loop: identical start (rank 0's weights or checkpoint
+// broadcast), sharded prefetching input, overlapped bucketed gradient all-reduce, optimizer,
+// sharded evaluation, rank-0 checkpoints. Owns no sockets or processes: the communicator,
+// datasets and metrics are injected.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "common/status.h"
+#include "runner/comm/communicator.h"
+#include "runner/data/idx.h"
+#include "runner/metrics/runner_metrics.h"
+#include "runner/model/model.h"
+#include "runner/model/optimizer.h"
+#include "runner/train/config.h"
+
+namespace ringtrain::train {
+
+struct TrainResult {
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int epochs = 0;
+  std::int64_t steps = 0;           // global optimizer steps at the end
+  std::int64_t steps_this_run = 0;  // taken by this process (after any resume)
+  double wall_seconds = 0;
+  double samples_per_second = 0;  // whole job, this run
+  int world_size = 1;
+  double data_wait_seconds = 0;
+  double allreduce_wait_seconds = 0;
+  bool resumed = false;
+};
+
+struct TrainerDeps {
+  comm::Communicator* comm = nullptr;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;        // may be null: no evaluation
+  metrics::RunnerMetrics* metrics = nullptr;  // may be null
+  const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
+  int attempt = 0;
+};
+
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Create(const TrainConfig& config, TrainerDeps deps);
+  StatusOr<TrainResult> Run();
+  model::Model& model() { return *model_; }
+
+ private:
+  Trainer(const TrainConfig& config, TrainerDeps deps) : config_(config), deps_(deps) {}
+  // Restores rank 0's checkpoint (if any) and makes every rank start from rank 0's state.
+  Status SyncStart(std::int64_t& global_step, int& epoch, std::int64_t& step_in_epoch,
+                   bool& resumed);
+  StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
+  Status MaybeCheckpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch);
+
+  TrainConfig config_;
+  TrainerDeps deps_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::Optimizer> optimizer_;
+  std::vector<float> eval_x_;
+  std::vector<std::int32_t> eval_y_;
+  std::vector<std::size_t> eval_idx_;
+};
+
+}  // namespace ringtrain::train

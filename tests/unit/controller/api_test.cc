@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "controller/api/training_job.h"
+
+namespace ringtrain::api {
+namespace {
+
+constexpr char kMinimal[] = R"(
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: demo
+spec:
+  replicas: 3
+)";
+
+std::string WithSpec(const std::string& spec_lines) {
+  return "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: demo\n"
+         "spec:\n" +
+         spec_lines;
+}
+
+TEST(Manifest, DefaultsApply) {
+  auto job = ParseManifestYaml(kMinimal, "t.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->metadata.name, "demo");
+  EXPECT_EQ(job->metadata.ns, "default");
+  EXPECT_EQ(job->spec.replicas, 3);
+  EXPECT_EQ(job->spec.world_size(), 3);
+  EXPECT_EQ(job->spec.train.model, "mlp");
+  EXPECT_EQ(job->spec.train.epochs, 10);
+  EXPECT_EQ(job->spec.run_policy.backoff_limit, 3);
+  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, "Running");
+}
+
+TEST(Manifest, ShippedExamplesAreValid) {
+  for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml"}) {
+    auto job =
+        LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR_STR) + "/manifests/examples/" + name);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->spec.replicas, 2);
+  }
+}
+
+struct BadCase {
+  const char* spec;
+  const char* expected;  // substring of the error
+};
+
+class BadManifest : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadManifest, ErrorNamesTheField) {
+  auto job = ParseManifestYaml(WithSpec(GetParam().spec), "job.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find(GetParam().expected), std::string::npos)
+      << job.status().message();
+  EXPECT_NE(job.status().message().find("job.yaml"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, BadManifest,
+    ::testing::Values(
+        BadCase{"  replicas: 0\n", "spec.replicas: must be at least 1, got 0"},
+        BadCase{"  replicas: two\n", "spec.replicas: must be an integer"},
+        BadCase{"  replicas: 1\n  gpusPerReplica: -1\n", "spec.gpusPerReplica"},
+        BadCase{"  backend: mpi\n", "spec.backend: must be one of auto, nccl, tcp"},
+        BadCase{"  train:\n    epochs: 0\n", "spec.train.epochs: must be at least 1"},
+        BadCase{"  train:\n    model: resnet\n", "spec.train.model: must be one of mlp, cnn"},
+        BadCase{"  train:\n    learningRate: 0\n", "spec.train.learningRate: must be greater"},
+        BadCase{"  train:\n    epoch: 3\n", "spec.train.epoch: unknown field"},
+        BadCase{"  replica: 3\n", "spec.replica: unknown field"},
+        BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
+                "spec.runPolicy.cleanPodPolicy: must be one of None, Running, All"},
+        BadCase{"  runPolicy:\n    backoffLimit: -2\n", "spec.runPolicy.backoffLimit"},
+        BadCase{"  runPolicy:\n    activeDeadlineSeconds: 0\n",
+                "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
+        BadCase{"  command: run\n", "spec.command: must be a list"},
+        BadCase{"  backend: nccl\n", "spec.backend: nccl needs spec.gpusPerReplica"},
+        BadCase{"  train: [1, 2]\n", "spec.train: must be an object"}));
+
+TEST(Manifest, WrongKindAndNameAreRejected) {
+  auto job = ParseManifestYaml("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "f");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("apiVersion"), std::string::npos);
+  job = ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: Bad_Name}\n"
+      "spec: {}\n",
+      "f");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("metadata.name"), std::string::npos);
+}
+
+TEST(Manifest, NotYamlAndMissingFile) {
+  auto job = ParseManifestYaml("spec: [unclosed", "broken.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("broken.yaml: not valid YAML"), std::string::npos);
+  auto missing = LoadManifestFile("/nonexistent/job.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/job.yaml"), std::string::npos);
+}
+
+TEST(Manifest, QuotedNumbersStayStrings) {
+  auto job = ParseManifestYaml(WithSpec("  replicas: \"2\"\n"), "q.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("must be an integer, got a string"), std::string::npos);
+}
+
+TEST(Json, StatusRoundTrips) {
+  JobStatus s;
+  s.phase = "Running";
+  s.restarts = 2;
+  s.attempt = 3;
+  s.start_time = "2026-11-21T10:00:00Z";
+  s.conditions.push_back(
+      {"Running", "True", "Running", "all replicas running", "2026-11-21T10:00:05Z"});
+  s.replicas = {0, 4, 0, 0};
+  s.progress = Progress{120, 1, 5000.5, 0.25, "2026-11-21T10:01:00Z"};
+  s.last_failure = Failure{1, 137, "OOMKilled", "out of memory"};
+  std::string doc = R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob",)"
+                    R"("metadata":{"name":"j","namespace":"ml","generation":4},)"
+                    R"("spec":{"replicas":4},"status":)" +
+                    StatusToJson(s) + "}";
+  auto job = ParseJobJson(doc);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->metadata.ns, "ml");
+  EXPECT_EQ(job->status, s);
+}
+
+TEST(RunnerArgs, CarryTheTrainSpec) {
+  auto job =
+      ParseManifestYaml(WithSpec("  train:\n    model: cnn\n    learningRate: 0.005\n"), "a.yaml");
+  ASSERT_TRUE(job.ok());
+  auto args = RunnerArgs(job->spec, "/ckpt");
+  auto value = [&](const std::string& flag) {
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == flag) return args[i + 1];
+    }
+    return std::string("<missing>");
+  };
+  EXPECT_EQ(value("--model"), "cnn");
+  EXPECT_EQ(value("--learning-rate"), "0.005");
+  EXPECT_EQ(value("--checkpoint-dir"), "/ckpt");
+}
+
+}  // namespace
+}  // namespace ringtrain::api
