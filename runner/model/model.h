@@ -22,9 +22,9 @@ struct ModelConfig {
   int height = 28;
   int width = 28;
   int classes = 10;
-  int hidden = 256;          // mlp hidden width
-  int max_batch = 256;       // activations are allocated once for this many samples
-  std::uint64_t seed = 42;   // initial weights (rank 0's are broadcast anyway)
+  int hidden = 256;         // mlp hidden width
+  int max_batch = 256;      // activations are allocated once for this many samples
+  std::uint64_t seed = 42;  // initial weights (rank 0's are broadcast anyway)
 };
 
 // [offset, offset+count) of one layer's parameters in the flat buffers.

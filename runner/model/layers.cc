@@ -1,0 +1,273 @@
+#include "runner/model/layers.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace ringtrain::model {
+namespace {
+
+// Built from raw engine bits rather than std::uniform_real_distribution, whose output the
+// standard leaves to the library: the same seed must give the same weights on every build.
+void FillUniform(std::mt19937_64& rng, float bound, float* out, std::size_t count) {
+  constexpr double kTwoToMinus53 = 1.0 / 9007199254740992.0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double u = static_cast<double>(rng() >> 11) * kTwoToMinus53;  // [0, 1)
+    out[i] = static_cast<float>((2.0 * u - 1.0) * bound);
+  }
+}
+
+// torch's default: kaiming_uniform_(a=√5) on weights gives bound 1/√fan_in, and the bias uses
+// the same bound.
+void InitLikeTorch(std::mt19937_64& rng, std::size_t fan_in, float* w, std::size_t w_count,
+                   float* b, std::size_t b_count) {
+  const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+  FillUniform(rng, bound, w, w_count);
+  FillUniform(rng, bound, b, b_count);
+}
+
+}  // namespace
+
+Linear::Linear(int in_features, int out_features)
+    : Layer(Shape{in_features, 1, 1}, Shape{out_features, 1, 1}),
+      in_(in_features),
+      out_(out_features) {}
+
+std::size_t Linear::num_params() const { return static_cast<std::size_t>(out_) * (in_ + 1); }
+
+void Linear::Bind(float* params, float* grads) {
+  const std::size_t w_count = static_cast<std::size_t>(out_) * in_;
+  w_ = params;
+  b_ = params + w_count;
+  dw_ = grads;
+  db_ = grads + w_count;
+}
+
+void Linear::Init(std::mt19937_64& rng) {
+  InitLikeTorch(rng, in_, w_, static_cast<std::size_t>(out_) * in_, b_, out_);
+}
+
+void Linear::Forward(const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) std::copy(b_, b_ + out_, y + static_cast<std::size_t>(i) * out_);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_, in_, 1.0f, x, in_, w_, in_, 1.0f, y,
+              out_);
+}
+
+void Linear::Backward(const float* x, const float* dy, float* dx, int n) {
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_, in_, n, 1.0f, dy, out_, x, in_, 0.0f,
+              dw_, in_);
+  std::fill(db_, db_ + out_, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const float* row = dy + static_cast<std::size_t>(i) * out_;
+    for (int o = 0; o < out_; ++o) db_[o] += row[o];
+  }
+  if (dx != nullptr) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_, out_, 1.0f, dy, out_, w_, in_,
+                0.0f, dx, in_);
+  }
+}
+
+void ReLU::Forward(const float* x, float* y, int n) {
+  const std::size_t count = in_shape().size() * n;
+  for (std::size_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void ReLU::Backward(const float* x, const float* dy, float* dx, int n) {
+  if (dx == nullptr) return;
+  const std::size_t count = in_shape().size() * n;
+  for (std::size_t i = 0; i < count; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+Conv2d::Conv2d(Shape in, int out_channels, int kernel, int padding)
+    : Layer(in,
+            Shape{out_channels, in.h + 2 * padding - kernel + 1, in.w + 2 * padding - kernel + 1}),
+      kernel_(kernel),
+      padding_(padding),
+      patch_(in.c * kernel * kernel),
+      col_(static_cast<std::size_t>(patch_) * out_shape().h * out_shape().w) {}
+
+std::size_t Conv2d::num_params() const {
+  return static_cast<std::size_t>(out_shape().c) * (patch_ + 1);
+}
+
+void Conv2d::Bind(float* params, float* grads) {
+  const std::size_t w_count = static_cast<std::size_t>(out_shape().c) * patch_;
+  w_ = params;
+  b_ = params + w_count;
+  dw_ = grads;
+  db_ = grads + w_count;
+}
+
+void Conv2d::Init(std::mt19937_64& rng) {
+  InitLikeTorch(rng, patch_, w_, static_cast<std::size_t>(out_shape().c) * patch_, b_,
+                out_shape().c);
+}
+
+// col[(c·k + ki)·k + kj][oh·OW + ow] = x[c][oh + ki − p][ow + kj − p], zero outside the image.
+// Each row splits into a zero prefix, one contiguous copy and a zero suffix.
+void Conv2d::Im2Col(const float* x) {
+  const Shape& in = in_shape();
+  const int oh_count = out_shape().h;
+  const int ow_count = out_shape().w;
+  float* dst = col_.data();
+  for (int c = 0; c < in.c; ++c) {
+    const float* plane = x + static_cast<std::size_t>(c) * in.h * in.w;
+    for (int ki = 0; ki < kernel_; ++ki) {
+      for (int kj = 0; kj < kernel_; ++kj) {
+        const int shift = kj - padding_;
+        const int ow_begin = std::clamp(-shift, 0, ow_count);
+        const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
+        for (int oh = 0; oh < oh_count; ++oh, dst += ow_count) {
+          const int ih = oh + ki - padding_;
+          if (ih < 0 || ih >= in.h) {
+            std::fill(dst, dst + ow_count, 0.0f);
+            continue;
+          }
+          std::fill(dst, dst + ow_begin, 0.0f);
+          std::copy(plane + ih * in.w + ow_begin + shift, plane + ih * in.w + ow_end + shift,
+                    dst + ow_begin);
+          std::fill(dst + ow_end, dst + ow_count, 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of Im2Col: every column entry adds back into the pixel it was copied from.
+void Conv2d::Col2Im(float* dx) const {
+  const Shape& in = in_shape();
+  const int oh_count = out_shape().h;
+  const int ow_count = out_shape().w;
+  std::fill(dx, dx + in.size(), 0.0f);
+  const float* src = col_.data();
+  for (int c = 0; c < in.c; ++c) {
+    float* plane = dx + static_cast<std::size_t>(c) * in.h * in.w;
+    for (int ki = 0; ki < kernel_; ++ki) {
+      for (int kj = 0; kj < kernel_; ++kj) {
+        const int shift = kj - padding_;
+        const int ow_begin = std::clamp(-shift, 0, ow_count);
+        const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
+        for (int oh = 0; oh < oh_count; ++oh, src += ow_count) {
+          const int ih = oh + ki - padding_;
+          if (ih < 0 || ih >= in.h) continue;
+          float* row = plane + ih * in.w;
+          for (int ow = ow_begin; ow < ow_end; ++ow) row[ow + shift] += src[ow];
+        }
+      }
+    }
+  }
+}
+
+void Conv2d::Forward(const float* x, float* y, int n) {
+  const int out_c = out_shape().c;
+  const int pixels = out_shape().h * out_shape().w;
+  for (int i = 0; i < n; ++i) {
+    Im2Col(x + in_shape().size() * i);
+    float* yi = y + out_shape().size() * i;
+    for (int o = 0; o < out_c; ++o) std::fill(yi + o * pixels, yi + (o + 1) * pixels, b_[o]);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out_c, pixels, patch_, 1.0f, w_, patch_,
+                col_.data(), pixels, 1.0f, yi, pixels);
+  }
+}
+
+void Conv2d::Backward(const float* x, const float* dy, float* dx, int n) {
+  const int out_c = out_shape().c;
+  const int pixels = out_shape().h * out_shape().w;
+  std::fill(db_, db_ + out_c, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const float* dyi = dy + out_shape().size() * i;
+    Im2Col(x + in_shape().size() * i);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, out_c, patch_, pixels, 1.0f, dyi, pixels,
+                col_.data(), pixels, i == 0 ? 0.0f : 1.0f, dw_, patch_);
+    for (int o = 0; o < out_c; ++o) {
+      float sum = 0.0f;
+      for (int p = 0; p < pixels; ++p) sum += dyi[o * pixels + p];
+      db_[o] += sum;
+    }
+    if (dx == nullptr) continue;
+    // The columns are no longer needed once dW has them, so their gradient reuses the buffer.
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, patch_, pixels, out_c, 1.0f, w_, patch_,
+                dyi, pixels, 0.0f, col_.data(), pixels);
+    Col2Im(dx + in_shape().size() * i);
+  }
+}
+
+MaxPool2d::MaxPool2d(Shape in, int max_batch)
+    : Layer(in, Shape{in.c, in.h / 2, in.w / 2}),
+      argmax_(out_shape().size() * static_cast<std::size_t>(max_batch)) {}
+
+void MaxPool2d::Forward(const float* x, float* y, int n) {
+  const Shape& in = in_shape();
+  const Shape& out = out_shape();
+  std::int32_t* arg = argmax_.data();
+  for (int i = 0; i < n; ++i) {
+    const float* xi = x + in.size() * i;
+    for (int c = 0; c < in.c; ++c) {
+      for (int oh = 0; oh < out.h; ++oh) {
+        const int row = (c * in.h + 2 * oh) * in.w;
+        for (int ow = 0; ow < out.w; ++ow, ++y, ++arg) {
+          // First maximum wins and NaN propagates, as in torch's CPU kernel. Bitwise | and
+          // selects instead of branches: on real activations the winner is unpredictable.
+          int best = row + 2 * ow;
+          float max = xi[best];
+          for (const int at : {best + 1, best + in.w, best + in.w + 1}) {
+            const float v = xi[at];
+            const bool take = (v > max) | (v != v);
+            best = take ? at : best;
+            max = take ? v : max;
+          }
+          *y = max;
+          *arg = best;
+        }
+      }
+    }
+  }
+}
+
+// Windows do not overlap, so each input pixel receives at most one output's gradient.
+void MaxPool2d::Backward(const float* /*x*/, const float* dy, float* dx, int n) {
+  if (dx == nullptr) return;
+  const std::size_t in_size = in_shape().size();
+  const std::size_t out_size = out_shape().size();
+  std::fill(dx, dx + in_size * n, 0.0f);
+  const std::int32_t* arg = argmax_.data();
+  for (int i = 0; i < n; ++i) {
+    float* dxi = dx + in_size * i;
+    for (std::size_t j = 0; j < out_size; ++j, ++dy, ++arg) dxi[*arg] = *dy;
+  }
+}
+
+void Flatten::Forward(const float* x, float* y, int n) {
+  std::copy(x, x + in_shape().size() * n, y);
+}
+
+void Flatten::Backward(const float* /*x*/, const float* dy, float* dx, int n) {
+  if (dx != nullptr) std::copy(dy, dy + in_shape().size() * n, dx);
+}
+
+EvalResult SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int n, int classes,
+                               float* dlogits) {
+  EvalResult result;
+  const double inv_n = 1.0 / n;
+  for (int i = 0; i < n; ++i) {
+    const float* z = logits + static_cast<std::size_t>(i) * classes;
+    const int best = static_cast<int>(std::max_element(z, z + classes) - z);
+    const double max = z[best];
+    double sum = 0.0;
+    for (int k = 0; k < classes; ++k) sum += std::exp(z[k] - max);
+    const int label = labels[i];
+    result.loss_sum += max + std::log(sum) - z[label];
+    result.correct += best == label ? 1 : 0;
+    if (dlogits != nullptr) {
+      float* dz = dlogits + static_cast<std::size_t>(i) * classes;
+      for (int k = 0; k < classes; ++k) {
+        const double p = std::exp(z[k] - max) / sum;
+        dz[k] = static_cast<float>(((k == label ? p - 1.0 : p)) * inv_n);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace ringtrain::model

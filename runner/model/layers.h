@@ -1,0 +1,124 @@
+// CPU layer kernels behind Model: forward/backward math and per-batch scratch, all allocated at
+// construction. Must not own parameter memory (the model's flat buffers do) or know the trainer.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "runner/model/model.h"
+
+namespace ringtrain::model {
+
+// Per-sample tensor shape; a batch is n contiguous samples in C×H×W order (NCHW).
+struct Shape {
+  int c = 1;
+  int h = 1;
+  int w = 1;
+  std::size_t size() const { return static_cast<std::size_t>(c) * h * w; }
+};
+
+class Layer {
+ public:
+  explicit Layer(Shape in, Shape out) : in_(in), out_(out) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const Shape& in_shape() const { return in_; }
+  const Shape& out_shape() const { return out_; }
+
+  // Parameters are weights then bias, contiguous, in the slices handed over by Bind.
+  virtual std::size_t num_params() const { return 0; }
+  virtual void Bind(float* /*params*/, float* /*grads*/) {}
+  virtual void Init(std::mt19937_64& /*rng*/) {}
+
+  virtual void Forward(const float* x, float* y, int n) = 0;
+  // Overwrites this layer's gradients from the batch; dx may be null when nobody needs it (the
+  // first layer), which skips that half of the work. x is the input Forward last saw.
+  virtual void Backward(const float* x, const float* dy, float* dx, int n) = 0;
+
+ private:
+  Shape in_;
+  Shape out_;
+};
+
+// y = x·Wᵀ + b with W stored [out][in] like torch.nn.Linear, so checkpoints map one to one.
+class Linear final : public Layer {
+ public:
+  Linear(int in_features, int out_features);
+  std::size_t num_params() const override;
+  void Bind(float* params, float* grads) override;
+  void Init(std::mt19937_64& rng) override;
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  int in_;
+  int out_;
+  float* w_ = nullptr;
+  float* b_ = nullptr;
+  float* dw_ = nullptr;
+  float* db_ = nullptr;
+};
+
+class ReLU final : public Layer {
+ public:
+  explicit ReLU(Shape shape) : Layer(shape, shape) {}
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+};
+
+// Stride-1 convolution as im2col + one GEMM per sample; W is [out][in][k][k] like torch.
+// The column buffer is recomputed in backward rather than kept for the whole batch: it is
+// C·k²× the input, which would dominate memory at max_batch.
+class Conv2d final : public Layer {
+ public:
+  Conv2d(Shape in, int out_channels, int kernel, int padding);
+  std::size_t num_params() const override;
+  void Bind(float* params, float* grads) override;
+  void Init(std::mt19937_64& rng) override;
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  void Im2Col(const float* x);
+  void Col2Im(float* dx) const;
+
+  int kernel_;
+  int padding_;
+  int patch_;  // in.c · k²: the GEMM's inner dimension
+  std::vector<float> col_;
+  float* w_ = nullptr;
+  float* b_ = nullptr;
+  float* dw_ = nullptr;
+  float* db_ = nullptr;
+};
+
+// 2×2 window, stride 2, odd edges dropped (torch's floor mode). The argmax of each window is
+// kept from forward so backward routes the gradient without comparing floats again.
+class MaxPool2d final : public Layer {
+ public:
+  MaxPool2d(Shape in, int max_batch);
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  std::vector<std::int32_t> argmax_;  // per output element: offset within the sample's input
+};
+
+class Flatten final : public Layer {
+ public:
+  explicit Flatten(Shape in) : Layer(in, Shape{static_cast<int>(in.size()), 1, 1}) {}
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+};
+
+// Softmax cross-entropy over n rows of `classes` logits, via log-sum-exp in double. Labels must
+// be in [0, classes). If dlogits is not null it receives the gradient of the *mean* loss.
+// correct counts rows whose first maximal logit is the label.
+EvalResult SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int n, int classes,
+                               float* dlogits);
+
+}  // namespace ringtrain::model

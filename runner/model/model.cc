@@ -1,0 +1,178 @@
+#include "runner/model/model.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "runner/model/layers.h"
+
+namespace ringtrain::model {
+namespace {
+
+// The cnn's widths are the classic MNIST ones; at batch 64 a single core still runs them at
+// well over a thousand samples/s, so there is no reason to shrink them.
+constexpr int kCnnConv1Channels = 32;
+constexpr int kCnnConv2Channels = 64;
+constexpr int kCnnKernel = 3;
+constexpr int kCnnPadding = 1;  // "same" output size, so only the pools shrink the image
+constexpr int kCnnDense = 128;
+
+// The hot path returns plain values, so a caller's broken precondition (a batch larger than
+// what Create sized the buffers for, a label the data module should have rejected) cannot be
+// reported as a Status, and carrying on would write out of bounds. It is an assertion, so the
+// exit code is a permanent one: abort()'s 134 would read as retryable and restart the gang.
+[[noreturn]] void Fatal(const char* what, long long value, long long limit) {
+  std::fprintf(stderr, "ringtrain model: %s (got %lld, limit %lld)\n", what, value, limit);
+  std::fflush(stderr);
+  std::_Exit(kExitPermanent);
+}
+
+class Sequential final : public Model {
+ public:
+  Sequential(std::vector<std::unique_ptr<Layer>> layers, const ModelConfig& config)
+      : layers_(std::move(layers)), max_batch_(config.max_batch), classes_(config.classes) {
+    std::size_t total = 0;
+    for (const auto& layer : layers_) {
+      const std::size_t count = layer->num_params();
+      range_of_layer_.push_back(count == 0 ? -1 : static_cast<int>(ranges_.size()));
+      if (count > 0) ranges_.push_back({total, count});
+      total += count;
+    }
+    params_.resize(total);
+    grads_.resize(total);
+    std::mt19937_64 rng(config.seed);
+    std::size_t widest = 0;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      Layer& layer = *layers_[i];
+      if (range_of_layer_[i] >= 0) {
+        const std::size_t offset = ranges_[range_of_layer_[i]].offset;
+        layer.Bind(params_.data() + offset, grads_.data() + offset);
+        layer.Init(rng);
+      }
+      activations_.emplace_back(layer.out_shape().size() * max_batch_);
+      widest = std::max(widest, layer.out_shape().size());
+    }
+    dy_.resize(widest * max_batch_);
+    dx_.resize(widest * max_batch_);
+  }
+
+  std::span<float> params() override { return params_; }
+  std::span<float> grads() override { return grads_; }
+  const std::vector<ParamRange>& layer_ranges() const override { return ranges_; }
+
+  float ForwardBackward(const float* x, const std::int32_t* y, int n,
+                        const GradReadyFn& on_ready) override {
+    if (n < 1) Fatal("ForwardBackward needs at least one sample", n, 1);
+    CheckBatch(y, n);
+    const float* logits = Forward(x, n);
+    const EvalResult loss = SoftmaxCrossEntropy(logits, y, n, classes_, dy_.data());
+    float* dy = dy_.data();
+    float* dx = dx_.data();
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const float* input = i == 0 ? x : activations_[i - 1].data();
+      layers_[i]->Backward(input, dy, i == 0 ? nullptr : dx, n);
+      if (range_of_layer_[i] >= 0 && on_ready) on_ready(ranges_[range_of_layer_[i]]);
+      std::swap(dy, dx);
+    }
+    return static_cast<float>(loss.loss_sum / n);
+  }
+
+  EvalResult Evaluate(const float* x, const std::int32_t* y, int n) override {
+    if (n == 0) return {};
+    CheckBatch(y, n);
+    return SoftmaxCrossEntropy(Forward(x, n), y, n, classes_, nullptr);
+  }
+
+ private:
+  void CheckBatch(const std::int32_t* y, int n) const {
+    if (n < 0 || n > max_batch_) Fatal("batch size outside [0, max_batch]", n, max_batch_);
+    for (int i = 0; i < n; ++i) {
+      if (y[i] < 0 || y[i] >= classes_) Fatal("label outside [0, classes)", y[i], classes_);
+    }
+  }
+
+  const float* Forward(const float* x, int n) {
+    const float* input = x;
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      layers_[i]->Forward(input, activations_[i].data(), n);
+      input = activations_[i].data();
+    }
+    return input;
+  }
+
+  std::vector<std::unique_ptr<Layer>> layers_;
+  int max_batch_;
+  int classes_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<ParamRange> ranges_;
+  std::vector<int> range_of_layer_;  // index into ranges_, or -1 for a layer without parameters
+  std::vector<std::vector<float>> activations_;  // [i]: output of layer i, kept for backward
+  // d(loss)/d(activation) for the layer being differentiated and the one below it.
+  std::vector<float> dy_;
+  std::vector<float> dx_;
+};
+
+std::vector<std::unique_ptr<Layer>> BuildMlp(const ModelConfig& config) {
+  const Shape input{config.channels, config.height, config.width};
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(std::make_unique<Linear>(static_cast<int>(input.size()), config.hidden));
+  layers.push_back(std::make_unique<ReLU>(Shape{config.hidden, 1, 1}));
+  layers.push_back(std::make_unique<Linear>(config.hidden, config.classes));
+  return layers;
+}
+
+std::vector<std::unique_ptr<Layer>> BuildCnn(const ModelConfig& config) {
+  std::vector<std::unique_ptr<Layer>> layers;
+  Shape shape{config.channels, config.height, config.width};
+  auto add = [&](std::unique_ptr<Layer> layer) {
+    shape = layer->out_shape();
+    layers.push_back(std::move(layer));
+  };
+  for (const int channels : {kCnnConv1Channels, kCnnConv2Channels}) {
+    add(std::make_unique<Conv2d>(shape, channels, kCnnKernel, kCnnPadding));
+    add(std::make_unique<ReLU>(shape));
+    add(std::make_unique<MaxPool2d>(shape, config.max_batch));
+  }
+  add(std::make_unique<Flatten>(shape));
+  add(std::make_unique<Linear>(shape.c, kCnnDense));
+  add(std::make_unique<ReLU>(shape));
+  add(std::make_unique<Linear>(shape.c, config.classes));
+  return layers;
+}
+
+Status Validate(const ModelConfig& config) {
+  const std::pair<const char*, int> positive[] = {
+      {"channels", config.channels}, {"height", config.height},       {"width", config.width},
+      {"classes", config.classes},   {"max_batch", config.max_batch}, {"hidden", config.hidden},
+  };
+  for (const auto& [field, value] : positive) {
+    if (value < 1) {
+      return InvalidArgument("model " + std::string(field) + " must be positive, got " +
+                             std::to_string(value));
+    }
+  }
+  if (config.name == "cnn" && (config.height < 4 || config.width < 4)) {
+    return InvalidArgument(
+        "train.model: cnn pools twice by 2 and needs an image of at least 4x4, "
+        "got " +
+        std::to_string(config.height) + "x" + std::to_string(config.width));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config) {
+  if (config.name != "mlp" && config.name != "cnn") {
+    return InvalidArgument("train.model: unknown model \"" + config.name + "\" (known: mlp, cnn)");
+  }
+  RETURN_IF_ERROR(Validate(config));
+  auto layers = config.name == "mlp" ? BuildMlp(config) : BuildCnn(config);
+  return std::unique_ptr<Model>(std::make_unique<Sequential>(std::move(layers), config));
+}
+
+}  // namespace ringtrain::model

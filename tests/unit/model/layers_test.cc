@@ -1,0 +1,197 @@
+#include "runner/model/layers.h"
+
+#include <cblas.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "tests/unit/model/grad_check.h"
+
+namespace ringtrain::model {
+namespace {
+
+constexpr double kTolerance = 1e-2;
+
+class LayerGradientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { openblas_set_num_threads(1); }
+
+  std::vector<float> Uniform(std::size_t count, float lo, float hi) {
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> out(count);
+    for (float& v : out) v = dist(rng_);
+    return out;
+  }
+
+  // Values at least `gap` away from zero, so a ±eps step never crosses ReLU's kink.
+  std::vector<float> AwayFromZero(std::size_t count, float gap) {
+    std::vector<float> out = Uniform(count, gap, 1.0f);
+    std::bernoulli_distribution negative(0.5);
+    for (float& v : out) v = negative(rng_) ? -v : v;
+    return out;
+  }
+
+  // Distinct values spaced `gap` apart in random order, so no max-pool window has a near tie.
+  std::vector<float> DistinctShuffled(std::size_t count, float gap) {
+    std::vector<float> out(count);
+    for (std::size_t i = 0; i < count; ++i) out[i] = gap * static_cast<float>(i) - 1.0f;
+    std::shuffle(out.begin(), out.end(), rng_);
+    return out;
+  }
+
+  // Checks the layer's parameter and input gradients against L(x, θ) = Σ r ⊙ layer(x; θ) for a
+  // fixed random r, whose gradient with respect to the output is exactly r.
+  void CheckLayer(Layer& layer, std::vector<float> x, int n, float eps) {
+    std::vector<float> params = Uniform(layer.num_params(), -1.0f, 1.0f);
+    std::vector<float> grads(layer.num_params(), std::nanf(""));
+    layer.Bind(params.data(), grads.data());
+    const std::vector<float> r = Uniform(layer.out_shape().size() * n, -1.0f, 1.0f);
+    std::vector<float> y(r.size());
+    auto objective = [&] {
+      layer.Forward(x.data(), y.data(), n);
+      return std::inner_product(r.begin(), r.end(), y.begin(), 0.0, std::plus<>(),
+                                [](float a, float b) { return double{a} * b; });
+    };
+    std::vector<float> dx(x.size(), std::nanf(""));
+    objective();
+    layer.Backward(x.data(), r.data(), dx.data(), n);
+    const std::vector<float> analytic_params = grads;
+
+    const GradCheck param =
+        CompareWithFiniteDifferences(params, analytic_params, objective, {.eps = eps});
+    EXPECT_LT(param.worst, kTolerance) << "parameters: " << param;
+    const GradCheck input = CompareWithFiniteDifferences(x, dx, objective, {.eps = eps});
+    EXPECT_LT(input.worst, kTolerance) << "input: " << input;
+
+    // The first layer skips dx; its parameter gradients must not depend on that.
+    objective();
+    layer.Backward(x.data(), r.data(), nullptr, n);
+    EXPECT_EQ(grads, analytic_params);
+  }
+
+  std::mt19937_64 rng_{7};
+};
+
+TEST_F(LayerGradientTest, Linear) {
+  Linear layer(5, 4);
+  CheckLayer(layer, Uniform(3 * 5, -1.0f, 1.0f), 3, 0.05f);
+}
+
+TEST_F(LayerGradientTest, ReLU) {
+  ReLU layer(Shape{2, 3, 3});
+  CheckLayer(layer, AwayFromZero(2 * 2 * 3 * 3, 0.1f), 2, 0.01f);
+}
+
+TEST_F(LayerGradientTest, Conv2dSamePadding3x3) {
+  Conv2d layer(Shape{2, 5, 6}, 3, 3, 1);
+  ASSERT_EQ(layer.out_shape().h, 5);
+  ASSERT_EQ(layer.out_shape().w, 6);
+  CheckLayer(layer, Uniform(2 * layer.in_shape().size(), -1.0f, 1.0f), 2, 0.05f);
+}
+
+TEST_F(LayerGradientTest, Conv2dSamePadding5x5) {
+  Conv2d layer(Shape{2, 6, 5}, 3, 5, 2);
+  CheckLayer(layer, Uniform(2 * layer.in_shape().size(), -1.0f, 1.0f), 2, 0.05f);
+}
+
+TEST_F(LayerGradientTest, Conv2dNoPadding) {
+  Conv2d layer(Shape{3, 5, 4}, 2, 3, 0);
+  ASSERT_EQ(layer.out_shape().h, 3);
+  ASSERT_EQ(layer.out_shape().w, 2);
+  CheckLayer(layer, Uniform(2 * layer.in_shape().size(), -1.0f, 1.0f), 2, 0.05f);
+}
+
+TEST_F(LayerGradientTest, MaxPoolWithOddEdgesDropped) {
+  MaxPool2d layer(Shape{2, 5, 4}, 3);
+  ASSERT_EQ(layer.out_shape().h, 2);
+  ASSERT_EQ(layer.out_shape().w, 2);
+  CheckLayer(layer, DistinctShuffled(3 * layer.in_shape().size(), 0.05f), 3, 0.01f);
+}
+
+TEST_F(LayerGradientTest, Flatten) {
+  Flatten layer(Shape{2, 2, 3});
+  EXPECT_EQ(layer.out_shape().c, 12);
+  CheckLayer(layer, Uniform(2 * 12, -1.0f, 1.0f), 2, 0.05f);
+}
+
+TEST_F(LayerGradientTest, SoftmaxCrossEntropy) {
+  constexpr int kN = 4;
+  constexpr int kClasses = 5;
+  std::vector<float> logits = Uniform(kN * kClasses, -3.0f, 3.0f);
+  const std::vector<std::int32_t> labels = {0, 4, 2, 2};
+  std::vector<float> dlogits(logits.size());
+  SoftmaxCrossEntropy(logits.data(), labels.data(), kN, kClasses, dlogits.data());
+  auto mean_loss = [&] {
+    return SoftmaxCrossEntropy(logits.data(), labels.data(), kN, kClasses, nullptr).loss_sum / kN;
+  };
+  const GradCheck check = CompareWithFiniteDifferences(logits, dlogits, mean_loss, {.eps = 1e-3f});
+  EXPECT_LT(check.worst, kTolerance) << check;
+}
+
+// The checker itself must notice a gradient that is off by a few percent.
+TEST_F(LayerGradientTest, CheckerRejectsSlightlyWrongGradient) {
+  Linear layer(5, 4);
+  std::vector<float> params = Uniform(layer.num_params(), -1.0f, 1.0f);
+  std::vector<float> grads(layer.num_params());
+  layer.Bind(params.data(), grads.data());
+  std::vector<float> x = Uniform(3 * 5, -1.0f, 1.0f);
+  const std::vector<float> r = Uniform(3 * 4, -1.0f, 1.0f);
+  std::vector<float> y(r.size());
+  auto objective = [&] {
+    layer.Forward(x.data(), y.data(), 3);
+    return std::inner_product(r.begin(), r.end(), y.begin(), 0.0);
+  };
+  objective();
+  layer.Backward(x.data(), r.data(), nullptr, 3);
+  ASSERT_LT(CompareWithFiniteDifferences(params, grads, objective, {.eps = 0.05f}).worst,
+            kTolerance);
+  grads[7] *= 1.03f;
+  EXPECT_GT(CompareWithFiniteDifferences(params, grads, objective, {.eps = 0.05f}).worst,
+            kTolerance);
+}
+
+// torch semantics: within a tied window the first maximum (row-major) takes the gradient.
+TEST(MaxPoolTest, TiedWindowRoutesGradientToFirstMaximum) {
+  MaxPool2d layer(Shape{1, 2, 2}, 1);
+  const std::vector<float> x = {0.0f, 0.5f, 0.5f, 0.5f};
+  float y = 0;
+  layer.Forward(x.data(), &y, 1);
+  EXPECT_EQ(y, 0.5f);
+  const float dy = 2.0f;
+  std::vector<float> dx(4, -1.0f);
+  layer.Backward(x.data(), &dy, dx.data(), 1);
+  EXPECT_EQ(dx, (std::vector<float>{0.0f, 2.0f, 0.0f, 0.0f}));
+}
+
+TEST(SoftmaxCrossEntropyTest, MatchesHandComputedLossAndAccuracy) {
+  // Row 0: logits (2, 0), label 0 → loss log(1 + e⁻²), correct.
+  // Row 1: logits (0, 3), label 0 → loss log(1 + e³), wrong.
+  const std::vector<float> logits = {2.0f, 0.0f, 0.0f, 3.0f};
+  const std::vector<std::int32_t> labels = {0, 0};
+  std::vector<float> dlogits(4);
+  const EvalResult r = SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 2, dlogits.data());
+  EXPECT_NEAR(r.loss_sum, std::log1p(std::exp(-2.0)) + std::log1p(std::exp(3.0)), 1e-12);
+  EXPECT_EQ(r.correct, 1);
+  // Gradient of the mean: (softmax − onehot) / n.
+  const double p0 = 1.0 / (1.0 + std::exp(-2.0));
+  EXPECT_NEAR(dlogits[0], (p0 - 1.0) / 2, 1e-7);
+  EXPECT_NEAR(dlogits[1], (1.0 - p0) / 2, 1e-7);
+}
+
+TEST(SoftmaxCrossEntropyTest, StableForHugeLogits) {
+  const std::vector<float> logits = {1000.0f, -1000.0f, 0.0f};
+  const std::vector<std::int32_t> labels = {1};
+  std::vector<float> dlogits(3);
+  const EvalResult r = SoftmaxCrossEntropy(logits.data(), labels.data(), 1, 3, dlogits.data());
+  EXPECT_DOUBLE_EQ(r.loss_sum, 2000.0);
+  for (const float g : dlogits) EXPECT_TRUE(std::isfinite(g));
+  EXPECT_FLOAT_EQ(dlogits[0], 1.0f);
+  EXPECT_FLOAT_EQ(dlogits[1], -1.0f);
+}
+
+}  // namespace
+}  // namespace ringtrain::model
