@@ -27,6 +27,16 @@ class Store {
                                            const std::string& desired) = 0;
   // Blocks until every key exists; DeadlineExceeded lists the keys still missing.
   virtual Status Wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+
+  // CompareSet bounded by `timeout` even when the store host hangs: failure paths (a
+  // communicator reporting why it aborted) must not be delayed by the store they report to.
+  // Stores that never block on a network keep this default.
+  virtual StatusOr<std::string> CompareSetWithin(const std::string& key,
+                                                 const std::string& expected,
+                                                 const std::string& desired, Duration timeout) {
+    (void)timeout;
+    return CompareSet(key, expected, desired);
+  }
 };
 
 }  // namespace ringtrain::rendezvous

@@ -1,0 +1,398 @@
+#include "runner/comm/tcp/tcp_communicator.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace ringtrain::comm {
+namespace {
+
+constexpr std::uint32_t kHelloMagic = 0x52545247;  // "RTRG"
+// Bounds reading a hello from an accepted connection, so a stray client cannot stall setup.
+constexpr Duration kHelloTimeout{std::chrono::seconds(10)};
+constexpr const char* kAbortKey = "abort";
+
+std::string AddrKey(int rank) { return "comm/addr/" + std::to_string(rank); }
+
+std::string FormatDuration(Duration d) {
+  auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  std::string s = std::to_string(static_cast<double>(ms) / 1000.0);
+  s.erase(s.find_last_not_of('0') + 1);
+  return s + "s";
+}
+
+struct Hello {
+  std::uint32_t magic;
+  std::uint32_t rank;
+  std::uint32_t size;
+};
+
+Status SendHello(const net::Socket& s, int rank, int size, SteadyTime deadline) {
+  Hello h{htonl(kHelloMagic), htonl(static_cast<std::uint32_t>(rank)),
+          htonl(static_cast<std::uint32_t>(size))};
+  return net::SendAll(s, &h, sizeof(h), deadline);
+}
+
+// Reads a hello and checks it comes from `expect_rank` of a gang of `size`.
+Status RecvHello(const net::Socket& s, int expect_rank, int size, SteadyTime deadline) {
+  Hello h{};
+  RETURN_IF_ERROR(net::RecvAll(s, &h, sizeof(h), deadline));
+  if (ntohl(h.magic) != kHelloMagic) return Unavailable("not a ringtrain peer");
+  int rank = static_cast<int>(ntohl(h.rank));
+  int their_size = static_cast<int>(ntohl(h.size));
+  if (rank != expect_rank || their_size != size) {
+    return Unavailable("expected rank " + std::to_string(expect_rank) + " of " +
+                       std::to_string(size) + ", got rank " + std::to_string(rank) + " of " +
+                       std::to_string(their_size));
+  }
+  return Status::Ok();
+}
+
+std::string SocketError(int err) {
+  if (err == EPIPE) return "connection closed";
+  if (err == ECONNRESET) return "connection reset";
+  return std::strerror(err);
+}
+
+Status LostPeer(const char* op, int peer, const std::string& why) {
+  return Unavailable(std::string(op) + ": lost peer rank " + std::to_string(peer) + " (" + why +
+                     ")");
+}
+
+void Reduce(float* __restrict dst, const float* __restrict src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+void ReduceScale(float* __restrict dst, const float* __restrict src, std::size_t n, float scale) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = (dst[i] + src[i]) * scale;
+}
+
+}  // namespace
+
+TcpCommunicator::TcpCommunicator(rendezvous::Store& store, const TcpCommOptions& options)
+    : store_(store),
+      rank_(options.rank),
+      size_(options.size),
+      left_((options.rank + options.size - 1) % options.size),
+      right_((options.rank + 1) % options.size),
+      options_(options) {}
+
+TcpCommunicator::~TcpCommunicator() { Abort(); }
+
+StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(rendezvous::Store& store,
+                                                                   const TcpCommOptions& options) {
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    return InvalidArgument("tcp communicator: rank " + std::to_string(options.rank) +
+                           " is out of range for world size " + std::to_string(options.size));
+  }
+  if (options.chunk_bytes < sizeof(float)) {
+    return InvalidArgument("tcp communicator: chunk_bytes must be at least 4");
+  }
+  std::unique_ptr<TcpCommunicator> c(new TcpCommunicator(store, options));
+  // The largest collective, all-reduce, streams 1 + 2(n-1) spans.
+  c->spans_.resize(2 * static_cast<std::size_t>(options.size));
+  c->scratch_bytes_ = options.chunk_bytes / sizeof(float) * sizeof(float);
+  c->scratch_ = std::make_unique<float[]>(c->scratch_bytes_ / sizeof(float));
+  c->barrier_in_.assign(1, 1);
+  c->barrier_out_.assign(static_cast<std::size_t>(options.size), 0);
+  if (options.size > 1) RETURN_IF_ERROR(c->Connect().WithContext("tcp communicator"));
+  return c;
+}
+
+Status TcpCommunicator::Connect() {
+  SteadyTime deadline = DeadlineAfter(options_.connect_timeout);
+  ASSIGN_OR_RETURN(net::Socket listener, net::Listen(options_.bind_host, 0));
+  ASSIGN_OR_RETURN(int port, net::LocalPort(listener));
+  RETURN_IF_ERROR(store_.Set(AddrKey(rank_), options_.advertise_host + ":" + std::to_string(port)));
+
+  auto addr = store_.Get(AddrKey(right_), options_.connect_timeout);
+  if (!addr.ok()) {
+    return addr.status().WithContext("waiting for the address of rank " + std::to_string(right_));
+  }
+  auto colon = addr->rfind(':');
+  if (colon == std::string::npos) {
+    return InvalidArgument("rank " + std::to_string(right_) + " published a bad address: " + *addr);
+  }
+  std::string host = addr->substr(0, colon);
+  int right_port = std::atoi(addr->c_str() + colon + 1);
+  auto right = net::ConnectWithRetry(host, right_port, deadline);
+  if (!right.ok()) {
+    return right.status().WithContext("connecting to rank " + std::to_string(right_) + " at " +
+                                      *addr);
+  }
+  // Send our hello before accepting: every rank connects first, so waiting for the right
+  // neighbour's reply here would wait around the whole ring.
+  RETURN_IF_ERROR(SendHello(*right, rank_, size_, deadline)
+                      .WithContext("hello to rank " + std::to_string(right_)));
+
+  for (;;) {
+    auto in = net::Accept(listener, deadline);
+    if (!in.ok()) {
+      return in.status().WithContext("waiting for rank " + std::to_string(left_) + " to connect");
+    }
+    Status hello = RecvHello(*in, left_, size_, std::min(deadline, DeadlineAfter(kHelloTimeout)));
+    if (hello.ok()) {
+      RETURN_IF_ERROR(SendHello(*in, rank_, size_, deadline)
+                          .WithContext("hello to rank " + std::to_string(left_)));
+      from_left_ = std::move(in).value();
+      break;
+    }
+    // A stray or stale connection must not take the place of the real neighbour.
+    spdlog::warn("tcp communicator rank {}: dropped a connection: {}", rank_, hello.message());
+  }
+  RETURN_IF_ERROR(RecvHello(*right, right_, size_, deadline)
+                      .WithContext("hello from rank " + std::to_string(right_) + " at " + *addr));
+  to_right_ = std::move(right).value();
+  spdlog::debug("tcp communicator rank {}/{}: ring connected (left {}, right {})", rank_, size_,
+                left_, right_);
+  return Status::Ok();
+}
+
+void TcpCommunicator::Abort() {
+  aborted_.store(true);
+  // shutdown, not close: the collective thread may still be polling these descriptors.
+  to_right_.Shutdown();
+  from_left_.Shutdown();
+}
+
+Status TcpCommunicator::CheckUsable(const char* op) const {
+  if (!aborted_.load()) return Status::Ok();
+  std::string m = std::string(op) + ": the communicator was aborted";
+  if (!failure_.empty()) m += " by an earlier failure: " + failure_;
+  return Aborted(std::move(m));
+}
+
+Status TcpCommunicator::Fail(const char* op, Status cause, bool stall_is_upstream) {
+  if (aborted_.load()) {
+    // Abort() was called from another thread: the socket error is its doing, not a peer's.
+    return Aborted(std::string(op) + ": the communicator was aborted");
+  }
+  if (stall_is_upstream) {
+    // Give the rank that saw the stall first a moment to record it, so this one does not
+    // claim the root cause with a second-hand "waiting for rank r-1".
+    (void)store_.Get(kAbortKey, kAbortGrace);
+  }
+  // Report before shutting the sockets: the neighbours only learn of the failure from the
+  // shutdown, so by then the store already holds the root cause they will read.
+  std::string report = cause.message() + " (detected by rank " + std::to_string(rank_) + ")";
+  auto first = store_.CompareSetWithin(kAbortKey, "", report, kAbortReportTimeout);
+  Abort();
+  std::string message = cause.message();
+  if (first.ok() && !first->empty() && *first != report) message += "; first failure: " + *first;
+  failure_ = message;
+  spdlog::error("tcp communicator rank {}: {}", rank_, message);
+  return Status(cause.code(), std::move(message));
+}
+
+Status TcpCommunicator::RunRing(const char* op, std::size_t n_spans, std::size_t send_bytes) {
+  const Span* spans = spans_.data();
+  const int lfd = from_left_.fd();
+  const int rfd = to_right_.fd();
+  char* scratch = reinterpret_cast<char*>(scratch_.get());
+  const float scale = 1.0f / static_cast<float>(size_);
+  const std::size_t head = spans[0].bytes;
+  std::size_t recv_total = 0;
+  for (std::size_t i = 1; i < n_spans; ++i) recv_total += spans[i].bytes;
+
+  std::size_t si = 0, so = 0, sent = 0;       // outgoing: span, offset, total
+  std::size_t ri = 1, ro = 0, recv_done = 0;  // incoming, processed bytes only
+  std::size_t pending = 0;                    // received bytes of a partial float
+  // The timeout counts from the last byte moved, not from the start: a big buffer on a slow
+  // link is not a failure, and the rank next to a stalled peer, having waited longest, fires
+  // first and so is the one that names it.
+  SteadyTime deadline = DeadlineAfter(options_.collective_timeout);
+  bool moved = false;
+
+  while (sent < send_bytes || recv_done < recv_total) {
+    bool progress = false, want_out = false, want_in = false;
+    std::size_t ready = std::min(send_bytes, head + recv_done) - sent;
+    if (ready > 0) {
+      while (so == spans[si].bytes) ++si, so = 0;
+      std::size_t len = std::min(ready, spans[si].bytes - so);
+      ssize_t n = ::send(rfd, spans[si].data + so, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<std::size_t>(n);
+        so += static_cast<std::size_t>(n);
+        progress = true;
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        want_out = true;
+      } else {
+        return Fail(op, LostPeer(op, right_, SocketError(errno)));
+      }
+    }
+    if (recv_done < recv_total) {
+      while (ro == spans[ri].bytes) ++ri, ro = 0;
+      const Span& sp = spans[ri];
+      ssize_t n;
+      if (sp.mode == Mode::kCopy) {
+        n = ::recv(lfd, sp.data + ro, sp.bytes - ro, MSG_DONTWAIT);
+        if (n > 0) {
+          ro += static_cast<std::size_t>(n);
+          recv_done += static_cast<std::size_t>(n);
+        }
+      } else {
+        std::size_t want = std::min(scratch_bytes_, sp.bytes - ro) - pending;
+        n = ::recv(lfd, scratch + pending, want, MSG_DONTWAIT);
+        if (n > 0) {
+          std::size_t avail = pending + static_cast<std::size_t>(n);
+          std::size_t whole = avail / sizeof(float) * sizeof(float);
+          auto* dst = reinterpret_cast<float*>(sp.data + ro);
+          const float* src = scratch_.get();
+          if (sp.mode == Mode::kReduce) {
+            Reduce(dst, src, whole / sizeof(float));
+          } else {
+            ReduceScale(dst, src, whole / sizeof(float), scale);
+          }
+          ro += whole;
+          recv_done += whole;
+          pending = avail - whole;
+          if (pending > 0) std::memmove(scratch, scratch + whole, pending);
+        }
+      }
+      if (n > 0) {
+        progress = true;
+      } else if (n == 0) {
+        return Fail(op, LostPeer(op, left_, "connection closed"));
+      } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+        want_in = true;
+      } else {
+        return Fail(op, LostPeer(op, left_, SocketError(errno)));
+      }
+    }
+    if (progress) {
+      moved = true;
+      continue;
+    }
+    if (moved) {
+      deadline = DeadlineAfter(options_.collective_timeout);
+      moved = false;
+    }
+
+    // Nothing moved: sleep until either side can. The right socket never carries data towards
+    // us, so readability there means the right neighbour closed or reset it. That only matters
+    // while we still owe it bytes: once it has them all it may finish and exit before us.
+    const bool owe_right = sent < send_bytes;
+    pollfd fds[2] = {
+        {lfd, static_cast<short>(want_in ? POLLIN : 0), 0},
+        {rfd, static_cast<short>((owe_right ? POLLIN : 0) | (want_out ? POLLOUT : 0)), 0}};
+    int r = ::poll(fds, 2, MillisLeft(deadline));
+    if (r < 0 && errno != EINTR) {
+      return Fail(op, ErrnoStatus(StatusCode::kInternal, std::string(op) + ": poll", errno));
+    }
+    if (r == 0) {
+      // Receiving never waits on sending, so an unfinished receive means the left neighbour
+      // (or someone upstream of it) is late; otherwise the right one stopped reading. Having
+      // heard from the left in this collective means it is alive and itself waiting: the
+      // stall is further upstream, and the rank that saw it should be the one to report.
+      bool waiting_left = recv_done < recv_total;
+      bool upstream = waiting_left && (recv_done > 0 || pending > 0);
+      return Fail(
+          op,
+          DeadlineExceeded(std::string(op) + ": timed out after " +
+                           FormatDuration(options_.collective_timeout) + " waiting for rank " +
+                           std::to_string(waiting_left ? left_ : right_)),
+          upstream);
+    }
+    if (owe_right && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) {
+      char byte;
+      ssize_t n = ::recv(rfd, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+      if (n == 0) return Fail(op, LostPeer(op, right_, "connection closed"));
+      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return Fail(op, LostPeer(op, right_, SocketError(errno)));
+      }
+      if (n > 0) return Fail(op, LostPeer(op, right_, "unexpected data from the send side"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status TcpCommunicator::AllReduce(float* data, std::size_t count, ReduceOp op) {
+  constexpr const char* kOp = "all-reduce";
+  RETURN_IF_ERROR(CheckUsable(kOp));
+  const int n = size_;
+  if (count == 0 || n == 1) return Status::Ok();
+  // Segment i: elements [i*base + min(i, rem), +base + (i < rem)); empty when count < n.
+  const std::size_t base = count / static_cast<std::size_t>(n);
+  const std::size_t rem = count % static_cast<std::size_t>(n);
+  auto segment = [&](int i, Mode mode) {
+    auto u = static_cast<std::size_t>((i % n + n) % n);
+    std::size_t first = u * base + std::min(u, rem);
+    std::size_t elems = base + (u < rem ? 1 : 0);
+    return Span{reinterpret_cast<char*>(data + first), elems * sizeof(float), mode};
+  };
+  // Reduce-scatter step s receives segment r-s-1 and adds it in; after n-1 steps segment r+1
+  // is complete here. All-gather step t then receives the complete segment r-t. What goes out
+  // at each step is what came in at the step before, which is what RunRing streams.
+  spans_[0] = segment(rank_, Mode::kCopy);
+  for (int s = 0; s < n - 1; ++s) {
+    bool last = s == n - 2;
+    spans_[1 + s] = segment(rank_ - s - 1,
+                            last && op == ReduceOp::kAverage ? Mode::kReduceScale : Mode::kReduce);
+  }
+  for (int t = 0; t < n - 1; ++t) spans_[n + t] = segment(rank_ - t, Mode::kCopy);
+  const std::size_t n_spans = 2 * static_cast<std::size_t>(n) - 1;
+  std::size_t send_bytes = 0;
+  for (std::size_t i = 0; i + 1 < n_spans; ++i) send_bytes += spans_[i].bytes;
+  return RunRing(kOp, n_spans, send_bytes);
+}
+
+Status TcpCommunicator::Broadcast(void* data, std::size_t bytes, int root) {
+  constexpr const char* kOp = "broadcast";
+  RETURN_IF_ERROR(CheckUsable(kOp));
+  if (root < 0 || root >= size_) {
+    return InvalidArgument("broadcast: root " + std::to_string(root) +
+                           " is out of range for world size " + std::to_string(size_));
+  }
+  if (bytes == 0 || size_ == 1) return Status::Ok();
+  char* p = static_cast<char*>(data);
+  if (rank_ == root) {
+    spans_[0] = Span{p, bytes, Mode::kCopy};
+    return RunRing(kOp, 1, bytes);
+  }
+  // Every rank but the root's left neighbour forwards what it receives, chunk by chunk.
+  spans_[0] = Span{};
+  spans_[1] = Span{p, bytes, Mode::kCopy};
+  return RunRing(kOp, 2, right_ == root ? 0 : bytes);
+}
+
+Status TcpCommunicator::AllGather(const void* in, std::size_t bytes, void* out) {
+  constexpr const char* kOp = "all-gather";
+  RETURN_IF_ERROR(CheckUsable(kOp));
+  if (bytes == 0) return Status::Ok();
+  char* o = static_cast<char*>(out);
+  char* mine = o + static_cast<std::size_t>(rank_) * bytes;
+  if (in != mine) std::memmove(mine, in, bytes);
+  if (size_ == 1) return Status::Ok();
+  const int n = size_;
+  spans_[0] = Span{mine, bytes, Mode::kCopy};
+  for (int s = 0; s < n - 1; ++s) {
+    auto block = static_cast<std::size_t>(((rank_ - s - 1) % n + n) % n);
+    spans_[1 + s] = Span{o + block * bytes, bytes, Mode::kCopy};
+  }
+  return RunRing(kOp, static_cast<std::size_t>(n), static_cast<std::size_t>(n - 1) * bytes);
+}
+
+// A one-byte all-gather: a rank finishes it only after every rank's byte has reached it, that
+// is, after every rank has entered.
+Status TcpCommunicator::Barrier() {
+  constexpr const char* kOp = "barrier";
+  RETURN_IF_ERROR(CheckUsable(kOp));
+  if (size_ == 1) return Status::Ok();
+  const int n = size_;
+  char* o = barrier_out_.data();
+  o[rank_] = barrier_in_[0];
+  spans_[0] = Span{o + rank_, 1, Mode::kCopy};
+  for (int s = 0; s < n - 1; ++s) {
+    spans_[1 + s] = Span{o + ((rank_ - s - 1) % n + n) % n, 1, Mode::kCopy};
+  }
+  return RunRing(kOp, static_cast<std::size_t>(n), static_cast<std::size_t>(n - 1));
+}
+
+}  // namespace ringtrain::comm

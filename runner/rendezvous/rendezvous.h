@@ -1,0 +1,19 @@
+// Gang rendezvous over a Store: every rank announces itself and waits for the whole world.
+// Owns the "arrived/<rank>" keys; must not create sockets or know about communicators.
+#pragma once
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "runner/rendezvous/store.h"
+
+namespace ringtrain::rendezvous {
+
+inline constexpr Duration kDefaultRendezvousTimeout{std::chrono::seconds(300)};
+
+// Sets "arrived/<rank>" and blocks until all `world_size` ranks have. On timeout the error
+// names the ranks that never arrived: "rendezvous timed out after 30s waiting for ranks 2, 3
+// (world size 4)". Pass a PrefixStore so keys of an earlier attempt are never seen.
+Status JoinRendezvous(Store& store, int rank, int world_size,
+                      Duration timeout = kDefaultRendezvousTimeout);
+
+}  // namespace ringtrain::rendezvous

@@ -1,0 +1,103 @@
+// The TCP rendezvous store: a server (hosted by rank 0) and a client implementing Store, with
+// every connection proving the job token. Owns the wire protocol; must not know about ranks.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/net.h"
+#include "common/status.h"
+#include "runner/rendezvous/store.h"
+
+namespace ringtrain::rendezvous {
+
+// How long one non-blocking store operation (Set, Add, CompareSet) may take.
+inline constexpr Duration kDefaultStoreOpTimeout{std::chrono::seconds(30)};
+// A blocking Get/Wait is answered by the server when its timeout passes; the client waits this
+// much longer for that answer (or less, if op_timeout is shorter) before calling the server
+// unresponsive, so Get(key, 1s) takes about 1s even when the store host hangs.
+inline constexpr Duration kStoreReplySlack{std::chrono::seconds(2)};
+// How long the server gives a fresh connection to prove the token before dropping it.
+inline constexpr Duration kStoreAuthTimeout{std::chrono::seconds(10)};
+
+// Serves the store from one poll() thread. Blocking Get/Wait requests are parked, not waited
+// on, so one slow rank never stalls the others; a Set wakes the requests it satisfies.
+class TcpStoreServer {
+ public:
+  // Binds host:port (port 0 picks a free one, see port()); a busy port is Unavailable with
+  // "port N is already in use". `token` is the job secret every client must prove.
+  static StatusOr<std::unique_ptr<TcpStoreServer>> Create(const std::string& host, int port,
+                                                          const std::string& token);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  int port() const { return port_; }
+  // Closes every connection and joins the serving thread; idempotent.
+  void Stop();
+
+ private:
+  struct State;
+  TcpStoreServer(net::Socket listener, int port, std::string token);
+  void Serve();
+
+  net::Socket listener_;
+  int port_;
+  std::string token_;
+  int wake_fd_ = -1;
+  std::atomic<bool> stopping_{false};
+  std::unique_ptr<State> state_;
+  std::thread thread_;
+};
+
+struct TcpStoreClientOptions {
+  std::string host;
+  int port = 0;
+  std::string token;
+  // DNS and connect are retried with jittered backoff for this long: the rendezvous timeout,
+  // since rank 0 may start after the others.
+  Duration connect_timeout = kDefaultStoreTimeout;
+  Duration op_timeout = kDefaultStoreOpTimeout;
+};
+
+// Thread-safe: one request in flight at a time; waiting for the connection counts against the
+// caller's timeout. After an I/O error the connection is dropped and the next call
+// reconnects once, so a dead server reads as Unavailable, promptly, on every call.
+class TcpStoreClient final : public Store {
+ public:
+  static StatusOr<std::unique_ptr<TcpStoreClient>> Create(const TcpStoreClientOptions& options);
+
+  Status Set(const std::string& key, const std::string& value) override;
+  StatusOr<std::string> Get(const std::string& key, Duration timeout) override;
+  StatusOr<std::int64_t> Add(const std::string& key, std::int64_t delta) override;
+  StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                   const std::string& desired) override;
+  Status Wait(const std::vector<std::string>& keys, Duration timeout) override;
+  StatusOr<std::string> CompareSetWithin(const std::string& key, const std::string& expected,
+                                         const std::string& desired, Duration timeout) override;
+
+ private:
+  explicit TcpStoreClient(TcpStoreClientOptions options) : options_(std::move(options)) {}
+  // Sends one request and returns the ok reply's body, or the server's error.
+  StatusOr<std::string> Call(const std::string& request, SteadyTime deadline);
+  Status ConnectLocked(SteadyTime deadline, bool retry);
+  Duration ReplySlack() const { return std::min(options_.op_timeout, kStoreReplySlack); }
+
+  TcpStoreClientOptions options_;
+  // A busy flag under a condition variable rather than a timed_mutex: the wait for the
+  // connection is bounded by the caller's deadline, and ThreadSanitizer understands it.
+  std::mutex mu_;
+  std::condition_variable idle_;
+  bool busy_ = false;
+  net::Socket socket_;  // owned by whoever set busy_; invalid after an I/O error
+};
+
+}  // namespace ringtrain::rendezvous

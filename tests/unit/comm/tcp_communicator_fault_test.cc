@@ -1,0 +1,126 @@
+// A lost or stalled rank must never hang the others: every survivor returns a retryable error
+// naming the lost peer within the collective timeout, and the communicator stays aborted.
+// Assertions are on statuses only, never on wall-clock time.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "runner/comm/tcp/tcp_communicator.h"
+#include "tests/fakes/in_memory_store.h"
+#include "tests/unit/comm/gang.h"
+
+namespace ringtrain::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr std::size_t kCount = std::size_t{1} << 20;
+
+TcpCommOptions ShortTimeout() {
+  TcpCommOptions o;
+  o.collective_timeout = 5s;
+  return o;
+}
+
+TEST(TcpCommunicatorFaultTest, DeadRankFailsEveryoneNamingIt) {
+  constexpr int n = 4, kDead = 2;
+  testing::InMemoryStore store;
+  auto gang = MakeGang(store, n, ShortTimeout());
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(kCount, 1.0f));
+  auto s = RunRanks(n, [&](int r) -> Status {
+    if (r == kDead) {
+      // Dies while the others are inside the all-reduce: its sockets close under them.
+      std::this_thread::sleep_for(200ms);
+      gang[r].reset();
+      return Status::Ok();
+    }
+    return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
+  });
+  for (int r = 0; r < n; ++r) {
+    if (r == kDead) continue;
+    EXPECT_FALSE(s[r].ok()) << "rank " << r;
+    EXPECT_TRUE(s[r].retryable()) << s[r].ToString();
+    EXPECT_NE(s[r].message().find("lost peer rank 2"), std::string::npos)
+        << "rank " << r << ": " << s[r].message();
+  }
+  // The first reporter's reason is in the store for the runner and the controller.
+  auto reason = store.Get("abort", 0ms);
+  ASSERT_TRUE(reason.ok());
+  EXPECT_NE(reason->find("lost peer rank 2"), std::string::npos) << *reason;
+  EXPECT_NE(reason->find("detected by rank"), std::string::npos) << *reason;
+
+  // Every later call fails fast with Aborted.
+  for (int r = 0; r < n; ++r) {
+    if (r == kDead) continue;
+    Status again = gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
+    EXPECT_EQ(again.code(), StatusCode::kAborted) << again.ToString();
+    EXPECT_EQ(gang[r]->Barrier().code(), StatusCode::kAborted);
+  }
+}
+
+TEST(TcpCommunicatorFaultTest, AbortFromAnotherThreadUnblocksTheRing) {
+  constexpr int n = 3;
+  testing::InMemoryStore store;
+  auto gang = MakeGang(store, n, ShortTimeout());
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(kCount, 1.0f));
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(200ms);
+    gang[0]->Abort();
+  });
+  // Rank 1 stalls outside the collective, so the all-reduce cannot finish before the abort.
+  auto s = RunRanks(n, [&](int r) -> Status {
+    if (r == 1) {
+      watchdog.join();
+      return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
+    }
+    return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
+  });
+  EXPECT_EQ(s[0].code(), StatusCode::kAborted) << s[0].ToString();
+  for (int r = 1; r < n; ++r) {
+    EXPECT_FALSE(s[r].ok()) << "rank " << r;
+    EXPECT_TRUE(s[r].retryable()) << s[r].ToString();
+    EXPECT_NE(s[r].message().find("rank 0"), std::string::npos) << s[r].message();
+  }
+}
+
+TEST(TcpCommunicatorFaultTest, StalledRankTimesOutNamingIt) {
+  constexpr int n = 3, kStalled = 2;
+  testing::InMemoryStore store;
+  TcpCommOptions o;
+  o.collective_timeout = 300ms;
+  auto gang = MakeGang(store, n, o);
+  std::vector<std::vector<float>> bufs(n, std::vector<float>(1000, 1.0f));
+  std::vector<Status> s = RunRanks(n, [&](int r) -> Status {
+    if (r == kStalled) return Status::Ok();
+    return gang[r]->AllReduce(bufs[r].data(), 1000, ReduceOp::kSum);
+  });
+  // Rank 0 receives from the stalled rank, so it is the one that can name it.
+  EXPECT_EQ(s[0].code(), StatusCode::kDeadlineExceeded) << s[0].ToString();
+  EXPECT_NE(s[0].message().find("timed out after 300ms waiting for rank 2"), std::string::npos)
+      << s[0].message();
+  // Rank 1 only waited on rank 0, which was alive; it must still point at rank 2.
+  EXPECT_FALSE(s[1].ok());
+  EXPECT_TRUE(s[1].retryable()) << s[1].ToString();
+  EXPECT_NE(s[1].message().find("waiting for rank 2"), std::string::npos) << s[1].message();
+  // The stalled rank, arriving late, finds the ring broken instead of hanging.
+  Status late = gang[kStalled]->AllReduce(bufs[kStalled].data(), 1000, ReduceOp::kSum);
+  EXPECT_FALSE(late.ok());
+  EXPECT_TRUE(late.retryable()) << late.ToString();
+}
+
+TEST(TcpCommunicatorFaultTest, WorldOfTwoLosesItsOnlyPeer) {
+  testing::InMemoryStore store;
+  auto gang = MakeGang(store, 2, ShortTimeout());
+  std::vector<float> buf(kCount, 1.0f);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(100ms);
+    gang[1].reset();
+  });
+  Status s = gang[0]->AllReduce(buf.data(), kCount, ReduceOp::kSum);
+  killer.join();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find("all-reduce: lost peer rank 1"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace ringtrain::comm
