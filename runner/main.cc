@@ -4,6 +4,8 @@
 #include <cblas.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <csignal>
 #include <fstream>
@@ -60,6 +62,17 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
   return Status::Ok();
 }
 
+// The address peers use to reach this rank: explicit, the pod IP (downward API), loopback for
+// a local gang, else the host name (resolvable through the job's headless Service).
+std::string AdvertiseAddress(const train::RankEnv& env) {
+  if (auto a = GetEnv("RINGTRAIN_ADVERTISE_ADDR")) return *a;
+  if (auto a = GetEnv("POD_IP")) return *a;
+  if (env.master_addr == "127.0.0.1" || env.master_addr == "localhost") return "127.0.0.1";
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0') return host;
+  return "127.0.0.1";
+}
+
 Status Run(const train::RankEnv& env, const train::TrainConfig& config,
            metrics::RunnerMetrics* metrics) {
   // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
@@ -86,12 +99,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   comm::TcpCommOptions co;
   co.rank = env.rank;
   co.size = env.world_size;
-  co.advertise_host =
-      GetEnv("RINGTRAIN_ADVERTISE_ADDR")
-          .value_or(GetEnv("POD_IP").value_or(
-              env.world_size > 1 && env.master_addr != "127.0.0.1" && env.master_addr != "localhost"
-                  ? ""
-                  : "127.0.0.1"));
+  co.advertise_host = AdvertiseAddress(env);
   co.connect_timeout = env.rendezvous_timeout;
   co.collective_timeout = env.collective_timeout;
   ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(store, co));
@@ -139,8 +147,9 @@ int Main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGPIPE, SIG_IGN);
   // One BLAS thread per rank: ranks already fill the cores, and oversubscription is slower.
-  openblas_set_num_threads(
-      static_cast<int>(GetEnvInt("RINGTRAIN_BLAS_THREADS", 1, 1, 256).value_or(1)));
+  auto blas_threads = GetEnvInt("RINGTRAIN_BLAS_THREADS", 1, 1, 256);
+  if (!blas_threads.ok()) return fail(blas_threads.status(), env->termination_log);
+  openblas_set_num_threads(static_cast<int>(*blas_threads));
 
   metrics::RunnerMetrics metrics({env->job, env->ns, env->rank});
   if (env->metrics_port >= 0) {

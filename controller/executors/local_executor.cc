@@ -326,7 +326,14 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
           RETURN_IF_ERROR(Spawn(a.rank, a.attempt));
           break;
         case reconcile::Action::Kind::kDeleteReplica:
-          if (auto it = procs_.find(a.name); it != procs_.end()) Kill(it->second);
+          if (auto it = procs_.find(a.name); it != procs_.end()) {
+            // A finished process is simply forgotten, as a deleted pod that had ended.
+            if (it->second.exited) {
+              procs_.erase(it);
+            } else {
+              Kill(it->second);
+            }
+          }
           break;
         case reconcile::Action::Kind::kDeleteJob:
           break;  // nothing to delete locally

@@ -37,8 +37,7 @@ TEST(Manifest, DefaultsApply) {
 
 TEST(Manifest, ShippedExamplesAreValid) {
   for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml"}) {
-    auto job =
-        LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR_STR) + "/manifests/examples/" + name);
+    auto job = LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->spec.replicas, 2);
   }

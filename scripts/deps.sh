@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs everything ringtrain needs to build, test and run on Debian 12 (root or sudo).
+set -euo pipefail
+packages=(
+  build-essential cmake ninja-build ccache pkg-config clang-format curl ca-certificates
+  libcpprest-dev libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev nlohmann-json3-dev
+  zlib1g-dev libssl-dev libboost-system-dev googletest libgtest-dev libgmock-dev
+  libopenblas-dev dataset-fashion-mnist prometheus python3 procps
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "deps: installing ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

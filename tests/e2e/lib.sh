@@ -1,0 +1,76 @@
+# Shared helpers for the end-to-end tests. Every wait is bounded; a test that cannot reach its
+# point fails with a message instead of hanging.
+set -euo pipefail
+BIN=${RINGTRAIN_BUILD_DIR:?}/bin
+SRC=${RINGTRAIN_SOURCE_DIR:?}
+DATA=${RINGTRAIN_DATA:-/usr/share/datasets/fashion-mnist}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/ringtrain-e2e.XXXXXX")
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill -9 "$p" 2>/dev/null || true; done
+  if [ "${KEEP_WORK:-0}" = 1 ]; then echo "work dir kept: $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$WORK"/*.log "$WORK"/*/*.log; do
+    [ -f "$f" ] && { echo "--- $f (tail)"; tail -n 20 "$f"; } >&2
+  done
+  exit 1
+}
+
+# wait_until SECONDS DESCRIPTION COMMAND...: polls COMMAND every 0.2 s.
+wait_until() {
+  local limit=$1 what=$2
+  shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || fail "timed out after ${limit}s waiting for: $what"
+    sleep 0.2
+  done
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# json_get FILE KEY: a top-level value of a JSON file.
+json_get() {
+  python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))[sys.argv[2]]; print(v)' "$1" "$2"
+}
+
+# A manifest derived from the shipped MLP example with some spec.train fields replaced.
+example_with() {
+  local out=$1
+  shift
+  cp "$SRC/manifests/examples/fashion-mnist-mlp.yaml" "$out"
+  while [ $# -gt 0 ]; do
+    sed -i "s|^\(\s*\)$1:.*|\1$1: $2|" "$out"
+    shift 2
+  done
+}
+
+# start_rank RANK WORLD PORT TOKEN LOG [runner flags...]: a runner in the background.
+start_rank() {
+  local rank=$1 world=$2 port=$3 token=$4 log=$5
+  shift 5
+  RINGTRAIN_JOB=e2e RINGTRAIN_RANK=$rank RINGTRAIN_WORLD_SIZE=$world \
+    RINGTRAIN_MASTER_ADDR=127.0.0.1 RINGTRAIN_MASTER_PORT=$port RINGTRAIN_TOKEN=$token \
+    RINGTRAIN_METRICS_PORT=${METRICS_PORT:--1} RINGTRAIN_TERMINATION_LOG=$log.termination \
+    "$BIN/ringtrain-runner" --dataset "$DATA" "$@" >"$log" 2>&1 &
+  PIDS+=($!)
+  LAST_PID=$!
+}
+
+# wait_exit PID SECONDS: sets RC to the exit code of a background process of this shell,
+# failing if it outlives SECONDS. (Not for $(...): a subshell cannot wait for our children.)
+wait_exit() {
+  local pid=$1 limit=$2 deadline=$((SECONDS + $2))
+  while kill -0 "$pid" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || fail "process $pid still running after ${limit}s"
+    sleep 0.2
+  done
+  RC=0
+  wait "$pid" || RC=$?
+}
