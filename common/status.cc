@@ -28,6 +28,12 @@ std::string_view StatusCodeName(StatusCode code) {
       return "ABORTED";
     case StatusCode::kCancelled:
       return "CANCELLED";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kGone:
+      return "GONE";
     case StatusCode::kInternal:
       return "INTERNAL";
   }
@@ -56,6 +62,7 @@ bool Status::retryable() const {
     case StatusCode::kUnavailable:
     case StatusCode::kAborted:
     case StatusCode::kCancelled:
+    case StatusCode::kResourceExhausted:
       return true;
     default:
       return false;

@@ -17,12 +17,15 @@ enum class StatusCode : std::uint8_t {
   kNotFound,         // missing file or key
   kAlreadyExists,
   kFailedPrecondition,
-  kDataLoss,          // corrupt or truncated data: permanent
-  kPermissionDenied,  // wrong token
-  kDeadlineExceeded,  // a blocking call ran out of time: retryable
-  kUnavailable,       // peer lost, connection refused, port busy: retryable
-  kAborted,           // the collective was aborted by this or another rank: retryable
-  kCancelled,         // shutdown requested
+  kDataLoss,           // corrupt or truncated data: permanent
+  kPermissionDenied,   // wrong token (HTTP 403)
+  kDeadlineExceeded,   // a blocking call ran out of time: retryable
+  kUnavailable,        // peer lost, connection refused, port busy: retryable
+  kAborted,            // the collective was aborted by this or another rank: retryable
+  kCancelled,          // shutdown requested
+  kUnauthenticated,    // no or bad credentials (HTTP 401)
+  kResourceExhausted,  // throttled (HTTP 429): retry later
+  kGone,               // a resourceVersion or continue token expired (HTTP 410): relist
   kInternal,
 };
 
