@@ -113,6 +113,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   deps.metrics = metrics;
   deps.stop = &g_stop;
   deps.attempt = env.attempt;
+  deps.collective_timeout = env.collective_timeout;
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, deps));
   ASSIGN_OR_RETURN(auto result, trainer->Run());
   spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,

@@ -96,8 +96,11 @@ void GradReducer::Loop() {
 
 Status GradReducer::Finish() {
   std::unique_lock<std::mutex> lock(mu_);
-  // Every collective has its own timeout, so this wait always ends.
-  cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+  if (!cv_.wait_for(lock, options_.finish_timeout, [&] { return done_ == buckets_.size(); })) {
+    comm_->Abort();
+    return DeadlineExceeded("gradient buckets not reduced within " +
+                            std::to_string(options_.finish_timeout.count()) + " ms");
+  }
   Status s = error_;
   done_ = 0;
   next_launch_ = 0;

@@ -23,6 +23,8 @@ namespace ringtrain::train {
 struct ReducerOptions {
   std::size_t bucket_cap_bytes = 256 * 1024;
   bool overlap = true;  // false: one all-reduce of the whole buffer after backward
+  // A backstop only: each collective has its own timeout, so Finish ends well before this.
+  Duration finish_timeout{std::chrono::minutes(10)};
   // Called on the comm thread after each bucket: seconds and bytes.
   std::function<void(double, std::size_t)> on_allreduce;
 };

@@ -142,6 +142,7 @@ StatusOr<TrainResult> Trainer::Run() {
   ReducerOptions ro;
   ro.bucket_cap_bytes = config_.bucket_cap_bytes;
   ro.overlap = config_.overlap;
+  ro.finish_timeout = 2 * deps_.collective_timeout + std::chrono::seconds(10);
   if (m) ro.on_allreduce = [m](double s, std::size_t bytes) { m->ObserveAllReduce(s, bytes); };
   ASSIGN_OR_RETURN(auto reducer, GradReducer::Create(&comm, model_->grads(), model_->layer_ranges(),
                                                      std::move(ro)));

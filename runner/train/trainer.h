@@ -38,6 +38,7 @@ struct TrainerDeps {
   metrics::RunnerMetrics* metrics = nullptr;  // may be null
   const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
   int attempt = 0;
+  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
 };
 
 class Trainer {
