@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <string>
 
 namespace ringtrain {
 
@@ -30,6 +31,16 @@ inline int MillisLeft(SteadyTime deadline) {
   if (left.count() <= 0) return 0;
   if (left.count() > 1'000'000'000) return 1'000'000'000;
   return static_cast<int>(left.count());
+}
+
+// "30s", "250ms", "1.5s": durations in error messages.
+inline std::string FormatDuration(Duration d) {
+  auto ms = d.count();
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  std::string s = std::to_string(static_cast<double>(ms) / 1000.0);
+  s.erase(s.find_last_not_of('0') + 1);
+  return s + "s";
 }
 
 inline double SecondsSince(SteadyTime start) {

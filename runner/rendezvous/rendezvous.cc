@@ -8,15 +8,6 @@ namespace {
 
 std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
-std::string FormatDuration(Duration d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  if (ms < 1000) return std::to_string(ms) + "ms";
-  std::string s = std::to_string(static_cast<double>(ms) / 1000.0);
-  s.erase(s.find_last_not_of('0') + 1);
-  return s + "s";
-}
-
 // "2, 3" for short lists; runs of three or more collapse to "4-9" so a gang of thousands with
 // one node down still reads in one line.
 std::string FormatRanks(const std::vector<int>& ranks) {

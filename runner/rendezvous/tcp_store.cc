@@ -35,15 +35,6 @@ constexpr std::uint32_t kMaxFrameBytes = 64u << 20;
 constexpr Duration kMaxTimeout{std::chrono::hours(24 * 365)};
 constexpr const char* kRefusedToken = "rendezvous store refused the job token";
 
-std::string FormatDuration(Duration d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  if (ms < 1000) return std::to_string(ms) + "ms";
-  std::string s = std::to_string(static_cast<double>(ms) / 1000.0);
-  s.erase(s.find_last_not_of('0') + 1);
-  return s + "s";
-}
-
 Duration Clamp(Duration d) { return std::clamp(d, Duration(0), kMaxTimeout); }
 
 void PutU32(std::string& out, std::uint32_t v) {

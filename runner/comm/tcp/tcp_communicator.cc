@@ -19,15 +19,6 @@ constexpr const char* kAbortKey = "abort";
 
 std::string AddrKey(int rank) { return "comm/addr/" + std::to_string(rank); }
 
-std::string FormatDuration(Duration d) {
-  auto ms = d.count();
-  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
-  if (ms < 1000) return std::to_string(ms) + "ms";
-  std::string s = std::to_string(static_cast<double>(ms) / 1000.0);
-  s.erase(s.find_last_not_of('0') + 1);
-  return s + "s";
-}
-
 struct Hello {
   std::uint32_t magic;
   std::uint32_t rank;
