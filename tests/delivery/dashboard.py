@@ -1,0 +1,294 @@
+#!/usr/bin/env python3
+"""The Grafana dashboard and the alert rules, checked statically and against a live Prometheus.
+
+  dashboard.py check DASHBOARD.json METRICS.md
+      Static checks: unique panel ids, every panel has a query, every query and panel uses the
+      datasource variable, every $variable resolves (defined, and defined before a variable
+      query that uses it), panels lie on the 24-column grid without overlapping, every metric
+      documented in README.md (Metrics) is charted (or listed in NOT_CHARTED with the reason).
+  dashboard.py live DASHBOARD.json RULES.yaml PROMETHEUS_URL TIMEOUT_SECONDS
+      Every PromQL expression of the dashboard (variables substituted: once with "All", once
+      with the first value of each variable) and of the rules must return data through
+      /api/v1/query; each label_values() variable query must find values; every rule must load
+      and evaluate healthy. Polls until all pass or TIMEOUT_SECONDS, then names what failed.
+"""
+import json
+import math
+import re
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import yaml
+
+DS_VAR = {"type": "prometheus", "uid": "${datasource}"}
+BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__range_s",
+            "__range_ms", "__all", "__name", "__dashboard", "__from", "__to", "__org",
+            "__user", "timeFilter", "__timeFilter"}
+VAR_REF = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)(?::\w+)?\]\]")
+# Documented metrics the dashboard does not chart, and why.
+NOT_CHARTED = {
+    # The runner's own one-second throughput, shown by /status and `kubectl get tj`; the
+    # dashboard derives throughput from rate(ringtrain_samples_total) instead.
+    "ringtrain_samples_per_second",
+}
+# Substitutes for Grafana's interval variables in the live test: Prometheus scrapes every
+# second there, so 15 s windows hold enough samples for rate() and friends.
+LIVE_INTERVAL = "15s"
+
+
+def panels_of(dash):
+    for p in dash.get("panels", []):
+        yield p
+        for q in p.get("panels", []):  # collapsed rows nest their panels
+            yield q
+
+
+def refs(text):
+    return {a or b or c for a, b, c in VAR_REF.findall(text)}
+
+
+def check(dash_path, metrics_md):
+    problems = []
+    dash = json.load(open(dash_path))
+    for key in ("uid", "title", "schemaVersion", "templating", "panels"):
+        if key not in dash:
+            problems.append(f"dashboard has no {key}")
+    variables = dash["templating"]["list"]
+    names = [v["name"] for v in variables]
+    if len(set(names)) != len(names):
+        problems.append(f"duplicate variable names {names}")
+    ds = [v for v in variables if v["name"] == "datasource"]
+    if not ds or ds[0]["type"] != "datasource" or ds[0]["query"] != "prometheus":
+        problems.append("no datasource variable of type datasource/prometheus")
+    for want in ("namespace", "job", "rank"):
+        if want not in names:
+            problems.append(f"no {want} variable")
+    for i, v in enumerate(variables):
+        if v["type"] != "query":
+            continue
+        if v.get("datasource") != DS_VAR:
+            problems.append(f"variable {v['name']}: datasource is not ${{datasource}}")
+        q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        if not re.fullmatch(r"label_values\(.+,\s*\w+\)", q):
+            problems.append(f"variable {v['name']}: query {q!r} is not label_values(selector, label)")
+        for r in refs(q):
+            if r not in names[:i] and r not in BUILTINS:
+                problems.append(f"variable {v['name']}: uses ${r}, not defined before it")
+    # Every datasource reference anywhere is the variable (or Grafana's built-in annotations).
+    def walk(node, path):
+        if isinstance(node, dict):
+            for k, val in node.items():
+                if k == "datasource" and val not in (DS_VAR, {"type": "grafana", "uid": "-- Grafana --"}) \
+                        and not path.startswith("templating"):
+                    problems.append(f"{path}.datasource is {val!r}, not the datasource variable")
+                walk(val, f"{path}.{k}")
+        elif isinstance(node, list):
+            for i, val in enumerate(node):
+                walk(val, f"{path}[{i}]")
+    walk(dash, "")
+    ids = []
+    cells = {}
+    charted = set()
+    for p in panels_of(dash):
+        ids.append(p.get("id"))
+        g = p.get("gridPos", {})
+        if not (0 <= g.get("x", -1) and g.get("x", 0) + g.get("w", 0) <= 24 and g.get("w", 0) > 0 and g.get("h", 0) > 0):
+            problems.append(f"panel {p.get('id')} {p.get('title')!r}: gridPos {g} is off the 24-column grid")
+        for x in range(g.get("x", 0), g.get("x", 0) + g.get("w", 0)):
+            for y in range(g.get("y", 0), g.get("y", 0) + g.get("h", 0)):
+                if (x, y) in cells:
+                    problems.append(f"panel {p.get('id')} overlaps panel {cells[(x, y)]}")
+                    break
+                cells[(x, y)] = p.get("id")
+            else:
+                continue
+            break
+        if p.get("type") == "row":
+            continue
+        if not p.get("title"):
+            problems.append(f"panel {p.get('id')} has no title")
+        if p.get("datasource") != DS_VAR:
+            problems.append(f"panel {p.get('id')} {p.get('title')!r}: datasource is not ${{datasource}}")
+        targets = p.get("targets") or []
+        if not targets:
+            problems.append(f"panel {p.get('id')} {p.get('title')!r} has no query")
+        ref_ids = [t.get("refId") for t in targets]
+        if len(set(ref_ids)) != len(ref_ids) or None in ref_ids:
+            problems.append(f"panel {p.get('id')}: refIds {ref_ids} not unique")
+        for t in targets:
+            expr = t.get("expr", "").strip()
+            if not expr:
+                problems.append(f"panel {p.get('id')} {p.get('title')!r}: target {t.get('refId')} has no expr")
+            for r in refs(expr):
+                if r not in names and r not in BUILTINS:
+                    problems.append(f"panel {p.get('id')} {p.get('title')!r}: ${r} is not a variable")
+            charted |= set(re.findall(r"\bringtrain_\w+", expr))
+    if len(set(ids)) != len(ids) or None in ids:
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        problems.append(f"panel ids not unique: {dup}")
+    documented = set(re.findall(r"`(ringtrain_\w+)`", open(metrics_md).read()))
+    if not documented:
+        problems.append(f"{metrics_md} documents no metric")
+    charted_base = {re.sub(r"_(bucket|sum|count)$", "", m) for m in charted}
+    for m in sorted(documented - charted_base - NOT_CHARTED):
+        problems.append(f"{m} (README.md (Metrics)) is on no panel")
+    for m in sorted(charted_base - documented):
+        problems.append(f"{m} is charted but not documented in README.md (Metrics)")
+    return problems
+
+
+# --- live ----------------------------------------------------------------------------------
+
+def get(base, path, **params):
+    url = f"{base}{path}?{urllib.parse.urlencode(params, doseq=True)}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.load(r)
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+
+
+def substitute(expr, values):
+    expr = expr.replace("$__rate_interval", LIVE_INTERVAL).replace("$__interval", LIVE_INTERVAL)
+    expr = expr.replace("${__rate_interval}", LIVE_INTERVAL).replace("${__interval}", LIVE_INTERVAL)
+
+    def one(m):
+        name = m.group(1) or m.group(2) or m.group(3)
+        return values.get(name, m.group(0))
+    return VAR_REF.sub(one, expr)
+
+
+def shorten(expr):
+    """Rule windows and offsets (minutes) shrink to seconds: the live job runs for seconds."""
+    expr = re.sub(r"\[(\d+[smhdwy])+\]", f"[{LIVE_INTERVAL}]", expr)
+    return re.sub(r"\boffset\s+(\d+[smhdwy])+", "offset 5s", expr)
+
+
+def as_bool(expr):
+    """`a > 0.5` filters; `a > bool 0.5` keeps every series with 0 or 1: an alert expression
+    then returns data whether or not it fires, so its inputs can be proven to exist."""
+    out, i, depth, quote = [], 0, 0, None
+    while i < len(expr):
+        c = expr[i]
+        if quote:
+            out.append(c)
+            if c == "\\":
+                out.append(expr[i + 1])
+                i += 2
+                continue
+            if c == quote:
+                quote = None
+            i += 1
+            continue
+        if c in "\"'`":
+            quote = c
+        elif c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif depth == 0 and c in "=!<>":
+            op = expr[i:i + 2] if expr[i:i + 2] in ("==", "!=", ">=", "<=") else c
+            if op in ("==", "!=", ">=", "<=", ">", "<"):
+                out.append(op)
+                i += len(op)
+                if not re.match(r"\s*bool\b", expr[i:]):
+                    out.append(" bool")
+                continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def promql_regex_escape(value):
+    """What Grafana puts in a query for a single selected value: regex metacharacters escaped
+    with a backslash, itself escaped for the PromQL string literal."""
+    return re.sub(r"([\\.^$*+?()\[\]{}|])", r"\\\\\1", value)
+
+
+def label_values(base, query, values):
+    m = re.fullmatch(r"label_values\((.+),\s*(\w+)\)", substitute(query, values))
+    selector, label = m.group(1), m.group(2)
+    res = get(base, "/api/v1/series", **{"match[]": selector})
+    return sorted({s[label] for s in res.get("data", []) if label in s})
+
+
+def live(dash_path, rules_path, base, timeout):
+    dash = json.load(open(dash_path))
+    rules = yaml.safe_load(open(rules_path))
+    variables = [v for v in dash["templating"]["list"] if v["type"] == "query"]
+    deadline = time.monotonic() + timeout
+    while True:
+        failures, evaluated = [], 0
+        # Variables: "All" (.*), and the first value of each, resolved in order.
+        all_values = {v["name"]: v.get("allValue", ".*") for v in variables}
+        first = {}
+        for v in variables:
+            q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+            found = label_values(base, q, first)
+            if not found:
+                failures.append(f"variable {v['name']}: {q} found no values")
+            else:
+                first[v["name"]] = promql_regex_escape(found[0])
+        exprs = []
+        for p in panels_of(dash):
+            for t in p.get("targets", []):
+                for label, values in (("all", all_values), ("first", first)):
+                    exprs.append((f"panel {p['id']} {p['title']!r} {t['refId']} [{label}]",
+                                  substitute(t["expr"], values), True))
+        for g in rules["groups"]:
+            for r in g["rules"]:
+                name = r.get("alert") or r.get("record")
+                exprs.append((f"rule {name}", as_bool(shorten(r["expr"])), True))
+                # The expression as written must at least be valid PromQL.
+                exprs.append((f"rule {name} (as written)", r["expr"], False))
+        for what, expr, need_data in exprs:
+            evaluated += 1
+            res = get(base, "/api/v1/query", query=expr)
+            if res.get("status") != "success":
+                failures.append(f"{what}: {res.get('error')} in: {expr}")
+                continue
+            result = res["data"]["result"]
+            if not need_data:
+                continue
+            if not result:
+                failures.append(f"{what}: no data for: {expr}")
+                continue
+            vals = [float(s["value"][1]) for s in result]
+            if not any(math.isfinite(x) for x in vals):
+                failures.append(f"{what}: only NaN/Inf ({vals[:3]}) for: {expr}")
+        health = get(base, "/api/v1/rules")
+        loaded = 0
+        for g in health.get("data", {}).get("groups", []):
+            for r in g["rules"]:
+                loaded += 1
+                if r.get("health") != "ok":
+                    failures.append(f"rule {r['name']}: health {r.get('health')!r} {r.get('lastError', '')}")
+        want = sum(len(g["rules"]) for g in rules["groups"])
+        if loaded != want:
+            failures.append(f"Prometheus loaded {loaded} rules, the file has {want}")
+        if not failures:
+            print(f"dashboard.py live: {evaluated} expressions evaluated, all returned data; "
+                  f"{loaded} rules healthy; variables: {first}")
+            return []
+        if time.monotonic() > deadline:
+            return failures
+        time.sleep(1)
+
+
+def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "check":
+        problems = check(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "live":
+        problems = live(sys.argv[2], sys.argv[3], sys.argv[4].rstrip("/"), float(sys.argv[5]))
+    else:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    for p in problems:
+        print(f"dashboard.py: {p}")
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A real 2-rank training job (two ringtrain-runner processes on loopback, metrics on) scraped
+# by a real Prometheus every second, with the alert rules loaded; then every PromQL expression
+# of the dashboard (variables substituted) and of the rules is evaluated through Prometheus'
+# HTTP API and must return data (dashboard.py live). A CPU machine has no GPU series and no
+# controller yet runs here, so fake_exporters.py serves those series in their documented
+# shape: the GPU ones for the same job and ranks (as the GPU runner will), and the
+# controller's under job "ringtrain-controller".
+source "$(dirname "$0")/lib.sh"
+command -v prometheus >/dev/null || fail "prometheus not installed (Debian package prometheus)"
+command -v promtool >/dev/null || fail "promtool not installed (Debian package prometheus)"
+export RINGTRAIN_NAMESPACE=ml   # the runner's namespace label (the operator sets it in pods)
+
+# The job: 2 ranks, slowed so it outlives the test (killed at exit).
+m0=$(free_port)
+m1=$(free_port)
+master=$(free_port)
+METRICS_PORT=$m0 start_rank 0 2 "$master" tok "$WORK/rank0.log" --epochs 100 --step-sleep-ms 20
+METRICS_PORT=$m1 start_rank 1 2 "$master" tok "$WORK/rank1.log" --epochs 100 --step-sleep-ms 20
+fake=$(free_port)
+python3 "$DELIVERY/fake_exporters.py" "$fake" ml e2e 2 >"$WORK/fake_exporters.log" 2>&1 &
+PIDS+=($!)
+
+prom=$(free_port)
+cat >"$WORK/prometheus.yml" <<YML
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+rule_files:
+  - $SRC/monitoring/ringtrain-rules.yaml
+scrape_configs:
+  # honor_labels keeps the runner's job/namespace/rank, as the chart's PodMonitor does.
+  - job_name: ringtrain-runner
+    honor_labels: true
+    static_configs:
+      - targets: ["127.0.0.1:$m0", "127.0.0.1:$m1"]
+  - job_name: ringtrain-gpu-stand-in
+    honor_labels: true
+    metrics_path: /gpu
+    static_configs:
+      - targets: ["127.0.0.1:$fake"]
+  # The name the chart's ServiceMonitor gives the controller's target (jobLabel).
+  - job_name: ringtrain-controller
+    honor_labels: true
+    metrics_path: /controller
+    static_configs:
+      - targets: ["127.0.0.1:$fake"]
+YML
+promtool check config "$WORK/prometheus.yml" >"$WORK/promtool.log" 2>&1 ||
+  { cat "$WORK/promtool.log"; fail "promtool check config"; }
+prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
+  --web.listen-address="127.0.0.1:$prom" >"$WORK/prometheus.log" 2>&1 &
+PIDS+=($!)
+url=http://127.0.0.1:$prom
+wait_until 60 "Prometheus ready" curl -sf "$url/-/ready"
+
+steps_over() {  # steps_over PORT N: the rank's /status reports more than N steps
+  curl -sf "http://127.0.0.1:$1/status" |
+    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["step"] > int(sys.argv[1]) else 1)' "$2"
+}
+wait_until 120 "both ranks training" bash -c "$(declare -f steps_over); steps_over $m0 5 && steps_over $m1 5"
+all_up() {
+  curl -sf "$url/api/v1/query" --data-urlencode 'query=count(up == 1) == 4' |
+    python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin)["data"]["result"] else 1)'
+}
+wait_until 60 "Prometheus scraping all 4 targets" all_up
+python3 "$DELIVERY/dashboard.py" live "$SRC/monitoring/ringtrain-training.json" \
+  "$SRC/monitoring/ringtrain-rules.yaml" "$url" 60 || fail "PromQL expressions without data"
+# The training did not stop under the scrapes.
+kill -0 "${PIDS[0]}" && kill -0 "${PIDS[1]}" || fail "a rank exited during the test"
+echo PASS
