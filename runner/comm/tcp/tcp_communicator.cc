@@ -5,6 +5,9 @@
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -17,25 +20,39 @@ constexpr std::uint32_t kHelloMagic = 0x52545247;  // "RTRG"
 constexpr Duration kHelloTimeout{std::chrono::seconds(10)};
 constexpr const char* kAbortKey = "abort";
 
+// The gang's ring key: random, agreed through the token-authenticated store, so a peer
+// connection proves the job token too without the token itself crossing the ring.
+constexpr const char* kRingKey = "comm/key";
+constexpr std::size_t kRingKeyBytes = 32;
+
 std::string AddrKey(int rank) { return "comm/addr/" + std::to_string(rank); }
 
 struct Hello {
   std::uint32_t magic;
   std::uint32_t rank;
   std::uint32_t size;
+  unsigned char key[kRingKeyBytes];
 };
 
-Status SendHello(const net::Socket& s, int rank, int size, SteadyTime deadline) {
-  Hello h{htonl(kHelloMagic), htonl(static_cast<std::uint32_t>(rank)),
-          htonl(static_cast<std::uint32_t>(size))};
+Status SendHello(const net::Socket& s, int rank, int size, const std::string& key,
+                 SteadyTime deadline) {
+  Hello h{htonl(kHelloMagic),
+          htonl(static_cast<std::uint32_t>(rank)),
+          htonl(static_cast<std::uint32_t>(size)),
+          {}};
+  std::memcpy(h.key, key.data(), kRingKeyBytes);
   return net::SendAll(s, &h, sizeof(h), deadline);
 }
 
-// Reads a hello and checks it comes from `expect_rank` of a gang of `size`.
-Status RecvHello(const net::Socket& s, int expect_rank, int size, SteadyTime deadline) {
+// Reads a hello and checks it comes from `expect_rank` of a gang of `size` holding the key.
+Status RecvHello(const net::Socket& s, int expect_rank, int size, const std::string& key,
+                 SteadyTime deadline) {
   Hello h{};
   RETURN_IF_ERROR(net::RecvAll(s, &h, sizeof(h), deadline));
   if (ntohl(h.magic) != kHelloMagic) return Unavailable("not a ringtrain peer");
+  if (CRYPTO_memcmp(h.key, key.data(), kRingKeyBytes) != 0) {
+    return PermissionDenied("peer does not hold this gang's ring key");
+  }
   int rank = static_cast<int>(ntohl(h.rank));
   int their_size = static_cast<int>(ntohl(h.size));
   if (rank != expect_rank || their_size != size) {
@@ -99,6 +116,17 @@ StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(rendezvous::S
 
 Status TcpCommunicator::Connect() {
   SteadyTime deadline = DeadlineAfter(options_.connect_timeout);
+  // Every rank proposes a key; the first proposal stored wins and all ranks read it back.
+  unsigned char proposal[kRingKeyBytes / 2];
+  if (RAND_bytes(proposal, sizeof(proposal)) != 1) return Internal("RAND_bytes failed");
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string mine;
+  for (unsigned char b : proposal) {
+    mine += kHex[b >> 4];
+    mine += kHex[b & 15];
+  }
+  ASSIGN_OR_RETURN(std::string key, store_.CompareSet(kRingKey, "", mine));
+  if (key.size() != kRingKeyBytes) return Internal("malformed ring key in the store");
   ASSIGN_OR_RETURN(net::Socket listener, net::Listen(options_.bind_host, 0));
   ASSIGN_OR_RETURN(int port, net::LocalPort(listener));
   RETURN_IF_ERROR(store_.Set(AddrKey(rank_), options_.advertise_host + ":" + std::to_string(port)));
@@ -120,7 +148,7 @@ Status TcpCommunicator::Connect() {
   }
   // Send our hello before accepting: every rank connects first, so waiting for the right
   // neighbour's reply here would wait around the whole ring.
-  RETURN_IF_ERROR(SendHello(*right, rank_, size_, deadline)
+  RETURN_IF_ERROR(SendHello(*right, rank_, size_, key, deadline)
                       .WithContext("hello to rank " + std::to_string(right_)));
 
   for (;;) {
@@ -128,9 +156,10 @@ Status TcpCommunicator::Connect() {
     if (!in.ok()) {
       return in.status().WithContext("waiting for rank " + std::to_string(left_) + " to connect");
     }
-    Status hello = RecvHello(*in, left_, size_, std::min(deadline, DeadlineAfter(kHelloTimeout)));
+    Status hello =
+        RecvHello(*in, left_, size_, key, std::min(deadline, DeadlineAfter(kHelloTimeout)));
     if (hello.ok()) {
-      RETURN_IF_ERROR(SendHello(*in, rank_, size_, deadline)
+      RETURN_IF_ERROR(SendHello(*in, rank_, size_, key, deadline)
                           .WithContext("hello to rank " + std::to_string(left_)));
       from_left_ = std::move(in).value();
       break;
@@ -138,7 +167,7 @@ Status TcpCommunicator::Connect() {
     // A stray or stale connection must not take the place of the real neighbour.
     spdlog::warn("tcp communicator rank {}: dropped a connection: {}", rank_, hello.message());
   }
-  RETURN_IF_ERROR(RecvHello(*right, right_, size_, deadline)
+  RETURN_IF_ERROR(RecvHello(*right, right_, size_, key, deadline)
                       .WithContext("hello from rank " + std::to_string(right_) + " at " + *addr));
   to_right_ = std::move(right).value();
   spdlog::debug("tcp communicator rank {}/{}: ring connected (left {}, right {})", rank_, size_,
