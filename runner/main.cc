@@ -10,6 +10,7 @@
 #include <csignal>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "common/env.h"
 #include "common/logging.h"
@@ -24,6 +25,9 @@
 
 namespace ringtrain {
 namespace {
+
+// How long rank 0 keeps serving the store after a retryable failure.
+constexpr Duration kStoreLinger{std::chrono::seconds(2)};
 
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_signal{0};
@@ -73,19 +77,10 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
   return "127.0.0.1";
 }
 
-Status Run(const train::RankEnv& env, const train::TrainConfig& config,
-           metrics::RunnerMetrics* metrics) {
-  // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
-  ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
-  ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
-  spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
-               config.dataset);
-
-  std::unique_ptr<rendezvous::TcpStoreServer> server;
-  if (env.rank == 0) {
-    ASSIGN_OR_RETURN(server,
-                     rendezvous::TcpStoreServer::Create("0.0.0.0", env.master_port, env.token));
-  }
+// Everything after the store exists: rendezvous, communicator, training.
+Status Train(const train::RankEnv& env, const train::TrainConfig& config,
+             metrics::RunnerMetrics* metrics, const data::Dataset& train_set,
+             const data::Dataset& test_set) {
   rendezvous::TcpStoreClientOptions so;
   so.host = env.rank == 0 ? "127.0.0.1" : env.master_addr;
   so.port = env.master_port;
@@ -122,6 +117,28 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
     RETURN_IF_ERROR(WriteResult(config.result_file, result));
   }
   return Status::Ok();
+}
+
+Status Run(const train::RankEnv& env, const train::TrainConfig& config,
+           metrics::RunnerMetrics* metrics) {
+  // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
+  ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
+  ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
+  spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
+               config.dataset);
+
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  if (env.rank == 0) {
+    ASSIGN_OR_RETURN(server,
+                     rendezvous::TcpStoreServer::Create("0.0.0.0", env.master_port, env.token));
+  }
+  Status s = Train(env, config, metrics, train_set, test_set);
+  if (!s.ok() && server != nullptr && s.retryable() && s.code() != StatusCode::kCancelled &&
+      env.world_size > 1) {
+    // The other ranks read the root cause of a failure from this store: keep it up briefly.
+    std::this_thread::sleep_for(kStoreLinger);
+  }
+  return s;
 }
 
 int Main(int argc, char** argv) {
