@@ -30,6 +30,9 @@ inline const Resource kSecrets{"", "v1", "secrets"};
 inline const Resource kEvents{"", "v1", "events"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases"};
 inline const Resource kTrainingJobs{"ringtrain.dev", "v1alpha1", "trainingjobs"};
+inline const Resource kNamespaces{"", "v1", "namespaces", false};
+inline const Resource kCustomResourceDefinitions{"apiextensions.k8s.io", "v1",
+                                                 "customresourcedefinitions", false};
 
 // API errors map onto Status codes: 404 kNotFound, 409 AlreadyExists kAlreadyExists,
 // 409 Conflict kAborted, 422 kInvalidArgument (message lists the causes), 410 kGone,

@@ -1,0 +1,539 @@
+// KubeClient over cpprestsdk's http_client (asio, HTTP/1.1, http and https). Every cpprestsdk
+// call is wrapped: its exceptions stop here and become Status values.
+#include <cpprest/http_client.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <condition_variable>
+#include <cstdlib>
+#include <deque>
+#include <future>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "common/backoff.h"
+#include "controller/kube/json_fields.h"
+#include "controller/kube/kube_config.h"
+
+namespace ringtrain::kube {
+namespace {
+
+namespace http = web::http;
+namespace client = web::http::client;
+
+// Slack on top of a watch's timeoutSeconds before the client gives up on a silent stream.
+constexpr Duration kWatchIdleSlack{30'000};
+constexpr std::size_t kWatchReadBytes = 64 * 1024;
+
+// Waits for a cpprestsdk task for at most `timeout`; on timeout, cancels through `cts`.
+template <typename T>
+StatusOr<T> Await(pplx::task<T> task, Duration timeout, pplx::cancellation_token_source* cts,
+                  const std::string& what) {
+  auto promise = std::make_shared<std::promise<T>>();
+  auto future = promise->get_future();
+  task.then([promise](pplx::task<T> t) {
+    try {
+      promise->set_value(t.get());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  });
+  if (future.wait_for(timeout) != std::future_status::ready) {
+    if (cts != nullptr) cts->cancel();
+    return DeadlineExceeded(what + ": no answer within " + std::to_string(timeout.count()) + " ms");
+  }
+  try {
+    return future.get();
+  } catch (const http::http_exception& e) {
+    if (e.error_code() == std::errc::timed_out) return DeadlineExceeded(what + ": " + e.what());
+    return Unavailable(what + ": " + e.what());
+  } catch (const pplx::task_canceled&) {
+    return Cancelled(what + ": cancelled");
+  } catch (const std::exception& e) {
+    return Unavailable(what + ": " + e.what());
+  }
+}
+
+StatusCode CodeForHttp(int http_code, const std::string& reason) {
+  switch (http_code) {
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return reason == "AlreadyExists" ? StatusCode::kAlreadyExists : StatusCode::kAborted;
+    case 410:
+      return StatusCode::kGone;
+    case 422:
+      return StatusCode::kInvalidArgument;
+    case 429:
+      return StatusCode::kResourceExhausted;
+    case 504:
+      return StatusCode::kDeadlineExceeded;
+    default:
+      return http_code >= 500 ? StatusCode::kUnavailable : StatusCode::kInternal;
+  }
+}
+
+// A Status from an API error: the code from the HTTP code (and the reason, for 409), the
+// server's message, and every cause of a 422 that the message does not already spell out.
+Status StatusFromApi(int http_code, const Json& status_body, const std::string& raw) {
+  std::string message;
+  std::string reason;
+  if (status_body.is_object() && StringField(status_body, "kind") == "Status") {
+    message = StringField(status_body, "message");
+    reason = StringField(status_body, "reason");
+    const Json* details = status_body.contains("details") ? &status_body["details"] : nullptr;
+    if (details != nullptr && details->is_object() && details->contains("causes") &&
+        (*details)["causes"].is_array()) {
+      std::string extra;
+      for (const auto& cause : (*details)["causes"]) {
+        if (!cause.is_object()) continue;
+        std::string text = StringField(cause, "field");
+        std::string cause_message = StringField(cause, "message");
+        if (!text.empty() && !cause_message.empty()) text += ": ";
+        text += cause_message;
+        if (text.empty() || message.find(text) != std::string::npos) continue;
+        extra += extra.empty() ? "" : "; ";
+        extra += text;
+      }
+      if (!extra.empty()) message += (message.empty() ? "" : " (causes: ") + extra + ")";
+    }
+  } else {
+    message = raw;
+    while (!message.empty() && (message.back() == '\n' || message.back() == '\r')) {
+      message.pop_back();
+    }
+  }
+  if (message.empty()) message = "HTTP " + std::to_string(http_code);
+  return Status(CodeForHttp(http_code, reason), message);
+}
+
+// Transport errors that prove the server never got the whole request (so never acted on it):
+// safe to retry even for writes. A pooled keep-alive connection that the server closed (it
+// restarted) fails this way. cpprestsdk reports them only through its messages.
+bool NeverReachedServer(const Status& s) {
+  if (s.code() != StatusCode::kUnavailable) return false;
+  const std::string& m = s.message();
+  return m.find("Failed to connect") != std::string::npos ||
+         m.find("Failed to write request") != std::string::npos;
+}
+
+std::string PercentEncode(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// Token bucket for writes: `burst` tokens, refilled at `qps` per second.
+class TokenBucket {
+ public:
+  TokenBucket(double qps, int burst)
+      : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_), last_(Now()) {}
+
+  Status Acquire(Duration max_wait) {
+    if (qps_ <= 0) return Status::Ok();
+    std::unique_lock<std::mutex> lock(mu_);
+    // Reserve a token now (possibly going negative) and sleep until it is ours: FIFO-fair.
+    Refill();
+    tokens_ -= 1;
+    if (tokens_ >= 0) return Status::Ok();
+    auto wait = std::chrono::duration<double>(-tokens_ / qps_);
+    if (wait > max_wait) {
+      tokens_ += 1;
+      return DeadlineExceeded("client-side rate limit: a write would wait " +
+                              std::to_string(wait.count()) + " s");
+    }
+    lock.unlock();
+    std::this_thread::sleep_for(wait);
+    return Status::Ok();
+  }
+
+ private:
+  static std::chrono::steady_clock::time_point Now() { return std::chrono::steady_clock::now(); }
+  void Refill() {
+    auto now = Now();
+    tokens_ = std::min<double>(burst_,
+                               tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+  const double qps_;
+  const int burst_;
+  std::mutex mu_;
+  double tokens_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+// One watch: a reader thread turns the chunked body into events; Next() takes them off a queue.
+class RestWatchStream final : public WatchStream {
+ public:
+  RestWatchStream(std::unique_ptr<client::http_client> http, http::http_response response,
+                  std::shared_ptr<pplx::cancellation_token_source> cts)
+      : http_(std::move(http)), response_(std::move(response)), cts_(std::move(cts)) {
+    reader_ = std::thread([this] { Read(); });
+  }
+
+  ~RestWatchStream() override {
+    Close();
+    if (reader_.joinable()) reader_.join();
+  }
+
+  StatusOr<std::optional<WatchEvent>> Next(Duration timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    bool ready = cv_.wait_for(lock, timeout, [&] { return !events_.empty() || ended_ || closed_; });
+    if (!events_.empty()) {
+      WatchEvent e = std::move(events_.front());
+      events_.pop_front();
+      return std::optional<WatchEvent>(std::move(e));
+    }
+    if (closed_) return std::optional<WatchEvent>();
+    if (!ready)
+      return DeadlineExceeded("watch: no event within " + std::to_string(timeout.count()) + " ms");
+    if (!end_status_.ok()) return end_status_;
+    return std::optional<WatchEvent>();
+  }
+
+  void Close() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    cts_->cancel();
+    cv_.notify_all();
+  }
+
+ private:
+  void Read() {
+    Status end;
+    try {
+      auto buf = response_.body().streambuf();
+      std::vector<std::uint8_t> chunk(kWatchReadBytes);
+      std::string line_buffer;
+      for (;;) {
+        // getn waits for all it asks for unless the stream ends, so ask for 1 byte, then the rest.
+        std::size_t n = buf.getn(chunk.data(), 1).get();
+        if (n == 0) {
+          if (buf.exception() != nullptr) std::rethrow_exception(buf.exception());
+          break;
+        }
+        std::size_t avail = buf.in_avail();
+        if (avail > 0) {
+          n += buf.getn(chunk.data() + 1, std::min(avail, chunk.size() - 1)).get();
+        }
+        line_buffer.append(reinterpret_cast<const char*>(chunk.data()), n);
+        std::size_t start = 0;
+        for (std::size_t nl; (nl = line_buffer.find('\n', start)) != std::string::npos;
+             start = nl + 1) {
+          std::string_view line(line_buffer.data() + start, nl - start);
+          if (line.empty() || line == "\r") continue;
+          Json j = Json::parse(line, nullptr, false);
+          if (j.is_discarded() || !j.is_object() || !j.contains("type")) {
+            throw std::runtime_error("watch: malformed event line: " +
+                                     std::string(line.substr(0, 200)));
+          }
+          WatchEvent event{j["type"].get<std::string>(), std::move(j["object"])};
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            events_.push_back(std::move(event));
+          }
+          cv_.notify_all();
+        }
+        line_buffer.erase(0, start);
+        if (Closed()) break;
+      }
+    } catch (const std::exception& e) {
+      end = Unavailable(std::string("watch stream broken: ") + e.what());
+    } catch (...) {
+      end = Unavailable("watch stream broken");
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ended_ = true;
+      end_status_ = end;
+    }
+    cv_.notify_all();
+  }
+
+  bool Closed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+
+  std::unique_ptr<client::http_client> http_;
+  http::http_response response_;
+  std::shared_ptr<pplx::cancellation_token_source> cts_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<WatchEvent> events_;
+  bool ended_ = false;
+  bool closed_ = false;
+  Status end_status_;
+  std::thread reader_;
+};
+
+class RestKubeClient final : public KubeClient {
+ public:
+  RestKubeClient(KubeConfig config, ClientOptions options)
+      : config_(std::move(config)),
+        options_(std::move(options)),
+        limiter_(options_.qps, options_.burst) {}
+
+  Status Init() {
+    try {
+      http_ = std::make_unique<client::http_client>(web::uri(config_.server),
+                                                    HttpConfig(options_.request_timeout));
+    } catch (const std::exception& e) {
+      return InvalidArgument("kube client for \"" + config_.server + "\": " + e.what());
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return Do(http::methods::GET, ObjectPath(r, ns, name), nullptr, "", false);
+  }
+
+  StatusOr<Json> List(const Resource& r, const std::string& ns,
+                      const ListOptions& options) override {
+    std::string query;
+    AddQuery(&query, "labelSelector", options.label_selector);
+    AddQuery(&query, "fieldSelector", options.field_selector);
+    AddQuery(&query, "resourceVersion", options.resource_version);
+    if (options.limit > 0) AddQuery(&query, "limit", std::to_string(options.limit));
+    return Do(http::methods::GET, CollectionPath(r, ns) + query, nullptr, "", false);
+  }
+
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return Do(http::methods::POST, CollectionPath(r, NamespaceFor(r, ns, object)), &object,
+              "application/json", true);
+  }
+
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return Do(http::methods::PUT, ObjectPath(r, NamespaceFor(r, ns, object), NameOf(object)),
+              &object, "application/json", true);
+  }
+
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                              const Json& object) override {
+    return Do(http::methods::PUT,
+              ObjectPath(r, NamespaceFor(r, ns, object), NameOf(object)) + "/status", &object,
+              "application/json", true);
+  }
+
+  StatusOr<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                       const Json& patch, PatchType type, bool status) override {
+    const char* content_type = type == PatchType::kMerge ? "application/merge-patch+json"
+                               : type == PatchType::kStrategicMerge
+                                   ? "application/strategic-merge-patch+json"
+                                   : "application/json-patch+json";
+    return Do(http::methods::PATCH, ObjectPath(r, ns, name) + (status ? "/status" : ""), &patch,
+              content_type, true);
+  }
+
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                const DeleteOptions& options) override {
+    Json body = {{"kind", "DeleteOptions"}, {"apiVersion", "v1"}};
+    if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
+    if (!options.precondition_uid.empty())
+      body["preconditions"] = {{"uid", options.precondition_uid}};
+    return Do(http::methods::DEL, ObjectPath(r, ns, name), &body, "application/json", true)
+        .status();
+  }
+
+  StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
+                                               const WatchOptions& options) override {
+    std::string query = "?watch=1";
+    AddQuery(&query, "labelSelector", options.label_selector);
+    AddQuery(&query, "resourceVersion", options.resource_version);
+    if (options.allow_bookmarks) AddQuery(&query, "allowWatchBookmarks", "true");
+    if (options.timeout_seconds > 0) {
+      AddQuery(&query, "timeoutSeconds", std::to_string(options.timeout_seconds));
+    }
+    const std::string path = CollectionPath(r, ns) + query;
+    const std::string what = "GET " + path;
+    Duration idle = options.timeout_seconds > 0
+                        ? Duration(options.timeout_seconds * 1000LL) + kWatchIdleSlack
+                        : Duration(3'600'000);
+    std::unique_ptr<client::http_client> http;
+    try {
+      http = std::make_unique<client::http_client>(web::uri(config_.server), HttpConfig(idle));
+    } catch (const std::exception& e) {
+      return InvalidArgument(what + ": " + e.what());
+    }
+    auto cts = std::make_shared<pplx::cancellation_token_source>();
+    pplx::task<http::http_response> task;
+    try {
+      task = http->request(Request(http::methods::GET, path, nullptr, ""), cts->get_token());
+    } catch (const std::exception& e) {
+      return Unavailable(what + ": " + e.what());
+    }
+    auto response = Await(task, options_.request_timeout, cts.get(), what);
+    if (!response.ok()) return response.status();
+    if (response->status_code() != http::status_codes::OK) {
+      auto body =
+          Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
+      std::string raw = body.ok() ? *body : "";
+      return StatusFromApi(response->status_code(), Json::parse(raw, nullptr, false), raw);
+    }
+    return std::unique_ptr<WatchStream>(
+        std::make_unique<RestWatchStream>(std::move(http), std::move(*response), std::move(cts)));
+  }
+
+ private:
+  client::http_client_config HttpConfig(Duration timeout) const {
+    client::http_client_config c;
+    c.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+    c.set_validate_certificates(!config_.insecure_skip_tls_verify);
+    KubeConfig tls = config_;
+    c.set_ssl_context_callback([tls](boost::asio::ssl::context& ctx) {
+      // Throws boost::system::system_error on bad PEM; cpprestsdk turns it into a failed request.
+      if (!tls.ca_file.empty()) ctx.load_verify_file(tls.ca_file);
+      if (!tls.ca_data.empty()) ctx.add_certificate_authority(boost::asio::buffer(tls.ca_data));
+      if (!tls.client_cert_file.empty()) ctx.use_certificate_chain_file(tls.client_cert_file);
+      if (!tls.client_cert_data.empty())
+        ctx.use_certificate_chain(boost::asio::buffer(tls.client_cert_data));
+      if (!tls.client_key_file.empty()) {
+        ctx.use_private_key_file(tls.client_key_file, boost::asio::ssl::context::pem);
+      }
+      if (!tls.client_key_data.empty()) {
+        ctx.use_private_key(boost::asio::buffer(tls.client_key_data),
+                            boost::asio::ssl::context::pem);
+      }
+    });
+    return c;
+  }
+
+  http::http_request Request(const http::method& method, const std::string& path, const Json* body,
+                             const std::string& content_type) const {
+    http::http_request req(method);
+    req.set_request_uri(path);
+    req.headers().add("Accept", "application/json");
+    req.headers().add("User-Agent", options_.user_agent);
+    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    if (body != nullptr) req.set_body(body->dump(), content_type);
+    return req;
+  }
+
+  // One API call with its retries: reads retry 429, 5xx and transport errors; writes only 429,
+  // since a write that reached the server may have been applied.
+  StatusOr<Json> Do(const http::method& method, const std::string& path, const Json* body,
+                    const std::string& content_type, bool write) {
+    const std::string what = method + " " + path;
+    Backoff backoff(BackoffOptions{Duration(200), Duration(5'000), 2.0});
+    for (int attempt = 0;; ++attempt) {
+      if (write) RETURN_IF_ERROR(limiter_.Acquire(options_.max_throttle_wait).WithContext(what));
+      std::optional<Duration> retry_after;
+      Status error;
+      auto cts = std::make_shared<pplx::cancellation_token_source>();
+      pplx::task<http::http_response> task;
+      try {
+        task = http_->request(Request(method, path, body, content_type), cts->get_token());
+      } catch (const std::exception& e) {
+        return Unavailable(what + ": " + e.what());
+      }
+      auto response = Await(task, options_.request_timeout, cts.get(), what);
+      if (!response.ok()) {
+        error = response.status();
+      } else {
+        auto text =
+            Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
+        if (!text.ok()) {
+          error = text.status();
+        } else {
+          int code = response->status_code();
+          if (code >= 200 && code < 300) {
+            if (text->empty()) return Json::object();
+            Json j = Json::parse(*text, nullptr, false);
+            if (j.is_discarded()) return DataLoss(what + ": response is not JSON");
+            return j;
+          }
+          error = StatusFromApi(code, Json::parse(*text, nullptr, false), *text);
+          if (response->headers().has("Retry-After")) {
+            long seconds = std::strtol(response->headers()["Retry-After"].c_str(), nullptr, 10);
+            if (seconds >= 0)
+              retry_after = std::min<Duration>(Duration(seconds * 1000), options_.max_retry_after);
+          }
+        }
+      }
+      bool retryable = error.code() == StatusCode::kResourceExhausted ||
+                       (!write && (error.code() == StatusCode::kUnavailable ||
+                                   error.code() == StatusCode::kDeadlineExceeded)) ||
+                       NeverReachedServer(error);
+      if (!retryable || attempt >= options_.max_retries) return error;
+      Duration wait = retry_after.value_or(backoff.Next());
+      spdlog::debug("kube: {} failed ({}), retry {} in {} ms", what, error.ToString(), attempt + 1,
+                    wait.count());
+      std::this_thread::sleep_for(wait);
+    }
+  }
+
+  static void AddQuery(std::string* query, const char* key, const std::string& value) {
+    if (value.empty()) return;
+    *query += query->empty() ? "?" : "&";
+    *query += key;
+    *query += "=";
+    *query += PercentEncode(value);
+  }
+
+  static std::string NameOf(const Json& object) {
+    if (!object.contains("metadata") || !object["metadata"].is_object()) return "";
+    return StringField(object["metadata"], "name");
+  }
+
+  std::string NamespaceFor(const Resource& r, const std::string& ns, const Json& object) const {
+    if (!r.namespaced || !ns.empty()) return ns;
+    if (object.contains("metadata") && object["metadata"].is_object()) {
+      std::string from_object = StringField(object["metadata"], "namespace");
+      if (!from_object.empty()) return from_object;
+    }
+    return config_.ns;
+  }
+
+  static std::string CollectionPath(const Resource& r, const std::string& ns) {
+    std::string p = r.group.empty() ? "/api/" + r.version : "/apis/" + r.group + "/" + r.version;
+    if (r.namespaced && !ns.empty()) p += "/namespaces/" + ns;
+    return p + "/" + r.plural;
+  }
+
+  std::string ObjectPath(const Resource& r, const std::string& ns, const std::string& name) const {
+    std::string effective = r.namespaced && ns.empty() ? config_.ns : ns;
+    return CollectionPath(r, effective) + "/" + PercentEncode(name);
+  }
+
+  KubeConfig config_;
+  ClientOptions options_;
+  TokenBucket limiter_;
+  std::unique_ptr<client::http_client> http_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config,
+                                                    const ClientOptions& options) {
+  if (config.server.rfind("http://", 0) != 0 && config.server.rfind("https://", 0) != 0) {
+    return InvalidArgument("kube client: server \"" + config.server +
+                           "\" must start with http:// or https://");
+  }
+  auto c = std::make_unique<RestKubeClient>(config, options);
+  RETURN_IF_ERROR(c->Init());
+  return std::unique_ptr<KubeClient>(std::move(c));
+}
+
+}  // namespace ringtrain::kube

@@ -1,0 +1,79 @@
+// Leader election on a coordination.k8s.io/v1 Lease, the way client-go's leaderelection does it:
+// acquire when the lease is free or expired, renew every retry period, step down when renewal
+// fails for renew_deadline, release on a graceful stop. Owns one thread; no controller logic.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "controller/kube/kube_client.h"
+
+namespace ringtrain::kube {
+
+struct LeaderElectionConfig {
+  std::string lease_namespace = "default";
+  std::string lease_name = "ringtrain-controller-leader";
+  std::string identity;  // unique per replica: pod name + random suffix
+  Duration lease_duration{15'000};
+  Duration renew_deadline{10'000};
+  Duration retry_period{2'000};
+  // Clear holderIdentity on Stop() so another replica takes over at once, not after expiry.
+  bool release_on_stop = true;
+  // Called on the elector's thread (must not throw); on_stopped_leading also after a lost renewal.
+  std::function<void()> on_started_leading;
+  std::function<void()> on_stopped_leading;
+  std::function<void(const std::string& identity)> on_new_leader;
+  const Clock* clock = nullptr;  // default: the real clock; must outlive the elector
+};
+
+class LeaderElector {
+ public:
+  // `client` must outlive the elector. Checks the durations (lease > renew deadline > retry).
+  static StatusOr<std::unique_ptr<LeaderElector>> Create(KubeClient* client,
+                                                         LeaderElectionConfig config);
+  ~LeaderElector();
+  LeaderElector(const LeaderElector&) = delete;
+  LeaderElector& operator=(const LeaderElector&) = delete;
+
+  // Campaigns until Stop(); after losing the lease it campaigns again.
+  void Start();
+  // Stops campaigning; a leader steps down (on_stopped_leading) and releases the lease if asked.
+  void Stop();
+  bool IsLeader() const;
+  // The holder this elector last saw on the lease ("" = none).
+  std::string CurrentLeader() const;
+
+ private:
+  LeaderElector(KubeClient* client, LeaderElectionConfig config);
+  void Run();
+  // One attempt to take or renew the lease; ok means we hold it now.
+  Status TryAcquireOrRenew();
+  void Release();
+  void SetLeader(bool leader);
+  bool SleepUnlessStopped(Duration d);
+  WallTime Now() const;
+
+  KubeClient* const client_;
+  const LeaderElectionConfig config_;
+  RealClock real_clock_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool leader_ = false;
+  std::string observed_holder_;
+  std::string observed_record_;  // the lease spec as last read, to see whether it moved
+  WallTime observed_time_{};     // local time when observed_record_ last changed
+  Json observed_lease_;          // the lease as last read or written (resourceVersion for updates)
+  std::thread thread_;
+};
+
+// metav1.MicroTime as the API wants it: "2026-11-21T15:27:49.859018Z" (exactly 6 digits).
+std::string FormatMicroTime(WallTime t);
+
+}  // namespace ringtrain::kube

@@ -1,0 +1,343 @@
+// The cpprestsdk KubeClient against the fake API server: CRUD, typed errors, retries, rate
+// limiting and raw watch streams.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "tests/integration/kube/kube_test_util.h"
+
+namespace ringtrain::kube {
+namespace {
+
+using testing::Eventually;
+using testing::KubeTest;
+using testing::LoadManifest;
+using testing::Pod;
+
+std::string Rv(const Json& o) { return o["metadata"]["resourceVersion"].get<std::string>(); }
+
+TEST_F(KubeTest, PodRoundTrip) {
+  auto created = client_->Create(kPods, "default", Pod("p1"));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ((*created)["metadata"]["name"], "p1");
+  EXPECT_FALSE(Rv(*created).empty());
+
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p2", "other")).ok());
+  auto got = client_->Get(kPods, "default", "p1");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ((*got)["metadata"]["uid"], (*created)["metadata"]["uid"]);
+
+  ListOptions by_label;
+  by_label.label_selector = "app in (demo)";
+  auto list = client_->List(kPods, "default", by_label);
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  ASSERT_EQ((*list)["items"].size(), 1u);
+  EXPECT_EQ((*list)["items"][0]["metadata"]["name"], "p1");
+  auto all = client_->List(kPods, "", {});
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ((*all)["items"].size(), 2u);
+
+  Json update = *got;
+  update["metadata"]["labels"]["tier"] = "a";
+  auto updated = client_->Update(kPods, "default", update);
+  ASSERT_TRUE(updated.ok()) << updated.status().ToString();
+  EXPECT_EQ((*updated)["metadata"]["labels"]["tier"], "a");
+  EXPECT_NE(Rv(*updated), Rv(*got));
+
+  auto patched = client_->Patch(kPods, "default", "p1", {{"metadata", {{"labels", {{"x", "y"}}}}}},
+                                PatchType::kMerge);
+  ASSERT_TRUE(patched.ok()) << patched.status().ToString();
+  EXPECT_EQ((*patched)["metadata"]["labels"]["x"], "y");
+  EXPECT_EQ((*patched)["metadata"]["labels"]["tier"], "a");
+
+  auto status = client_->Patch(kPods, "default", "p1", {{"status", {{"phase", "Running"}}}},
+                               PatchType::kMerge, /*status=*/true);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ((*status)["status"]["phase"], "Running");
+
+  ASSERT_TRUE(client_->Delete(kPods, "default", "p1").ok());
+  auto gone = client_->Get(kPods, "default", "p1");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(gone.status().message().find("p1"), std::string::npos) << gone.status().message();
+  Status again = client_->Delete(kPods, "default", "p1");
+  EXPECT_EQ(again.code(), StatusCode::kNotFound);
+}
+
+TEST_F(KubeTest, EmptyNamespaceMeansTheConfiguredOne) {
+  ASSERT_TRUE(client_->Create(kPods, "", Pod("p1")).ok());
+  EXPECT_TRUE(client_->Get(kPods, "", "p1").ok());
+}
+
+TEST_F(KubeTest, TypedErrors) {
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p1")).ok());
+  auto dup = client_->Create(kPods, "default", Pod("p1"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists) << dup.status().ToString();
+
+  auto first = client_->Get(kPods, "default", "p1");
+  ASSERT_TRUE(first.ok());
+  Json a = *first;
+  a["metadata"]["labels"]["v"] = "1";
+  ASSERT_TRUE(client_->Update(kPods, "default", a).ok());
+  Json stale = *first;  // still carries the old resourceVersion
+  stale["metadata"]["labels"]["v"] = "2";
+  auto conflict = client_->Update(kPods, "default", stale);
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_EQ(conflict.status().code(), StatusCode::kAborted) << conflict.status().ToString();
+
+  DeleteOptions wrong_uid;
+  wrong_uid.precondition_uid = "00000000-0000-0000-0000-000000000000";
+  EXPECT_EQ(client_->Delete(kPods, "default", "p1", wrong_uid).code(), StatusCode::kAborted);
+
+  Json bad = Pod("Upper-Case");
+  auto invalid = client_->Create(kPods, "default", bad);
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(invalid.status().message().find("metadata.name"), std::string::npos)
+      << invalid.status().message();
+
+  server_->FailNextRequests("GET", "pods", 401, 1);
+  EXPECT_EQ(client_->Get(kPods, "default", "p1").status().code(), StatusCode::kUnauthenticated);
+  server_->FailNextRequests("GET", "pods", 403, 1);
+  EXPECT_EQ(client_->Get(kPods, "default", "p1").status().code(), StatusCode::kPermissionDenied);
+}
+
+TEST_F(KubeTest, TrainingJobRoundTripAndValidation) {
+  CreateCrd();
+  Json job = LoadManifest("manifests/examples/fashion-mnist-mlp.yaml");
+  auto created = client_->Create(kTrainingJobs, "default", job);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ((*created)["spec"]["replicas"], 2);
+
+  auto got = client_->Get(kTrainingJobs, "default", "fashion-mnist-mlp");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  Json with_status = *got;
+  with_status["status"] = {{"phase", "Running"}, {"restarts", 0}};
+  auto status = client_->UpdateStatus(kTrainingJobs, "default", with_status);
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ((*status)["status"]["phase"], "Running");
+  EXPECT_EQ((*status)["metadata"]["generation"], (*got)["metadata"]["generation"]);
+
+  // The stale resourceVersion of `got` now conflicts.
+  Json stale = *got;
+  stale["spec"]["replicas"] = 3;
+  auto conflict = client_->Update(kTrainingJobs, "default", stale);
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_EQ(conflict.status().code(), StatusCode::kAborted);
+
+  auto dup = client_->Create(kTrainingJobs, "default", job);
+  EXPECT_EQ(dup.status().code(), StatusCode::kAlreadyExists);
+
+  Json zero = job;
+  zero["metadata"]["name"] = "zero";
+  zero["spec"]["replicas"] = 0;
+  auto invalid = client_->Create(kTrainingJobs, "default", zero);
+  ASSERT_FALSE(invalid.ok());
+  EXPECT_EQ(invalid.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(invalid.status().message().find("spec.replicas"), std::string::npos)
+      << invalid.status().message();
+  EXPECT_NE(invalid.status().message().find("greater than or equal to 1"), std::string::npos)
+      << invalid.status().message();
+
+  auto patched = client_->Patch(kTrainingJobs, "default", "fashion-mnist-mlp",
+                                {{"spec", {{"replicas", 4}}}}, PatchType::kMerge);
+  ASSERT_TRUE(patched.ok()) << patched.status().ToString();
+  EXPECT_EQ((*patched)["spec"]["replicas"], 4);
+
+  ASSERT_TRUE(client_->Delete(kTrainingJobs, "default", "fashion-mnist-mlp").ok());
+  EXPECT_EQ(client_->Get(kTrainingJobs, "default", "fashion-mnist-mlp").status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(KubeTest, ReadsRetryAfter429And5xx) {
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p1")).ok());
+  auto before = server_->RequestCount("GET", "pods");
+  server_->FailNextRequests("GET", "pods", 429, 2, /*retry_after_seconds=*/1);
+  auto got = client_->Get(kPods, "default", "p1");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(server_->RequestCount("GET", "pods") - before, 3);
+
+  server_->FailNextRequests("GET", "pods", 503, 1);
+  EXPECT_TRUE(client_->Get(kPods, "default", "p1").ok());
+
+  // Bounded: more failures than retries surface as the typed error.
+  server_->FailNextRequests("GET", "pods", 500, 10);
+  ClientOptions one_retry;
+  one_retry.max_retries = 1;
+  auto c = NewClient(one_retry);
+  auto failed = c->Get(kPods, "default", "p1");
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);
+}
+
+TEST_F(KubeTest, WritesRetryOnlyOn429) {
+  auto before = server_->RequestCount("POST", "pods");
+  server_->FailNextRequests("POST", "pods", 429, 1, 1);
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p1")).ok());
+  EXPECT_EQ(server_->RequestCount("POST", "pods") - before, 2);
+
+  before = server_->RequestCount("POST", "pods");
+  server_->FailNextRequests("POST", "pods", 500, 1);
+  auto failed = client_->Create(kPods, "default", Pod("p2"));
+  EXPECT_EQ(failed.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(server_->RequestCount("POST", "pods") - before, 1);
+
+  server_->FailNextRequests("POST", "pods", 429, 10, 0);
+  auto throttled = client_->Create(kPods, "default", Pod("p3"));
+  EXPECT_EQ(throttled.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST_F(KubeTest, RateLimiterCapsWrites) {
+  ClientOptions slow;
+  slow.qps = 10;
+  slow.burst = 2;
+  auto c = NewClient(slow);
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(c->Create(kPods, "default", Pod("p" + std::to_string(i))).ok());
+  }
+  // 2 from the burst, then 6 at 10/s: at least 0.6 s. A lower bound cannot flake on a slow box.
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(550));
+
+  ClientOptions tight;
+  tight.qps = 0.1;
+  tight.burst = 1;
+  tight.max_throttle_wait = std::chrono::milliseconds(100);
+  auto t = NewClient(tight);
+  ASSERT_TRUE(t->Create(kPods, "default", Pod("t0")).ok());
+  EXPECT_EQ(t->Create(kPods, "default", Pod("t1")).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+// Reads events until one of `type` arrives (or 10 s pass); returns all events seen.
+std::vector<WatchEvent> ReadUntil(WatchStream* w, const std::string& type) {
+  std::vector<WatchEvent> seen;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto e = w->Next(std::chrono::milliseconds(500));
+    if (!e.ok()) {
+      if (e.status().code() == StatusCode::kDeadlineExceeded) continue;
+      ADD_FAILURE() << e.status().ToString();
+      break;
+    }
+    if (!e->has_value()) break;
+    seen.push_back(**e);
+    if (seen.back().type == type) break;
+  }
+  return seen;
+}
+
+TEST_F(KubeTest, WatchSeesAddedModifiedDeletedAndBookmark) {
+  auto list = client_->List(kPods, "default", {});
+  ASSERT_TRUE(list.ok());
+  WatchOptions options;
+  options.resource_version = (*list)["metadata"]["resourceVersion"];
+  options.label_selector = "app=demo";
+  auto w = client_->Watch(kPods, "default", options);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("w1")).ok());
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("ignored", "other")).ok());
+  // A big label so the event line spans several chunks and reads.
+  std::string big(20000, 'x');
+  ASSERT_TRUE(client_
+                  ->Patch(kPods, "default", "w1", {{"metadata", {{"annotations", {{"big", big}}}}}},
+                          PatchType::kMerge)
+                  .ok());
+  ASSERT_TRUE(client_->Delete(kPods, "default", "w1").ok());
+
+  // A pod's DELETE is a MODIFIED (deletionTimestamp) and then a DELETED, as in transcript 05.
+  auto events = ReadUntil(w->get(), "DELETED");
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().type, "ADDED");
+  EXPECT_EQ(events.front().object["metadata"]["name"], "w1");
+  EXPECT_EQ(events[1].type, "MODIFIED");
+  EXPECT_EQ(events[1].object["metadata"]["annotations"]["big"], big);
+  EXPECT_EQ(events.back().type, "DELETED");
+  for (const auto& e : events) EXPECT_EQ(e.object["metadata"]["name"], "w1");
+
+  auto bookmark = ReadUntil(w->get(), "BOOKMARK");
+  ASSERT_FALSE(bookmark.empty());
+  EXPECT_EQ(bookmark.back().type, "BOOKMARK");
+  EXPECT_FALSE(bookmark.back().object["metadata"]["resourceVersion"].get<std::string>().empty());
+}
+
+TEST_F(KubeTest, WatchFromCompactedVersionGets410) {
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p1")).ok());
+  auto list = client_->List(kPods, "default", {});
+  ASSERT_TRUE(list.ok());
+  std::string old_rv = (*list)["metadata"]["resourceVersion"];
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("p2")).ok());
+  server_->ForceCompaction();
+  WatchOptions options;
+  options.resource_version = old_rv;
+  auto w = client_->Watch(kPods, "default", options);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  auto e = (*w)->Next(std::chrono::seconds(5));
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE(e->has_value());
+  EXPECT_EQ((*e)->type, "ERROR");
+  EXPECT_EQ((*e)->object["code"], 410);
+  EXPECT_EQ((*e)->object["reason"], "Expired");
+  auto end = (*w)->Next(std::chrono::seconds(5));
+  ASSERT_TRUE(end.ok()) << end.status().ToString();
+  EXPECT_FALSE(end->has_value());
+}
+
+TEST_F(KubeTest, WatchEndsWhenTheServerEndsIt) {
+  WatchOptions options;
+  options.timeout_seconds = 1;
+  auto w = client_->Watch(kPods, "default", options);
+  ASSERT_TRUE(w.ok());
+  auto events = ReadUntil(w->get(), "never");
+  EXPECT_TRUE(events.empty());
+  auto end = (*w)->Next(std::chrono::seconds(1));
+  ASSERT_TRUE(end.ok());
+  EXPECT_FALSE(end->has_value());
+
+  auto w2 = client_->Watch(kPods, "default", {});
+  ASSERT_TRUE(w2.ok());
+  ASSERT_TRUE(Eventually([&] { return server_->OpenWatchCount() >= 1; }));
+  server_->CloseAllWatches();
+  auto end2 = (*w2)->Next(std::chrono::seconds(5));
+  ASSERT_TRUE(end2.ok()) << end2.status().ToString();
+  EXPECT_FALSE(end2->has_value());
+}
+
+TEST_F(KubeTest, WatchCloseIsPrompt) {
+  auto w = client_->Watch(kPods, "default", {});
+  ASSERT_TRUE(w.ok());
+  std::atomic<bool> returned{false};
+  std::thread reader([&] {
+    auto e = (*w)->Next(std::chrono::seconds(30));
+    EXPECT_TRUE(e.ok());
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  (*w)->Close();
+  EXPECT_TRUE(Eventually([&] { return returned.load(); }, std::chrono::seconds(5)));
+  reader.join();
+  w->reset();  // joins the reader thread: must not hang
+  EXPECT_TRUE(Eventually([&] { return server_->OpenWatchCount() == 0; }));
+}
+
+TEST_F(KubeTest, WatchOfUnknownResourceIsNotFound) {
+  auto w = client_->Watch(kTrainingJobs, "default", {});
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), StatusCode::kNotFound);
+}
+
+TEST_F(KubeTest, ServerDownIsUnavailable) {
+  server_->Stop();
+  ClientOptions no_retry;
+  no_retry.max_retries = 0;
+  auto c = NewClient(no_retry);
+  auto got = c->Get(kPods, "default", "p1");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
+  ASSERT_TRUE(server_->Start().ok());
+}
+
+}  // namespace
+}  // namespace ringtrain::kube
