@@ -152,7 +152,8 @@ TEST_F(InformerTest, SurvivesWatchCutsAndServerRestart) {
     EXPECT_EQ(rec.Count(rec.adds, "p" + std::to_string(i)), 1) << "p" << i;  // no duplicate adds
   }
   EXPECT_EQ(rec.Count(rec.deletes, "p0"), 1);
-  EXPECT_GE(rec.watch_restarts.load(), 4);
+  // Three cuts for sure; the restart cuts a fourth watch only if one was open by then.
+  EXPECT_GE(rec.watch_restarts.load(), 3);
   EXPECT_EQ(rec.relists.load(), 0);  // every gap was resumable from the last resourceVersion
 }
 
