@@ -1,0 +1,266 @@
+#include "controller/operator/controller_command.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "common/env.h"
+#include "common/http.h"
+#include "common/logging.h"
+#include "controller/kube/kube_config.h"
+#include "controller/operator/operator.h"
+
+namespace ringtrain::op {
+namespace {
+
+struct Flags {
+  std::string kubeconfig;
+  std::string ns;
+  bool leader_elect = false;
+  std::string lease_namespace;
+  std::string lease_name = "ringtrain-controller-leader";
+  std::string identity;
+  std::string metrics_addr = ":8080";
+  std::string health_addr = ":8081";
+  std::string runner_image;
+  int workers = 4;
+  double qps = 50;
+  int burst = 100;
+  int progress_interval_ms = 5000;
+  std::string log_level = "info";
+};
+
+constexpr char kUsage[] =
+    "usage: ringtrain controller [--kubeconfig PATH] [--namespace NS] [--leader-elect]\n"
+    "         [--lease-namespace NS] [--lease-name NAME] [--identity ID]\n"
+    "         [--metrics-addr :8080] [--health-addr :8081] [--runner-image IMAGE]\n"
+    "         [--workers N] [--kube-qps Q] [--kube-burst B] [--progress-interval-ms MS]\n"
+    "         [--log-level LEVEL]\n";
+
+StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
+  Flags f;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string arg = args[i];
+    std::optional<std::string> inline_value;
+    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      inline_value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    }
+    auto value = [&]() -> StatusOr<std::string> {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) return InvalidArgument(arg + ": needs a value");
+      return args[++i];
+    };
+    auto integer = [&](std::int64_t min, std::int64_t max) -> StatusOr<std::int64_t> {
+      ASSIGN_OR_RETURN(std::string v, value());
+      ASSIGN_OR_RETURN(std::int64_t n, ParseInt(v, arg));
+      if (n < min || n > max) {
+        return InvalidArgument(arg + ": must be in [" + std::to_string(min) + ", " +
+                               std::to_string(max) + "], got " + v);
+      }
+      return n;
+    };
+    if (arg == "--leader-elect") {
+      f.leader_elect = !inline_value || *inline_value == "true" || *inline_value == "1";
+      continue;
+    }
+    std::string* target = arg == "--kubeconfig"        ? &f.kubeconfig
+                          : arg == "--namespace"       ? &f.ns
+                          : arg == "--lease-namespace" ? &f.lease_namespace
+                          : arg == "--lease-name"      ? &f.lease_name
+                          : arg == "--identity"        ? &f.identity
+                          : arg == "--metrics-addr"    ? &f.metrics_addr
+                          : arg == "--health-addr"     ? &f.health_addr
+                          : arg == "--runner-image"    ? &f.runner_image
+                          : arg == "--log-level"       ? &f.log_level
+                                                       : nullptr;
+    if (target != nullptr) {
+      ASSIGN_OR_RETURN(*target, value());
+    } else if (arg == "--workers") {
+      ASSIGN_OR_RETURN(std::int64_t n, integer(1, 256));
+      f.workers = static_cast<int>(n);
+    } else if (arg == "--kube-burst") {
+      ASSIGN_OR_RETURN(std::int64_t n, integer(1, 100000));
+      f.burst = static_cast<int>(n);
+    } else if (arg == "--progress-interval-ms") {
+      ASSIGN_OR_RETURN(std::int64_t n, integer(50, 3'600'000));
+      f.progress_interval_ms = static_cast<int>(n);
+    } else if (arg == "--kube-qps") {
+      ASSIGN_OR_RETURN(std::string v, value());
+      ASSIGN_OR_RETURN(f.qps, ParseDouble(v, arg));
+      if (f.qps <= 0) return InvalidArgument("--kube-qps: must be positive");
+    } else {
+      return InvalidArgument("unknown flag " + arg);
+    }
+  }
+  return f;
+}
+
+// ":8080" → 0.0.0.0:8080, "127.0.0.1:0" → itself.
+StatusOr<std::pair<std::string, int>> ParseAddr(const std::string& addr, const std::string& what) {
+  auto colon = addr.rfind(':');
+  if (colon == std::string::npos) return InvalidArgument(what + ": want HOST:PORT, got " + addr);
+  std::string host = addr.substr(0, colon);
+  ASSIGN_OR_RETURN(std::int64_t port, ParseInt(addr.substr(colon + 1), what));
+  if (port < 0 || port > 65535) return InvalidArgument(what + ": bad port in " + addr);
+  return std::pair{host.empty() ? std::string("0.0.0.0") : host, static_cast<int>(port)};
+}
+
+StatusOr<kube::KubeConfig> LoadConfig(const Flags& f) {
+  if (!f.kubeconfig.empty()) return kube::LoadKubeconfig(f.kubeconfig);
+  if (auto env = GetEnv("KUBECONFIG"); env && !env->empty()) {
+    // Like kubectl, take the first file of a list.
+    return kube::LoadKubeconfig(env->substr(0, env->find(':')));
+  }
+  return kube::InClusterConfig();
+}
+
+std::string DefaultIdentity() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) std::snprintf(host, sizeof(host), "unknown");
+  return std::string(host) + "_" + RandomToken().substr(0, 8);
+}
+
+int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
+        const sigset_t* signals) {
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
+  auto flags = ParseFlags(args);
+  if (!flags.ok()) {
+    std::fprintf(stderr, "error: %s\n%s", flags.status().message().c_str(), kUsage);
+    return 2;
+  }
+  Flags f = *flags;
+  if (signals != nullptr) InitLogging("controller", f.log_level);
+  auto config = LoadConfig(f);
+  if (!config.ok()) {
+    spdlog::error("cannot find the API server: {}", config.status().ToString());
+    return 1;
+  }
+  if (f.identity.empty()) f.identity = DefaultIdentity();
+  kube::ClientOptions client_options;
+  client_options.qps = f.qps;
+  client_options.burst = f.burst;
+  client_options.user_agent = "ringtrain-controller/" + f.identity;
+  auto client = kube::NewKubeClient(*config, client_options);
+  if (!client.ok()) {
+    spdlog::error("kubernetes client: {}", client.status().ToString());
+    return 1;
+  }
+
+  ControllerMetrics metrics;
+  OperatorOptions options;
+  options.ns = f.ns;
+  options.workers = f.workers;
+  options.reconciler.pods.runner_image = f.runner_image;
+  options.reconciler.progress_interval = Duration(f.progress_interval_ms);
+  options.leader_elect = f.leader_elect;
+  options.election.identity = f.identity;
+  options.election.lease_name = f.lease_name;
+  options.election.lease_namespace = !f.lease_namespace.empty() ? f.lease_namespace
+                                     : config->ns.empty()       ? "default"
+                                                                : config->ns;
+  auto op = Operator::Create(client->get(), options, &metrics);
+  if (!op.ok()) {
+    spdlog::error("{}", op.status().ToString());
+    return 1;
+  }
+  Operator* oper = op->get();
+
+  std::unique_ptr<http::Server> metrics_server, health_server;
+  if (!f.metrics_addr.empty()) {
+    auto addr = ParseAddr(f.metrics_addr, "--metrics-addr");
+    if (!addr.ok()) {
+      spdlog::error("{}", addr.status().message());
+      return 2;
+    }
+    auto s = http::Server::Create(addr->first, addr->second,
+                                  {{"/metrics", [&metrics] {
+                                      return http::Response{
+                                          200, "text/plain; version=0.0.4; charset=utf-8",
+                                          metrics.RenderText()};
+                                    }}});
+    if (!s.ok()) {
+      spdlog::error("metrics server: {}", s.status().ToString());
+      return 1;
+    }
+    metrics_server = std::move(*s);
+  }
+  if (!f.health_addr.empty()) {
+    auto addr = ParseAddr(f.health_addr, "--health-addr");
+    if (!addr.ok()) {
+      spdlog::error("{}", addr.status().message());
+      return 2;
+    }
+    auto s = http::Server::Create(
+        addr->first, addr->second,
+        {{"/healthz",
+          [] {
+            return http::Response{200, "text/plain", "ok\n"};
+          }},
+         {"/readyz", [oper] {
+            return oper->Ready() ? http::Response{200, "text/plain", "ok\n"}
+                                 : http::Response{503, "text/plain", "informers not synced\n"};
+          }}});
+    if (!s.ok()) {
+      spdlog::error("health server: {}", s.status().ToString());
+      return 1;
+    }
+    health_server = std::move(*s);
+  }
+
+  spdlog::info("ringtrain controller {} starting: server {}, namespace {}, leader election {}",
+               f.identity, config->server, f.ns.empty() ? "(all)" : f.ns,
+               f.leader_elect ? "on" : "off");
+  oper->Start();
+  int rc = 0;
+  for (;;) {
+    if (stop != nullptr && stop->load()) break;
+    if (oper->LostLeadership()) {
+      rc = 1;
+      break;
+    }
+    if (signals != nullptr) {
+      timespec ts{0, 200'000'000};
+      int sig = ::sigtimedwait(signals, nullptr, &ts);
+      if (sig > 0) {
+        spdlog::info("signal {}: shutting down", sig);
+        break;
+      }
+    } else {
+      std::this_thread::sleep_for(Duration(50));
+    }
+  }
+  oper->Stop();
+  if (metrics_server) metrics_server->Stop();
+  if (health_server) health_server->Stop();
+  spdlog::info("ringtrain controller stopped");
+  return rc;
+}
+
+}  // namespace
+
+int RunControllerCommand(const std::vector<std::string>& args) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  // Blocked before any thread starts, so every thread inherits the mask and only sigtimedwait
+  // sees them.
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return Run(args, nullptr, &signals);
+}
+
+int RunControllerCommand(const std::vector<std::string>& args, const std::atomic<bool>* stop) {
+  return Run(args, stop, nullptr);
+}
+
+}  // namespace ringtrain::op

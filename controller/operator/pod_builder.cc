@@ -1,0 +1,254 @@
+#include "controller/operator/pod_builder.h"
+
+#include <random>
+#include <sstream>
+
+namespace ringtrain::op {
+namespace {
+
+Json EnvValue(const std::string& name, const std::string& value) {
+  return {{"name", name}, {"value", value}};
+}
+
+// Our env entries replace the user's of the same name; the user's others are kept after ours.
+Json MergeEnv(const Json& ours, const Json& theirs) {
+  Json out = ours;
+  if (!theirs.is_array()) return out;
+  for (const auto& e : theirs) {
+    bool shadowed = false;
+    for (const auto& o : ours) shadowed = shadowed || o["name"] == e.value("name", "");
+    if (!shadowed) out.push_back(e);
+  }
+  return out;
+}
+
+Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options,
+                     const Json& user) {
+  const api::JobSpec& spec = job.spec;
+  const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
+  Json c = user.is_object() ? user : Json::object();
+  c["name"] = kContainerName;
+  std::string image = spec.image;
+  if (!options.runner_image.empty() && image == api::JobSpec{}.image) image = options.runner_image;
+  c["image"] = image;
+  if (!spec.command.empty()) {
+    c["command"] = spec.command;
+    c.erase("args");
+  } else {
+    c["command"] = Json::array({options.runner_binary});
+    const std::string ckpt =
+        spec.checkpoint.path.empty() ? options.default_checkpoint_dir : spec.checkpoint.path;
+    c["args"] = api::RunnerArgs(spec, ckpt);
+  }
+  const std::string master = MasterAddr(job, attempt);
+  const std::string port = std::to_string(kMasterPort);
+  const std::string world = std::to_string(spec.world_size());
+  Json env = Json::array({
+      EnvValue("RINGTRAIN_JOB", job.metadata.name),
+      EnvValue("RINGTRAIN_NAMESPACE", job.metadata.ns),
+      EnvValue("RINGTRAIN_RANK", std::to_string(rank)),
+      EnvValue("RINGTRAIN_WORLD_SIZE", world),
+      EnvValue("RINGTRAIN_MASTER_ADDR", master),
+      EnvValue("RINGTRAIN_MASTER_PORT", port),
+      EnvValue("RINGTRAIN_ATTEMPT", std::to_string(attempt)),
+      {{"name", "RINGTRAIN_TOKEN"},
+       {"valueFrom",
+        {{"secretKeyRef", {{"name", TokenSecretName(job.metadata.name)}, {"key", kTokenKey}}}}}},
+      EnvValue("MASTER_ADDR", master),
+      EnvValue("MASTER_PORT", port),
+      EnvValue("WORLD_SIZE", world),
+      EnvValue("RANK", std::to_string(rank)),
+      // Same as `ringtrain run`: the planner gives every rank its own replica.
+      EnvValue("LOCAL_RANK", std::to_string(rank % gpus)),
+      EnvValue("RINGTRAIN_METRICS_PORT", std::to_string(kMetricsPort)),
+      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
+      EnvValue("RINGTRAIN_TERMINATION_LOG", "/dev/termination-log"),
+  });
+  c["env"] = MergeEnv(env, c.value("env", Json::array()));
+  Json ports = Json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}},
+                            {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
+  if (c.contains("ports") && c["ports"].is_array()) {
+    for (const auto& p : c["ports"]) {
+      if (p.value("containerPort", 0) != kMasterPort &&
+          p.value("containerPort", 0) != kMetricsPort) {
+        ports.push_back(p);
+      }
+    }
+  }
+  c["ports"] = ports;
+  if (spec.gpus_per_replica > 0) {
+    c["resources"]["limits"]["nvidia.com/gpu"] = spec.gpus_per_replica;
+  }
+  c["terminationMessagePath"] = "/dev/termination-log";
+  c["terminationMessagePolicy"] = "FallbackToLogsOnError";
+  return c;
+}
+
+}  // namespace
+
+std::string TokenSecretName(const std::string& job) { return job + "-token"; }
+std::string ServiceName(const std::string& job) { return job; }
+
+std::string MasterAddr(const api::TrainingJob& job, int attempt) {
+  return reconcile::ReplicaName(job.metadata.name, attempt, 0) + "." +
+         ServiceName(job.metadata.name) + "." + job.metadata.ns + ".svc";
+}
+
+Json OwnerReference(const api::TrainingJob& job) {
+  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"name", job.metadata.name},
+          {"uid", job.metadata.uid},        {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options) {
+  Json tmpl = Json::object();
+  if (!job.spec.pod_template_json.empty()) {
+    tmpl = Json::parse(job.spec.pod_template_json, nullptr, false);
+    if (tmpl.is_discarded() || !tmpl.is_object()) tmpl = Json::object();
+  }
+  Json meta = tmpl.value("metadata", Json::object());
+  if (!meta.is_object()) meta = Json::object();
+  Json spec = tmpl.value("spec", Json::object());
+  if (!spec.is_object()) spec = Json::object();
+
+  const std::string name = reconcile::ReplicaName(job.metadata.name, attempt, rank);
+  Json pod_meta = {{"name", name}, {"namespace", job.metadata.ns}};
+  Json labels = meta.value("labels", Json::object());
+  labels[kJobLabel] = job.metadata.name;
+  labels[kRankLabel] = std::to_string(rank);
+  labels[kAttemptLabel] = std::to_string(attempt);
+  pod_meta["labels"] = labels;
+  Json annotations = meta.value("annotations", Json::object());
+  annotations[kMetricsPortAnnotation] = std::to_string(kMetricsPort);
+  pod_meta["annotations"] = annotations;
+  pod_meta["ownerReferences"] = Json::array({OwnerReference(job)});
+
+  Json user_runner;
+  Json others = Json::array();
+  if (spec.contains("containers") && spec["containers"].is_array()) {
+    for (const auto& c : spec["containers"]) {
+      if (c.value("name", "") == kContainerName) {
+        user_runner = c;
+      } else {
+        others.push_back(c);
+      }
+    }
+  }
+  Json containers = Json::array({RunnerContainer(job, attempt, rank, options, user_runner)});
+  for (auto& c : others) containers.push_back(std::move(c));
+  spec["containers"] = containers;
+  spec["restartPolicy"] = "Never";
+  spec["hostname"] = name;
+  spec["subdomain"] = ServiceName(job.metadata.name);
+  if (!job.spec.run_policy.scheduler_name.empty()) {
+    spec["schedulerName"] = job.spec.run_policy.scheduler_name;
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
+}
+
+Json BuildService(const api::TrainingJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", ServiceName(job.metadata.name)},
+            {"namespace", job.metadata.ns},
+            {"labels", {{kJobLabel, job.metadata.name}}},
+            {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", {{kJobLabel, job.metadata.name}}},
+            {"ports", Json::array({{{"name", "rendezvous"},
+                                    {"port", kMasterPort},
+                                    {"targetPort", kMasterPort},
+                                    {"protocol", "TCP"}}})}}}};
+}
+
+Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", TokenSecretName(job.metadata.name)},
+            {"namespace", job.metadata.ns},
+            {"labels", {{kJobLabel, job.metadata.name}}},
+            {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"type", "Opaque"},
+          {"stringData", {{kTokenKey, token}}}};
+}
+
+bool OwnedBy(const Json& pod, const std::string& uid) {
+  const Json* refs = nullptr;
+  if (auto m = pod.find("metadata"); m != pod.end()) {
+    if (auto r = m->find("ownerReferences"); r != m->end() && r->is_array()) refs = &*r;
+  }
+  if (refs == nullptr) return false;
+  for (const auto& r : *refs) {
+    if (r.value("uid", "") == uid && r.value("controller", false)) return true;
+  }
+  return false;
+}
+
+reconcile::ObservedReplica ObserveReplica(const Json& pod) {
+  using reconcile::ReplicaPhase;
+  reconcile::ObservedReplica r;
+  const Json meta = pod.value("metadata", Json::object());
+  r.name = meta.value("name", "");
+  r.terminating = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+  const Json labels = meta.value("labels", Json::object());
+  auto label_int = [&](const char* key) {
+    auto it = labels.find(key);
+    if (it == labels.end() || !it->is_string()) return -1;
+    const std::string s = it->get<std::string>();
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) {
+      return -1;
+    }
+    return std::stoi(s);
+  };
+  r.rank = label_int(kRankLabel);
+  r.attempt = label_int(kAttemptLabel);
+  if (r.attempt < 0) r.rank = -1;
+
+  const Json status = pod.value("status", Json::object());
+  const std::string phase = status.value("phase", "Pending");
+  if (phase == "Running" || phase == "Unknown") {
+    r.phase = ReplicaPhase::kRunning;
+  } else if (phase == "Succeeded") {
+    r.phase = ReplicaPhase::kSucceeded;
+  } else if (phase == "Failed") {
+    r.phase = ReplicaPhase::kFailed;
+  }
+  if (auto conds = status.find("conditions"); conds != status.end() && conds->is_array()) {
+    for (const auto& c : *conds) {
+      if (c.value("type", "") == "DisruptionTarget" && c.value("status", "") == "True") {
+        r.disruption = true;
+      }
+    }
+  }
+  if (r.phase == ReplicaPhase::kFailed) {
+    r.reason = status.value("reason", "");
+    r.message = status.value("message", "");
+    if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
+      for (const auto& c : *cs) {
+        if (c.value("name", "") != kContainerName && cs->size() > 1) continue;
+        auto t = c.find("state");
+        if (t == c.end() || !t->contains("terminated")) continue;
+        const Json& term = (*t)["terminated"];
+        r.exit_code = term.value("exitCode", 0);
+        // The pod-level reason (Evicted, NodeLost) says more than the container's "Error".
+        if (r.reason.empty()) r.reason = term.value("reason", "");
+        std::string msg = term.value("message", "");
+        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+        if (!msg.empty()) r.message = msg;
+      }
+    }
+  }
+  return r;
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  std::ostringstream o;
+  for (int i = 0; i < 8; ++i) o << std::hex << rd();
+  return o.str();
+}
+
+}  // namespace ringtrain::op

@@ -1,0 +1,54 @@
+// The Kubernetes objects of a TrainingJob (its pods, headless Service and token Secret) and the
+// reading of a pod back into the planner's ObservedReplica. Pure JSON in, JSON out: no I/O.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "controller/api/training_job.h"
+#include "controller/reconcile/planner.h"
+
+namespace ringtrain::op {
+
+using Json = nlohmann::json;
+
+inline constexpr char kJobLabel[] = "ringtrain.dev/job";
+inline constexpr char kRankLabel[] = "ringtrain.dev/rank";
+inline constexpr char kAttemptLabel[] = "ringtrain.dev/attempt";
+// The port rank 0 serves /status on; the operator polls podIP:<this>. Set to the metrics port on
+// every pod; a test kubelet that maps ports rewrites it.
+inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";
+inline constexpr char kContainerName[] = "runner";
+inline constexpr char kTokenKey[] = "token";
+inline constexpr int kMasterPort = 29500;
+inline constexpr int kMetricsPort = 9400;
+
+struct PodOptions {
+  // Used for jobs whose spec.image is the built-in default ("" = keep spec.image).
+  std::string runner_image;
+  std::string runner_binary = "ringtrain-runner";
+  std::string default_checkpoint_dir = "/ckpt";
+};
+
+std::string TokenSecretName(const std::string& job);
+std::string ServiceName(const std::string& job);
+// Rank 0's stable DNS name through the headless Service.
+std::string MasterAddr(const api::TrainingJob& job, int attempt);
+
+Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options);
+Json BuildService(const api::TrainingJob& job);
+Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
+Json OwnerReference(const api::TrainingJob& job);
+
+// Phase, exit code, reason and termination message of the "runner" container, disruption and
+// deletion. Pods without valid rank/attempt labels come back with rank -1 (the planner deletes
+// them as strays).
+reconcile::ObservedReplica ObserveReplica(const Json& pod);
+
+// Whether the pod is owned by the job with this uid (ownerReferences, controller: true).
+bool OwnedBy(const Json& pod, const std::string& uid);
+
+// A fresh random token (hex), for the rendezvous.
+std::string RandomToken();
+
+}  // namespace ringtrain::op

@@ -1,0 +1,390 @@
+#include "controller/operator/reconciler.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "common/http.h"
+#include "common/time_format.h"
+
+namespace ringtrain::op {
+namespace {
+
+using reconcile::Action;
+using reconcile::ObservedReplica;
+using reconcile::ReplicaPhase;
+
+std::string MetaString(const Json& obj, const char* field) {
+  auto m = obj.find("metadata");
+  if (m == obj.end() || !m->is_object()) return "";
+  auto it = m->find(field);
+  return it != m->end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+bool Deleting(const Json& obj) {
+  auto m = obj.find("metadata");
+  return m != obj.end() && m->contains("deletionTimestamp") && !(*m)["deletionTimestamp"].is_null();
+}
+
+std::optional<Duration> Earliest(std::optional<Duration> a, std::optional<Duration> b) {
+  if (!a) return b;
+  if (!b) return a;
+  return std::min(*a, *b);
+}
+
+int MetricsPort(const Json& pod) {
+  auto m = pod.find("metadata");
+  if (m != pod.end() && m->contains("annotations") && (*m)["annotations"].is_object()) {
+    const Json& a = (*m)["annotations"];
+    if (auto it = a.find(kMetricsPortAnnotation); it != a.end() && it->is_string()) {
+      try {
+        int port = std::stoi(it->get<std::string>());
+        if (port > 0 && port < 65536) return port;
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  return kMetricsPort;
+}
+
+}  // namespace
+
+std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+ProgressFetcher HttpProgressFetcher() {
+  return [](const std::string& ip, int port,
+            Duration timeout) -> std::optional<reconcile::ObservedProgress> {
+    auto r = http::Get(ip, port, "/status", timeout);
+    if (!r.ok() || r->code != 200) return std::nullopt;
+    auto j = Json::parse(r->body, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return std::nullopt;
+    reconcile::ObservedProgress p;
+    p.step = j.value("step", std::int64_t{0});
+    p.epoch = j.value("epoch", 0);
+    p.samples_per_second = j.value("samples_per_second", 0.0);
+    p.loss = j.value("loss", 0.0);
+    return p;
+  };
+}
+
+Reconciler::Reconciler(kube::KubeClient* client, const ClusterCache* cache, const Clock* clock,
+                       EventRecorder* events, ControllerMetrics* metrics, ReconcilerOptions options,
+                       ProgressFetcher fetch)
+    : client_(client),
+      cache_(cache),
+      clock_(clock),
+      events_(events),
+      metrics_(metrics),
+      options_(std::move(options)),
+      fetch_(std::move(fetch)),
+      expectations_(options_.expectations_timeout) {}
+
+Reconciler::JobMemory& Reconciler::Memory(const std::string& key) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  return memory_[key];
+}
+
+void Reconciler::ForgetMemory(const std::string& key) {
+  std::lock_guard<std::mutex> lock(memory_mu_);
+  memory_.erase(key);
+}
+
+Status Reconciler::DeletePod(const std::string& key, const Json& pod) {
+  const std::string name = MetaString(pod, "name");
+  kube::DeleteOptions opts;
+  // Only ever delete the pod we observed, not a namesake created since.
+  opts.precondition_uid = MetaString(pod, "uid");
+  expectations_.ExpectDelete(key, name);
+  Status st = client_->Delete(kube::kPods, MetaString(pod, "namespace"), name, opts);
+  if (st.ok()) return st;
+  expectations_.Lower(key, name);
+  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kAborted) {
+    return Status::Ok();  // gone already, or a different pod by now: nothing of ours to delete
+  }
+  return st.WithContext("delete pod " + name);
+}
+
+Status Reconciler::DeleteChildren(const std::string& ns, const std::string& name,
+                                  const std::vector<Json>& pods) {
+  const std::string key = JobKey(ns, name);
+  for (const auto& pod : pods) {
+    if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
+  }
+  for (const auto& [r, child] :
+       {std::pair{&kube::kServices, ServiceName(name)}, {&kube::kSecrets, TokenSecretName(name)}}) {
+    Status st = client_->Delete(*r, ns, child);
+    if (!st.ok() && st.code() != StatusCode::kNotFound) {
+      return st.WithContext("delete " + r->plural + " " + child);
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<ReconcileResult> Reconciler::HandleGone(const std::string& ns, const std::string& name,
+                                                 const std::vector<Json>& pods) {
+  const std::string key = JobKey(ns, name);
+  if (metrics_ != nullptr) metrics_->SetJobPhase(key, "");
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    known = memory_.count(key) > 0;
+  }
+  if (!options_.delete_children || (pods.empty() && !known)) {
+    ForgetMemory(key);
+    expectations_.Clear(key);
+    return ReconcileResult{};
+  }
+  // The cache may lag behind a job created a moment ago: only the API's word deletes pods.
+  auto live = client_->Get(kube::kTrainingJobs, ns, name);
+  if (live.ok()) return ReconcileResult{};
+  if (live.status().code() != StatusCode::kNotFound) return live.status();
+  spdlog::info("job {} is gone: deleting its {} pods, Service and Secret", key, pods.size());
+  RETURN_IF_ERROR(DeleteChildren(ns, name, pods));
+  ForgetMemory(key);
+  return ReconcileResult{};
+}
+
+StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::vector<Json>& pods,
+                                                    const Status& error) {
+  const std::string ns = MetaString(raw, "namespace");
+  const std::string name = MetaString(raw, "name");
+  const std::string key = JobKey(ns, name);
+  const std::string message = "invalid spec: " + error.message();
+  Json status = raw.value("status", Json::object());
+  if (!status.is_object()) status = Json::object();
+  bool already = status.value("phase", "") == "Failed";
+  Json conditions = Json::array();
+  if (status.contains("conditions") && status["conditions"].is_array()) {
+    for (const auto& c : status["conditions"]) {
+      if (c.value("type", "") == "Failed") {
+        already =
+            already && c.value("reason", "") == "InvalidSpec" && c.value("message", "") == message;
+        continue;
+      }
+      if (c.value("type", "") == "Running" && c.value("status", "") == "True") continue;
+      conditions.push_back(c);
+    }
+  } else {
+    already = false;
+  }
+  if (metrics_ != nullptr) metrics_->SetJobPhase(key, "Failed");
+  // Whatever ran under the old spec cannot be planned any more.
+  for (const auto& pod : pods) {
+    if (!Deleting(pod) && OwnedBy(pod, MetaString(raw, "uid"))) {
+      RETURN_IF_ERROR(DeletePod(key, pod));
+    }
+  }
+  if (already) return ReconcileResult{};
+  const std::string now = FormatRfc3339(clock_->Now());
+  conditions.push_back({{"type", "Failed"},
+                        {"status", "True"},
+                        {"reason", "InvalidSpec"},
+                        {"message", message},
+                        {"lastTransitionTime", now}});
+  status["phase"] = "Failed";
+  status["conditions"] = conditions;
+  if (!status.contains("completionTime")) status["completionTime"] = now;
+  Json obj = raw;
+  obj["status"] = status;
+  auto written = client_->UpdateStatus(kube::kTrainingJobs, ns, obj);
+  if (!written.ok()) {
+    if (written.status().code() == StatusCode::kNotFound) return ReconcileResult{};
+    return written.status().WithContext("update status of " + key);
+  }
+  expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+  spdlog::warn("job {}: {}", key, message);
+  if (events_ != nullptr) events_->Record(raw, "Warning", "InvalidSpec", message);
+  return ReconcileResult{};
+}
+
+Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory) {
+  if (memory.children_ready) return Status::Ok();
+  const std::string& ns = job.metadata.ns;
+  for (auto [r, obj] : {std::pair{&kube::kSecrets, BuildTokenSecret(job, RandomToken())},
+                        std::pair{&kube::kServices, BuildService(job)}}) {
+    auto created = client_->Create(*r, ns, obj);
+    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
+      return created.status().WithContext("create " + r->plural + " " +
+                                          obj["metadata"]["name"].get<std::string>());
+    }
+  }
+  memory.children_ready = true;
+  return Status::Ok();
+}
+
+StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
+  const std::string key = JobKey(ns, name);
+  std::optional<Json> cached = cache_->GetJob(ns, name);
+  std::vector<Json> pods = cache_->JobPods(ns, name);
+  if (!cached) return HandleGone(ns, name, pods);
+  const Json& raw = *cached;
+  if (Deleting(raw)) return ReconcileResult{};  // the garbage collector takes it from here
+
+  const std::string uid = MetaString(raw, "uid");
+  // Pods of another job of the same name (deleted and re-created) are strays.
+  std::vector<Json> owned;
+  for (auto& pod : pods) {
+    if (OwnedBy(pod, uid)) {
+      owned.push_back(std::move(pod));
+    } else if (!Deleting(pod) && !MetaString(pod, "uid").empty()) {
+      RETURN_IF_ERROR(DeletePod(key, pod));
+    }
+  }
+
+  auto parsed = api::ParseJobJson(raw.dump());
+  if (!parsed.ok()) return HandleInvalid(raw, owned, parsed.status());
+  const api::TrainingJob& job = *parsed;
+
+  std::vector<ObservedReplica> replicas;
+  std::map<std::string, bool> present;
+  std::map<std::string, const Json*> pod_by_name;
+  for (const auto& pod : owned) {
+    replicas.push_back(ObserveReplica(pod));
+    present[replicas.back().name] = replicas.back().terminating;
+    pod_by_name[replicas.back().name] = &pod;
+  }
+  if (!expectations_.Satisfied(key, present, job.metadata.resource_version)) {
+    return ReconcileResult{options_.expectations_recheck};
+  }
+
+  JobMemory& memory = Memory(key);
+  if (memory.uid != uid) memory = JobMemory{uid};
+  const int attempt = job.status.attempt;
+  if (memory.seen_attempt != attempt || api::IsTerminal(job.status.phase) ||
+      job.spec.run_policy.suspend) {
+    memory.seen.clear();
+    memory.seen_attempt = attempt;
+  }
+  // A pod of the running gang that vanished without our delete was deleted by someone (a
+  // person, a drain, a node controller). The planner alone would re-create just that rank into
+  // a gang that has moved on; showing it as failed with reason "Deleted" (retryable) makes the
+  // planner restart the whole gang instead. This memory is the controller's own: a pod deleted
+  // while no controller was running is simply re-created as a missing rank.
+  for (const auto& r : replicas) {
+    if (r.attempt == attempt && !r.terminating && r.rank >= 0) memory.seen[r.name] = r;
+  }
+  for (const auto& [seen_name, last] : memory.seen) {
+    if (present.count(seen_name)) continue;
+    ObservedReplica gone = last;
+    gone.phase = ReplicaPhase::kFailed;
+    gone.reason = "Deleted";
+    gone.exit_code = last.phase == ReplicaPhase::kFailed ? last.exit_code : 0;
+    gone.message = "pod " + seen_name + " was deleted while the gang ran";
+    gone.terminating = true;  // nothing left to delete
+    replicas.push_back(gone);
+  }
+
+  // Progress: rank 0's /status, at most every progress_interval.
+  std::optional<reconcile::ObservedProgress> progress;
+  bool any_running = false;
+  for (const auto& r : replicas) {
+    any_running = any_running || (r.attempt == attempt && r.phase == ReplicaPhase::kRunning);
+  }
+  const auto steady_now = std::chrono::steady_clock::now();
+  if (auto it = pod_by_name.find(reconcile::ReplicaName(name, attempt, 0));
+      it != pod_by_name.end() && steady_now - memory.last_poll >= options_.progress_interval) {
+    const Json& pod = *it->second;
+    const Json status = pod.value("status", Json::object());
+    const std::string ip = status.value("podIP", "");
+    if (status.value("phase", "") == "Running" && !ip.empty() && !Deleting(pod)) {
+      memory.last_poll = steady_now;
+      progress = fetch_(ip, MetricsPort(pod), options_.progress_timeout);
+    }
+  }
+
+  reconcile::PlanInput in;
+  in.job = &job;
+  in.replicas = std::move(replicas);
+  in.progress = progress;
+  in.now = clock_->Now();
+  reconcile::Plan plan = reconcile::PlanReconcile(in);
+
+  // Status first: a gang restart is on record (attempt+1, restarts) before any pod is deleted,
+  // so a crash between the two never loses the failure that caused it.
+  if (plan.status != job.status) {
+    Json obj = raw;
+    obj["status"] = Json::parse(api::StatusToJson(plan.status));
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, ns, obj);
+    if (!written.ok()) {
+      if (written.status().code() == StatusCode::kNotFound) return ReconcileResult{};
+      return written.status().WithContext("update status of " + key);
+    }
+    expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+    if (plan.status.phase != job.status.phase) {
+      spdlog::info("job {}: {} -> {} (attempt {}, restarts {})", key, job.status.phase,
+                   plan.status.phase, plan.status.attempt, plan.status.restarts);
+    }
+  }
+  if (metrics_ != nullptr) {
+    metrics_->SetJobPhase(key, plan.status.phase);
+    if (plan.status.attempt > job.status.attempt && plan.status.phase == "Restarting") {
+      metrics_->IncGangRestarts();
+    }
+  }
+  for (const auto& e : plan.events) {
+    if (events_ != nullptr) events_->Record(raw, e.type, e.reason, e.message);
+  }
+
+  int created = 0;
+  for (const auto& a : plan.actions) {
+    switch (a.kind) {
+      case Action::Kind::kCreateReplica: {
+        RETURN_IF_ERROR(EnsureChildren(job, memory));
+        Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
+        expectations_.ExpectCreate(key, a.name);
+        auto r = client_->Create(kube::kPods, ns, pod);
+        if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
+          expectations_.Lower(key, a.name);
+          return r.status().WithContext("create pod " + a.name);
+        }
+        if (r.ok()) {
+          ++created;
+          if (metrics_ != nullptr) metrics_->IncPodsCreated();
+          spdlog::debug("job {}: created pod {} ({})", key, a.name, a.reason);
+        }
+        break;
+      }
+      case Action::Kind::kDeleteReplica: {
+        memory.seen.erase(a.name);
+        auto it = pod_by_name.find(a.name);
+        if (it == pod_by_name.end()) break;
+        spdlog::debug("job {}: deleting pod {} ({})", key, a.name, a.reason);
+        RETURN_IF_ERROR(DeletePod(key, *it->second));
+        break;
+      }
+      case Action::Kind::kDeleteJob: {
+        spdlog::info("job {}: deleting ({})", key, a.reason);
+        if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(ns, name, owned));
+        kube::DeleteOptions opts;
+        opts.precondition_uid = uid;
+        Status st = client_->Delete(kube::kTrainingJobs, ns, name, opts);
+        if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + key);
+        ForgetMemory(key);
+        expectations_.Clear(key);
+        return ReconcileResult{};
+      }
+    }
+  }
+
+  if (!memory.pods_ready_observed && created > 0 && metrics_ != nullptr) {
+    int current = created;
+    for (const auto& r : in.replicas) {
+      current += r.attempt == plan.status.attempt && !r.terminating ? 1 : 0;
+    }
+    if (current >= job.spec.world_size()) {
+      memory.pods_ready_observed = true;
+      if (auto t = ParseRfc3339(job.metadata.creation_timestamp)) {
+        metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
+      }
+    }
+  }
+
+  ReconcileResult result;
+  result.requeue_after = plan.requeue_after;
+  if (any_running && !api::IsTerminal(plan.status.phase)) {
+    result.requeue_after = Earliest(result.requeue_after, options_.progress_interval);
+  }
+  return result;
+}
+
+}  // namespace ringtrain::op

@@ -1,0 +1,106 @@
+// The Kubernetes executor of the shared planner: reads a TrainingJob and its pods from the
+// informer cache, plans with reconcile::PlanReconcile, writes the status (only when it changed)
+// and then carries out the plan with pods, a headless Service and a token Secret. Owns the
+// expectations and the small per-job memory; must not watch or list anything itself.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "controller/kube/kube_client.h"
+#include "controller/operator/controller_metrics.h"
+#include "controller/operator/event_recorder.h"
+#include "controller/operator/expectations.h"
+#include "controller/operator/pod_builder.h"
+#include "controller/reconcile/planner.h"
+
+namespace ringtrain::op {
+
+// What the informers hold. Implementations are thread-safe and return copies.
+class ClusterCache {
+ public:
+  virtual ~ClusterCache() = default;
+  virtual std::optional<Json> GetJob(const std::string& ns, const std::string& name) const = 0;
+  // Pods labelled ringtrain.dev/job=<job> in ns, whoever owns them.
+  virtual std::vector<Json> JobPods(const std::string& ns, const std::string& job) const = 0;
+};
+
+// Rank 0's GET /status at ip:port, or nullopt if it could not be read in time.
+using ProgressFetcher = std::function<std::optional<reconcile::ObservedProgress>(
+    const std::string& ip, int port, Duration timeout)>;
+ProgressFetcher HttpProgressFetcher();
+
+struct ReconcilerOptions {
+  PodOptions pods;
+  Duration progress_interval{5000};  // how often rank 0's /status is read while running
+  Duration progress_timeout{500};
+  Duration expectations_timeout{30'000};
+  Duration expectations_recheck{1000};  // requeue while waiting for the cache to catch up
+  // Delete pods, Service and Secret ourselves when a job goes (ttl or deleted), rather than
+  // leave it to the garbage collector alone: the fake API server has none, and a real one
+  // does the same a moment later.
+  bool delete_children = true;
+};
+
+struct ReconcileResult {
+  std::optional<Duration> requeue_after;
+};
+
+std::string JobKey(const std::string& ns, const std::string& name);
+
+class Reconciler {
+ public:
+  // `events` and `metrics` may be null.
+  Reconciler(kube::KubeClient* client, const ClusterCache* cache, const Clock* clock,
+             EventRecorder* events, ControllerMetrics* metrics, ReconcilerOptions options,
+             ProgressFetcher fetch = HttpProgressFetcher());
+
+  // One level-triggered pass over one job. Errors (conflicts, API errors) mean "retry with
+  // backoff"; the job is never reconciled by two threads at once (the work queue sees to it).
+  StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
+
+ private:
+  // What the reconciler remembers about a job between passes; lost on restart by design: it
+  // only sharpens decisions the cache alone could also make.
+  struct JobMemory {
+    std::string uid;
+    bool children_ready = false;
+    int seen_attempt = -1;
+    // Pods of the current attempt seen in the cache: one that vanishes without our delete was
+    // deleted by someone else, which restarts the gang (see Reconcile).
+    std::map<std::string, reconcile::ObservedReplica> seen;
+    SteadyTime last_poll{};
+    bool pods_ready_observed = false;
+  };
+
+  StatusOr<ReconcileResult> HandleGone(const std::string& ns, const std::string& name,
+                                       const std::vector<Json>& pods);
+  StatusOr<ReconcileResult> HandleInvalid(const Json& raw, const std::vector<Json>& pods,
+                                          const Status& error);
+  Status EnsureChildren(const api::TrainingJob& job, JobMemory& memory);
+  Status DeleteChildren(const std::string& ns, const std::string& name,
+                        const std::vector<Json>& pods);
+  Status DeletePod(const std::string& key, const Json& pod);
+  JobMemory& Memory(const std::string& key);
+  void ForgetMemory(const std::string& key);
+
+  kube::KubeClient* client_;
+  const ClusterCache* cache_;
+  const Clock* clock_;
+  EventRecorder* events_;
+  ControllerMetrics* metrics_;
+  const ReconcilerOptions options_;
+  ProgressFetcher fetch_;
+  Expectations expectations_;
+  std::mutex memory_mu_;  // guards the map; an entry is only touched by its key's worker
+  std::map<std::string, JobMemory> memory_;
+};
+
+}  // namespace ringtrain::op

@@ -1,0 +1,109 @@
+#include "controller/operator/work_queue.h"
+
+#include <algorithm>
+
+namespace ringtrain::op {
+
+void WorkQueue::AddLocked(const std::string& key) {
+  if (shutdown_ || dirty_.count(key)) return;
+  dirty_.insert(key);
+  if (processing_.count(key)) return;
+  queue_.push_back(key);
+  cv_.notify_one();
+}
+
+void WorkQueue::Add(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_.erase(key);
+  AddLocked(key);
+}
+
+void WorkQueue::AddAfter(const std::string& key, Duration delay) {
+  if (delay <= Duration(0)) return Add(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return;
+  const SteadyTime at = std::chrono::steady_clock::now() + delay;
+  auto [it, inserted] = waiting_.emplace(key, at);
+  if (!inserted && at < it->second) it->second = at;
+  // A sleeping Get() may need to wake earlier than it planned.
+  cv_.notify_all();
+}
+
+void WorkQueue::AddRateLimited(const std::string& key) {
+  Duration delay;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int n = failures_[key]++;
+    double ms = static_cast<double>(options_.base_delay.count());
+    for (int i = 0; i < n && ms < static_cast<double>(options_.max_delay.count()); ++i) ms *= 2;
+    delay = std::min(options_.max_delay, Duration(static_cast<Duration::rep>(ms)));
+  }
+  AddAfter(key, delay);
+}
+
+void WorkQueue::Forget(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failures_.erase(key);
+}
+
+int WorkQueue::NumRequeues(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = failures_.find(key);
+  return it == failures_.end() ? 0 : it->second;
+}
+
+void WorkQueue::PromoteDueLocked(SteadyTime now) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->second <= now) {
+      std::string key = it->first;
+      it = waiting_.erase(it);
+      AddLocked(key);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::optional<std::string> WorkQueue::Get() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (shutdown_) return std::nullopt;
+    PromoteDueLocked(std::chrono::steady_clock::now());
+    if (!queue_.empty()) {
+      std::string key = std::move(queue_.front());
+      queue_.pop_front();
+      dirty_.erase(key);
+      processing_.insert(key);
+      return key;
+    }
+    if (waiting_.empty()) {
+      cv_.wait(lock);
+    } else {
+      SteadyTime next = SteadyTime::max();
+      for (const auto& [k, at] : waiting_) next = std::min(next, at);
+      cv_.wait_until(lock, next);
+    }
+  }
+}
+
+void WorkQueue::Done(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  processing_.erase(key);
+  if (dirty_.count(key)) {
+    queue_.push_back(key);
+    cv_.notify_one();
+  }
+}
+
+void WorkQueue::ShutDown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
+std::size_t WorkQueue::Len() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
+}
+
+}  // namespace ringtrain::op

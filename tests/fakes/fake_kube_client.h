@@ -1,0 +1,201 @@
+// An in-memory KubeClient for unit tests of code above the client (the reconciler): objects by
+// resource/namespace/name, resourceVersions, AlreadyExists/NotFound/Conflict, the status
+// subresource, merge patches, equality label selectors, and a log of the writes made. No
+// watches (Watch answers kUnavailable): tests drive caches directly.
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "controller/kube/kube_client.h"
+
+namespace ringtrain::kube::testing {
+
+class FakeKubeClient final : public KubeClient {
+ public:
+  struct Write {
+    std::string verb;  // create | update | update-status | patch | delete
+    std::string plural;
+    std::string ns;
+    std::string name;
+  };
+
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(Key(r, ns, name));
+    if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
+    return it->second;
+  }
+
+  StatusOr<Json> List(const Resource& r, const std::string& ns,
+                      const ListOptions& options) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Json items = Json::array();
+    for (const auto& [k, obj] : objects_) {
+      if (std::get<0>(k) != r.group + "/" + r.plural) continue;
+      if (!ns.empty() && r.namespaced && std::get<1>(k) != ns) continue;
+      if (Matches(obj, options.label_selector)) items.push_back(obj);
+    }
+    return Json{{"kind", "List"},
+                {"metadata", {{"resourceVersion", std::to_string(rv_)}}},
+                {"items", items}};
+  }
+
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Json obj = object;
+    const std::string name = obj["metadata"].value("name", "");
+    if (!Fail("create", r, ns, name).ok()) return Fail("create", r, ns, name);
+    auto key = Key(r, ns, name);
+    if (objects_.count(key)) return AlreadyExists(r.plural + " \"" + name + "\" already exists");
+    obj["metadata"]["namespace"] = ns;
+    obj["metadata"]["uid"] = "uid-" + std::to_string(++uid_);
+    obj["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
+    objects_[key] = obj;
+    writes_.push_back({"create", r.plural, ns, name});
+    return obj;
+  }
+
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return Put(r, ns, object, false);
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                              const Json& object) override {
+    return Put(r, ns, object, true);
+  }
+
+  StatusOr<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                       const Json& patch, PatchType, bool status) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = objects_.find(Key(r, ns, name));
+    if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
+    Json p = status ? Json{{"status", patch.value("status", Json::object())}} : patch;
+    it->second.merge_patch(p);
+    it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    writes_.push_back({"patch", r.plural, ns, name});
+    return it->second;
+  }
+
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                const DeleteOptions& options) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(Fail("delete", r, ns, name));
+    auto it = objects_.find(Key(r, ns, name));
+    if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
+    if (!options.precondition_uid.empty() &&
+        it->second["metadata"].value("uid", "") != options.precondition_uid) {
+      return Aborted("precondition failed: uid");
+    }
+    objects_.erase(it);
+    ++rv_;
+    writes_.push_back({"delete", r.plural, ns, name});
+    return Status::Ok();
+  }
+
+  StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource&, const std::string&,
+                                               const WatchOptions&) override {
+    return Unavailable("FakeKubeClient has no watches");
+  }
+
+  // --- Test hooks ---------------------------------------------------------------------------
+  // Objects as a kubelet or a user would change them, bypassing the write log.
+  void Set(const Resource& r, const std::string& ns, const Json& object) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Json obj = object;
+    obj["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    objects_[Key(r, ns, obj["metadata"].value("name", ""))] = obj;
+  }
+  // The next `count` calls of `verb` on `plural` fail with `status`.
+  void FailNext(const std::string& verb, const std::string& plural, Status status, int count) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failures_.push_back({verb, plural, std::move(status), count});
+  }
+  std::vector<Write> Writes() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_;
+  }
+  int CountWrites(const std::string& verb, const std::string& plural) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& w : writes_) n += w.verb == verb && w.plural == plural ? 1 : 0;
+    return n;
+  }
+
+ private:
+  using ObjKey = std::tuple<std::string, std::string, std::string>;
+  struct Failure {
+    std::string verb;
+    std::string plural;
+    Status status;
+    int remaining;
+  };
+
+  static ObjKey Key(const Resource& r, const std::string& ns, const std::string& name) {
+    return {r.group + "/" + r.plural, r.namespaced ? ns : "", name};
+  }
+
+  Status Fail(const std::string& verb, const Resource& r, const std::string&, const std::string&) {
+    for (auto it = failures_.begin(); it != failures_.end(); ++it) {
+      if (it->verb == verb && it->plural == r.plural) {
+        Status st = it->status;
+        if (--it->remaining <= 0) failures_.erase(it);
+        return st;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // "a=b,c" (equality and existence only).
+  static bool Matches(const Json& obj, const std::string& selector) {
+    if (selector.empty()) return true;
+    const Json labels = obj.value("/metadata/labels"_json_pointer, Json::object());
+    std::stringstream ss(selector);
+    std::string term;
+    while (std::getline(ss, term, ',')) {
+      auto eq = term.find('=');
+      if (eq == std::string::npos) {
+        if (!labels.contains(term)) return false;
+      } else if (labels.value(term.substr(0, eq), std::string("\x01")) != term.substr(eq + 1)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  StatusOr<Json> Put(const Resource& r, const std::string& ns, const Json& object, bool status) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string name = object["metadata"].value("name", "");
+    RETURN_IF_ERROR(Fail(status ? "update-status" : "update", r, ns, name));
+    auto it = objects_.find(Key(r, ns, name));
+    if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
+    const std::string rv = object["metadata"].value("resourceVersion", "");
+    if (!rv.empty() && rv != it->second["metadata"].value("resourceVersion", "")) {
+      return Aborted("Operation cannot be fulfilled on " + r.plural + " \"" + name +
+                     "\": the object has been modified");
+    }
+    if (status) {
+      it->second["status"] = object.value("status", Json::object());
+    } else {
+      Json keep = it->second.value("status", Json());
+      it->second = object;
+      if (!keep.is_null()) it->second["status"] = keep;
+    }
+    it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    writes_.push_back({status ? "update-status" : "update", r.plural, ns, name});
+    return it->second;
+  }
+
+  mutable std::mutex mu_;
+  std::map<ObjKey, Json> objects_;
+  std::vector<Write> writes_;
+  std::vector<Failure> failures_;
+  std::int64_t rv_ = 100;
+  std::int64_t uid_ = 0;
+};
+
+}  // namespace ringtrain::kube::testing

@@ -1,0 +1,280 @@
+#include "tests/fakes/kubelet/fake_kubelet.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/net.h"
+#include "common/time_format.h"
+#include "tests/fakes/apiserver/wire.h"
+
+extern char** environ;
+
+namespace ringtrain::fake {
+namespace {
+
+using nlohmann::json;
+
+const ResourceId kPods{"", "pods"};
+const ResourceId kSecrets{"", "secrets"};
+
+int FreePort() {
+  auto s = net::Listen("127.0.0.1", 0);
+  if (!s.ok()) return 0;
+  auto port = net::LocalPort(*s);
+  return port.ok() ? *port : 0;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// FallbackToLogsOnError: the last lines of the log when the termination log is empty.
+std::string LastLines(const std::string& text, std::size_t max_bytes) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  return t.size() > max_bytes ? t.substr(t.size() - max_bytes) : t;
+}
+
+std::string Meta(const json& obj, const char* key) {
+  return obj.value("/metadata"_json_pointer, json::object()).value(key, "");
+}
+
+}  // namespace
+
+FakeKubelet::FakeKubelet(FakeApiServer* server, FakeKubeletOptions options)
+    : server_(server), options_(std::move(options)) {}
+
+FakeKubelet::~FakeKubelet() { Stop(); }
+
+void FakeKubelet::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void FakeKubelet::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [uid, p] : procs_) {
+    if (!p.exited) ::kill(p.pid, SIGKILL);
+  }
+  for (auto& [uid, p] : procs_) {
+    if (!p.exited) ::waitpid(p.pid, nullptr, 0);
+    p.exited = true;
+  }
+}
+
+bool FakeKubelet::Signal(const std::string& ns, const std::string& pod, int signal) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [uid, p] : procs_) {
+    if (p.ns == ns && p.name == pod && !p.exited) return ::kill(p.pid, signal) == 0;
+  }
+  return false;
+}
+
+std::set<std::string> FakeKubelet::Started() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return started_;
+}
+
+int FakeKubelet::Running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (const auto& [uid, p] : procs_) n += p.exited ? 0 : 1;
+  return n;
+}
+
+void FakeKubelet::Loop() {
+  while (!stop_) {
+    Tick();
+    std::this_thread::sleep_for(options_.poll);
+  }
+}
+
+void FakeKubelet::Tick() {
+  std::vector<json> pods = server_->ListObjects(kPods, "");
+  std::set<std::string> live;
+  for (const auto& pod : pods) {
+    const std::string uid = Meta(pod, "uid");
+    bool deleting = pod["metadata"].contains("deletionTimestamp");
+    if (!deleting) live.insert(uid);
+    bool known;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      known = procs_.count(uid) > 0;
+    }
+    if (!known && !deleting && pod.value("/status/phase"_json_pointer, "Pending") == "Pending") {
+      StartPod(pod);
+    }
+  }
+  {
+    // A pod gone from the API (or being deleted) loses its process, as with a grace period 0.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [uid, p] : procs_) {
+      if (!p.exited && !live.count(uid)) ::kill(p.pid, SIGKILL);
+    }
+  }
+  Reap();
+}
+
+void FakeKubelet::StartPod(const json& pod) {
+  const std::string ns = Meta(pod, "namespace");
+  const std::string name = Meta(pod, "name");
+  const std::string uid = Meta(pod, "uid");
+  const json labels = pod.value("/metadata/labels"_json_pointer, json::object());
+  const std::string job = labels.value("ringtrain.dev/job", name);
+  const std::string attempt = labels.value("ringtrain.dev/attempt", "0");
+  const json& c = pod["spec"]["containers"][0];
+
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& e : c.value("env", json::array())) {
+    const std::string key = e.value("name", "");
+    if (e.contains("value")) {
+      env[key] = e.value("value", "");
+    } else if (e.contains("valueFrom")) {
+      const json& from = e["valueFrom"];
+      if (from.contains("secretKeyRef")) {
+        auto secret = server_->GetObject(kSecrets, ns, from["secretKeyRef"].value("name", ""));
+        if (!secret) return;  // CreateContainerConfigError: try again next tick
+        std::string decoded;
+        Base64Decode(secret->value("/data"_json_pointer, json::object())
+                         .value(from["secretKeyRef"].value("key", ""), ""),
+                     &decoded);
+        env[key] = decoded;
+      } else if (from.contains("fieldRef")) {
+        const std::string path = from["fieldRef"].value("fieldPath", "");
+        env[key] = path == "status.podIP"         ? "127.0.0.1"
+                   : path == "metadata.name"      ? name
+                   : path == "metadata.namespace" ? ns
+                                                  : "";
+      }
+    }
+  }
+  const std::string port_key = ns + "/" + job + "/" + attempt;
+  int master_port;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!master_ports_.count(port_key)) master_ports_[port_key] = FreePort();
+    master_port = master_ports_[port_key];
+  }
+  const int metrics_port = FreePort();
+  env["MASTER_ADDR"] = env["RINGTRAIN_MASTER_ADDR"] = "127.0.0.1";
+  env["MASTER_PORT"] = env["RINGTRAIN_MASTER_PORT"] = std::to_string(master_port);
+  env["RINGTRAIN_METRICS_PORT"] = std::to_string(metrics_port);
+  Proc p;
+  p.ns = ns;
+  p.name = name;
+  p.uid = uid;
+  p.termination_log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".termination-log";
+  p.log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".log";
+  env["RINGTRAIN_TERMINATION_LOG"] = p.termination_log;
+
+  std::vector<std::string> argv;
+  for (const auto& a : c.value("command", json::array())) argv.push_back(a.get<std::string>());
+  for (const auto& a : c.value("args", json::array())) argv.push_back(a.get<std::string>());
+  if (argv.empty()) return;
+  if (argv[0] == "ringtrain-runner") argv[0] = options_.runner_path;
+
+  // The port map first, so the operator never polls a port nobody serves.
+  (void)server_->PatchObject(
+      kPods, ns, name,
+      {{"metadata",
+        {{"annotations", {{"ringtrain.dev/metrics-port", std::to_string(metrics_port)}}}}}});
+
+  std::vector<std::string> env_strings;
+  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> cargv, cenv;
+  for (auto& a : argv) cargv.push_back(a.data());
+  cargv.push_back(nullptr);
+  for (auto& e : env_strings) cenv.push_back(e.data());
+  cenv.push_back(nullptr);
+  int log_fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(137);
+    if (log_fd >= 0) {
+      ::dup2(log_fd, STDOUT_FILENO);
+      ::dup2(log_fd, STDERR_FILENO);
+    }
+    ::execve(cargv[0], cargv.data(), cenv.data());
+    ::_exit(127);
+  }
+  if (log_fd >= 0) ::close(log_fd);
+  if (pid < 0) return;
+  p.pid = pid;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    procs_[uid] = p;
+    started_.insert(name);
+  }
+  const std::string now = FormatRfc3339(std::chrono::system_clock::now());
+  (void)server_->PatchStatus(
+      kPods, ns, name,
+      {{"phase", "Running"},
+       {"podIP", "127.0.0.1"},
+       {"startTime", now},
+       {"containerStatuses", json::array({{{"name", c.value("name", "runner")},
+                                           {"ready", true},
+                                           {"restartCount", 0},
+                                           {"state", {{"running", {{"startedAt", now}}}}}}})}});
+}
+
+void FakeKubelet::Reap() {
+  for (;;) {
+    int wstatus = 0;
+    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) return;
+    Proc p;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      bool found = false;
+      for (auto& [uid, proc] : procs_) {
+        if (proc.pid == pid) {
+          proc.exited = true;
+          p = proc;
+          found = true;
+        }
+      }
+      if (!found) continue;
+    }
+    int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+    std::string message = LastLines(ReadFile(p.termination_log), 4096);
+    if (message.empty() && code != 0) message = LastLines(ReadFile(p.log), 2048);
+    auto pod = server_->GetObject(kPods, p.ns, p.name);
+    if (!pod || Meta(*pod, "uid") != p.uid || (*pod)["metadata"].contains("deletionTimestamp")) {
+      continue;
+    }
+    const std::string now = FormatRfc3339(std::chrono::system_clock::now());
+    json terminated = {{"exitCode", code},
+                       {"reason", code == 0 ? "Completed" : "Error"},
+                       {"startedAt", pod->value("/status/startTime"_json_pointer, now)},
+                       {"finishedAt", now}};
+    if (!message.empty()) terminated["message"] = message;
+    (void)server_->PatchStatus(
+        kPods, p.ns, p.name,
+        {{"phase", code == 0 ? "Succeeded" : "Failed"},
+         {"containerStatuses",
+          json::array({{{"name", (*pod)["spec"]["containers"][0].value("name", "runner")},
+                        {"ready", false},
+                        {"restartCount", 0},
+                        {"state", {{"terminated", terminated}}}}})}});
+  }
+}
+
+}  // namespace ringtrain::fake

@@ -1,0 +1,78 @@
+// A kubelet stand-in for end-to-end tests: polls the fake API server's pods and runs each new
+// pod's runner as a local process, then reports phase, podIP and the container's exit code and
+// termination message through the pods' status. Deleting a pod kills its process.
+//
+// How a pod becomes a local process (all pods share 127.0.0.1):
+//  - command[0] "ringtrain-runner" becomes options.runner_path; args are kept;
+//  - env: values as given; secretKeyRef resolved from the Secret; fieldRef status.podIP →
+//    127.0.0.1, metadata.name/namespace; MASTER_ADDR/RINGTRAIN_MASTER_ADDR → 127.0.0.1;
+//    MASTER_PORT/RINGTRAIN_MASTER_PORT → a free port per (namespace, job, attempt);
+//    RINGTRAIN_METRICS_PORT → a free port per pod, written back to the pod's annotation
+//    ringtrain.dev/metrics-port, which is where the operator reads rank 0's /status
+//    (podIP 127.0.0.1); RINGTRAIN_TERMINATION_LOG → a file in options.workdir.
+//  - a pod whose Secret is missing waits (as CreateContainerConfigError would).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "tests/fakes/apiserver/fake_apiserver.h"
+
+namespace ringtrain::fake {
+
+struct FakeKubeletOptions {
+  std::string runner_path;  // $RINGTRAIN_BUILD_DIR/bin/ringtrain-runner
+  std::string workdir;      // logs and termination logs
+  std::chrono::milliseconds poll{50};
+};
+
+class FakeKubelet {
+ public:
+  FakeKubelet(FakeApiServer* server, FakeKubeletOptions options);
+  ~FakeKubelet();
+  FakeKubelet(const FakeKubelet&) = delete;
+  FakeKubelet& operator=(const FakeKubelet&) = delete;
+
+  void Start();
+  // Kills every process and stops polling.
+  void Stop();
+
+  // Sends `signal` to the running process of the pod; false if there is none.
+  bool Signal(const std::string& ns, const std::string& pod, int signal);
+  // Pods ever started (a process was spawned for them), by name.
+  std::set<std::string> Started() const;
+  int Running() const;
+
+ private:
+  struct Proc {
+    std::string ns;
+    std::string name;
+    std::string uid;
+    pid_t pid = -1;
+    bool exited = false;
+    std::string termination_log;
+    std::string log;
+  };
+  void Loop();
+  void Tick();
+  void StartPod(const nlohmann::json& pod);
+  void Reap();
+
+  FakeApiServer* server_;
+  const FakeKubeletOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, Proc> procs_;  // by pod uid
+  std::map<std::string, int> master_ports_;
+  std::set<std::string> started_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace ringtrain::fake

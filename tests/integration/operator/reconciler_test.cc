@@ -1,0 +1,285 @@
+// The reconciler against an in-memory KubeClient and a cache the test controls (so it can be
+// stale on purpose), plus the pod builder and the work queue.
+#include <gtest/gtest.h>
+
+#include "controller/operator/pod_builder.h"
+#include "controller/operator/reconciler.h"
+#include "controller/operator/work_queue.h"
+#include "tests/fakes/fake_kube_client.h"
+
+namespace ringtrain::op {
+namespace {
+
+using kube::testing::FakeKubeClient;
+
+class SnapshotCache final : public ClusterCache {
+ public:
+  std::optional<Json> GetJob(const std::string&, const std::string&) const override { return job; }
+  std::vector<Json> JobPods(const std::string&, const std::string&) const override { return pods; }
+  // Copies what the client holds now, as an informer that caught up would.
+  void CatchUp(FakeKubeClient& client) {
+    auto j = client.Get(kube::kTrainingJobs, "default", "mnist");
+    job = j.ok() ? std::optional<Json>(*j) : std::nullopt;
+    auto list = client.List(kube::kPods, "default", {"ringtrain.dev/job=mnist"});
+    pods = list->at("items").get<std::vector<Json>>();
+  }
+  std::optional<Json> job;
+  std::vector<Json> pods;
+};
+
+class FixedClock final : public Clock {
+ public:
+  WallTime Now() const override { return WallTime(std::chrono::seconds(1'800'000'000)); }
+};
+
+Json Job(int replicas, Json extra = Json::object()) {
+  Json j = {{"apiVersion", "ringtrain.dev/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "mnist"}, {"namespace", "default"}, {"generation", 1}}},
+            {"spec", {{"replicas", replicas}, {"train", {{"epochs", 1}}}}}};
+  j.merge_patch(extra);
+  return j;
+}
+
+class ReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ReconcilerOptions options;
+    options.expectations_timeout = std::chrono::hours(1);
+    reconciler_ = std::make_unique<Reconciler>(
+        &client_, &cache_, &clock_, nullptr, nullptr, options,
+        [](const std::string&, int, Duration) { return std::nullopt; });
+  }
+  void CreateJob(const Json& job) {
+    ASSERT_TRUE(client_.Create(kube::kTrainingJobs, "default", job).ok());
+    cache_.CatchUp(client_);
+  }
+  Json Status() { return client_.Get(kube::kTrainingJobs, "default", "mnist")->at("status"); }
+  void SetPodPhase(const std::string& name, const std::string& phase, int exit_code = -1) {
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    pod["status"] = {{"phase", phase}, {"podIP", "10.0.0.1"}};
+    if (exit_code >= 0) {
+      pod["status"]["containerStatuses"] = {
+          {{"name", "runner"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
+    }
+    client_.Set(kube::kPods, "default", pod);
+  }
+
+  FakeKubeClient client_;
+  SnapshotCache cache_;
+  FixedClock clock_;
+  std::unique_ptr<Reconciler> reconciler_;
+};
+
+TEST_F(ReconcilerTest, CreatesTheGangOnceEvenWhileTheCacheIsStale) {
+  CreateJob(Job(3));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 3);
+  EXPECT_EQ(client_.CountWrites("create", "secrets"), 1);
+  EXPECT_EQ(client_.CountWrites("create", "services"), 1);
+  EXPECT_EQ(Status()["phase"], "Pending");
+  // The cache has seen neither the pods nor the status: nothing may be done again.
+  for (int i = 0; i < 3; ++i) {
+    auto r = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(r->requeue_after.has_value());
+  }
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 3);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 3);
+}
+
+TEST_F(ReconcilerTest, FailedCreateIsRetriedWithoutWaitingForTheCache) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Unavailable("apiserver down"), 1);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  cache_.CatchUp(client_);
+  auto pods = client_.List(kube::kPods, "default", {"ringtrain.dev/job=mnist"});
+  EXPECT_EQ(pods->at("items").size(), 2u);
+}
+
+TEST_F(ReconcilerTest, RetryableExitRestartsTheWholeGangAndPermanentExitFails) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Failed", 137);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
+  // Status before pods: both old pods are gone, the new gang comes next.
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 2);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-1").ok());
+
+  SetPodPhase("mnist-a1-0", "Failed", 3);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Failed");
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 3);
+}
+
+TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+}
+
+TEST_F(ReconcilerTest, InvalidSpecFailsOnceWithTheReason) {
+  CreateJob(Job(2, {{"spec", {{"backend", "nccl"}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  Json st = Status();
+  EXPECT_EQ(st["phase"], "Failed");
+  ASSERT_EQ(st["conditions"].size(), 1u);
+  EXPECT_EQ(st["conditions"][0]["reason"], "InvalidSpec");
+  EXPECT_NE(st["conditions"][0]["message"].get<std::string>().find("spec.backend"),
+            std::string::npos);
+  cache_.CatchUp(client_);
+  const int writes = static_cast<int>(client_.Writes().size());
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(static_cast<int>(client_.Writes().size()), writes);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+}
+
+TEST_F(ReconcilerTest, ConflictingStatusWriteIsAnErrorAndNothingElseHappens) {
+  CreateJob(Job(2));
+  client_.FailNext("update-status", "trainingjobs", Aborted("conflict"), 1);
+  auto r = reconciler_->Reconcile("default", "mnist");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+}
+
+TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
+  Json raw = Job(
+      4, {{"metadata", {{"uid", "u1"}, {"namespace", "ml"}}},
+          {"spec",
+           {{"gpusPerReplica", 1},
+            {"runPolicy", {{"schedulerName", "volcano"}}},
+            {"template",
+             {{"metadata", {{"labels", {{"team", "a"}}}}},
+              {"spec",
+               {{"nodeSelector", {{"gpu", "a100"}}},
+                {"containers",
+                 {{{"name", "runner"},
+                   {"env",
+                    {{{"name", "EXTRA"}, {"value", "1"}}, {{"name", "RANK"}, {"value", "bogus"}}}},
+                   {"volumeMounts", {{{"name", "data"}, {"mountPath", "/d"}}}}},
+                  {{"name", "sidecar"}, {"image", "busybox"}}}}}}}}}}});
+  auto job = api::ParseJobJson(raw.dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Json pod = BuildPod(*job, 2, 3, PodOptions{});
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-a2-3");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/rank"], "3");
+  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/attempt"], "2");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["hostname"], "mnist-a2-3");
+  EXPECT_EQ(pod["spec"]["subdomain"], "mnist");
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["gpu"], "a100");
+  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["name"], "runner");
+  EXPECT_EQ(c["command"][0], "ringtrain-runner");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+  EXPECT_EQ(c["volumeMounts"][0]["name"], "data");
+  std::map<std::string, Json> env;
+  for (const auto& e : c["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["RINGTRAIN_MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
+  EXPECT_EQ(env["MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
+  EXPECT_EQ(env["RINGTRAIN_MASTER_PORT"]["value"], "29500");
+  EXPECT_EQ(env["RANK"]["value"], "3");  // ours win over the template's
+  EXPECT_EQ(env["WORLD_SIZE"]["value"], "4");
+  EXPECT_EQ(env["RINGTRAIN_ATTEMPT"]["value"], "2");
+  EXPECT_EQ(env["RINGTRAIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"], "mnist-token");
+  EXPECT_EQ(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(env["RINGTRAIN_METRICS_PORT"]["value"], "9400");
+  EXPECT_EQ(env["EXTRA"]["value"], "1");
+  Json svc = BuildService(*job);
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+}
+
+TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
+  Json pod = {{"metadata",
+               {{"name", "j-a1-0"},
+                {"labels", {{"ringtrain.dev/rank", "0"}, {"ringtrain.dev/attempt", "1"}}},
+                {"deletionTimestamp", "2026-01-01T00:00:00Z"}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"conditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}},
+                {"containerStatuses",
+                 {{{"name", "runner"},
+                   {"state",
+                    {{"terminated",
+                      {{"exitCode", 137}, {"reason", "OOMKilled"}, {"message", "oom\n"}}}}}}}}}}};
+  auto r = ObserveReplica(pod);
+  EXPECT_EQ(r.rank, 0);
+  EXPECT_EQ(r.attempt, 1);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_EQ(r.reason, "OOMKilled");
+  EXPECT_EQ(r.message, "oom");
+  EXPECT_TRUE(r.disruption);
+  EXPECT_TRUE(r.terminating);
+  pod["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "low memory"}};
+  r = ObserveReplica(pod);
+  EXPECT_EQ(r.reason, "Evicted");
+  EXPECT_TRUE(reconcile::IsRetryable(r));
+  pod["metadata"]["labels"]["ringtrain.dev/attempt"] = "x";
+  EXPECT_EQ(ObserveReplica(pod).rank, -1);
+}
+
+TEST(WorkQueueTest, DeduplicatesAndNeverHandsOutAKeyTwice) {
+  WorkQueue q;
+  q.Add("a");
+  q.Add("a");
+  q.Add("b");
+  EXPECT_EQ(q.Len(), 2u);
+  auto a = q.Get();
+  ASSERT_EQ(*a, "a");
+  q.Add("a");  // while processing: held back until Done
+  auto b = q.Get();
+  ASSERT_EQ(*b, "b");
+  EXPECT_EQ(q.Len(), 0u);
+  q.Done("a");
+  EXPECT_EQ(q.Len(), 1u);
+  EXPECT_EQ(*q.Get(), "a");
+  q.Done("a");
+  q.Done("b");
+  q.AddAfter("c", Duration(10));
+  EXPECT_EQ(*q.Get(), "c");  // blocks until due
+  q.AddRateLimited("d");
+  q.AddRateLimited("d");
+  EXPECT_EQ(q.NumRequeues("d"), 2);
+  q.Forget("d");
+  EXPECT_EQ(q.NumRequeues("d"), 0);
+  q.ShutDown();
+  EXPECT_FALSE(q.Get().has_value());
+}
+
+}  // namespace
+}  // namespace ringtrain::op
