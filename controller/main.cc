@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "controller/api/training_job.h"
 #include "controller/executors/local_executor.h"
+#include "controller/operator/controller_command.h"
 
 namespace ringtrain {
 namespace {
@@ -28,7 +29,9 @@ void OnSignal(int) { g_interrupted = true; }
 constexpr char kUsage[] =
     "usage:\n"
     "  ringtrain run JOB.yaml [--summary-json FILE] [--workdir DIR] [--runner PATH]\n"
-    "  ringtrain validate JOB.yaml\n";
+    "  ringtrain validate JOB.yaml\n"
+    "  ringtrain controller [--kubeconfig PATH] [--namespace NS] [--leader-elect] ...\n"
+    "      (the Kubernetes operator; `ringtrain controller --help` lists its flags)\n";
 
 std::string DefaultRunnerPath() {
   if (auto env = GetEnv("RINGTRAIN_RUNNER")) return *env;
@@ -178,7 +181,6 @@ int Run(const std::vector<std::string>& args) {
 }
 
 int Main(int argc, char** argv) {
-  InitLogging("ringtrain");
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
@@ -186,8 +188,10 @@ int Main(int argc, char** argv) {
   }
   std::string cmd = args[0];
   args.erase(args.begin());
+  if (cmd != "controller") InitLogging("ringtrain");  // the operator sets up its own
   if (cmd == "run") return Run(args);
   if (cmd == "validate") return Validate(args);
+  if (cmd == "controller") return op::RunControllerCommand(args);
   std::fprintf(stderr, "error: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

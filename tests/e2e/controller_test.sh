@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The `ringtrain controller` binary against the fake API server, driven with the real kubectl:
+# health and readiness, leader election, the gang of pods + Secret + headless Service, truthful
+# `kubectl get tj`, a gang restart after a rank's pod reports exit code 137 (kubectl plays the
+# kubelet), metrics, and a graceful SIGTERM that releases the lease.
+source "$(dirname "$0")/lib.sh"
+command -v kubectl >/dev/null || fail "kubectl not installed"
+"$BIN/fake-apiserver" >"$WORK/apiserver.url" 2>"$WORK/apiserver.log" &
+PIDS+=($!)
+wait_until 30 "the fake API server" test -s "$WORK/apiserver.url"
+url=$(head -n1 "$WORK/apiserver.url")
+cat >"$WORK/kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "$url"}}]
+users: [{name: me, user: {token: e2e}}]
+contexts: [{name: fake, context: {cluster: fake, user: me, namespace: default}}]
+current-context: fake
+YAML
+k() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=20s "$@"; }
+k apply -f "$SRC/manifests/crd/" >/dev/null || fail "CRD apply"
+k wait --for=condition=Established crd/trainingjobs.ringtrain.dev --timeout=30s >/dev/null
+
+mport=$(free_port)
+hport=$(free_port)
+"$BIN/ringtrain" controller --kubeconfig "$WORK/kubeconfig" --leader-elect \
+  --lease-namespace default --identity e2e-controller --progress-interval-ms 500 \
+  --metrics-addr "127.0.0.1:$mport" --health-addr "127.0.0.1:$hport" >"$WORK/controller.log" 2>&1 &
+CTRL=$!
+PIDS+=($CTRL)
+wait_until 60 "/readyz" curl -sf "http://127.0.0.1:$hport/readyz"
+curl -sf "http://127.0.0.1:$hport/healthz" >/dev/null || fail "/healthz"
+lease_holder() { k get lease ringtrain-controller-leader -o 'jsonpath={.spec.holderIdentity}'; }
+holds_lease() { [ "$(lease_holder)" = e2e-controller ]; }
+wait_until 60 "the controller to hold the lease" holds_lease
+
+k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
+pods() { k get pods -l "ringtrain.dev/job=fashion-mnist-mlp,ringtrain.dev/attempt=$1" -o name; }
+two_pods() { [ "$(pods "$1" | wc -l)" = 2 ]; }
+wait_until 60 "the gang of attempt 0" two_pods 0
+k get secret fashion-mnist-mlp-token >/dev/null || fail "no token Secret"
+[ "$(k get service fashion-mnist-mlp -o 'jsonpath={.spec.clusterIP}')" = None ] ||
+  fail "the Service is not headless"
+k get tj fashion-mnist-mlp >"$WORK/tj.txt"
+cat "$WORK/tj.txt"
+grep -q "^NAME *PHASE *REPLICAS *RESTARTS *STEP *SAMPLES/S *AGE" "$WORK/tj.txt" || fail "columns"
+grep -Eq "^fashion-mnist-mlp +Pending +2 +0" "$WORK/tj.txt" || fail "tj row"
+
+# Rank 1 "runs" then is OOM-killed: the whole gang is replaced by attempt 1.
+victim=$(pods 0 | grep -- '-1$' | sed 's|pod/||')
+[ -n "$victim" ] || fail "rank 1 pod of attempt 0 not found"
+for p in $(pods 0 | sed 's|pod/||'); do
+  k patch pod "$p" --subresource=status --type=merge \
+    -p '{"status":{"phase":"Running","podIP":"127.0.0.1"}}' >/dev/null || fail "patch $p running"
+done
+k patch pod "$victim" --subresource=status --type=merge -p '{"status":{"phase":"Failed",
+  "containerStatuses":[{"name":"runner","ready":false,"restartCount":0,"image":"x","imageID":"",
+  "state":{"terminated":{"exitCode":137,"reason":"OOMKilled","message":"out of memory"}}}]}}' \
+  >/dev/null || fail "patch $victim failed"
+wait_until 60 "the gang of attempt 1" two_pods 1
+restarts() { k get tj fashion-mnist-mlp -o 'jsonpath={.status.restarts}'; }
+[ "$(restarts)" = 1 ] || fail "status.restarts is $(restarts), expected 1"
+[ "$(k get tj fashion-mnist-mlp -o 'jsonpath={.status.lastFailure.exitCode}')" = 137 ] ||
+  fail "lastFailure.exitCode"
+gone_attempt0() { [ "$(pods 0 | wc -l)" = 0 ]; }
+wait_until 60 "the pods of attempt 0 to be deleted" gone_attempt0
+
+curl -sf "http://127.0.0.1:$mport/metrics" >"$WORK/metrics.txt" || fail "/metrics"
+if command -v promtool >/dev/null; then promtool check metrics <"$WORK/metrics.txt" || fail "promtool"; fi
+grep -q '^ringtrain_controller_is_leader 1' "$WORK/metrics.txt" || fail "is_leader metric"
+grep -Eq '^ringtrain_controller_pods_created_total [4-9]' "$WORK/metrics.txt" ||
+  fail "pods_created_total should be at least 4"
+grep -Eq '^ringtrain_controller_gang_restarts_total 1' "$WORK/metrics.txt" || fail "gang restarts"
+
+kill -TERM "$CTRL"
+wait_exit "$CTRL" 60
+[ "$RC" = 0 ] || fail "controller exited with $RC after SIGTERM"
+[ -z "$(lease_holder)" ] || fail "lease not released: $(lease_holder)"
+echo PASS
