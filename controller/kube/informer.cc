@@ -138,7 +138,7 @@ StatusOr<std::string> Informer::ListAndReplace() {
   if (list.contains("items") && list["items"].is_array()) {
     for (auto& item : list["items"]) {
       Key key{options_.resource.namespaced ? Meta(item, "namespace") : "", Meta(item, "name")};
-      fresh[std::move(key)] = std::move(item);
+      fresh[std::move(key)] = options_.transform ? options_.transform(item) : std::move(item);
     }
   }
   std::vector<Json> added, updated, deleted;
@@ -222,7 +222,8 @@ Status Informer::WatchOnce(const std::string& resource_version) {
   return result;
 }
 
-void Informer::Apply(const std::string& type, const Json& object) {
+void Informer::Apply(const std::string& type, const Json& received) {
+  const Json object = options_.transform ? options_.transform(received) : received;
   const Key key{options_.resource.namespaced ? Meta(object, "namespace") : "",
                 Meta(object, "name")};
   const std::string rv = Meta(object, "resourceVersion");

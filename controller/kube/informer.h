@@ -26,6 +26,9 @@ struct InformerOptions {
   std::string label_selector;
   int watch_timeout_seconds = 300;  // the server ends each watch after this; we re-watch
   BackoffOptions backoff{Duration(100), Duration(5'000), 2.0};
+  // Applied to every object before it is cached or handed to a handler (client-go's
+  // SetTransform): keep only what the consumer reads, so large caches stay small.
+  std::function<Json(const Json&)> transform;
   // Handlers run on the informer thread, after the cache has changed; keep them short (enqueue a
   // key) and never throw. on_delete also fires for objects a relist finds gone (deleted during a
   // watch gap).
@@ -67,7 +70,7 @@ class Informer {
   StatusOr<std::string> ListAndReplace();
   // Watches until the stream ends. Returns kGone when a relist is needed.
   Status WatchOnce(const std::string& resource_version);
-  void Apply(const std::string& type, const Json& object);
+  void Apply(const std::string& type, const Json& received);
   // Sleeps up to `d` unless Stop() is called; false if stopping.
   bool SleepUnlessStopped(Duration d);
 

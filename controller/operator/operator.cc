@@ -144,6 +144,7 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
   pods.ns = options_.ns;
   pods.label_selector = kJobLabel;
   pods.watch_timeout_seconds = options_.watch_timeout_seconds;
+  pods.transform = &Cache::Trim;
   pods.on_add = pods.on_update = [this](const Json& p) {
     cache_->Upsert(p);
     EnqueuePod(p);

@@ -157,6 +157,28 @@ TEST_F(InformerTest, SurvivesWatchCutsAndServerRestart) {
   EXPECT_EQ(rec.relists.load(), 0);  // every gap was resumable from the last resourceVersion
 }
 
+TEST_F(InformerTest, TransformShapesWhatIsCachedAndHandedOut) {
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("listed")).ok());
+  Recorder rec;
+  InformerOptions o = rec.Options(kPods);
+  o.transform = [](const Json& pod) {
+    Json slim = pod;
+    slim.erase("spec");
+    return slim;
+  };
+  Informer informer(client_.get(), o);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(10)));
+  ASSERT_TRUE(client_->Create(kPods, "default", Pod("watched")).ok());
+  ASSERT_TRUE(Eventually([&] { return informer.Get("default", "watched").has_value(); }));
+  for (const char* name : {"listed", "watched"}) {
+    auto cached = informer.Get("default", name);
+    ASSERT_TRUE(cached.has_value()) << name;
+    EXPECT_FALSE(cached->contains("spec")) << name;
+    EXPECT_TRUE((*cached)["metadata"].contains("resourceVersion")) << name;
+  }
+}
+
 TEST_F(InformerTest, RelistsAfterCompaction) {
   ASSERT_TRUE(client_->Create(kPods, "default", Pod("keep")).ok());
   ASSERT_TRUE(client_->Create(kPods, "default", Pod("vanish")).ok());
