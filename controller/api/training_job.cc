@@ -249,6 +249,12 @@ Status ParseSpec(const json& j, JobSpec* s) {
   ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
   if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));
   RETURN_IF_ERROR(f.NoUnknown());
+  if (s->gpus_per_replica > 1) {
+    // One pod per replica with one rank per GPU needs the GPU runner's local launcher.
+    return InvalidArgument(
+        "spec.gpusPerReplica: more than 1 GPU per replica is not supported yet; use more replicas "
+        "with 1 GPU each");
+  }
   if (s->backend == "nccl" && s->gpus_per_replica == 0) {
     return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
   }

@@ -78,6 +78,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
         BadCase{"  command: run\n", "spec.command: must be a list"},
         BadCase{"  backend: nccl\n", "spec.backend: nccl needs spec.gpusPerReplica"},
+        BadCase{"  gpusPerReplica: 2\n", "spec.gpusPerReplica: more than 1 GPU per replica"},
         BadCase{"  train: [1, 2]\n", "spec.train: must be an object"}));
 
 TEST(Manifest, WrongKindAndNameAreRejected) {
