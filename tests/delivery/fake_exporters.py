@@ -1,17 +1,12 @@
 #!/usr/bin/env python3
-"""Stand-in Prometheus exporters for the series a CPU-only test machine cannot produce:
+"""A stand-in Prometheus exporter for the series a CPU-only test machine cannot produce:
 
   /gpu         the GPU series a rank of the GPU runner exports (issue 4: NVML and CUDA-event
-               metrics, labels job, namespace, rank, gpu), for ranks 0..WORLD-1 of JOB;
-  /controller  the controller's series (`ringtrain controller` on :8080/metrics, as
-               controller/operator/controller_metrics.cc exports them: reconcile
-               histogram, errors, jobs by phase, gang restarts, pods created, watch
-               restarts, pods-ready histogram, leader flag).
+               metrics, labels job, namespace, rank, gpu), for ranks 0..WORLD-1 of JOB.
 
-Counters and histograms grow with wall time and gauges move, so rate(), increase() and
-histogram_quantile() over them give finite numbers, as with the real exporters. Only the names,
-types and labels matter: they are the contract the dashboard and the alert rules are written
-against (README.md (Metrics)). Scrape with honor_labels: true, as the chart's monitors do.
+Gauges move with wall time, so queries over them give finite numbers, as with the real
+exporter. Only the names, types and labels matter: they are the contract the dashboard and
+the alert rules are written against (README.md (Metrics)). Scrape with honor_labels: true, as the chart's monitors do.
 
 usage: fake_exporters.py PORT NAMESPACE JOB WORLD   (serves on 127.0.0.1 until killed)
 """
@@ -22,20 +17,6 @@ import time
 
 PORT, NS, JOB, WORLD = int(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 START = time.monotonic()
-BUCKETS = [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5]
-
-
-def histogram(name, labels, t, rate, mean):
-    """Observations at `rate`/s, spread around `mean` seconds (cumulative buckets)."""
-    count = int(t * rate)
-    lines = [f"# TYPE {name} histogram"]
-    for le in BUCKETS:
-        share = 1 / (1 + math.exp(-(le - mean) / (mean / 3)))
-        lines.append(f'{name}_bucket{{{labels}le="{le}"}} {int(count * share)}')
-    lines.append(f'{name}_bucket{{{labels}le="+Inf"}} {count}')
-    lines.append(f"{name}_sum{{{labels}}} {count * mean:.6f}")
-    lines.append(f"{name}_count{{{labels}}} {count}")
-    return lines
 
 
 def gpu(t):
@@ -55,30 +36,10 @@ def gpu(t):
     return out
 
 
-def controller(t):
-    out = []
-    out += histogram("ringtrain_controller_reconcile_duration_seconds", "", t, 5, 0.004)
-    out += ["# TYPE ringtrain_controller_reconcile_errors_total counter",
-            f"ringtrain_controller_reconcile_errors_total {int(t / 20)}"]
-    out += ["# TYPE ringtrain_controller_jobs gauge"]
-    for phase, n in (("Pending", 0), ("Running", 1), ("Restarting", 0), ("Succeeded", 3),
-                     ("Failed", 1), ("Suspended", 0), ("Unknown", 0)):
-        out.append(f'ringtrain_controller_jobs{{phase="{phase}"}} {n}')
-    out += ["# TYPE ringtrain_controller_gang_restarts_total counter",
-            f"ringtrain_controller_gang_restarts_total {int(t / 10)}"]
-    out += ["# TYPE ringtrain_controller_pods_created_total counter",
-            f"ringtrain_controller_pods_created_total {WORLD * (1 + int(t / 10))}"]
-    out += ["# TYPE ringtrain_controller_watch_restarts_total counter",
-            f"ringtrain_controller_watch_restarts_total {int(t / 5)}"]
-    out += histogram("ringtrain_controller_job_pods_ready_seconds", "", t, 0.5, 0.3)
-    out += ["# TYPE ringtrain_controller_is_leader gauge", "ringtrain_controller_is_leader 1"]
-    return out
-
-
 class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         t = time.monotonic() - START
-        pages = {"/gpu": gpu, "/controller": controller}
+        pages = {"/gpu": gpu}
         if self.path not in pages:
             self.send_error(404)
             return

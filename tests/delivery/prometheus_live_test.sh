@@ -2,10 +2,10 @@
 # A real 2-rank training job (two ringtrain-runner processes on loopback, metrics on) scraped
 # by a real Prometheus every second, with the alert rules loaded; then every PromQL expression
 # of the dashboard (variables substituted) and of the rules is evaluated through Prometheus'
-# HTTP API and must return data (dashboard.py live). A CPU machine has no GPU series and no
-# controller yet runs here, so fake_exporters.py serves those series in their documented
-# shape: the GPU ones for the same job and ranks (as the GPU runner will), and the
-# controller's under job "ringtrain-controller".
+# HTTP API and must return data (dashboard.py live). The controller is the real `ringtrain
+# controller` reconciling a job on the fake API server. A CPU machine has no GPU series, so
+# fake_exporters.py serves those in their documented shape, for the same job and ranks (as the
+# GPU runner will).
 source "$(dirname "$0")/lib.sh"
 command -v prometheus >/dev/null || fail "prometheus not installed (Debian package prometheus)"
 command -v promtool >/dev/null || fail "promtool not installed (Debian package prometheus)"
@@ -17,6 +17,20 @@ m1=$(free_port)
 master=$(free_port)
 METRICS_PORT=$m0 start_rank 0 2 "$master" tok "$WORK/rank0.log" --epochs 100 --step-sleep-ms 20
 METRICS_PORT=$m1 start_rank 1 2 "$master" tok "$WORK/rank1.log" --epochs 100 --step-sleep-ms 20
+# The real controller, reconciling a job (its pods stay Pending: no kubelet here).
+start_fake_cluster
+cm=$(free_port)
+"$BIN/ringtrain" controller --kubeconfig "$KUBECONFIG_FILE" --metrics-addr "127.0.0.1:$cm" \
+  --health-addr "127.0.0.1:$(free_port)" >"$WORK/controller.log" 2>&1 &
+PIDS+=($!)
+k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
+# A job a second, as on a busy cluster, so the reconcile histograms keep moving under rate().
+for i in $(seq 1 120); do
+  sed "s/name: fashion-mnist-mlp/name: live-$i/" "$SRC/manifests/examples/fashion-mnist-mlp.yaml" |
+    k apply -f - >/dev/null 2>&1
+  sleep 1
+done &
+PIDS+=($!)
 fake=$(free_port)
 python3 "$DELIVERY/fake_exporters.py" "$fake" ml e2e 2 >"$WORK/fake_exporters.log" 2>&1 &
 PIDS+=($!)
@@ -43,9 +57,8 @@ scrape_configs:
   # The name the chart's ServiceMonitor gives the controller's target (jobLabel).
   - job_name: ringtrain-controller
     honor_labels: true
-    metrics_path: /controller
     static_configs:
-      - targets: ["127.0.0.1:$fake"]
+      - targets: ["127.0.0.1:$cm"]
 YML
 promtool check config "$WORK/prometheus.yml" >"$WORK/promtool.log" 2>&1 ||
   { cat "$WORK/promtool.log"; fail "promtool check config"; }

@@ -4,26 +4,11 @@
 # `kubectl get tj`, a gang restart after a rank's pod reports exit code 137 (kubectl plays the
 # kubelet), metrics, and a graceful SIGTERM that releases the lease.
 source "$(dirname "$0")/lib.sh"
-command -v kubectl >/dev/null || fail "kubectl not installed"
-"$BIN/fake-apiserver" >"$WORK/apiserver.url" 2>"$WORK/apiserver.log" &
-PIDS+=($!)
-wait_until 30 "the fake API server" test -s "$WORK/apiserver.url"
-url=$(head -n1 "$WORK/apiserver.url")
-cat >"$WORK/kubeconfig" <<YAML
-apiVersion: v1
-kind: Config
-clusters: [{name: fake, cluster: {server: "$url"}}]
-users: [{name: me, user: {token: e2e}}]
-contexts: [{name: fake, context: {cluster: fake, user: me, namespace: default}}]
-current-context: fake
-YAML
-k() { kubectl --kubeconfig "$WORK/kubeconfig" --request-timeout=20s "$@"; }
-k apply -f "$SRC/manifests/crd/" >/dev/null || fail "CRD apply"
-k wait --for=condition=Established crd/trainingjobs.ringtrain.dev --timeout=30s >/dev/null
+start_fake_cluster
 
 mport=$(free_port)
 hport=$(free_port)
-"$BIN/ringtrain" controller --kubeconfig "$WORK/kubeconfig" --leader-elect \
+"$BIN/ringtrain" controller --kubeconfig "$KUBECONFIG_FILE" --leader-elect \
   --lease-namespace default --identity e2e-controller --progress-interval-ms 500 \
   --metrics-addr "127.0.0.1:$mport" --health-addr "127.0.0.1:$hport" >"$WORK/controller.log" 2>&1 &
 CTRL=$!

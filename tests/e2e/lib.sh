@@ -74,3 +74,25 @@ wait_exit() {
   RC=0
   wait "$pid" || RC=$?
 }
+
+# start_fake_cluster: the fake API server binary with the TrainingJob CRD established, and a
+# kubeconfig for it in $KUBECONFIG_FILE; `k ARGS` runs the real kubectl against it.
+start_fake_cluster() {
+  command -v kubectl >/dev/null || fail "kubectl not installed"
+  "$BIN/fake-apiserver" >"$WORK/apiserver.url" 2>"$WORK/apiserver.log" &
+  PIDS+=($!)
+  wait_until 30 "the fake API server" test -s "$WORK/apiserver.url"
+  KUBECONFIG_FILE=$WORK/kubeconfig
+  cat >"$KUBECONFIG_FILE" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: fake, cluster: {server: "$(head -n1 "$WORK/apiserver.url")"}}]
+users: [{name: me, user: {token: e2e}}]
+contexts: [{name: fake, context: {cluster: fake, user: me, namespace: default}}]
+current-context: fake
+YAML
+  k apply -f "$SRC/manifests/crd/" >/dev/null || fail "CRD apply"
+  k wait --for=condition=Established crd/trainingjobs.ringtrain.dev --timeout=30s >/dev/null ||
+    fail "CRD not established"
+}
+k() { kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=20s "$@"; }
