@@ -29,32 +29,6 @@ using namespace ringtrain;
 
 namespace {
 
-nlohmann::json YamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Sequence: {
-      nlohmann::json arr = nlohmann::json::array();
-      for (const auto& n : node) arr.push_back(YamlToJson(n));
-      return arr;
-    }
-    case YAML::NodeType::Map: {
-      nlohmann::json obj = nlohmann::json::object();
-      for (const auto& kv : node) obj[kv.first.Scalar()] = YamlToJson(kv.second);
-      return obj;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() == "!") return s;
-      if (s == "true") return true;
-      if (s == "false") return false;
-      auto parsed = nlohmann::json::parse(s, nullptr, false);
-      if (!parsed.is_discarded() && parsed.is_number()) return parsed;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 long StatusKb(const char* field) {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -151,8 +125,8 @@ int main(int argc, char** argv) {
     // A build folder inside the source tree (build/bin/controller_bench).
     if (!std::filesystem::exists(crd_path)) crd_path = SelfDir() + "/../../" + crd_path;
   }
-  auto crd =
-      (*admin)->Create(kube::kCustomResourceDefinitions, "", YamlToJson(YAML::LoadFile(crd_path)));
+  auto crd = (*admin)->Create(kube::kCustomResourceDefinitions, "",
+                              fake::YamlToJson(YAML::LoadFile(crd_path)));
   if (!crd.ok()) {
     std::fprintf(stderr, "CRD: %s\n", crd.status().ToString().c_str());
     return 1;

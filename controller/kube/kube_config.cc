@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/base64.h"
+
 namespace ringtrain::kube {
 namespace {
 
@@ -22,32 +24,6 @@ std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   std::size_t start = s.find_first_not_of(" \n\r");
   return start == std::string::npos ? "" : s.substr(start);
-}
-
-StatusOr<std::string> Base64Decode(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned buffer = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=' || c == '\n' || c == '\r' || c == ' ') continue;
-    int v = value(c);
-    if (v < 0) return InvalidArgument("invalid base64");
-    buffer = (buffer << 6) | static_cast<unsigned>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((buffer >> bits) & 0xff));
-    }
-  }
-  return out;
 }
 
 // The entry of a named list (clusters, users, contexts) whose name matches, or an invalid node.
@@ -99,7 +75,7 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
   config.ca_file = Resolve(base, Str(cluster, "certificate-authority"));
   if (std::string data = Str(cluster, "certificate-authority-data"); !data.empty()) {
     auto pem = Base64Decode(data);
-    if (!pem.ok())
+    if (!pem)
       return fail("cluster \"" + cluster_name + "\" certificate-authority-data: invalid base64");
     config.ca_data = *pem;
   }
@@ -122,7 +98,7 @@ StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {
                             std::pair{"client-key-data", &config.client_key_data}}) {
       if (std::string data = Str(user, key); !data.empty()) {
         auto pem = Base64Decode(data);
-        if (!pem.ok()) return fail("user \"" + user_name + "\" " + key + ": invalid base64");
+        if (!pem) return fail("user \"" + user_name + "\" " + key + ": invalid base64");
         *out = *pem;
       }
     }

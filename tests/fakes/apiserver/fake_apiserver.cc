@@ -17,6 +17,7 @@
 #include <thread>
 #include <variant>
 
+#include "common/base64.h"
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/time_format.h"
@@ -329,33 +330,6 @@ void StrategicMerge(json* target, const json& patch) {
   }
 }
 
-json YamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (const auto& n : node) arr.push_back(YamlToJson(n));
-      return arr;
-    }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) obj[kv.first.Scalar()] = YamlToJson(kv.second);
-      return obj;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() == "!") return s;
-      if (s == "true") return true;
-      if (s == "false") return false;
-      if (s == "null" || s == "~") return nullptr;
-      json parsed = json::parse(s, nullptr, false);
-      if (!parsed.is_discarded() && parsed.is_number()) return parsed;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 std::string RandomSuffix() {
   static std::mutex mu;
   static std::mt19937 rng{std::random_device{}()};
@@ -394,6 +368,33 @@ std::string QuantityString(const json& v) {
 }
 
 }  // namespace
+
+json YamlToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Sequence: {
+      json arr = json::array();
+      for (const auto& n : node) arr.push_back(YamlToJson(n));
+      return arr;
+    }
+    case YAML::NodeType::Map: {
+      json obj = json::object();
+      for (const auto& kv : node) obj[kv.first.Scalar()] = YamlToJson(kv.second);
+      return obj;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& s = node.Scalar();
+      if (node.Tag() == "!") return s;
+      if (s == "true") return true;
+      if (s == "false") return false;
+      if (s == "null" || s == "~") return nullptr;
+      json parsed = json::parse(s, nullptr, false);
+      if (!parsed.is_discarded() && parsed.is_number()) return parsed;
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
 
 // ------------------------------------------------------------------------------------------
 class FakeApiServer::Impl {
@@ -1295,9 +1296,8 @@ Result FakeApiServer::Impl::List(const HttpRequest& req, const Route& route) {
   if (!fields.ok()) return BadRequest(fields.status().message());
   std::string start;
   if (std::string cont = req.Query("continue"); !cont.empty()) {
-    std::string decoded;
     json token;
-    if (Base64Decode(cont, &decoded)) token = json::parse(decoded, nullptr, false);
+    if (auto d = Base64Decode(cont)) token = json::parse(*d, nullptr, false);
     if (!token.is_object() || !token.contains("start") || !token.contains("rv")) {
       return BadRequest("invalid continue token: continue key is not valid");
     }

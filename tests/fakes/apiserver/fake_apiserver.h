@@ -15,7 +15,15 @@
 
 #include "common/status.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace ringtrain::fake {
+
+// A YAML manifest as the JSON kubectl would send: plain scalars typed (bool, null, number),
+// quoted ones kept as strings.
+nlohmann::json YamlToJson(const YAML::Node& node);
 
 struct FakeApiServerOptions {
   std::string host = "127.0.0.1";

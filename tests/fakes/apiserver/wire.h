@@ -49,8 +49,6 @@ inline constexpr char kLastChunk[] = "0\r\n\r\n";
 std::string ReasonPhrase(int code);
 std::string HttpDate();
 std::string PercentDecode(const std::string& s, bool plus_is_space);
-std::string Base64Encode(const std::string& data, bool url);
-bool Base64Decode(const std::string& text, std::string* out);  // std or url alphabet
 std::string RandomUuid();
 
 }  // namespace ringtrain::fake

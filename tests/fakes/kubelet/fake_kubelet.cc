@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/base64.h"
 #include "common/net.h"
 #include "common/time_format.h"
 #include "tests/fakes/apiserver/wire.h"
@@ -150,11 +151,9 @@ void FakeKubelet::StartPod(const json& pod) {
       if (from.contains("secretKeyRef")) {
         auto secret = server_->GetObject(kSecrets, ns, from["secretKeyRef"].value("name", ""));
         if (!secret) return;  // CreateContainerConfigError: try again next tick
-        std::string decoded;
-        Base64Decode(secret->value("/data"_json_pointer, json::object())
-                         .value(from["secretKeyRef"].value("key", ""), ""),
-                     &decoded);
-        env[key] = decoded;
+        auto decoded = Base64Decode(secret->value("/data"_json_pointer, json::object())
+                                        .value(from["secretKeyRef"].value("key", ""), ""));
+        env[key] = decoded.value_or("");
       } else if (from.contains("fieldRef")) {
         const std::string path = from["fieldRef"].value("fieldPath", "");
         env[key] = path == "status.podIP"         ? "127.0.0.1"
