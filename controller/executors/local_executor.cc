@@ -254,10 +254,14 @@ void LocalRun::PollProgress() {
   auto j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return;
   reconcile::ObservedProgress p;
-  p.step = j.value("step", 0LL);
-  p.epoch = j.value("epoch", 0);
-  p.samples_per_second = j.value("samples_per_second", 0.0);
-  p.loss = j.value("loss", 0.0);
+  try {  // a field of the wrong type makes value() throw: treat it as no progress
+    p.step = j.value("step", 0LL);
+    p.epoch = j.value("epoch", 0);
+    p.samples_per_second = j.value("samples_per_second", 0.0);
+    p.loss = j.value("loss", 0.0);
+  } catch (const nlohmann::json::exception&) {
+    return;
+  }
   progress_ = p;
 }
 

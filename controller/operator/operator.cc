@@ -218,7 +218,14 @@ void Operator::Worker() {
     const std::string ns = key->substr(0, slash);
     const std::string name = key->substr(slash + 1);
     const SteadyTime start = std::chrono::steady_clock::now();
-    auto result = reconciler_->Reconcile(ns, name);
+    StatusOr<ReconcileResult> result = Internal("not reconciled");
+    try {
+      result = reconciler_->Reconcile(ns, name);
+    } catch (const std::exception& e) {
+      // The edge of the worker thread: an exception from a library (JSON of an unexpected
+      // shape) becomes a retried error for this key, never a crashed controller.
+      result = Internal(std::string("reconcile threw: ") + e.what());
+    }
     if (metrics_ != nullptr) metrics_->ObserveReconcile(SecondsSince(start));
     if (!result.ok()) {
       if (metrics_ != nullptr) metrics_->IncReconcileErrors();

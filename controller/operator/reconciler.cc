@@ -59,10 +59,14 @@ ProgressFetcher HttpProgressFetcher() {
     auto j = Json::parse(r->body, nullptr, false);
     if (j.is_discarded() || !j.is_object()) return std::nullopt;
     reconcile::ObservedProgress p;
-    p.step = j.value("step", std::int64_t{0});
-    p.epoch = j.value("epoch", 0);
-    p.samples_per_second = j.value("samples_per_second", 0.0);
-    p.loss = j.value("loss", 0.0);
+    try {  // a rank's body is untrusted input: a field of the wrong type must not throw out
+      p.step = j.value("step", std::int64_t{0});
+      p.epoch = j.value("epoch", 0);
+      p.samples_per_second = j.value("samples_per_second", 0.0);
+      p.loss = j.value("loss", 0.0);
+    } catch (const Json::exception&) {
+      return std::nullopt;
+    }
     return p;
   };
 }
