@@ -1,9 +1,7 @@
 #include "controller/executors/local_executor.h"
 
-#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,7 @@
 
 #include "common/http.h"
 #include "common/net.h"
+#include "common/process.h"
 #include "controller/reconcile/planner.h"
 
 extern char** environ;
@@ -150,36 +149,11 @@ Status LocalRun::Spawn(int rank, int attempt) {
       argv.push_back(options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json");
     }
   }
-  // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env_strings) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + log_path, errno);
-  const pid_t parent = ::getpid();
-
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(log_fd);
-    return ErrnoStatus(StatusCode::kUnavailable, "fork", errno);
-  }
-  if (pid == 0) {
-    // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(128 + SIGKILL);
-    ::dup2(log_fd, STDOUT_FILENO);
-    ::dup2(log_fd, STDERR_FILENO);
-    ::execve(cargv[0], cargv.data(), cenv.data());
-    const char msg[] = "ringtrain: cannot execute the runner\n";
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    ::_exit(127);
-  }
-  ::close(log_fd);
+  SpawnOptions spawn;
+  spawn.log_path = log_path;
+  // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
+  spawn.new_process_group = true;
+  ASSIGN_OR_RETURN(pid_t pid, SpawnProcess(argv, env, spawn));
   p.pid = pid;
   spdlog::debug("started {} (pid {}), log {}", p.name, pid, log_path);
   procs_[p.name] = std::move(p);

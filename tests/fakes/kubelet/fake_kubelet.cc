@@ -1,8 +1,6 @@
 #include "tests/fakes/kubelet/fake_kubelet.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 
 #include "common/base64.h"
 #include "common/net.h"
+#include "common/process.h"
 #include "common/time_format.h"
 #include "tests/fakes/apiserver/wire.h"
 
@@ -194,29 +193,11 @@ void FakeKubelet::StartPod(const json& pod) {
       {{"metadata",
         {{"annotations", {{"ringtrain.dev/metrics-port", std::to_string(metrics_port)}}}}}});
 
-  std::vector<std::string> env_strings;
-  for (auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> cargv, cenv;
-  for (auto& a : argv) cargv.push_back(a.data());
-  cargv.push_back(nullptr);
-  for (auto& e : env_strings) cenv.push_back(e.data());
-  cenv.push_back(nullptr);
-  int log_fd = ::open(p.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(137);
-    if (log_fd >= 0) {
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-    }
-    ::execve(cargv[0], cargv.data(), cenv.data());
-    ::_exit(127);
-  }
-  if (log_fd >= 0) ::close(log_fd);
-  if (pid < 0) return;
-  p.pid = pid;
+  SpawnOptions spawn;
+  spawn.log_path = p.log;
+  auto pid = SpawnProcess(argv, env, spawn);
+  if (!pid.ok()) return;
+  p.pid = *pid;
   {
     std::lock_guard<std::mutex> lock(mu_);
     procs_[uid] = p;
