@@ -1,13 +1,18 @@
 #include "runner/metrics/runner_metrics.h"
 
+#include <limits>
+
 #include <prometheus/counter.h>
+#include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "common/http.h"
+#include "runner/metrics/nvml.h"
 
 namespace ringtrain::metrics {
 namespace {
@@ -16,7 +21,33 @@ prometheus::Histogram::BucketBoundaries TimeBuckets() {
   return {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+prometheus::Family<prometheus::Gauge>* GaugeFamily(prometheus::Registry& r, const char* name,
+                                                   const char* help) {
+  return &prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
 }  // namespace
+
+struct RunnerMetrics::GpuFamilies {
+  prometheus::Family<prometheus::Gauge>* utilization;
+  prometheus::Family<prometheus::Gauge>* busy;
+  prometheus::Family<prometheus::Gauge>* memory_used;
+  prometheus::Family<prometheus::Gauge>* memory_total;
+  prometheus::Family<prometheus::Gauge>* power;
+  prometheus::Family<prometheus::Gauge>* sm_clock;
+};
+
+struct RunnerMetrics::GpuSeries {
+  std::string label;
+  prometheus::Gauge* utilization;
+  prometheus::Gauge* busy;
+  prometheus::Gauge* memory_used;
+  prometheus::Gauge* memory_total;
+  prometheus::Gauge* power;
+  prometheus::Gauge* sm_clock;
+};
 
 RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
     : registry_(std::make_shared<prometheus::Registry>()), labels_(labels) {
@@ -94,6 +125,18 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                       .Help("Checkpoints written by this rank")
                       .Register(r)
                       .Add(l);
+  gpu_families_ = std::make_unique<GpuFamilies>(GpuFamilies{
+      GaugeFamily(r, "ringtrain_gpu_utilization_ratio",
+                  "NVML utilization: the fraction of the last sample period in which a kernel "
+                  "ran (0-1)"),
+      GaugeFamily(r, "ringtrain_gpu_busy_ratio",
+                  "ringtrain's own measure: CUDA kernel time / step time, from CUDA events (0-1)"),
+      GaugeFamily(r, "ringtrain_gpu_memory_used_bytes", "Device memory in use"),
+      GaugeFamily(r, "ringtrain_gpu_memory_total_bytes", "Device memory in total"),
+      GaugeFamily(r, "ringtrain_gpu_power_watts", "Board power draw"),
+      GaugeFamily(r, "ringtrain_gpu_sm_clock_hertz",
+                  "Streaming-multiprocessor clock (drops when throttled)"),
+  });
 }
 
 RunnerMetrics::~RunnerMetrics() { StopServing(); }
@@ -135,6 +178,46 @@ void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v);
 void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
+
+void RunnerMetrics::SetGpu(const std::string& gpu_label) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gpu_series_owner_) {
+    if (gpu_series_owner_->label != gpu_label) {
+      spdlog::warn("metrics: already exporting gpu {}; ignoring gpu {}", gpu_series_owner_->label,
+                   gpu_label);
+    }
+    return;
+  }
+  const prometheus::Labels l{{"job", labels_.job},
+                             {"namespace", labels_.ns},
+                             {"rank", std::to_string(labels_.rank)},
+                             {"gpu", gpu_label}};
+  auto add = [&](prometheus::Family<prometheus::Gauge>* family) {
+    prometheus::Gauge* g = &family->Add(l);
+    g->Set(kNaN);  // no value yet, rather than a fake 0
+    return g;
+  };
+  const GpuFamilies& f = *gpu_families_;
+  gpu_series_owner_ = std::make_unique<GpuSeries>(
+      GpuSeries{gpu_label, add(f.utilization), add(f.busy), add(f.memory_used), add(f.memory_total),
+                add(f.power), add(f.sm_clock)});
+  gpu_series_.store(gpu_series_owner_.get(), std::memory_order_release);
+}
+
+void RunnerMetrics::SetGpuSample(const GpuSample& sample) {
+  const GpuSeries* g = gpu_series_.load(std::memory_order_acquire);
+  if (g == nullptr) return;
+  g->utilization->Set(sample.utilization_ratio.value_or(kNaN));
+  g->memory_used->Set(static_cast<double>(sample.memory_used_bytes));
+  g->memory_total->Set(static_cast<double>(sample.memory_total_bytes));
+  g->power->Set(sample.power_watts.value_or(kNaN));
+  g->sm_clock->Set(sample.sm_clock_hertz.value_or(kNaN));
+}
+
+void RunnerMetrics::SetGpuBusy(double ratio) {
+  const GpuSeries* g = gpu_series_.load(std::memory_order_acquire);
+  if (g != nullptr) g->busy->Set(ratio);
+}
 
 void RunnerMetrics::UpdateProgress(const Progress& p) {
   std::lock_guard<std::mutex> lock(mu_);

@@ -3,6 +3,7 @@
 // observes, increments and sets. Must not know about the model or the communicator.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,6 +22,8 @@ class Server;
 }
 
 namespace ringtrain::metrics {
+
+struct GpuSample;
 
 struct RunnerLabels {
   std::string job;
@@ -64,6 +67,15 @@ class RunnerMetrics {
   void SetWorldSize(int n);
   void IncCheckpoints();
 
+  // GPU series: the labels above plus `gpu` (the device index in the pod). Their families exist
+  // from the start, their series only after SetGpu, so a CPU rank exports no GPU series. A gauge
+  // reads NaN until it has a value and where the device does not report it. One GPU per rank:
+  // a later SetGpu with another label is ignored with a warning. The setters are no-ops until
+  // SetGpu, and thread-safe.
+  void SetGpu(const std::string& gpu_label);
+  void SetGpuSample(const GpuSample& sample);  // an NVML reading (see nvml.h)
+  void SetGpuBusy(double ratio);               // CUDA kernel time / step time, 0-1
+
   void UpdateProgress(const Progress& p);
   Progress progress() const;
 
@@ -86,6 +98,11 @@ class RunnerMetrics {
   prometheus::Gauge* test_accuracy_;
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
+  struct GpuFamilies;
+  struct GpuSeries;
+  std::unique_ptr<GpuFamilies> gpu_families_;
+  std::unique_ptr<GpuSeries> gpu_series_owner_;  // set once by SetGpu, under mu_
+  std::atomic<const GpuSeries*> gpu_series_{nullptr};
   RunnerLabels labels_;
   mutable std::mutex mu_;
   Progress progress_;
