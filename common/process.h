@@ -14,7 +14,7 @@
 namespace ringtrain {
 
 struct SpawnOptions {
-  std::string log_path;            // stdout and stderr, truncated
+  std::string log_path;            // stdout and stderr, truncated; empty = inherit the parent's
   bool new_process_group = false;  // keep the terminal's Ctrl-C away from the child
 };
 

@@ -16,12 +16,17 @@
 #include "common/logging.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
+#include "runner/local_launcher.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
 #include "runner/train/trainer.h"
+#ifdef RINGTRAIN_WITH_CUDA
+#include "runner/gpu/cuda_util.h"
+#include "runner/gpu/gpu_run.h"
+#endif
 
 namespace ringtrain {
 namespace {
@@ -77,20 +82,11 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
   return "127.0.0.1";
 }
 
-// Everything after the store exists: rendezvous, communicator, training.
-Status Train(const train::RankEnv& env, const train::TrainConfig& config,
-             metrics::RunnerMetrics* metrics, const data::Dataset& train_set,
-             const data::Dataset& test_set) {
-  rendezvous::TcpStoreClientOptions so;
-  so.host = env.rank == 0 ? "127.0.0.1" : env.master_addr;
-  so.port = env.master_port;
-  so.token = env.token;
-  so.connect_timeout = env.rendezvous_timeout;
-  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
-  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
-  RETURN_IF_ERROR(
-      rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
-
+// The CPU path: the TCP ring and train::Trainer.
+StatusOr<train::TrainResult> TrainOnCpu(const train::RankEnv& env, const train::TrainConfig& config,
+                                        rendezvous::Store& store, metrics::RunnerMetrics* metrics,
+                                        const data::Dataset& train_set,
+                                        const data::Dataset& test_set) {
   comm::TcpCommOptions co;
   co.rank = env.rank;
   co.size = env.world_size;
@@ -110,7 +106,66 @@ Status Train(const train::RankEnv& env, const train::TrainConfig& config,
   deps.attempt = env.attempt;
   deps.collective_timeout = env.collective_timeout;
   ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, deps));
-  ASSIGN_OR_RETURN(auto result, trainer->Run());
+  return trainer->Run();
+}
+
+// Where this rank computes: CPU (TCP ring) or its GPU (NCCL or TCP), decided before the
+// rendezvous so an impossible choice fails fast and permanently.
+struct Placement {
+  bool cuda = false;
+#ifdef RINGTRAIN_WITH_CUDA
+  gpu::Placement gpu;
+#endif
+};
+
+StatusOr<Placement> ChoosePlacement(const train::RankEnv& env, const train::TrainConfig& config) {
+  Placement p;
+#ifdef RINGTRAIN_WITH_CUDA
+  const int visible = config.device == "cpu" ? 0 : gpu::VisibleDeviceCount();
+  ASSIGN_OR_RETURN(p.gpu,
+                   gpu::ChoosePlacement(config, env.local_rank, env.local_world_size, visible));
+  p.cuda = p.gpu.cuda;
+  if (!p.cuda) spdlog::info("computing on the CPU ({})", p.gpu.reason);
+#else
+  (void)env;
+  if (config.device == "cuda" || config.backend == "nccl") {
+    return FailedPrecondition(
+        "--device cuda / --backend nccl: this runner was built without "
+        "CUDA (configure with nvcc available, RINGTRAIN_CUDA=ON)");
+  }
+#endif
+  return p;
+}
+
+// Everything after the store exists: rendezvous, communicator, training.
+Status Train(const train::RankEnv& env, const train::TrainConfig& config,
+             const Placement& placement, metrics::RunnerMetrics* metrics,
+             const data::Dataset& train_set, const data::Dataset& test_set) {
+  rendezvous::TcpStoreClientOptions so;
+  so.host = env.rank == 0 ? "127.0.0.1" : env.master_addr;
+  so.port = env.master_port;
+  so.token = env.token;
+  so.connect_timeout = env.rendezvous_timeout;
+  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
+  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
+  RETURN_IF_ERROR(
+      rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
+
+  train::TrainResult result;
+  if (placement.cuda) {
+#ifdef RINGTRAIN_WITH_CUDA
+    gpu::GpuRunDeps gd;
+    gd.store = &store;
+    gd.train = &train_set;
+    gd.test = &test_set;
+    gd.metrics = metrics;
+    gd.stop = &g_stop;
+    gd.advertise_host = AdvertiseAddress(env);
+    ASSIGN_OR_RETURN(result, gpu::TrainOnGpu(env, config, placement.gpu, gd));
+#endif
+  } else {
+    ASSIGN_OR_RETURN(result, TrainOnCpu(env, config, store, metrics, train_set, test_set));
+  }
   spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
                result.test_accuracy, result.samples_per_second, result.wall_seconds);
   if (env.rank == 0 && !config.result_file.empty()) {
@@ -124,6 +179,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
   ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
   ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
+  ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);
 
@@ -132,7 +188,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
     ASSIGN_OR_RETURN(server,
                      rendezvous::TcpStoreServer::Create("0.0.0.0", env.master_port, env.token));
   }
-  Status s = Train(env, config, metrics, train_set, test_set);
+  Status s = Train(env, config, placement, metrics, train_set, test_set);
   if (!s.ok() && server != nullptr && s.retryable() && s.code() != StatusCode::kCancelled &&
       env.world_size > 1) {
     // The other ranks read the root cause of a failure from this store: keep it up briefly.
@@ -147,6 +203,15 @@ int Main(int argc, char** argv) {
     std::fputs(train::TrainFlagsHelp().c_str(), stdout);
     return 0;
   }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  // Several GPUs in this pod: start one rank per GPU and supervise them.
+  auto launch = LocalLaunchFromEnvironment(args);
+  if (launch.ok() && launch->nproc > 1) {
+    InitLogging("launcher");
+    return RunLocalRanks(*launch, g_signal);
+  }
   auto env = train::RankEnvFromEnvironment();
   InitLogging("rank " + (env.ok() ? std::to_string(env->rank) : std::string("?")));
   auto fail = [&](const Status& s, const std::string& log_path) {
@@ -157,13 +222,11 @@ int Main(int argc, char** argv) {
     WriteTerminationLog(log_path, s.ToString());
     return code;
   };
+  if (!launch.ok()) return fail(launch.status(), "/dev/termination-log");
   if (!env.ok()) return fail(env.status(), "/dev/termination-log");
   auto config = train::ParseTrainFlags(args);
   if (!config.ok()) return fail(config.status(), env->termination_log);
 
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGPIPE, SIG_IGN);
   // One BLAS thread per rank: ranks already fill the cores, and oversubscription is slower.
   auto blas_threads = GetEnvInt("RINGTRAIN_BLAS_THREADS", 1, 1, 256);
   if (!blas_threads.ok()) return fail(blas_threads.status(), env->termination_log);

@@ -249,12 +249,6 @@ Status ParseSpec(const json& j, JobSpec* s) {
   ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
   if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));
   RETURN_IF_ERROR(f.NoUnknown());
-  if (s->gpus_per_replica > 1) {
-    // One pod per replica with one rank per GPU needs the GPU runner's local launcher.
-    return InvalidArgument(
-        "spec.gpusPerReplica: more than 1 GPU per replica is not supported yet; use more replicas "
-        "with 1 GPU each");
-  }
   if (s->backend == "nccl" && s->gpus_per_replica == 0) {
     return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
   }
@@ -436,32 +430,15 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
     auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
     return std::string(buf, r.ptr);
   };
-  std::vector<std::string> args = {"--model",
-                                   t.model,
-                                   "--dataset",
-                                   t.dataset,
-                                   "--epochs",
-                                   std::to_string(t.epochs),
-                                   "--batch-size",
-                                   std::to_string(t.batch_size_per_replica),
-                                   "--optimizer",
-                                   t.optimizer,
-                                   "--learning-rate",
-                                   num(t.learning_rate),
-                                   "--momentum",
-                                   num(t.momentum),
-                                   "--weight-decay",
-                                   num(t.weight_decay),
-                                   "--lr-scaling",
-                                   t.lr_scaling,
-                                   "--warmup-epochs",
-                                   num(t.warmup_epochs),
-                                   "--lr-schedule",
-                                   t.lr_schedule,
-                                   "--seed",
-                                   std::to_string(t.seed),
-                                   "--checkpoint-every",
-                                   std::to_string(spec.checkpoint.every_steps)};
+  std::vector<std::string> args = {
+      "--model", t.model, "--dataset", t.dataset, "--epochs", std::to_string(t.epochs),
+      "--batch-size", std::to_string(t.batch_size_per_replica), "--optimizer", t.optimizer,
+      "--learning-rate", num(t.learning_rate), "--momentum", num(t.momentum), "--weight-decay",
+      num(t.weight_decay), "--lr-scaling", t.lr_scaling, "--warmup-epochs", num(t.warmup_epochs),
+      "--lr-schedule", t.lr_schedule, "--seed", std::to_string(t.seed), "--checkpoint-every",
+      std::to_string(spec.checkpoint.every_steps),
+      // gpusPerReplica 0 = CPU; otherwise every rank owns a GPU.
+      "--device", spec.gpus_per_replica > 0 ? "cuda" : "cpu", "--backend", spec.backend};
   if (!checkpoint_dir.empty()) {
     args.push_back("--checkpoint-dir");
     args.push_back(checkpoint_dir);

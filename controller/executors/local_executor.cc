@@ -126,9 +126,12 @@ Status LocalRun::Spawn(int rank, int attempt) {
   const std::string port = std::to_string(master_port_[attempt]);
   env["RINGTRAIN_JOB"] = job_.metadata.name;
   env["RINGTRAIN_NAMESPACE"] = job_.metadata.ns;
-  env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank);
+  // One process per replica; with several GPUs it starts one rank per GPU (local launcher).
+  env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank * gpus);
+  env["RINGTRAIN_NODE_RANK"] = std::to_string(rank);
+  env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(gpus);
   env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
-  env["LOCAL_RANK"] = std::to_string(rank % gpus);
+  env["LOCAL_RANK"] = "0";
   env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
   env["RINGTRAIN_MASTER_PORT"] = env["MASTER_PORT"] = port;
   env["RINGTRAIN_ATTEMPT"] = std::to_string(attempt);

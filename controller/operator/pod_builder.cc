@@ -43,10 +43,15 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   const std::string master = MasterAddr(job, attempt);
   const std::string port = std::to_string(kMasterPort);
   const std::string world = std::to_string(spec.world_size());
+  // With several GPUs per pod the runner starts one rank per GPU (its local launcher): this
+  // pod is node `rank` and its ranks are rank×gpus ... rank×gpus+gpus-1.
+  const int first_rank = rank * gpus;
   Json env = Json::array({
       EnvValue("RINGTRAIN_JOB", job.metadata.name),
       EnvValue("RINGTRAIN_NAMESPACE", job.metadata.ns),
-      EnvValue("RINGTRAIN_RANK", std::to_string(rank)),
+      EnvValue("RINGTRAIN_RANK", std::to_string(first_rank)),
+      EnvValue("RINGTRAIN_NODE_RANK", std::to_string(rank)),
+      EnvValue("RINGTRAIN_NPROC_PER_NODE", std::to_string(gpus)),
       EnvValue("RINGTRAIN_WORLD_SIZE", world),
       EnvValue("RINGTRAIN_MASTER_ADDR", master),
       EnvValue("RINGTRAIN_MASTER_PORT", port),
@@ -57,9 +62,8 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
       EnvValue("MASTER_ADDR", master),
       EnvValue("MASTER_PORT", port),
       EnvValue("WORLD_SIZE", world),
-      EnvValue("RANK", std::to_string(rank)),
-      // Same as `ringtrain run`: the planner gives every rank its own replica.
-      EnvValue("LOCAL_RANK", std::to_string(rank % gpus)),
+      EnvValue("RANK", std::to_string(first_rank)),
+      EnvValue("LOCAL_RANK", "0"),
       EnvValue("RINGTRAIN_METRICS_PORT", std::to_string(kMetricsPort)),
       {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
       EnvValue("RINGTRAIN_TERMINATION_LOG", "/dev/termination-log"),
@@ -67,10 +71,15 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   c["env"] = MergeEnv(env, c.value("env", Json::array()));
   Json ports = Json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}},
                             {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
+  // Local rank i serves its metrics on kMetricsPort + i.
+  for (int i = 1; i < gpus; ++i) {
+    ports.push_back(
+        {{"name", "metrics-" + std::to_string(i)}, {"containerPort", kMetricsPort + i}});
+  }
   if (c.contains("ports") && c["ports"].is_array()) {
     for (const auto& p : c["ports"]) {
-      if (p.value("containerPort", 0) != kMasterPort &&
-          p.value("containerPort", 0) != kMetricsPort) {
+      const int cp = p.value("containerPort", 0);
+      if (cp != kMasterPort && (cp < kMetricsPort || cp >= kMetricsPort + gpus)) {
         ports.push_back(p);
       }
     }

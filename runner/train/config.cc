@@ -25,6 +25,8 @@ StatusOr<RankEnv> RankEnvFromEnvironment() {
   e.ns = GetEnv("RINGTRAIN_NAMESPACE").value_or(e.ns);
   ASSIGN_OR_RETURN(e.world_size, EnvInt("RINGTRAIN_WORLD_SIZE", "WORLD_SIZE", 1, 1, 1 << 16));
   ASSIGN_OR_RETURN(e.rank, EnvInt("RINGTRAIN_RANK", "RANK", 0, 0, e.world_size - 1));
+  ASSIGN_OR_RETURN(e.local_world_size,
+                   EnvInt("LOCAL_WORLD_SIZE", "RINGTRAIN_NPROC_PER_NODE", 1, 1, 1 << 10));
   ASSIGN_OR_RETURN(e.local_rank, EnvInt("LOCAL_RANK", nullptr, 0, 0, 1 << 16));
   ASSIGN_OR_RETURN(e.attempt, EnvInt("RINGTRAIN_ATTEMPT", nullptr, 0, 0, 1 << 30));
   e.master_addr =
@@ -116,6 +118,11 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
       {"eval-every-epoch", boolean(&c.eval_every_epoch)},
       {"result-file", str(&c.result_file)},
       {"step-sleep-ms", integer(&c.step_sleep_ms, 0)},
+      {"device", one_of(&c.device, {"auto", "cpu", "cuda"})},
+      {"backend", one_of(&c.backend, {"auto", "nccl", "tcp"})},
+      {"precision", one_of(&c.precision, {"fp32", "tf32"})},
+      {"input", one_of(&c.input, {"device", "host"})},
+      {"cuda-graph", one_of(&c.cuda_graph, {"auto", "on", "off"})},
   };
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -144,6 +151,8 @@ std::string TrainFlagsHelp() {
          "  [--lr-schedule constant|cosine] [--seed N] [--checkpoint-dir DIR]\n"
          "  [--checkpoint-every STEPS] [--bucket-cap-bytes N] [--overlap true|false]\n"
          "  [--loader-workers N] [--prefetch N] [--max-steps N] [--result-file PATH]\n"
+         "  [--device auto|cpu|cuda] [--backend auto|nccl|tcp] [--precision fp32|tf32]\n"
+         "  [--input device|host] [--cuda-graph auto|on|off]\n"
          "Rank and rendezvous come from RINGTRAIN_* (or torchrun's RANK, WORLD_SIZE,\n"
          "MASTER_ADDR, MASTER_PORT) environment variables.\n";
 }

@@ -34,6 +34,13 @@ struct TrainConfig {
   bool eval_every_epoch = true;
   std::string result_file;         // rank 0 writes the final metrics here as JSON
   std::int64_t step_sleep_ms = 0;  // testing aid: slow each step so faults can be injected
+
+  // Where and how to compute (GPU runner, issue 4).
+  std::string device = "auto";      // auto (cuda when a GPU is visible) | cpu | cuda
+  std::string backend = "auto";     // auto (nccl on GPUs, one per rank) | nccl | tcp
+  std::string precision = "fp32";   // fp32 | tf32: GEMM/convolution math on the GPU
+  std::string input = "device";     // device (dataset resident on the GPU) | host (pinned copies)
+  std::string cuda_graph = "auto";  // auto | on | off: capture the training step in a graph
 };
 
 struct RankEnv {
@@ -42,6 +49,7 @@ struct RankEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE / RINGTRAIN_NPROC_PER_NODE)
   int attempt = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;

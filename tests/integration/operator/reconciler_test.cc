@@ -1,6 +1,8 @@
 // The reconciler against an in-memory KubeClient and a cache the test controls (so it can be
 // stale on purpose), plus the pod builder and the work queue.
 #include <gtest/gtest.h>
+#include <map>
+#include <set>
 
 #include "controller/operator/pod_builder.h"
 #include "controller/operator/reconciler.h"
@@ -221,6 +223,29 @@ TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
   Json svc = BuildService(*job);
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+}
+
+TEST(PodBuilderTest, SeveralGpusMakeOnePodANodeOfRanks) {
+  Json raw = Job(3, {{"metadata", {{"uid", "u1"}}}, {"spec", {{"gpusPerReplica", 4}}}});
+  auto job = api::ParseJobJson(raw.dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Json pod = BuildPod(*job, 0, 2, PodOptions{});
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 4);
+  std::map<std::string, Json> env;
+  for (const auto& e : c["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["WORLD_SIZE"]["value"], "12");
+  EXPECT_EQ(env["RINGTRAIN_NPROC_PER_NODE"]["value"], "4");  // the runner starts 4 ranks
+  EXPECT_EQ(env["RINGTRAIN_NODE_RANK"]["value"], "2");
+  EXPECT_EQ(env["RANK"]["value"], "8");  // its first rank: ranks 8..11 live in this pod
+  std::set<int> ports;
+  for (const auto& p : c["ports"]) ports.insert(p["containerPort"].get<int>());
+  EXPECT_EQ(ports, (std::set<int>{29500, 9400, 9401, 9402, 9403}));
+  bool device_cuda = false;
+  for (std::size_t i = 0; i + 1 < c["args"].size(); ++i) {
+    if (c["args"][i] == "--device" && c["args"][i + 1] == "cuda") device_cuda = true;
+  }
+  EXPECT_TRUE(device_cuda);
 }
 
 TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {

@@ -36,7 +36,8 @@ TEST(Manifest, DefaultsApply) {
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
-  for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml"}) {
+  for (const char* name :
+       {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
     auto job = LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     EXPECT_EQ(job->spec.replicas, 2);
@@ -78,7 +79,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
         BadCase{"  command: run\n", "spec.command: must be a list"},
         BadCase{"  backend: nccl\n", "spec.backend: nccl needs spec.gpusPerReplica"},
-        BadCase{"  gpusPerReplica: 2\n", "spec.gpusPerReplica: more than 1 GPU per replica"},
+        BadCase{"  gpusPerReplica: 17\n", "spec.gpusPerReplica"},
         BadCase{"  train: [1, 2]\n", "spec.train: must be an object"}));
 
 TEST(Manifest, WrongKindAndNameAreRejected) {
@@ -143,6 +144,24 @@ TEST(RunnerArgs, CarryTheTrainSpec) {
   EXPECT_EQ(value("--model"), "cnn");
   EXPECT_EQ(value("--learning-rate"), "0.005");
   EXPECT_EQ(value("--checkpoint-dir"), "/ckpt");
+  EXPECT_EQ(value("--device"), "cpu");  // gpusPerReplica defaults to 0
+  EXPECT_EQ(value("--backend"), "auto");
+}
+
+TEST(RunnerArgs, GpusSelectTheDeviceAndMultiplyTheWorld) {
+  auto job = ParseManifestYaml(WithSpec("  replicas: 2\n  gpusPerReplica: 4\n  backend: nccl\n"),
+                               "g.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.world_size(), 8);  // one rank per GPU
+  auto args = RunnerArgs(job->spec, "");
+  auto has = [&](const std::string& flag, const std::string& v) {
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == flag && args[i + 1] == v) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(has("--device", "cuda"));
+  EXPECT_TRUE(has("--backend", "nccl"));
 }
 
 }  // namespace

@@ -1,0 +1,163 @@
+#include "runner/local_launcher.h"
+
+#include <spdlog/spdlog.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "common/env.h"
+#include "common/process.h"
+
+extern char** environ;
+
+namespace ringtrain {
+namespace {
+
+constexpr auto kStopGrace = std::chrono::seconds(15);
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+void WriteLine(const std::string& path, const std::string& line) {
+  std::ofstream out(path, std::ios::trunc);
+  if (out) out << line << "\n";
+}
+
+int ExitCodeOf(int wstatus) {
+  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+  return 1;
+}
+
+}  // namespace
+
+StatusOr<LocalLaunch> LocalLaunchFromEnvironment(const std::vector<std::string>& args) {
+  LocalLaunch l;
+  if (GetEnv("RINGTRAIN_LOCAL_WORKER").value_or("") == "1") return l;  // a launched rank
+  const char* name =
+      GetEnv("RINGTRAIN_NPROC_PER_NODE") ? "RINGTRAIN_NPROC_PER_NODE" : "LOCAL_WORLD_SIZE";
+  ASSIGN_OR_RETURN(auto nproc, GetEnvInt(name, 1, 1, 64));
+  l.nproc = static_cast<int>(nproc);
+  if (l.nproc == 1) return l;
+  ASSIGN_OR_RETURN(auto world,
+                   GetEnvInt(GetEnv("RINGTRAIN_WORLD_SIZE") ? "RINGTRAIN_WORLD_SIZE" : "WORLD_SIZE",
+                             1, 1, 1 << 16));
+  if (world % l.nproc != 0) {
+    return InvalidArgument(std::string(name) + ": " + std::to_string(l.nproc) +
+                           " ranks per node do not divide the world size " + std::to_string(world));
+  }
+  ASSIGN_OR_RETURN(auto node, GetEnvInt("RINGTRAIN_NODE_RANK", 0, 0, world / l.nproc - 1));
+  l.node_rank = static_cast<int>(node);
+  ASSIGN_OR_RETURN(auto port, GetEnvInt("RINGTRAIN_METRICS_PORT", 9400, -1, 65535));
+  l.metrics_port = static_cast<int>(port);
+  l.termination_log = GetEnv("RINGTRAIN_TERMINATION_LOG").value_or(l.termination_log);
+  char self[4096] = {};
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return Internal("cannot find the runner binary (/proc/self/exe)");
+  l.self.assign(self, static_cast<std::size_t>(n));
+  l.args = args;
+  return l;
+}
+
+int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_received) {
+  std::map<std::string, std::string> base;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  char dir_template[] = "/tmp/ringtrain-ranks-XXXXXX";
+  const char* dir = ::mkdtemp(dir_template);
+  const std::string logs = dir != nullptr ? dir : "/tmp";
+
+  std::map<pid_t, int> running;  // pid → local rank
+  std::vector<std::string> term_logs(static_cast<std::size_t>(launch.nproc));
+  int first_code = 0;
+  std::string first_reason;
+  auto stop_all = [&](int sig) {
+    for (auto& [pid, lr] : running) ::kill(pid, sig);
+  };
+  for (int i = 0; i < launch.nproc; ++i) {
+    auto env = base;
+    const int rank = launch.node_rank * launch.nproc + i;
+    env["RINGTRAIN_LOCAL_WORKER"] = "1";
+    env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank);
+    env["LOCAL_RANK"] = std::to_string(i);
+    env["LOCAL_WORLD_SIZE"] = env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(launch.nproc);
+    if (launch.metrics_port > 0) {
+      env["RINGTRAIN_METRICS_PORT"] = std::to_string(launch.metrics_port + i);
+    }
+    term_logs[static_cast<std::size_t>(i)] = logs + "/rank-" + std::to_string(i) + ".termination";
+    env["RINGTRAIN_TERMINATION_LOG"] = term_logs[static_cast<std::size_t>(i)];
+    std::vector<std::string> argv = {launch.self};
+    argv.insert(argv.end(), launch.args.begin(), launch.args.end());
+    auto pid = SpawnProcess(argv, env, SpawnOptions{});
+    if (!pid.ok()) {
+      spdlog::error("cannot start local rank {}: {}", i, pid.status().ToString());
+      stop_all(SIGTERM);
+      first_code = ExitCodeFor(pid.status());
+      first_reason = pid.status().ToString();
+      break;
+    }
+    running[*pid] = i;
+  }
+  spdlog::info("started {} local ranks (node {}, ranks {}-{})", running.size(), launch.node_rank,
+               launch.node_rank * launch.nproc, launch.node_rank * launch.nproc + launch.nproc - 1);
+
+  bool stopping = first_code != 0;
+  int forwarded = 0;
+  auto stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
+  while (!running.empty()) {
+    int sig = signal_received.load();
+    if (sig != 0 && sig != forwarded) {
+      forwarded = sig;
+      stop_all(sig);
+      if (!stopping) stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
+      stopping = true;
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
+      stop_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    }
+    int wstatus = 0;
+    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
+    if (pid <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    auto it = running.find(pid);
+    if (it == running.end()) continue;
+    const int lr = it->second;
+    running.erase(it);
+    const int code = ExitCodeOf(wstatus);
+    if (code != 0 && first_code == 0) {
+      first_code = code;
+      std::string why = ReadFirstLine(term_logs[static_cast<std::size_t>(lr)]);
+      first_reason = "local rank " + std::to_string(lr) + " (rank " +
+                     std::to_string(launch.node_rank * launch.nproc + lr) + ") exited " +
+                     std::to_string(code) + (why.empty() ? "" : ": " + why);
+      spdlog::error("{}; stopping the other local ranks", first_reason);
+      if (!stopping) {
+        stopping = true;
+        stop_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
+      }
+    }
+  }
+  if (first_code != 0) WriteLine(launch.termination_log, first_reason);
+  if (first_code == 0 && forwarded != 0) first_code = 128 + forwarded;
+  return first_code;
+}
+
+}  // namespace ringtrain

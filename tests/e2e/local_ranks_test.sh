@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Several ranks in one pod (gpusPerReplica > 1): with RINGTRAIN_NPROC_PER_NODE=2 the runner
+# starts one rank per slot (rank = node × 2 + local rank). Two such "pods" form a world of 4
+# and train to the end; then a rank killed inside a pod makes that pod's launcher stop its
+# other rank and exit with a retryable code and a termination message naming the rank.
+# Runs on CPUs (--device cpu): the launcher is the same for GPUs.
+source "$(dirname "$0")/lib.sh"
+
+# start_node NODE WORLD PORT LOG [runner flags...]
+start_node() {
+  local node=$1 world=$2 port=$3 log=$4
+  shift 4
+  RINGTRAIN_JOB=e2e RINGTRAIN_NODE_RANK=$node RINGTRAIN_NPROC_PER_NODE=2 \
+    RINGTRAIN_RANK=$((node * 2)) RINGTRAIN_WORLD_SIZE=$world \
+    RINGTRAIN_MASTER_ADDR=127.0.0.1 RINGTRAIN_MASTER_PORT=$port RINGTRAIN_TOKEN=secret \
+    RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$log.termination \
+    "$BIN/ringtrain-runner" --dataset "$DATA" --device cpu "$@" >"$log" 2>&1 &
+  PIDS+=($!)
+  LAST_PID=$!
+}
+
+# 1. Two pods × two ranks train to the end.
+port=$(free_port)
+start_node 0 4 "$port" "$WORK/node0.log" --epochs 1 --max-steps 40 --result-file "$WORK/result.json"
+n0=$LAST_PID
+start_node 1 4 "$port" "$WORK/node1.log" --epochs 1 --max-steps 40
+n1=$LAST_PID
+wait_exit "$n0" 300
+rc0=$RC
+wait_exit "$n1" 300
+rc1=$RC
+[ "$rc0" = 0 ] && [ "$rc1" = 0 ] || fail "nodes exited $rc0 and $rc1, expected 0"
+grep -q "started 2 local ranks (node 1, ranks 2-3)" "$WORK/node1.log" ||
+  fail "node 1 did not start ranks 2 and 3"
+[ "$(json_get "$WORK/result.json" world_size)" = 4 ] || fail "world size is not 4"
+[ "$(json_get "$WORK/result.json" steps)" = 40 ] || fail "rank 0 did not take 40 steps"
+
+# 2. One rank of a pod dies: its launcher stops the other and exits retryably.
+port=$(free_port)
+export RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=30
+start_node 0 2 "$port" "$WORK/pod.log" --epochs 50 --step-sleep-ms 20
+pod=$LAST_PID
+wait_until 120 "both local ranks training" \
+  bash -c "[ \$(grep -c 'communicator ready' '$WORK/pod.log') -ge 2 ]"
+children=$(pgrep -P "$pod" || true)
+[ "$(echo "$children" | wc -w)" = 2 ] || fail "expected 2 rank processes, found: $children"
+victim=$(echo "$children" | tail -n 1)
+kill -9 "$victim"
+wait_exit "$pod" 90
+echo "launcher exit code: $RC"
+[ "$RC" -ge 128 ] || fail "launcher exited $RC, expected a retryable code (128-255)"
+grep -q "local rank" "$WORK/pod.log.termination" || fail "termination message does not name the rank"
+for c in $children; do
+  if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
+done
+echo PASS
