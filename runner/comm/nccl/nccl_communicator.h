@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,20 +39,32 @@ struct NcclCommOptions {
 
 class NcclCommunicator final : public Communicator {
  public:
-  // `store` must outlive the communicator (it is polled for other ranks' failures).
+  // `store` must outlive the communicator (it is polled for other ranks' failures) and should
+  // be prefixed per gang attempt (PrefixStore): "nccl/id" and "abort" must not be stale. Rank 0
+  // publishes the unique id before any CUDA call; the others wait for it under init_timeout.
   static StatusOr<std::unique_ptr<NcclCommunicator>> Create(rendezvous::Store& store,
                                                             const NcclCommOptions& options);
+  // Not aborted: ncclCommFinalize polled under the collective timeout, then ncclCommDestroy;
+  // otherwise (or when finalizing fails or times out) ncclCommAbort. CUDA graphs that captured
+  // AllReduceAsync hold the NCCL communicator: destroy them first.
   ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
 
   int rank() const override { return options_.rank; }
   int size() const override { return options_.size; }
 
   // The synchronous Communicator calls accept host or device pointers (host memory is staged
-  // through a device buffer); each waits for completion under the watchdog.
+  // through a device buffer); each waits for completion under the watchdog. They run on
+  // stream(), which does not wait for other streams: device buffers must be ready (the stream
+  // that wrote them synchronized) before the call.
   Status AllReduce(float* data, std::size_t count, ReduceOp op) override;
   Status Broadcast(void* data, std::size_t bytes, int root) override;
   Status Barrier() override;
   Status AllGather(const void* in, std::size_t bytes, void* out) override;
+  // Marks the communicator aborted and starts ncclCommAbort in the background; returns without
+  // waiting for it, so it is safe from a signal-handling thread (not from an async signal
+  // handler). A pending Wait returns Aborted.
   void Abort() override;
 
   // Enqueues an in-place all-reduce of device memory on `stream` without waiting. Capturable
@@ -65,23 +78,53 @@ class NcclCommunicator final : public Communicator {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  struct AbortState;  // completion of the background ncclCommAbort
+
   NcclCommunicator(rendezvous::Store& store, const NcclCommOptions& options);
-  Status Fail(Status cause);  // records the root cause, aborts, returns the error to report
+  // Records the root cause in the store ("abort", first reporter wins) unless `record` is
+  // false, aborts, and returns the error to report. Called on the collective thread only.
+  Status Fail(Status cause, bool record = true);
+  // Fail for an error NCCL reported asynchronously (retryable kUnavailable), after a short
+  // grace for the rank that saw the root cause to record it.
+  Status FailAsync(Status cause);
   Status CheckUsable(std::string_view op) const;
+  // While waiting: Abort() from another thread, or (every abort_poll_interval) a failure
+  // another rank recorded in the store, or the store gone. Returns the cause; does not Fail.
+  Status Watch(std::string_view what, SteadyTime& next_probe);
+  Status ProbeAbortKey(std::string_view what);
+  // NCCL's asynchronous state: Ok with *in_progress set while an operation is still being
+  // enqueued (non-blocking mode), or the error NCCL reports.
+  Status PollAsync(std::string_view what, bool* in_progress);
+  // Calls `enqueue` (an NCCL call on the ncclComm_t it is given, returning its ncclResult_t)
+  // under abort_mu_, then waits out ncclInProgress under the watchdog.
+  Status Launch(std::string_view op, const std::function<int(void*)>& enqueue);
+  Status RecordAndWait(std::string_view op);
+  // Runs the steps of one synchronous collective on stream_; any error aborts the
+  // communicator, since the peers would otherwise wait for this rank until their timeout.
+  Status RunSync(std::string_view op, const std::function<Status()>& body);
+  StatusOr<bool> OnDevice(const void* p, std::string_view op) const;
+  Status EnsureStaging(std::size_t bytes);
+  void StartAbortLocked();  // hands comm_ to a background ncclCommAbort; needs abort_mu_
+  bool WaitForAbort(Duration limit);
+  void AbortComm();  // StartAbortLocked + a bounded wait for it
+  void Finalize();
 
   rendezvous::Store& store_;
   NcclCommOptions options_;
   void* comm_ = nullptr;  // ncclComm_t, kept opaque so nccl.h stays out of this header
   cudaStream_t stream_ = nullptr;
-  void* staging_ = nullptr;  // device scratch for host buffers
+  cudaEvent_t done_ = nullptr;  // recorded after each synchronous collective
+  void* staging_ = nullptr;     // device scratch for host buffers
   std::size_t staging_bytes_ = 0;
-  std::mutex abort_mu_;
+  bool staging_pooled_ = false;  // cudaMallocAsync (freed without a device synchronization)
+  std::mutex abort_mu_;          // guards comm_: every NCCL call on it, and handing it to abort
   std::atomic<bool> aborted_{false};
   std::string failure_;
+  std::shared_ptr<AbortState> abort_state_;
 };
 
-// True when this binary was built with NCCL and `count` devices make a one-GPU-per-rank gang
-// possible for `local_world_size` ranks on this node.
+// True when this binary was built with NCCL and `visible_devices` devices make a one-GPU-per-
+// rank gang possible for `local_world_size` (>= 1) ranks on this node.
 bool NcclUsable(int visible_devices, int local_world_size);
 
 }  // namespace ringtrain::comm
