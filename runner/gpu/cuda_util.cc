@@ -7,8 +7,8 @@ namespace ringtrain::gpu {
 
 Status CudaStatus(cudaError_t err, std::string_view what) {
   if (err == cudaSuccess) return Status::Ok();
-  std::string m = std::string(what) + ": " + cudaGetErrorName(err) + " (" +
-                  cudaGetErrorString(err) + ")";
+  std::string m =
+      std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
   switch (err) {
     case cudaErrorMemoryAllocation:
       return Status(StatusCode::kResourceExhausted, "GPU out of memory: " + m);
@@ -47,13 +47,13 @@ int VisibleDeviceCount() {
 std::string DeviceDescription(int device) {
   cudaDeviceProp p{};
   cudaError_t err = cudaGetDeviceProperties(&p, device);
-  if (err != cudaSuccess) return std::string("device ") + std::to_string(device) + ": " +
-                                 cudaGetErrorString(err);
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), "%s (sm_%d%d, %d SMs, %.1f GiB)", p.name, p.major, p.minor,
-                p.multiProcessorCount,
+  if (err != cudaSuccess)
+    return std::string("device ") + std::to_string(device) + ": " + cudaGetErrorString(err);
+  char mem[32];
+  std::snprintf(mem, sizeof(mem), "%.1f",
                 static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
-  return buf;
+  return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
+         std::to_string(p.multiProcessorCount) + " SMs, " + mem + " GiB)";
 }
 
 Status WaitEvent(cudaEvent_t event, Duration timeout, std::string_view what,

@@ -146,9 +146,9 @@ class Event {
   Event& operator=(const Event&) = delete;
   // timing=false makes record/wait cheaper (no timestamp).
   Status Create(bool timing = false) {
-    return CudaStatus(cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault
-                                                           : cudaEventDisableTiming),
-                      "cudaEventCreate");
+    return CudaStatus(
+        cudaEventCreateWithFlags(&e_, timing ? cudaEventDefault : cudaEventDisableTiming),
+        "cudaEventCreate");
   }
   cudaEvent_t get() const { return e_; }
 

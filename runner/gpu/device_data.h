@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "runner/data/idx.h"
@@ -41,6 +42,9 @@ class DeviceDataset {
   virtual Status Gather(float* x, std::int32_t* y, int n) = 0;
   // The same for the test set without shuffling: samples first, first+stride, ... (n of them).
   virtual Status GatherPlain(std::int64_t first, int stride, int n, float* x, std::int32_t* y) = 0;
+  // Test and debugging aid: copies the current permutation (after the enqueued Shuffle) to the
+  // host. Synchronizes the stream, so never call it while capturing or on the hot path.
+  virtual Status ReadPermutation(std::vector<std::uint32_t>& out) = 0;
 };
 
 struct DeviceBatch {

@@ -1,9 +1,11 @@
 // The CUDA model path: the same layers, shapes, initial weights and flat parameter/gradient
 // layout as runner/model (so checkpoints move between CPU and GPU and the two can be compared
-// element by element), with GEMMs in cuBLAS (FP32 or TF32), convolutions and pooling in cuDNN,
-// and CUDA kernels for bias, ReLU and softmax cross-entropy. Everything is enqueued on the
-// stream given at creation; nothing allocates, synchronizes or reads back after Create, so a
-// whole training step can be captured in a CUDA graph.
+// element by element), with GEMMs in cuBLAS (FP32 or TF32), convolutions in cuDNN, and CUDA
+// kernels for max pooling (the CPU's tie-breaking), bias, ReLU and softmax cross-entropy.
+// Everything is enqueued on the stream given at creation; nothing allocates, synchronizes or reads
+// back after Create, so a whole training step can be captured in a CUDA graph (run one step eagerly
+// before capturing: cuBLAS and cuDNN may initialize lazily on first use, and CUDA loads kernels
+// lazily).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,8 +29,8 @@ class GpuModel {
  public:
   virtual ~GpuModel() = default;
   // config.max_batch bounds n. The initial weights equal model::Model::Create(config)'s.
-  static StatusOr<std::unique_ptr<GpuModel>> Create(const model::ModelConfig& config,
-                                                    MathMode math, cudaStream_t stream);
+  static StatusOr<std::unique_ptr<GpuModel>> Create(const model::ModelConfig& config, MathMode math,
+                                                    cudaStream_t stream);
 
   // Device buffers of num_params() floats, laid out like model::Model's params()/grads().
   virtual float* params() = 0;
