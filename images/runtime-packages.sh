@@ -2,7 +2,9 @@
 # Prints, one per line and sorted, the Debian/Ubuntu packages that provide the shared libraries
 # the given ELF binaries load (ldd), so a runtime image installs exactly those:
 #   apt-get install --no-install-recommends $(images/runtime-packages.sh build/bin/ringtrain)
-# Fails naming the library when one is missing or no installed package owns it.
+# Fails naming the library when one is missing or no installed package owns it. CUDA libraries
+# from the toolkit under /usr/local/cuda* (cuBLAS, cuDNN, NCCL) are skipped with a note: the
+# runner image's CUDA + cuDNN runtime base provides them (and installs libnccl2 explicitly).
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: runtime-packages.sh BINARY..." >&2; exit 2; }
 owner() {
@@ -31,6 +33,12 @@ for bin in "$@"; do
   fi
   # "libfoo.so.1 => /path/libfoo.so.1 (0x...)" and "/lib64/ld-linux-x86-64.so.2 (0x...)".
   while read -r lib; do
+    case "$(readlink -f "$lib")" in
+      /usr/local/cuda*)
+        echo "runtime-packages: $(basename "$lib") comes with the CUDA base image" >&2
+        continue
+        ;;
+    esac
     pkg=$(owner "$lib") || { echo "runtime-packages: no package owns $lib" >&2; exit 1; }
     packages[$pkg]=1
   done < <(awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' <<<"$ldd_out")

@@ -40,7 +40,9 @@ TEST(Manifest, ShippedExamplesAreValid) {
        {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
     auto job = LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
-    EXPECT_EQ(job->spec.replicas, 2);
+    const bool gpu = std::string(name) == "fashion-mnist-gpu.yaml";
+    EXPECT_EQ(job->spec.replicas, gpu ? 1 : 2);
+    EXPECT_EQ(job->spec.gpus_per_replica, gpu ? 1 : 0);
   }
 }
 
