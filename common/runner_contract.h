@@ -1,0 +1,25 @@
+// The runner <-> controller contract carried by a rank's termination message and /status.
+// Written by the runner, read by the operator and `ringtrain run`; no logic lives here.
+#pragma once
+
+#include <string_view>
+
+namespace ringtrain::contract {
+
+// Termination message (one line, at most 4096 bytes as the kubelet keeps it):
+// - a rank that fails on its own writes its own cause, e.g.
+//   "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied".
+// - a rank that fails because another rank failed first (lost peer, abort seen in the store)
+//   writes kCausedByPrefix, the first failing rank, ": ", and that rank's cause, e.g.
+//   "caused by rank 0: PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied", and exits
+//   with the first failure's exit code when it knows it (else 138), so a gang whose rank 0 pod
+//   is gone still reports the root cause. Readers prefer a message without the prefix.
+inline constexpr std::string_view kCausedByPrefix = "caused by rank ";
+
+// On success (exit 0) rank 0 writes its final /status JSON object as the termination message,
+// so the final step, epoch and samples/s are known even when /status can no longer be read.
+// /status fields: step, epoch (epochs completed), samplesPerSecond, loss, and, when rank 0
+// found checkpoints but could resume from none of them, "resumeWarning" (a one-line reason).
+inline constexpr std::string_view kStatusResumeWarning = "resumeWarning";
+
+}  // namespace ringtrain::contract
