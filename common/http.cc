@@ -253,7 +253,7 @@ void Server::Loop() {
 }
 
 StatusOr<GetResult> Get(const std::string& host, int port, const std::string& path,
-                        Duration timeout) {
+                        Duration timeout, std::size_t max_bytes) {
   auto deadline = DeadlineAfter(timeout);
   ASSIGN_OR_RETURN(net::Socket s, net::Connect(host, port, deadline));
   std::string req = "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
@@ -264,6 +264,10 @@ StatusOr<GetResult> Get(const std::string& host, int port, const std::string& pa
     ASSIGN_OR_RETURN(std::size_t n, net::RecvSome(s, buf, sizeof(buf), deadline));
     if (n == 0) break;
     resp.append(buf, n);
+    if (resp.size() > max_bytes) {  // a peer must not make us buffer without bound
+      return Unavailable("GET " + path + ": response larger than " + std::to_string(max_bytes) +
+                         " bytes");
+    }
   }
   auto header_end = resp.find("\r\n\r\n");
   if (resp.compare(0, 5, "HTTP/") != 0 || header_end == std::string::npos) {

@@ -76,8 +76,9 @@ struct GetResult {
   std::string body;
 };
 
-// GET http://host:port/path with a deadline for the whole exchange.
+// GET http://host:port/path with a deadline for the whole exchange; a response (head and
+// body) over max_bytes is an error.
 StatusOr<GetResult> Get(const std::string& host, int port, const std::string& path,
-                        Duration timeout);
+                        Duration timeout, std::size_t max_bytes = 16 * 1024 * 1024);
 
 }  // namespace ringtrain::http
