@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
+#include <vector>
 
 #include "common/env.h"
 
@@ -16,48 +16,150 @@ namespace {
 
 using nlohmann::json;
 
-// YAML → JSON with YAML 1.2 core-schema typing of plain scalars; quoted scalars stay strings.
-StatusOr<json> YamlToJson(const YAML::Node& node, const std::string& path) {
-  switch (node.Type()) {
-    case YAML::NodeType::Null:
-    case YAML::NodeType::Undefined:
-      return json(nullptr);
-    case YAML::NodeType::Sequence: {
-      json arr = json::array();
-      for (std::size_t i = 0; i < node.size(); ++i) {
-        ASSIGN_OR_RETURN(json v, YamlToJson(node[i], path + "[" + std::to_string(i) + "]"));
-        arr.push_back(std::move(v));
-      }
-      return arr;
+// Bounds on what one manifest may cost to read. A real TrainingJob is a few KiB; the API
+// server itself refuses objects over 1.5 MiB. Aliases make a small file expand without bound
+// (yaml-cpp shares aliased nodes, so "billion laughs" parses in microseconds and only the
+// conversion expands it), hence the caps on converted nodes and bytes, not just on the text.
+constexpr std::size_t kMaxManifestBytes = 1024 * 1024;
+constexpr int kMaxDepth = 64;
+constexpr std::size_t kMaxNodes = 100000;
+constexpr std::size_t kMaxConvertedBytes = 4 * kMaxManifestBytes;
+
+bool IsUtf8(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
     }
-    case YAML::NodeType::Map: {
-      json obj = json::object();
-      for (const auto& kv : node) {
-        if (!kv.first.IsScalar()) return InvalidArgument(path + ": map keys must be strings");
-        std::string key = kv.first.Scalar();
-        ASSIGN_OR_RETURN(json v, YamlToJson(kv.second, path.empty() ? key : path + "." + key));
-        obj[key] = std::move(v);
-      }
-      return obj;
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size()) return false;
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
     }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = node.Scalar();
-      if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
-      if (s == "null" || s == "~" || s.empty()) return json(nullptr);
-      if (s == "true" || s == "True" || s == "TRUE") return json(true);
-      if (s == "false" || s == "False" || s == "FALSE") return json(false);
-      if (auto i = ParseInt(s, path); i.ok()) return json(*i);
-      if (auto d = ParseDouble(s, path); d.ok() && s.find_first_of("0123456789") == 0) {
-        return json(*d);
-      }
-      if (auto d = ParseDouble(s, path); d.ok() && (s[0] == '-' || s[0] == '+' || s[0] == '.')) {
-        return json(*d);
-      }
-      return json(s);
-    }
+    // Overlong forms, UTF-16 surrogates and code points past U+10FFFF are not UTF-8.
+    static constexpr std::uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return false;
+    i += n + 1;
   }
-  return json(nullptr);
+  return true;
 }
+
+// Text from the file in an error: bounded so that an error never echoes a huge key or value,
+// and cut on a character boundary so that it stays UTF-8.
+std::string Bounded(const std::string& text, std::size_t max = 160) {
+  if (text.size() <= max) return text;
+  std::size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "...";
+}
+
+// YAML → JSON with YAML 1.2 core-schema typing of plain scalars; quoted scalars stay strings.
+// Every node converted counts against the caps above, aliases once per use.
+class YamlConverter {
+ public:
+  StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
+    if (++nodes_ > kMaxNodes) {
+      return InvalidArgument(Where(path) + "the document expands to more than " +
+                             std::to_string(kMaxNodes) + " nodes (aliases?)");
+    }
+    if (node.IsSequence() || node.IsMap()) {
+      for (const YAML::Node& open : ancestors_) {
+        if (open.is(node)) {
+          return InvalidArgument(Where(path) + "an alias refers to a node that contains it");
+        }
+      }
+      if (ancestors_.size() >= kMaxDepth) {
+        return InvalidArgument(Where(path) + "nested deeper than " + std::to_string(kMaxDepth) +
+                               " levels");
+      }
+      ancestors_.push_back(node);
+      auto out = node.IsMap() ? ConvertMap(node, path) : ConvertSequence(node, path);
+      ancestors_.pop_back();
+      return out;
+    }
+    if (!node.IsScalar()) return json(nullptr);
+    const std::string& s = node.Scalar();
+    RETURN_IF_ERROR(CountBytes(s.size(), path));
+    if (!IsUtf8(s)) return InvalidArgument(Where(path) + "not valid UTF-8");
+    return ScalarToJson(node, s, path);
+  }
+
+ private:
+  static std::string Where(const std::string& path) {
+    return path.empty() ? "" : Bounded(path) + ": ";
+  }
+
+  Status CountBytes(std::size_t n, const std::string& path) {
+    bytes_ += n;
+    if (bytes_ > kMaxConvertedBytes) {
+      return InvalidArgument(Where(path) + "the document expands to more than " +
+                             std::to_string(kMaxConvertedBytes) + " bytes of values (aliases?)");
+    }
+    return Status::Ok();
+  }
+
+  StatusOr<json> ConvertSequence(const YAML::Node& node, const std::string& path) {
+    json arr = json::array();
+    std::size_t i = 0;
+    for (const YAML::Node& item : node) {
+      ASSIGN_OR_RETURN(json v, Convert(item, path + "[" + std::to_string(i++) + "]"));
+      arr.push_back(std::move(v));
+    }
+    return arr;
+  }
+
+  StatusOr<json> ConvertMap(const YAML::Node& node, const std::string& path) {
+    json obj = json::object();
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) return InvalidArgument(Where(path) + "map keys must be strings");
+      const std::string& key = kv.first.Scalar();
+      RETURN_IF_ERROR(CountBytes(key.size(), path));
+      if (!IsUtf8(key)) return InvalidArgument(Where(path) + "a key is not valid UTF-8");
+      const std::string child = path.empty() ? key : path + "." + key;
+      // yaml-cpp keeps one of two equal keys without a word; kubectl refuses them.
+      if (obj.contains(key)) return InvalidArgument(Where(child) + "duplicate key");
+      ASSIGN_OR_RETURN(json v, Convert(kv.second, child));
+      obj[key] = std::move(v);
+    }
+    return obj;
+  }
+
+  static StatusOr<json> ScalarToJson(const YAML::Node& node, const std::string& s,
+                                     const std::string& path) {
+    if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
+    if (s == "null" || s == "~" || s.empty()) return json(nullptr);
+    if (s == "true" || s == "True" || s == "TRUE") return json(true);
+    if (s == "false" || s == "False" || s == "FALSE") return json(false);
+    if (auto i = ParseInt(s, path); i.ok()) return json(*i);
+    if (auto d = ParseDouble(s, path); d.ok() && s.find_first_of("0123456789") == 0) {
+      return json(*d);
+    }
+    if (auto d = ParseDouble(s, path); d.ok() && (s[0] == '-' || s[0] == '+' || s[0] == '.')) {
+      return json(*d);
+    }
+    return json(s);
+  }
+
+  std::vector<YAML::Node> ancestors_;
+  std::size_t nodes_ = 0;
+  std::size_t bytes_ = 0;
+};
 
 std::string TypeName(const json& v) {
   if (v.is_null()) return "null";
@@ -70,7 +172,9 @@ std::string TypeName(const json& v) {
 }
 
 std::string Quote(const json& v) {
-  std::string s = v.dump();
+  // ASCII escapes keep a cut through a character from leaving broken UTF-8 in the message, and
+  // the replace handler keeps a stray byte from throwing (nlohmann's dump throws by default).
+  std::string s = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
 }
 
@@ -166,7 +270,7 @@ class Fields {
     }
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-    return InvalidArgument(Path(key) + ": must be one of " + list + ", got \"" + v + "\"");
+    return InvalidArgument(Path(key) + ": must be one of " + list + ", got " + Quote(json(v)));
   }
   StatusOr<const json*> Object(const std::string& key) {
     const json* v = Find(key);
@@ -286,8 +390,8 @@ Status ParseMetadata(const json& j, ObjectMeta* m) {
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
   // Pod names are <job>-<attempt>-<rank>: leave room for the suffix.
   if (!IsDnsLabel(m->name) || m->name.size() > 50) {
-    return InvalidArgument("metadata.name: \"" + m->name +
-                           "\" must be a DNS label of at most 50 characters (a-z, 0-9, '-')");
+    return InvalidArgument("metadata.name: " + Quote(json(m->name)) +
+                           " must be a DNS label of at most 50 characters (a-z, 0-9, '-')");
   }
   return Status::Ok();
 }
@@ -329,16 +433,35 @@ void ParseStatus(const json& j, JobStatus* s) {
   }
 }
 
-StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
-  if (!doc.is_object()) return InvalidArgument("the document is not an object");
-  auto api_version = doc.value("apiVersion", std::string());
-  auto kind = doc.value("kind", std::string());
-  if (api_version != kApiVersion) {
-    return InvalidArgument(std::string("apiVersion: must be ") + kApiVersion + ", got \"" +
-                           api_version + "\"");
+// apiVersion and kind: required strings with one allowed value each.
+Status CheckTypeField(const json& doc, const char* key, const char* want) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return InvalidArgument(std::string(key) + ": required");
+  if (!it->is_string()) {
+    return InvalidArgument(std::string(key) + ": must be a string, got " + TypeName(*it) + " " +
+                           Quote(*it));
   }
-  if (kind != kKind) {
-    return InvalidArgument(std::string("kind: must be ") + kKind + ", got \"" + kind + "\"");
+  if (it->get_ref<const std::string&>() != want) {
+    return InvalidArgument(std::string(key) + ": must be " + want + ", got " + Quote(*it));
+  }
+  return Status::Ok();
+}
+
+StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
+  if (doc.is_null()) return InvalidArgument("the manifest is empty");
+  if (!doc.is_object()) {
+    return InvalidArgument("the document must be a map (apiVersion, kind, metadata, spec), got " +
+                           TypeName(doc));
+  }
+  RETURN_IF_ERROR(CheckTypeField(doc, "apiVersion", kApiVersion));
+  RETURN_IF_ERROR(CheckTypeField(doc, "kind", kKind));
+  // A manifest may carry the status of an exported object (ignored, as kubectl apply does);
+  // anything else at the top is a typo that would otherwise be silently dropped.
+  for (auto it = doc.begin(); it != doc.end() && !with_status; ++it) {
+    const std::string& k = it.key();
+    if (k != "apiVersion" && k != "kind" && k != "metadata" && k != "spec" && k != "status") {
+      return InvalidArgument(Bounded(k) + ": unknown field");
+    }
   }
   TrainingJob job;
   auto meta = doc.find("metadata");
@@ -360,13 +483,25 @@ StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
 }  // namespace
 
 StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(source + ": not valid YAML: " + e.what());
+  if (yaml.size() > kMaxManifestBytes) {
+    return InvalidArgument(source + ": larger than the limit of " +
+                           std::to_string(kMaxManifestBytes) + " bytes for a manifest");
   }
-  auto doc = YamlToJson(root, "");
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(yaml);
+  } catch (const std::exception& e) {  // YAML::Exception, and whatever else yaml-cpp lets out
+    return InvalidArgument(source + ": not valid YAML: " + Bounded(e.what(), 300));
+  }
+  // One job per file, as `ringtrain run` runs one job: a second would be silently ignored.
+  for (std::size_t i = 1; i < docs.size(); ++i) {
+    if (!docs[i].IsNull()) {
+      return InvalidArgument(source + ": a second YAML document (after '---'): put one " + kKind +
+                             " in each file");
+    }
+  }
+  YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
+  auto doc = YamlConverter().Convert(root, "");
   if (!doc.ok()) return doc.status().WithContext(source);
   auto job = FromJson(*doc, /*with_status=*/false);
   if (!job.ok()) return job.status().WithContext(source);
@@ -374,11 +509,15 @@ StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::stri
 }
 
 StatusOr<TrainingJob> LoadManifestFile(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound(path + ": cannot open the manifest");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseManifestYaml(ss.str(), path);
+  // Read one byte past the limit, never more: a huge file or an endless device (/dev/zero,
+  // a FIFO) is refused without reading it all.
+  std::string text(kMaxManifestBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return InvalidArgument(path + ": cannot read the manifest");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return ParseManifestYaml(text, path);
 }
 
 StatusOr<TrainingJob> ParseJobJson(const std::string& text) {

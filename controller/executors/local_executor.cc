@@ -8,14 +8,14 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
-#include "common/http.h"
 #include "common/net.h"
 #include "common/process.h"
+#include "common/runner_status.h"
+#include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
 
 extern char** environ;
@@ -80,7 +80,7 @@ class LocalRun {
   void Kill(Process& p);
   void EnforceGrace();
   std::vector<ObservedReplica> Observe() const;
-  void PollProgress();
+  std::optional<reconcile::ObservedProgress> PollProgress();
   void PrintProgress(bool force);
   bool AnyAlive() const {
     for (const auto& [name, p] : procs_) {
@@ -219,27 +219,17 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
   return out;
 }
 
-void LocalRun::PollProgress() {
+std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
   auto now = std::chrono::steady_clock::now();
-  if (now < next_poll_) return;
+  if (now < next_poll_) return std::nullopt;
   next_poll_ = now + std::chrono::seconds(1);
   const std::string rank0 = reconcile::ReplicaName(job_.metadata.name, state_.status.attempt, 0);
   auto it = procs_.find(rank0);
-  if (it == procs_.end() || it->second.exited) return;
-  auto r = http::Get("127.0.0.1", it->second.metrics_port, "/status", Duration(500));
-  if (!r.ok() || r->code != 200) return;
-  auto j = nlohmann::json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return;
-  reconcile::ObservedProgress p;
-  try {  // a field of the wrong type makes value() throw: treat it as no progress
-    p.step = j.value("step", 0LL);
-    p.epoch = j.value("epoch", 0);
-    p.samples_per_second = j.value("samples_per_second", 0.0);
-    p.loss = j.value("loss", 0.0);
-  } catch (const nlohmann::json::exception&) {
-    return;
-  }
-  progress_ = p;
+  if (it == procs_.end() || it->second.exited) return std::nullopt;
+  reconcile::ObservedProgress p = reconcile::ObserveRunnerStatus(
+      contract::FetchRunnerStatus("127.0.0.1", it->second.metrics_port, Duration(500)));
+  if (p.reachable) progress_ = p;  // what the progress line shows: the last good read
+  return p;
 }
 
 void LocalRun::PrintProgress(bool force) {
@@ -283,11 +273,10 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
       std::this_thread::sleep_for(options_.poll);
       continue;
     }
-    PollProgress();
     reconcile::PlanInput in;
     in.job = &state_;
+    in.progress = PollProgress();  // this pass's read only: the planner judges each read once
     in.replicas = Observe();
-    in.progress = progress_;
     in.now = std::chrono::system_clock::now();
     reconcile::Plan plan = reconcile::PlanReconcile(in);
     if (plan.status.attempt != state_.status.attempt) progress_.reset();

@@ -4,8 +4,9 @@
 
 #include <algorithm>
 
-#include "common/http.h"
+#include "common/runner_status.h"
 #include "common/time_format.h"
+#include "controller/reconcile/observe_status.h"
 
 namespace ringtrain::op {
 namespace {
@@ -54,20 +55,7 @@ std::string JobKey(const std::string& ns, const std::string& name) { return ns +
 ProgressFetcher HttpProgressFetcher() {
   return [](const std::string& ip, int port,
             Duration timeout) -> std::optional<reconcile::ObservedProgress> {
-    auto r = http::Get(ip, port, "/status", timeout);
-    if (!r.ok() || r->code != 200) return std::nullopt;
-    auto j = Json::parse(r->body, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) return std::nullopt;
-    reconcile::ObservedProgress p;
-    try {  // a rank's body is untrusted input: a field of the wrong type must not throw out
-      p.step = j.value("step", std::int64_t{0});
-      p.epoch = j.value("epoch", 0);
-      p.samples_per_second = j.value("samples_per_second", 0.0);
-      p.loss = j.value("loss", 0.0);
-    } catch (const Json::exception&) {
-      return std::nullopt;
-    }
-    return p;
+    return reconcile::ObserveRunnerStatus(contract::FetchRunnerStatus(ip, port, timeout));
   };
 }
 
@@ -293,6 +281,9 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     if (status.value("phase", "") == "Running" && !ip.empty() && !Deleting(pod)) {
       memory.last_poll = steady_now;
       progress = fetch_(ip, MetricsPort(pod), options_.progress_timeout);
+      if (progress && !progress->reachable) {
+        spdlog::debug("job {}: rank 0's /status: {}", key, progress->error);
+      }
     }
   }
 

@@ -32,7 +32,8 @@ class ClusterCache {
   virtual std::vector<Json> JobPods(const std::string& ns, const std::string& job) const = 0;
 };
 
-// Rank 0's GET /status at ip:port, or nullopt if it could not be read in time.
+// Rank 0's GET /status at ip:port: reachable=false (with the error) when it could not be read
+// in time or was malformed; nullopt only from a fetcher that did not ask.
 using ProgressFetcher = std::function<std::optional<reconcile::ObservedProgress>(
     const std::string& ip, int port, Duration timeout)>;
 ProgressFetcher HttpProgressFetcher();

@@ -24,7 +24,12 @@ class Planner {
 
   void SetCondition(const std::string& type, bool value, const std::string& reason,
                     const std::string& message) {
-    const std::string status = value ? "True" : "False";
+    SetConditionStatus(type, value ? "True" : "False", reason, message);
+  }
+  // status "True", "False" or "Unknown" (metav1.Condition).
+  void SetConditionStatus(const std::string& type, const std::string& status,
+                          const std::string& reason, const std::string& message) {
+    const bool value = status != "False";
     for (auto& c : st().conditions) {
       if (c.type != type) continue;
       if (c.status != status) c.last_transition_time = now_s_;
@@ -174,6 +179,23 @@ bool Planner::HandleStall() {
     Requeue(deadline);
     return false;
   }
+  // Past the deadline only a read that succeeded may say "no progress": a failed read is
+  // reported, and a read not made this time decides nothing.
+  if (!in_.progress) return false;
+  if (!in_.progress->reachable) {
+    const Condition* before = FindCondition("Stalled");
+    std::string why = in_.progress->error.empty() ? "no answer" : in_.progress->error;
+    SetConditionStatus("Stalled", "Unknown", "ProgressUnknown",
+                       "no progress observed for over " + std::to_string(deadline_s) +
+                           "s, and rank 0's /status cannot be read (" + why +
+                           "): not restarting on a failed read");
+    if (before == nullptr || before->status != "Unknown") {
+      plan_.events.push_back({"Warning", "ProgressUnknown",
+                              "rank 0's /status cannot be read (" + why +
+                                  "); the progress deadline waits for a successful read"});
+    }
+    return false;
+  }
   std::string msg = "no training progress for " + std::to_string(deadline_s) + "s";
   SetCondition("Stalled", true, "ProgressDeadlineExceeded", msg);
   if (st().restarts < spec_.run_policy.backoff_limit) {
@@ -264,7 +286,7 @@ Plan Planner::Run() {
     return std::move(plan_);
   }
 
-  if (in_.progress) {
+  if (in_.progress && in_.progress->reachable) {
     const auto& p = *in_.progress;
     if (!st().progress || st().progress->step != p.step) {
       st().progress = api::Progress{p.step, p.epoch, p.samples_per_second, p.loss, now_s_};

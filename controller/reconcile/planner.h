@@ -27,12 +27,16 @@ struct ObservedReplica {
   bool terminating = false;  // deletion requested, not gone yet
 };
 
-// What rank 0's /status said, if it could be read.
+// One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
+// answered garbage); the fields are then meaningless, and the stall deadline is judged only on
+// reads that succeeded, so "could not ask" is never taken for "no progress".
 struct ObservedProgress {
   std::int64_t step = 0;
   int epoch = 0;
   double samples_per_second = 0;
   double loss = 0;
+  bool reachable = true;
+  std::string error;  // why it could not be read, when !reachable
 };
 
 struct Action {
@@ -60,7 +64,7 @@ struct Plan {
 struct PlanInput {
   const api::TrainingJob* job = nullptr;
   std::vector<ObservedReplica> replicas;
-  std::optional<ObservedProgress> progress;
+  std::optional<ObservedProgress> progress;  // nullopt: not asked this time
   WallTime now;
 };
 

@@ -278,6 +278,58 @@ TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
   EXPECT_EQ(ObserveReplica(pod).rank, -1);
 }
 
+// Issue 10.4: past progressDeadlineSeconds, a rank 0 whose /status cannot be read (here: the
+// real HTTP fetcher against a closed port) is reported as Stalled=Unknown, not restarted; the
+// same deadline with a read that succeeds and shows no new step still restarts the gang.
+TEST_F(ReconcilerTest, UnreadableStatusPastTheDeadlineIsReportedNotRestarted) {
+  CreateJob(Job(1, {{"spec", {{"runPolicy", {{"progressDeadlineSeconds", 60}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-0");
+  pod["status"] = {{"phase", "Running"}, {"podIP", "127.0.0.1"}};
+  pod["metadata"]["annotations"][kMetricsPortAnnotation] = "1";  // nothing listens on port 1
+  client_.Set(kube::kPods, "default", pod);
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  const std::string long_ago = "2026-01-01T00:00:00Z";  // FixedClock is in 2027
+  job["status"]["phase"] = "Running";
+  job["status"]["conditions"] = {{{"type", "Running"},
+                                  {"status", "True"},
+                                  {"reason", "Running"},
+                                  {"message", ""},
+                                  {"lastTransitionTime", long_ago}}};
+  job["status"]["progress"] = {{"step", 10},
+                               {"epoch", 0},
+                               {"samplesPerSecond", 1.0},
+                               {"loss", 1.0},
+                               {"updatedAt", long_ago}};
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler http_fetching(&client_, &cache_, &clock_, nullptr, nullptr, options);
+  ASSERT_TRUE(http_fetching.Reconcile("default", "mnist").ok());
+  Json st = Status();
+  EXPECT_EQ(st["phase"], "Running") << st.dump();
+  EXPECT_EQ(st.value("restarts", 0), 0);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0);
+  Json stalled;
+  for (const auto& c : st["conditions"]) {
+    if (c["type"] == "Stalled") stalled = c;
+  }
+  EXPECT_EQ(stalled.value("status", ""), "Unknown") << st.dump();
+  EXPECT_EQ(stalled.value("reason", ""), "ProgressUnknown") << st.dump();
+  EXPECT_EQ(st["progress"]["step"], 10);
+
+  cache_.CatchUp(client_);
+  Reconciler answering(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                       [](const std::string&, int, Duration) {
+                         return std::optional<reconcile::ObservedProgress>(
+                             reconcile::ObservedProgress{10, 0, 1.0, 1.0});
+                       });
+  ASSERT_TRUE(answering.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+}
+
 TEST(WorkQueueTest, DeduplicatesAndNeverHandsOutAKeyTwice) {
   WorkQueue q;
   q.Add("a");

@@ -281,6 +281,79 @@ TEST(Planner, StalledGangIsRestarted) {
   EXPECT_EQ(Count(stalled, Kind::kDeleteReplica), 2);
 }
 
+// Issue 10.4: a /status that cannot be read is not "no progress". A healthy gang whose
+// endpoint is unreachable past the deadline is reported (Stalled=Unknown), never restarted;
+// a gang that really stalls is still restarted on the next read that succeeds.
+TEST(Planner, UnreachableStatusIsReportedNotRestarted) {
+  auto job = Job(2);
+  job.spec.run_policy.progress_deadline_seconds = 60;
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  PlanInput in;
+  in.job = &job;
+  in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
+  in.progress = ObservedProgress{10, 0, 100, 1.5};
+  in.now = At(30);
+  job.status = PlanReconcile(in).status;
+  ObservedProgress unreachable;
+  unreachable.reachable = false;
+  unreachable.error = "GET /status: deadline exceeded";
+  in.progress = unreachable;
+  for (int t : {60, 95, 200, 1000}) {
+    in.now = At(t);
+    Plan p = PlanReconcile(in);
+    EXPECT_EQ(p.status.phase, "Running") << "t=" << t;
+    EXPECT_EQ(p.status.restarts, 0) << "t=" << t;
+    EXPECT_EQ(Count(p, Kind::kDeleteReplica), 0) << "t=" << t;
+    ASSERT_TRUE(p.status.progress.has_value());
+    EXPECT_EQ(p.status.progress->step, 10) << "the last known progress is kept";
+    EXPECT_EQ(p.status.progress->updated_at, "2026-11-21T10:00:30Z");
+    if (t > 90) {
+      const auto* stalled = Cond(p.status, "Stalled");
+      ASSERT_NE(stalled, nullptr) << "t=" << t;
+      EXPECT_EQ(stalled->status, "Unknown");
+      EXPECT_EQ(stalled->reason, "ProgressUnknown");
+      EXPECT_NE(stalled->message.find("deadline exceeded"), std::string::npos);
+    }
+    job.status = p.status;
+  }
+  // Not asked this time (between polls): nothing is decided either way.
+  in.progress.reset();
+  in.now = At(1100);
+  EXPECT_EQ(PlanReconcile(in).status.phase, "Running");
+  // The endpoint answers again with the same step: that is a real stall, restarted.
+  in.progress = ObservedProgress{10, 0, 0, 1.5};
+  in.now = At(1200);
+  Plan stalled = PlanReconcile(in);
+  EXPECT_EQ(stalled.status.phase, "Restarting");
+  EXPECT_EQ(Cond(stalled.status, "Stalled")->status, "True");
+}
+
+TEST(Planner, UnreachableStatusThenProgressClearsTheUnknown) {
+  auto job = Job(1);
+  job.spec.run_policy.progress_deadline_seconds = 60;
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  PlanInput in;
+  in.job = &job;
+  in.replicas = {Replica(0, 0, ReplicaPhase::kRunning)};
+  ObservedProgress unreachable;
+  unreachable.reachable = false;
+  in.progress = unreachable;
+  in.now = At(100);
+  Plan unknown = PlanReconcile(in);
+  EXPECT_EQ(unknown.status.phase, "Running");
+  EXPECT_EQ(Cond(unknown.status, "Stalled")->status, "Unknown");
+  EXPECT_FALSE(unknown.status.progress.has_value());
+  job.status = unknown.status;
+  in.progress = ObservedProgress{42, 1, 10, 0.5};
+  in.now = At(110);
+  Plan moving = PlanReconcile(in);
+  EXPECT_EQ(moving.status.phase, "Running");
+  EXPECT_EQ(moving.status.progress->step, 42);
+  EXPECT_EQ(Cond(moving.status, "Stalled")->status, "False");
+}
+
 TEST(Planner, ReplicasOutsideTheGangAreDeleted) {
   auto job = Job(2);
   job.status.phase = "Running";

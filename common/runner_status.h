@@ -1,0 +1,37 @@
+// Reading rank 0's /status (see runner_contract.h): the one parser that the operator and
+// `ringtrain run` share. A rank's reply is untrusted input: parsing never throws and never
+// trusts sizes; must not know about the planner or Kubernetes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace ringtrain::contract {
+
+struct RunnerStatus {
+  std::int64_t step = 0;  // global optimizer steps
+  int epoch = 0;
+  double samples_per_second = 0;
+  double loss = 0;
+  std::string state;           // starting | running | evaluating | succeeded | failed; "" if absent
+  std::string resume_warning;  // "" unless rank 0 could resume from none of its checkpoints
+};
+
+// Largest /status body read; the runner's is a few hundred bytes.
+inline constexpr std::size_t kMaxStatusBytes = 64 * 1024;
+
+// Lenient where it is harmless: unknown fields are ignored, and a missing or null field keeps
+// its default. Strict where it is not: a body that is not one JSON object, or a known field of
+// the wrong type or out of range, is an InvalidArgument naming the field. samples/s is read
+// from "samplesPerSecond" or the older "samples_per_second".
+StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body);
+
+// GET http://host:port/status and parse it: Unavailable when it cannot be read (refused, timed
+// out, not 200, over kMaxStatusBytes), InvalidArgument when the reply is malformed.
+StatusOr<RunnerStatus> FetchRunnerStatus(const std::string& host, int port, Duration timeout);
+
+}  // namespace ringtrain::contract

@@ -1,0 +1,88 @@
+// The /status parser shared by the operator and `ringtrain run`: lenient with what is harmless,
+// an error (never an exception) for what is wrong.
+#include "common/runner_status.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/http.h"
+
+namespace ringtrain::contract {
+namespace {
+
+TEST(RunnerStatus, ReadsTheRunnersFields) {
+  auto s = ParseRunnerStatus(
+      R"({"job":"j","rank":0,"state":"running","epoch":2,"step":532,"steps_total":3752,)"
+      R"("samples_per_second":21526.5,"loss":0.42,"message":"","extra":{"x":[1]}})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->step, 532);
+  EXPECT_EQ(s->epoch, 2);
+  EXPECT_DOUBLE_EQ(s->samples_per_second, 21526.5);
+  EXPECT_DOUBLE_EQ(s->loss, 0.42);
+  EXPECT_EQ(s->state, "running");
+  auto camel = ParseRunnerStatus(R"({"step":1,"samplesPerSecond":7,"resumeWarning":"a\nb"})");
+  ASSERT_TRUE(camel.ok()) << camel.status().ToString();
+  EXPECT_DOUBLE_EQ(camel->samples_per_second, 7);
+  EXPECT_EQ(camel->resume_warning, "a b");
+}
+
+TEST(RunnerStatus, MissingAndNullFieldsKeepDefaults) {
+  auto s = ParseRunnerStatus(R"({"step":5,"loss":null})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->step, 5);
+  EXPECT_EQ(s->loss, 0);
+  EXPECT_EQ(s->epoch, 0);
+}
+
+TEST(RunnerStatus, WrongTypesAndRangesAreErrorsNamingTheField) {
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"step":"12"})", "step: must be an integer"},
+      {R"({"step":1.5})", "step: must be an integer"},
+      {R"({"step":-1})", "step: out of range"},
+      {R"({"step":18446744073709551615})", "step: out of range"},
+      {R"({"epoch":4294967296})", "epoch: out of range"},
+      {R"({"loss":"low"})", "loss: must be a number"},
+      {R"({"samples_per_second":[1]})", "samples_per_second: must be a number"},
+      {R"({"state":3})", "state: must be a string"},
+      {R"([1,2])", "not a JSON object"},
+      {R"("x")", "not a JSON object"},
+      {"{\"step\":1", "not valid JSON"},
+      {"{\"state\":\"\xff\"}", "not valid JSON"},
+      {"", "not valid JSON"},
+  };
+  for (const auto& [body, want] : cases) {
+    auto s = ParseRunnerStatus(body);
+    ASSERT_FALSE(s.ok()) << body;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_NE(s.status().message().find(want), std::string::npos)
+        << body << " -> " << s.status().message();
+  }
+  EXPECT_FALSE(ParseRunnerStatus(std::string(kMaxStatusBytes + 1, ' ')).ok());
+  EXPECT_FALSE(ParseRunnerStatus(std::string(20000, '[') + std::string(20000, ']')).ok());
+}
+
+TEST(RunnerStatus, FetchSaysUnavailableOrMalformed) {
+  auto server = http::Server::Create(
+      "127.0.0.1", 0, {{"/status", [] {
+                          return http::Response{200, "application/json", R"({"step":3})"};
+                        }}});
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto s = FetchRunnerStatus("127.0.0.1", (*server)->port(), Duration(2000));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->step, 3);
+  auto bad = http::Server::Create(
+      "127.0.0.1", 0, {{"/status", [] {
+                          return http::Response{200, "application/json", R"({"step":"3"})"};
+                        }}});
+  ASSERT_TRUE(bad.ok());
+  EXPECT_EQ(FetchRunnerStatus("127.0.0.1", (*bad)->port(), Duration(2000)).status().code(),
+            StatusCode::kInvalidArgument);
+  const int gone = (*bad)->port();
+  bad->reset();
+  EXPECT_EQ(FetchRunnerStatus("127.0.0.1", gone, Duration(2000)).status().code(),
+            StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ringtrain::contract
