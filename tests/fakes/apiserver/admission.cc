@@ -144,6 +144,84 @@ bool CountsAgainstPodQuota(const json& pod) {
   return phase == nullptr || (*phase != "Succeeded" && *phase != "Failed");
 }
 
+namespace {
+
+// resource.Quantity as %#v shows it inside cmp.Diff.
+std::optional<std::string> GoQuantity(const json& q) {
+  if (!q.is_string()) return std::nullopt;
+  const std::string s = q.get<std::string>();
+  std::size_t i = 0;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+  if (i == 0 || i > 12) return std::nullopt;
+  const std::int64_t n = std::stoll(s.substr(0, i));
+  const std::string suffix = s.substr(i);
+  static const std::vector<std::pair<std::string, std::int64_t>> kBinary = {
+      {"Ki", 1LL << 10}, {"Mi", 1LL << 20}, {"Gi", 1LL << 30}, {"Ti", 1LL << 40}};
+  static const std::vector<std::pair<std::string, std::int64_t>> kDecimal = {
+      {"", 1}, {"k", 1000}, {"M", 1000000}, {"G", 1000000000}, {"T", 1000000000000}};
+  for (const auto& [sfx, mul] : kBinary) {
+    if (suffix == sfx) {
+      return "{i: resource.int64Amount{value: " + std::to_string(n * mul) + "}, s: \"" + s +
+             "\", Format: \"BinarySI\"}";
+    }
+  }
+  for (const auto& [sfx, mul] : kDecimal) {
+    if (suffix == sfx) {
+      return "{i: resource.int64Amount{value: " + std::to_string(n * mul) + "}, s: \"" + s +
+             "\", Format: \"DecimalSI\"}";
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string PvcSpecImmutableMessage(const json& old_spec, const json& new_spec) {
+  const std::string head =
+      "Forbidden: spec is immutable after creation except resources.requests for bound claims\n";
+  // Only the recorded shape is rendered: every other field equal, storage changed.
+  json a = old_spec, b = new_spec;
+  for (json* s : {&a, &b}) s->erase("resources");
+  const json* old_storage = Path(old_spec, {"resources", "requests", "storage"});
+  const json* new_storage = Path(new_spec, {"resources", "requests", "storage"});
+  const json old_res = old_spec.value("resources", json::object());
+  const json new_res = new_spec.value("resources", json::object());
+  const bool only_storage = old_res.size() == 1 && new_res.size() == 1 &&
+                            old_res["requests"].size() == 1 && new_res["requests"].size() == 1 &&
+                            old_storage != nullptr && new_storage != nullptr;
+  for (const char* known : {"accessModes", "storageClassName", "volumeMode"}) {
+    a.erase(known);
+    b.erase(known);
+  }
+  if (!only_storage || !a.empty() || !b.empty() ||
+      old_spec.value("accessModes", json()) != new_spec.value("accessModes", json()) ||
+      old_spec.value("storageClassName", json()) != new_spec.value("storageClassName", json()) ||
+      old_spec.value("volumeMode", json()) != new_spec.value("volumeMode", json())) {
+    return head;
+  }
+  auto old_q = GoQuantity(*old_storage);
+  auto new_q = GoQuantity(*new_storage);
+  if (!old_q || !new_q) return head;
+  std::string modes;
+  for (const auto& m : old_spec.value("accessModes", json::array())) {
+    modes += (modes.empty() ? "" : ", ") + m.dump();
+  }
+  const json* sc = Path(old_spec, {"storageClassName"});
+  const std::string storage_class = sc != nullptr && sc->is_string() ? "&" + sc->dump() : "nil";
+  // go-cmp marks its diffs as unstable by writing the line prefixes with non-breaking spaces
+  // (U+00A0), as the recording shows.
+  const std::string same = "\u00a0\u00a0", del = "-\u00a0", add = "+\u00a0";
+  return head + same + "core.PersistentVolumeClaimSpec{\n" + same + "\tAccessModes: {" + modes +
+         "},\n" + same + "\tSelector:    nil,\n" + same +
+         "\tResources: core.ResourceRequirements{\n" + same + "\t\tLimits: nil,\n" + del +
+         "\t\tRequests: core.ResourceList{\n" + del + "\t\t\ts\"storage\": " + *old_q + ",\n" +
+         del + "\t\t},\n" + add + "\t\tRequests: core.ResourceList{\n" + add +
+         "\t\t\ts\"storage\": " + *new_q + ",\n" + add + "\t\t},\n" + same + "\t\tClaims: nil,\n" +
+         same + "\t},\n" + same + "\tVolumeName:       \"\",\n" + same +
+         "\tStorageClassName: " + storage_class + ",\n" + same + "\t... // 3 identical fields\n" +
+         same + "}\n";
+}
+
 bool PodUsesClaim(const json& pod, const std::string& claim) {
   const json* volumes = Path(pod, {"spec", "volumes"});
   if (volumes == nullptr || !volumes->is_array()) return false;

@@ -31,6 +31,12 @@ std::optional<std::string> PodQuotaExceeded(const nlohmann::json& quota, std::in
 // Whether a pod still counts against a pods quota (not Succeeded or Failed).
 bool CountsAgainstPodQuota(const nlohmann::json& pod);
 
+// The cause message of changing an unbound claim's spec: "Forbidden: spec is immutable after
+// creation except resources.requests for bound claims\n" and Go's cmp.Diff of the two specs.
+// The diff is the recorded one (a changed storage request of a claim with accessModes,
+// resources.requests.storage and maybe storageClassName); any other change gets the first line.
+std::string PvcSpecImmutableMessage(const nlohmann::json& old_spec, const nlohmann::json& new_spec);
+
 // Whether the pod mounts the claim (spec.volumes[].persistentVolumeClaim.claimName).
 bool PodUsesClaim(const nlohmann::json& pod, const std::string& claim);
 

@@ -1775,6 +1775,15 @@ Result FakeApiServer::Impl::Update(const HttpRequest& req, const Route& route, j
   if (auto err = Admit(t, &req, &next, &old, &warnings)) return *err;
   ApplyBuiltinDefaults(t, &next, false);
   if (auto err = ValidateBuiltin(t, next)) return *err;
+  if (t.group.empty() && t.plural == "persistentvolumeclaims" && route.sub.empty() &&
+      next.value("spec", json::object()) != old.value("spec", json::object())) {
+    // No claim is ever bound here (no provisioner), so every spec change is refused.
+    return InvalidError(t.qualified_kind(), route.name, Details(route.name, t, false),
+                        {{"FieldValueForbidden",
+                          PvcSpecImmutableMessage(old.value("spec", json::object()),
+                                                  next.value("spec", json::object())),
+                          "spec"}});
+  }
   if (t.has_generation) {
     json a = old, b = next;
     for (json* o : {&a, &b}) {

@@ -277,6 +277,12 @@ TEST_F(ClusterPolicyTest, PersistentVolumeClaimsAnswerLikeTheRecordedServer) {
   EXPECT_EQ(created["metadata"]["ownerReferences"], pvc["metadata"]["ownerReferences"]);
   r = conn_->Do("GET", claims + "/ckpt-job-checkpoints");
   EXPECT_EQ(r.code, 200);
+  // An unbound claim cannot grow.
+  r = conn_->Do("PATCH", claims + "/ckpt-job-checkpoints",
+                R"([{"op":"replace","path":"/spec/resources/requests/storage","value":"2Gi"}])",
+                "application/json-patch+json");
+  EXPECT_EQ(r.code, 422);
+  EXPECT_EQ(r.body, std::string(kPvcImmutable) + "\n");
 
   r = conn_->Do(
       "POST", claims,
