@@ -46,6 +46,11 @@ const std::map<std::string, Predicate>& Rules() {
          if (old == nullptr) return std::nullopt;
          return self == *old;
        }},
+      {"self == '' || self.startsWith('/')",
+       [](const json& self, const json*) -> std::optional<bool> {
+         return self.is_string() &&
+                (self.get<std::string>().empty() || self.get<std::string>().front() == '/');
+       }},
       {"!(has(self.volumeClaim) && has(self.volume))",
        [](const json& self, const json*) -> std::optional<bool> {
          return !(Field(self, "volumeClaim") != nullptr && Field(self, "volume") != nullptr);

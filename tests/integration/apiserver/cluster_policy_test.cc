@@ -159,6 +159,11 @@ TEST_F(ClusterPolicyTest, OurCrdRefusesWhatTheOperatorCannotServe) {
                                 {"volume", {{"emptyDir", json::object()}}}};
   refused(both, "spec.checkpoint", "spec.checkpoint takes volumeClaim or volume, not both");
 
+  json relative = Job("relative");
+  relative["spec"]["checkpoint"] = {{"path", "ckpt"}};
+  refused(relative, "spec.checkpoint.path",
+          "Invalid value: \"string\": spec.checkpoint.path must be an absolute path");
+
   json ok = Job(std::string(50, 'a'));
   ok["spec"]["checkpoint"] = {{"volumeClaim", json::object()}};
   r = conn_->Do("POST", kTj, ok.dump());
