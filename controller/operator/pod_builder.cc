@@ -122,7 +122,8 @@ void ApplyResources(const api::JobSpec& spec, const Json& user_runner, Json* run
 void ApplySecurityDefaults(Json* pod_spec) {
   Json& psc = (*pod_spec)["securityContext"];
   if (!psc.is_object()) psc = Json::object();
-  const bool root_requested = psc.value("runAsUser", 1) == 0;
+  const bool root_requested =
+      psc.contains("runAsUser") && psc["runAsUser"].is_number() && psc["runAsUser"] == 0;
   if (!root_requested && !psc.contains("runAsNonRoot")) psc["runAsNonRoot"] = true;
   if (!psc.contains("runAsUser")) psc["runAsUser"] = kRunnerUid;
   if (!psc.contains("runAsGroup")) psc["runAsGroup"] = kRunnerUid;
@@ -134,6 +135,7 @@ void ApplySecurityDefaults(Json* pod_spec) {
     (*pod_spec)["automountServiceAccountToken"] = false;  // the runner never calls the API
   }
   for (auto& c : (*pod_spec)["containers"]) {
+    if (!c.is_object()) continue;  // the API server refuses such a pod with the reason
     Json& csc = c["securityContext"];
     if (!csc.is_object()) csc = Json::object();
     if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
@@ -158,9 +160,14 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
     volume["emptyDir"] = Json::object();
   }
   if (!mount) return;
+  // Lists of the wrong type come from the template: the API server refuses the pod with the
+  // reason, which says more than anything we could add.
+  for (const auto& [obj, list] : {std::pair{pod_spec, "volumes"}, {runner, "volumeMounts"}}) {
+    if (obj->contains(list) && !(*obj)[list].is_array()) return;
+  }
   // A mount the template already puts at the path is the user's choice.
   for (const auto& m : runner->value("volumeMounts", Json::array())) {
-    if (m.value("mountPath", "") == path) return;
+    if (m.is_object() && m.contains("mountPath") && m["mountPath"] == path) return;
   }
   (*pod_spec)["volumes"].push_back(volume);
   (*runner)["volumeMounts"].push_back({{"name", kCheckpointVolume}, {"mountPath", path}});
@@ -229,7 +236,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   Json others = Json::array();
   if (spec.contains("containers") && spec["containers"].is_array()) {
     for (const auto& c : spec["containers"]) {
-      if (c.value("name", "") == kContainerName) {
+      if (c.is_object() && c.value("name", "") == kContainerName) {
         user_runner = c;
       } else {
         others.push_back(c);

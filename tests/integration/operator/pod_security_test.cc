@@ -208,6 +208,15 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
   Json pod = BuildPod(own, 0, 0, PodOptions{});
   EXPECT_EQ(pod["spec"]["volumes"].size(), 1u);
   EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 1u);
+
+  // A template of the wrong shape never throws out of the builder: the API server refuses it.
+  Json odd_runner = {{"name", "runner"}, {"volumeMounts", Json::array({"x"})}};
+  Json odd_spec = {{"securityContext", {{"runAsUser", "0"}}},
+                   {"volumes", "none"},
+                   {"containers", Json::array({odd_runner, "junk"})}};
+  api::TrainingJob odd =
+      ParseJob("odd", "default", {{"replicas", 1}, {"template", {{"spec", odd_spec}}}});
+  EXPECT_NO_THROW(BuildPod(odd, 0, 0, PodOptions{}));
 }
 
 class FixedClock final : public Clock {
