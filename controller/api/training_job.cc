@@ -324,6 +324,103 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
   return f.NoUnknown();
 }
 
+// A Kubernetes quantity: a decimal number with an optional suffix (m, k, Ki, M, Mi, ..., e3).
+bool IsQuantity(const std::string& q) {
+  static const std::set<std::string> kSuffixes = {"",  "m",  "k",  "M",  "G",  "T",  "P",
+                                                  "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  std::size_t i = 0;
+  if (i < q.size() && (q[i] == '+' || q[i] == '-')) ++i;
+  const std::size_t digits_start = i;
+  while (i < q.size() && ((q[i] >= '0' && q[i] <= '9') || q[i] == '.')) ++i;
+  if (i == digits_start) return false;
+  const std::string suffix = q.substr(i);
+  if (kSuffixes.count(suffix) > 0) return true;
+  if ((suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1) {
+    return suffix.find_first_not_of("0123456789", 1) == std::string::npos;
+  }
+  return false;
+}
+
+Status ParseQuantity(const json& v, const std::string& path, std::string* out) {
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    *out = std::to_string(v.get<std::int64_t>());
+  } else if (v.is_string()) {
+    *out = v.get<std::string>();
+  } else {
+    return InvalidArgument(path + ": must be a quantity (e.g. 1Gi, 500m), got " + TypeName(v) +
+                           " " + Quote(v));
+  }
+  if (!IsQuantity(*out) || (*out)[0] == '-') {
+    return InvalidArgument(path + ": must be a non-negative quantity (e.g. 1Gi, 500m), got " +
+                           Quote(v));
+  }
+  return Status::Ok();
+}
+
+Status ParseQuantities(const json& obj, const std::string& path,
+                       std::map<std::string, std::string>* out) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    RETURN_IF_ERROR(ParseQuantity(*it, path + "." + it.key(), &(*out)[it.key()]));
+  }
+  return Status::Ok();
+}
+
+Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
+  Fields f(j, "spec.checkpoint");
+  RETURN_IF_ERROR(f.String("path", &c->path));
+  RETURN_IF_ERROR(f.Int("everySteps", 1, INT64_MAX, &c->every_steps));
+  if (!c->path.empty() && c->path.front() != '/') {
+    return InvalidArgument("spec.checkpoint.path: must be an absolute path, got \"" + c->path +
+                           "\"");
+  }
+  ASSIGN_OR_RETURN(const json* claim, f.Object("volumeClaim"));
+  if (claim != nullptr) {
+    Fields v(*claim, "spec.checkpoint.volumeClaim");
+    CheckpointVolumeClaim out;
+    if (const json* size = v.Find("size"); size != nullptr) {
+      RETURN_IF_ERROR(ParseQuantity(*size, v.Path("size"), &out.size));
+    }
+    RETURN_IF_ERROR(v.String("storageClassName", &out.storage_class_name));
+    if (const json* modes = v.Find("accessModes"); modes != nullptr) {
+      if (!modes->is_array() || modes->empty()) {
+        return InvalidArgument(v.Path("accessModes") + ": must be a non-empty list");
+      }
+      out.access_modes.clear();
+      for (std::size_t i = 0; i < modes->size(); ++i) {
+        const json& m = (*modes)[i];
+        const std::string path = v.Path("accessModes") + "[" + std::to_string(i) + "]";
+        if (!m.is_string() ||
+            (m != "ReadWriteOnce" && m != "ReadWriteOncePod" && m != "ReadWriteMany")) {
+          return InvalidArgument(path +
+                                 ": must be one of ReadWriteOnce, ReadWriteOncePod, "
+                                 "ReadWriteMany, got " +
+                                 Quote(m));
+        }
+        out.access_modes.push_back(m.get<std::string>());
+      }
+    }
+    RETURN_IF_ERROR(v.NoUnknown());
+    c->volume_claim = std::move(out);
+  }
+  ASSIGN_OR_RETURN(const json* volume, f.Object("volume"));
+  if (volume != nullptr) {
+    if (volume->size() != 1) {
+      return InvalidArgument(
+          "spec.checkpoint.volume: must be one volume source (persistentVolumeClaim, nfs, "
+          "hostPath, ...), got " +
+          std::to_string(volume->size()) + " fields");
+    }
+    if (volume->contains("name")) {
+      return InvalidArgument("spec.checkpoint.volume: give the volume source only, not a name");
+    }
+    c->volume_json = volume->dump();
+  }
+  if (c->volume_claim && !c->volume_json.empty()) {
+    return InvalidArgument("spec.checkpoint: takes volumeClaim or volume, not both");
+  }
+  return f.NoUnknown();
+}
+
 Status ParseSpec(const json& j, JobSpec* s) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
@@ -333,11 +430,17 @@ Status ParseSpec(const json& j, JobSpec* s) {
   ASSIGN_OR_RETURN(const json* train, f.Object("train"));
   if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
   ASSIGN_OR_RETURN(const json* ckpt, f.Object("checkpoint"));
-  if (ckpt != nullptr) {
-    Fields c(*ckpt, "spec.checkpoint");
-    RETURN_IF_ERROR(c.String("path", &s->checkpoint.path));
-    RETURN_IF_ERROR(c.Int("everySteps", 1, INT64_MAX, &s->checkpoint.every_steps));
-    RETURN_IF_ERROR(c.NoUnknown());
+  if (ckpt != nullptr) RETURN_IF_ERROR(ParseCheckpoint(*ckpt, &s->checkpoint));
+  ASSIGN_OR_RETURN(const json* resources, f.Object("resources"));
+  if (resources != nullptr) {
+    Fields r(*resources, "spec.resources");
+    ResourceSpec spec;
+    for (auto [key, out] : {std::pair{"requests", &spec.requests}, {"limits", &spec.limits}}) {
+      ASSIGN_OR_RETURN(const json* list, r.Object(key));
+      if (list != nullptr) RETURN_IF_ERROR(ParseQuantities(*list, r.Path(key), out));
+    }
+    RETURN_IF_ERROR(r.NoUnknown());
+    s->resources = std::move(spec);
   }
   if (const json* cmd = f.Find("command"); cmd != nullptr) {
     if (!cmd->is_array()) return InvalidArgument("spec.command: must be a list of strings");
@@ -357,15 +460,6 @@ Status ParseSpec(const json& j, JobSpec* s) {
     return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
   }
   return Status::Ok();
-}
-
-// RFC 1123 label, as Kubernetes requires of names that become pod and service names.
-bool IsDnsLabel(const std::string& s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return s.front() != '-' && s.back() != '-';
 }
 
 Status ParseMetadata(const json& j, ObjectMeta* m) {
@@ -388,10 +482,8 @@ Status ParseMetadata(const json& j, ObjectMeta* m) {
     }
   }
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
-  // Pod names are <job>-<attempt>-<rank>: leave room for the suffix.
-  if (!IsDnsLabel(m->name) || m->name.size() > 50) {
-    return InvalidArgument("metadata.name: " + Quote(json(m->name)) +
-                           " must be a DNS label of at most 50 characters (a-z, 0-9, '-')");
+  if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
+    return InvalidArgument("metadata.name: " + problem);
   }
   return Status::Ok();
 }
@@ -586,5 +678,19 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
 }
 
 bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
+
+ResourceSpec DefaultResources() { return {{{"cpu", "1"}, {"memory", "1Gi"}}, {{"memory", "4Gi"}}}; }
+
+std::string JobNameProblem(const std::string& name) {
+  bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name.front() >= 'a' &&
+            name.front() <= 'z' && name.back() != '-';
+  for (char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+  if (ok) return "";
+  return Quote(json(name)) + " must be a DNS-1035 label of at most " +
+         std::to_string(kMaxJobNameLength) +
+         " characters (lower case letters, digits and '-', starting with a letter and ending "
+         "with a letter or digit): it names the job's Service and its pods "
+         "<name>-a<attempt>-<rank>";
+}
 
 }  // namespace ringtrain::api

@@ -33,10 +33,32 @@ struct TrainSpec {
   std::int64_t seed = 42;
 };
 
+// spec.checkpoint.volumeClaim: the operator creates the PVC <job>-checkpoints, owned by the job.
+struct CheckpointVolumeClaim {
+  std::string size = "1Gi";        // a quantity
+  std::string storage_class_name;  // "" = the cluster's default StorageClass
+  std::vector<std::string> access_modes = {"ReadWriteOnce"};
+  bool operator==(const CheckpointVolumeClaim&) const = default;
+};
+
 struct CheckpointSpec {
   std::string path;  // empty: `ringtrain run` uses its work dir; pods use /ckpt
   std::int64_t every_steps = 500;
+  // At most one of the two (validated). With neither, pods get an emptyDir: a gang restart then
+  // starts from step 0. `ringtrain run` ignores both.
+  std::optional<CheckpointVolumeClaim> volume_claim;
+  std::string volume_json;  // a core/v1 VolumeSource as JSON ("" = none)
 };
+
+// spec.resources of the runner container, quantities as strings ("1", "500m", "4Gi").
+struct ResourceSpec {
+  std::map<std::string, std::string> requests;
+  std::map<std::string, std::string> limits;
+};
+
+// When spec.resources is absent: enough for the built-in models, and never BestEffort (the
+// first evicted under memory pressure). No CPU limit: throttling slows every rank of a gang.
+ResourceSpec DefaultResources();
 
 struct RunPolicy {
   int backoff_limit = 3;
@@ -57,6 +79,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   std::vector<std::string> command;  // replaces the built-in trainer when set
   std::string pod_template_json;     // PodTemplateSpec merged into each pod, as JSON ("" = none)
+  std::optional<ResourceSpec> resources;  // nullopt: DefaultResources()
   RunPolicy run_policy;
 
   int world_size() const { return replicas * (gpus_per_replica > 1 ? gpus_per_replica : 1); }
@@ -138,5 +161,11 @@ std::string StatusToJson(const JobStatus& status);
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir);
 
 bool IsTerminal(const std::string& phase);
+
+// The longest job name: it names the headless Service, which must be a DNS-1035 label, and
+// prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.
+inline constexpr std::size_t kMaxJobNameLength = 50;
+// "" when `name` can name a job; else why not (the same rule as the CRD's CEL rule).
+std::string JobNameProblem(const std::string& name);
 
 }  // namespace ringtrain::api

@@ -93,9 +93,110 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   return c;
 }
 
+bool HasKey(const Json& obj, const char* key) { return obj.is_object() && obj.contains(key); }
+
+// Resources of the runner container: the template's runner container wins when it sets any,
+// else spec.resources, else the defaults. Keys already set (the GPU limit) are kept.
+void ApplyResources(const api::JobSpec& spec, const Json& user_runner, Json* runner) {
+  if (HasKey(user_runner, "resources") && user_runner["resources"].is_object()) {
+    const Json& r = user_runner["resources"];
+    if (!r.value("requests", Json::object()).empty() ||
+        !r.value("limits", Json::object()).empty()) {
+      return;
+    }
+  }
+  const api::ResourceSpec resources = spec.resources.value_or(api::DefaultResources());
+  Json& out = (*runner)["resources"];
+  for (auto [kind, list] :
+       {std::pair{"requests", &resources.requests}, {"limits", &resources.limits}}) {
+    for (const auto& [name, quantity] : *list) {
+      if (!out[kind].contains(name)) out[kind][name] = quantity;
+    }
+  }
+}
+
+// The Pod Security Standard "restricted" (runAsNonRoot, seccomp RuntimeDefault, no privilege
+// escalation, no capabilities) as defaults for the pod and every container: a field the
+// template sets wins, so a user who needs root can say so. fsGroup makes mounted volumes (the
+// checkpoint PVC) writable by the runner.
+void ApplySecurityDefaults(Json* pod_spec) {
+  Json& psc = (*pod_spec)["securityContext"];
+  if (!psc.is_object()) psc = Json::object();
+  const bool root_requested =
+      psc.contains("runAsUser") && psc["runAsUser"].is_number() && psc["runAsUser"] == 0;
+  if (!root_requested && !psc.contains("runAsNonRoot")) psc["runAsNonRoot"] = true;
+  if (!psc.contains("runAsUser")) psc["runAsUser"] = kRunnerUid;
+  if (!psc.contains("runAsGroup")) psc["runAsGroup"] = kRunnerUid;
+  if (!psc.contains("fsGroup")) psc["fsGroup"] = kRunnerUid;
+  // Only chown a volume whose root is not ours yet: a large checkpoint volume mounts fast.
+  if (!psc.contains("fsGroupChangePolicy")) psc["fsGroupChangePolicy"] = "OnRootMismatch";
+  if (!psc.contains("seccompProfile")) psc["seccompProfile"] = {{"type", "RuntimeDefault"}};
+  if (!pod_spec->contains("automountServiceAccountToken")) {
+    (*pod_spec)["automountServiceAccountToken"] = false;  // the runner never calls the API
+  }
+  for (auto& c : (*pod_spec)["containers"]) {
+    if (!c.is_object()) continue;  // the API server refuses such a pod with the reason
+    Json& csc = c["securityContext"];
+    if (!csc.is_object()) csc = Json::object();
+    if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
+    if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", Json::array({"ALL"})}};
+  }
+}
+
+// Rank 0 alone writes checkpoints and reads the newest back on a restart (then broadcasts the
+// weights), so the storage is mounted on the pod of rank 0; a ReadWriteMany claim on every pod.
+void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOptions& options,
+                         Json* pod_spec, Json* runner) {
+  const api::CheckpointSpec& ckpt = job.spec.checkpoint;
+  const std::string path = ckpt.path.empty() ? options.default_checkpoint_dir : ckpt.path;
+  Json volume = {{"name", kCheckpointVolume}};
+  bool mount = pod_index == 0;
+  if (ckpt.volume_claim) {
+    volume["persistentVolumeClaim"] = {{"claimName", CheckpointClaimName(job.metadata.name)}};
+    for (const auto& m : ckpt.volume_claim->access_modes) mount = mount || m == "ReadWriteMany";
+  } else if (!ckpt.volume_json.empty()) {
+    volume.update(Json::parse(ckpt.volume_json));
+  } else {
+    volume["emptyDir"] = Json::object();
+  }
+  if (!mount) return;
+  // Lists of the wrong type come from the template: the API server refuses the pod with the
+  // reason, which says more than anything we could add.
+  for (const auto& [obj, list] : {std::pair{pod_spec, "volumes"}, {runner, "volumeMounts"}}) {
+    if (obj->contains(list) && !(*obj)[list].is_array()) return;
+  }
+  // A mount the template already puts at the path is the user's choice.
+  for (const auto& m : runner->value("volumeMounts", Json::array())) {
+    if (m.is_object() && m.contains("mountPath") && m["mountPath"] == path) return;
+  }
+  (*pod_spec)["volumes"].push_back(volume);
+  (*runner)["volumeMounts"].push_back({{"name", kCheckpointVolume}, {"mountPath", path}});
+}
+
 }  // namespace
 
 std::string TokenSecretName(const std::string& job) { return job + "-token"; }
+std::string CheckpointClaimName(const std::string& job) { return job + "-checkpoints"; }
+
+bool CheckpointsAreEphemeral(const api::JobSpec& spec) {
+  return !spec.checkpoint.volume_claim && spec.checkpoint.volume_json.empty();
+}
+
+std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job) {
+  const auto& claim = job.spec.checkpoint.volume_claim;
+  if (!claim) return std::nullopt;
+  Json spec = {{"accessModes", claim->access_modes},
+               {"resources", {{"requests", {{"storage", claim->size}}}}}};
+  if (!claim->storage_class_name.empty()) spec["storageClassName"] = claim->storage_class_name;
+  return Json{{"apiVersion", "v1"},
+              {"kind", "PersistentVolumeClaim"},
+              {"metadata",
+               {{"name", CheckpointClaimName(job.metadata.name)},
+                {"namespace", job.metadata.ns},
+                {"labels", {{kJobLabel, job.metadata.name}}},
+                {"ownerReferences", Json::array({OwnerReference(job)})}}},
+              {"spec", spec}};
+}
 std::string ServiceName(const std::string& job) { return job; }
 
 std::string MasterAddr(const api::TrainingJob& job, int attempt) {
@@ -135,16 +236,20 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   Json others = Json::array();
   if (spec.contains("containers") && spec["containers"].is_array()) {
     for (const auto& c : spec["containers"]) {
-      if (c.value("name", "") == kContainerName) {
+      if (c.is_object() && c.value("name", "") == kContainerName) {
         user_runner = c;
       } else {
         others.push_back(c);
       }
     }
   }
-  Json containers = Json::array({RunnerContainer(job, attempt, rank, options, user_runner)});
+  Json runner = RunnerContainer(job, attempt, rank, options, user_runner);
+  ApplyResources(job.spec, user_runner, &runner);
+  AddCheckpointVolume(job, rank, options, &spec, &runner);
+  Json containers = Json::array({std::move(runner)});
   for (auto& c : others) containers.push_back(std::move(c));
   spec["containers"] = containers;
+  ApplySecurityDefaults(&spec);
   spec["restartPolicy"] = "Never";
   spec["hostname"] = name;
   spec["subdomain"] = ServiceName(job.metadata.name);

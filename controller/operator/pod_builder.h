@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "controller/api/training_job.h"
@@ -22,6 +23,9 @@ inline constexpr char kContainerName[] = "runner";
 inline constexpr char kTokenKey[] = "token";
 inline constexpr int kMasterPort = 29500;
 inline constexpr int kMetricsPort = 9400;
+// The runner image's non-root user; also the group that owns mounted volumes (fsGroup).
+inline constexpr int kRunnerUid = 65532;
+inline constexpr char kCheckpointVolume[] = "ringtrain-checkpoints";
 
 struct PodOptions {
   // Used for jobs whose spec.image is the built-in default ("" = keep spec.image).
@@ -31,6 +35,8 @@ struct PodOptions {
 };
 
 std::string TokenSecretName(const std::string& job);
+// The PVC of spec.checkpoint.volumeClaim.
+std::string CheckpointClaimName(const std::string& job);
 std::string ServiceName(const std::string& job);
 // Rank 0's stable DNS name through the headless Service.
 std::string MasterAddr(const api::TrainingJob& job, int attempt);
@@ -38,6 +44,11 @@ std::string MasterAddr(const api::TrainingJob& job, int attempt);
 Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options);
 Json BuildService(const api::TrainingJob& job);
 Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
+// The PVC of spec.checkpoint.volumeClaim, owned by the job (nullopt without one).
+std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job);
+// Neither spec.checkpoint.volumeClaim nor .volume: checkpoints live in an emptyDir and die
+// with the pod, so a gang restart starts from step 0.
+bool CheckpointsAreEphemeral(const api::JobSpec& spec);
 Json OwnerReference(const api::TrainingJob& job);
 
 // Phase, exit code, reason and termination message of the "runner" container, disruption and

@@ -48,6 +48,29 @@ int MetricsPort(const Json& pod) {
   return kMetricsPort;
 }
 
+const kube::Resource kPersistentVolumeClaims{"", "v1", "persistentvolumeclaims"};
+
+constexpr char kEphemeralCondition[] = "CheckpointsEphemeral";
+
+// Without spec.checkpoint.volumeClaim or .volume the checkpoints die with rank 0's pod: say so
+// once, as a Warning event and a condition, rather than let a user find out at a restart.
+void NoteCheckpointStorage(const api::TrainingJob& job, WallTime now, reconcile::Plan* plan) {
+  auto& conditions = plan->status.conditions;
+  auto it = std::find_if(conditions.begin(), conditions.end(),
+                         [](const api::Condition& c) { return c.type == kEphemeralCondition; });
+  if (!CheckpointsAreEphemeral(job.spec)) {
+    if (it != conditions.end()) conditions.erase(it);
+    return;
+  }
+  if (it != conditions.end() || api::IsTerminal(plan->status.phase)) return;
+  const std::string message =
+      "spec.checkpoint has neither volumeClaim nor volume: checkpoints go to an emptyDir that "
+      "dies with the pod, so a gang restart starts from step 0";
+  conditions.push_back(
+      {kEphemeralCondition, "True", "NoCheckpointVolume", message, FormatRfc3339(now)});
+  plan->events.push_back({"Warning", "NoCheckpointVolume", message});
+}
+
 }  // namespace
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
@@ -109,7 +132,33 @@ Status Reconciler::DeleteChildren(const std::string& ns, const std::string& name
       return st.WithContext("delete " + r->plural + " " + child);
     }
   }
-  return Status::Ok();
+  return DeleteCheckpointClaim(ns, name);
+}
+
+Status Reconciler::DeleteCheckpointClaim(const std::string& ns, const std::string& name) {
+  // A claim of that name may be the user's own (spec.checkpoint.volume): only the one a
+  // TrainingJob of this name controls is ours to delete, and only that very object.
+  const std::string claim = CheckpointClaimName(name);
+  auto got = client_->Get(kPersistentVolumeClaims, ns, claim);
+  if (!got.ok()) {
+    return got.status().code() == StatusCode::kNotFound
+               ? Status::Ok()
+               : got.status().WithContext("get persistentvolumeclaims " + claim);
+  }
+  bool ours = false;
+  for (const auto& ref :
+       got->value(Json::json_pointer("/metadata/ownerReferences"), Json::array())) {
+    ours = ours || (ref.value("kind", "") == api::kKind && ref.value("name", "") == name &&
+                    ref.value("controller", false));
+  }
+  if (!ours) return Status::Ok();
+  kube::DeleteOptions opts;
+  opts.precondition_uid = MetaString(*got, "uid");
+  Status st = client_->Delete(kPersistentVolumeClaims, ns, claim, opts);
+  if (st.ok() || st.code() == StatusCode::kNotFound || st.code() == StatusCode::kAborted) {
+    return Status::Ok();
+  }
+  return st.WithContext("delete persistentvolumeclaims " + claim);
 }
 
 StatusOr<ReconcileResult> Reconciler::HandleGone(const std::string& ns, const std::string& name,
@@ -200,7 +249,21 @@ Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory
                                           obj["metadata"]["name"].get<std::string>());
     }
   }
+  RETURN_IF_ERROR(EnsureCheckpointClaim(job));
   memory.children_ready = true;
+  return Status::Ok();
+}
+
+Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
+  std::optional<Json> claim = BuildCheckpointClaim(job);
+  if (!claim) return Status::Ok();
+  // An existing claim (ours from an earlier pass, or kept across a controller restart) holds
+  // the checkpoints a restarted gang resumes from: never replace it.
+  auto created = client_->Create(kPersistentVolumeClaims, job.metadata.ns, *claim);
+  if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
+    return created.status().WithContext("create persistentvolumeclaims " +
+                                        CheckpointClaimName(job.metadata.name));
+  }
   return Status::Ok();
 }
 
@@ -293,6 +356,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   in.progress = progress;
   in.now = clock_->Now();
   reconcile::Plan plan = reconcile::PlanReconcile(in);
+  NoteCheckpointStorage(job, in.now, &plan);
 
   // Status first: a gang restart is on record (attempt+1, restarts) before any pod is deleted,
   // so a crash between the two never loses the failure that caused it.

@@ -1,6 +1,7 @@
 // The Kubernetes executor of the shared planner: reads a TrainingJob and its pods from the
 // informer cache, plans with reconcile::PlanReconcile, writes the status (only when it changed)
-// and then carries out the plan with pods, a headless Service and a token Secret. Owns the
+// and then carries out the plan with pods, a headless Service, a token Secret and the
+// checkpoint PVC. Owns the
 // expectations and the small per-job memory; must not watch or list anything itself.
 #pragma once
 
@@ -86,6 +87,9 @@ class Reconciler {
   StatusOr<ReconcileResult> HandleInvalid(const Json& raw, const std::vector<Json>& pods,
                                           const Status& error);
   Status EnsureChildren(const api::TrainingJob& job, JobMemory& memory);
+  // The PVC of spec.checkpoint.volumeClaim, created once and never replaced.
+  Status EnsureCheckpointClaim(const api::TrainingJob& job);
+  Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
   Status DeletePod(const std::string& key, const Json& pod);

@@ -21,6 +21,8 @@
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/time_format.h"
+#include "tests/fakes/apiserver/admission.h"
+#include "tests/fakes/apiserver/cel.h"
 #include "tests/fakes/apiserver/schema.h"
 #include "tests/fakes/apiserver/selector.h"
 #include "tests/fakes/apiserver/wire.h"
@@ -94,6 +96,9 @@ std::vector<ResourceType> BuiltinTypes() {
       Builtin("", "v1", "configmaps", "configmap", "ConfigMap", true, false, {"cm"}),
       Builtin("", "v1", "events", "event", "Event", true, false, {"ev"}),
       Builtin("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, false, {"sa"}),
+      Builtin("", "v1", "persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim",
+              true, true, {"pvc"}),
+      Builtin("", "v1", "resourcequotas", "resourcequota", "ResourceQuota", true, true, {"quota"}),
       Builtin("", "v1", "nodes", "node", "Node", false, true, {"no"}),
       Builtin("apps", "v1", "deployments", "deployment", "Deployment", true, true, {"deploy"}),
       Builtin("rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole",
@@ -495,11 +500,21 @@ class FakeApiServer::Impl {
   Result Delete(const HttpRequest& req, const Route& route);
   Result DeleteCollection(const HttpRequest& req, const Route& route);
 
-  // Prunes, defaults and validates a custom resource; error when invalid.
+  // Prunes, defaults and validates a custom resource (schema, then CEL rules; `old` is the
+  // stored object on updates, null on create); error when invalid.
   std::optional<ApiError> Admit(const ResourceType& t, const HttpRequest* req, json* obj,
-                                std::vector<std::string>* warnings);
+                                const json* old, std::vector<std::string>* warnings);
   void ApplyBuiltinDefaults(const ResourceType& t, json* obj, bool create);
   std::optional<ApiError> ValidateBuiltin(const ResourceType& t, const json& obj);
+  // Validating admission after validation, on create: PodSecurity and ResourceQuota for pods.
+  std::optional<ApiError> AdmitCreate(const ResourceType& t, const json& obj);
+  // status.used.pods of the namespace's ResourceQuotas, as the quota admission and controller
+  // keep it; called whenever a pod is stored or removed.
+  void RefreshQuotas(const std::string& ns);
+  // Stands in for kube-controller-manager's pvc-protection controller: a deleted claim that no
+  // pod mounts loses its finalizer and goes.
+  void ReleaseUnusedClaims(const std::string& ns);
+  const ResourceType& Type(const std::string& plural) const;
   json Store(const ResourceType& t, json obj, const char* type, const json* previous);
   void Remove(const ResourceType& t, const json& obj);
   void Emit(const ResourceType& t, const char* type, const json& obj, const json* previous);
@@ -634,6 +649,29 @@ void FakeApiServer::Impl::ServeConnection(Conn* conn) {
   conn->done = true;
 }
 
+namespace {
+
+// Go's encoding/json escapes <, > and & inside strings ("<nil>" is sent as "\u003cnil\u003e");
+// outside strings compact JSON has none of them, so the whole text can be replaced.
+std::string GoHtmlEscape(std::string text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 HttpResponse FakeApiServer::Impl::Render(const Result& result, const HttpRequest& req) const {
   std::string ua = req.Header("user-agent");
   std::string pretty_q = req.Query("pretty");
@@ -645,6 +683,8 @@ HttpResponse FakeApiServer::Impl::Render(const Result& result, const HttpRequest
     if (out.content_type == "application/json" && pretty && !out.body.empty()) {
       json j = json::parse(out.body, nullptr, false);
       if (!j.is_discarded()) out.body = j.dump(2);
+    } else if (out.content_type == "application/json") {
+      out.body = GoHtmlEscape(std::move(out.body));
     }
     return out;
   }
@@ -660,7 +700,7 @@ HttpResponse FakeApiServer::Impl::Render(const Result& result, const HttpRequest
   st["code"] = e.code;
   HttpResponse out;
   out.code = e.code;
-  out.body = pretty ? st.dump(2) : st.dump() + "\n";
+  out.body = pretty ? st.dump(2) : GoHtmlEscape(st.dump()) + "\n";
   return out;
 }
 
@@ -989,7 +1029,8 @@ std::optional<Result> FakeApiServer::Impl::Discovery(const HttpRequest& req,
 // --- admission -----------------------------------------------------------------------------
 
 std::optional<ApiError> FakeApiServer::Impl::Admit(const ResourceType& t, const HttpRequest* req,
-                                                   json* obj, std::vector<std::string>* warnings) {
+                                                   json* obj, const json* old,
+                                                   std::vector<std::string>* warnings) {
   std::string name = MetaString(*obj, "name");
   if (t.custom && t.schema.is_object()) {
     std::vector<std::string> pruned;
@@ -1005,6 +1046,10 @@ std::optional<ApiError> FakeApiServer::Impl::Admit(const ResourceType& t, const 
     ApplyDefaults(t.schema, obj);
     std::vector<Cause> causes;
     ValidateSchema(t.schema, *obj, &causes);
+    // The real server skips the CEL rules of an object whose types are already wrong.
+    bool type_errors = false;
+    for (const auto& c : causes) type_errors = type_errors || c.reason == "FieldValueTypeInvalid";
+    if (!type_errors) ValidateCelRules(t.schema, *obj, old, &causes);
     if (!causes.empty()) {
       return InvalidError(t.qualified_kind(), name, Details(name, t, false), causes);
     }
@@ -1086,6 +1131,25 @@ void FakeApiServer::Impl::ApplyBuiltinDefaults(const ResourceType& t, json* obj,
       }
       obj->erase("stringData");
     }
+  } else if (t.group.empty() && t.plural == "persistentvolumeclaims") {
+    json& spec = (*obj)["spec"];
+    if (!spec.is_object()) spec = json::object();
+    if (!spec.contains("volumeMode")) spec["volumeMode"] = "Filesystem";
+    if (create) {
+      // The StorageObjectInUseProtection admission plugin; no provisioner here, so Pending.
+      json& finalizers = (*obj)["metadata"]["finalizers"];
+      if (!finalizers.is_array()) finalizers = json::array();
+      if (std::find(finalizers.begin(), finalizers.end(), kPvcProtectionFinalizer) ==
+          finalizers.end()) {
+        finalizers.push_back(kPvcProtectionFinalizer);
+      }
+      (*obj)["status"] = {{"phase", "Pending"}};
+    }
+  } else if (t.group.empty() && t.plural == "resourcequotas") {
+    if (create) {
+      json hard = obj->value(json::json_pointer("/spec/hard"), json::object());
+      (*obj)["status"] = {{"hard", hard}, {"used", json::object()}};
+    }
   } else if (t.group == "apps" && t.plural == "deployments") {
     json& spec = (*obj)["spec"];
     if (!spec.contains("replicas")) spec["replicas"] = 1;
@@ -1106,6 +1170,10 @@ std::optional<ApiError> FakeApiServer::Impl::ValidateBuiltin(const ResourceType&
     if (!spec.contains("containers") || !spec["containers"].is_array() ||
         spec["containers"].empty()) {
       causes.push_back({"FieldValueRequired", "Required value", "spec.containers"});
+    }
+  } else if (t.group.empty() && t.plural == "persistentvolumeclaims") {
+    if (!obj.contains(json::json_pointer("/spec/resources/requests/storage"))) {
+      causes.push_back({"FieldValueRequired", "Required value", "spec.resources[storage]"});
     }
   } else if (t.group == "coordination.k8s.io" && t.plural == "leases") {
     const json& spec = obj.contains("spec") ? obj["spec"] : json::object();
@@ -1128,10 +1196,108 @@ std::optional<ApiError> FakeApiServer::Impl::ValidateBuiltin(const ResourceType&
     }
     if (!spec.contains("versions") || !spec["versions"].is_array() || spec["versions"].empty()) {
       causes.push_back({"FieldValueRequired", "Required value", "spec.versions"});
+    } else {
+      // Loud, not silently lenient: a rule this fake cannot evaluate would let through what
+      // the real server refuses.
+      for (const auto& v : spec["versions"]) {
+        if (!v.contains("schema")) continue;
+        for (const auto& rule : UnknownCelRules(v["schema"])) {
+          return ApiError{500, "InternalError",
+                          "fake-apiserver: cannot evaluate the x-kubernetes-validations rule " +
+                              json(rule).dump() + " of " + name +
+                              ": teach tests/fakes/apiserver/cel.cc",
+                          nullptr};
+        }
+      }
     }
   }
   if (causes.empty()) return std::nullopt;
   return InvalidError(t.qualified_kind(), name, Details(name, t, false), causes);
+}
+
+std::optional<ApiError> FakeApiServer::Impl::AdmitCreate(const ResourceType& t, const json& obj) {
+  if (!t.group.empty() || t.plural != "pods") return std::nullopt;
+  const std::string name = MetaString(obj, "name");
+  const std::string ns = MetaString(obj, "namespace");
+  auto forbidden = [&](const std::string& why) {
+    return ApiError{403, "Forbidden", "pods \"" + name + "\" is forbidden: " + why,
+                    Details(name, t, true)};
+  };
+  const auto& namespaces = Objects(builtin_[0]);
+  if (auto it = namespaces.find(ObjKey("", ns)); it != namespaces.end()) {
+    const json labels = Meta(it->second).value("labels", json::object());
+    if (labels.value(kEnforceLabel, "") == "restricted") {
+      if (auto violations = RestrictedViolations(obj)) {
+        return forbidden("violates PodSecurity \"restricted:latest\": " + *violations);
+      }
+    }
+  }
+  std::int64_t used = 0;
+  for (const auto& [key, pod] : Objects(t)) {
+    if (MetaString(pod, "namespace") == ns && CountsAgainstPodQuota(pod)) ++used;
+  }
+  for (const auto& [key, quota] : Objects(Type("resourcequotas"))) {
+    if (MetaString(quota, "namespace") != ns) continue;
+    if (auto exceeded = PodQuotaExceeded(quota, used)) return forbidden(*exceeded);
+  }
+  return std::nullopt;
+}
+
+const ResourceType& FakeApiServer::Impl::Type(const std::string& plural) const {
+  for (const auto& t : builtin_) {
+    if (t.group.empty() && t.plural == plural) return t;
+  }
+  std::abort();  // only called with the core types of BuiltinTypes()
+}
+
+void FakeApiServer::Impl::RefreshQuotas(const std::string& ns) {
+  const ResourceType& quotas = Type("resourcequotas");
+  std::vector<json> changed;
+  for (const auto& [key, quota] : Objects(quotas)) {
+    if (MetaString(quota, "namespace") != ns ||
+        !quota.contains(json::json_pointer("/spec/hard/pods"))) {
+      continue;
+    }
+    std::int64_t used = 0;
+    for (const auto& [pkey, pod] : Objects(Type("pods"))) {
+      if (MetaString(pod, "namespace") == ns && CountsAgainstPodQuota(pod)) ++used;
+    }
+    json next = quota;
+    next["status"]["hard"] = next["spec"]["hard"];
+    next["status"]["used"]["pods"] = std::to_string(used);
+    if (next != quota) changed.push_back(std::move(next));
+  }
+  for (auto& q : changed) {
+    json prev = Objects(quotas)[ObjKey(ns, MetaString(q, "name"))];
+    Store(quotas, std::move(q), "MODIFIED", &prev);
+  }
+}
+
+void FakeApiServer::Impl::ReleaseUnusedClaims(const std::string& ns) {
+  const ResourceType& claims = Type("persistentvolumeclaims");
+  std::vector<json> released;
+  for (const auto& [key, claim] : Objects(claims)) {
+    if (MetaString(claim, "namespace") != ns || MetaString(claim, "deletionTimestamp").empty()) {
+      continue;
+    }
+    bool used = false;
+    for (const auto& [pkey, pod] : Objects(Type("pods"))) {
+      used = used ||
+             (MetaString(pod, "namespace") == ns && PodUsesClaim(pod, MetaString(claim, "name")));
+    }
+    if (!used) released.push_back(claim);
+  }
+  for (auto& claim : released) {
+    json& finalizers = claim["metadata"]["finalizers"];
+    finalizers.erase(std::remove(finalizers.begin(), finalizers.end(), kPvcProtectionFinalizer),
+                     finalizers.end());
+    if (finalizers.empty()) {
+      Remove(claims, claim);
+    } else {
+      json prev = Objects(claims)[ObjKey(ns, MetaString(claim, "name"))];
+      Store(claims, claim, "MODIFIED", &prev);
+    }
+  }
 }
 
 // --- storage -------------------------------------------------------------------------------
@@ -1143,6 +1309,7 @@ json FakeApiServer::Impl::Store(const ResourceType& t, json obj, const char* typ
   obj["kind"] = t.kind;
   Objects(t)[ObjKey(MetaString(obj, "namespace"), MetaString(obj, "name"))] = obj;
   Emit(t, type, obj, previous);
+  if (t.group.empty() && t.plural == "pods") RefreshQuotas(MetaString(obj, "namespace"));
   return obj;
 }
 
@@ -1151,6 +1318,10 @@ void FakeApiServer::Impl::Remove(const ResourceType& t, const json& obj) {
   json gone = obj;
   gone["metadata"]["resourceVersion"] = std::to_string(++rv_);
   Emit(t, "DELETED", gone, nullptr);
+  if (t.group.empty() && t.plural == "pods") {
+    RefreshQuotas(MetaString(obj, "namespace"));
+    ReleaseUnusedClaims(MetaString(obj, "namespace"));
+  }
   if (t.group == "apiextensions.k8s.io") {
     UnregisterCrd(obj);
     objects_.erase(obj["spec"].value("group", "") + "/" + obj["spec"]["names"].value("plural", ""));
@@ -1484,6 +1655,10 @@ Result FakeApiServer::Impl::Create(const HttpRequest& req, const Route& route, j
                         {{"FieldValueRequired", "Required value: name or generateName is required",
                           "metadata.name"}});
   }
+  if (t.group.empty() && t.plural == "services" && !IsDns1035Label(name)) {
+    return InvalidError(t.qualified_kind(), name, Details(name, t, false),
+                        {{"FieldValueInvalid", Dns1035Message(name), "metadata.name"}});
+  }
   if (!IsDnsSubdomain(name) && t.plural != "customresourcedefinitions" &&
       t.group != "rbac.authorization.k8s.io") {
     return InvalidError(
@@ -1510,9 +1685,10 @@ Result FakeApiServer::Impl::Create(const HttpRequest& req, const Route& route, j
   body["kind"] = t.kind;
   if (t.status_subresource && t.custom) body.erase("status");
   std::vector<std::string> warnings;
-  if (auto err = Admit(t, &req, &body, &warnings)) return *err;
+  if (auto err = Admit(t, &req, &body, nullptr, &warnings)) return *err;
   ApplyBuiltinDefaults(t, &body, true);
   if (auto err = ValidateBuiltin(t, body)) return *err;
+  if (auto err = AdmitCreate(t, body)) return *err;
   meta = body["metadata"];
   for (const char* f : {"resourceVersion", "uid", "creationTimestamp", "deletionTimestamp",
                         "managedFields", "generation", "selfLink"}) {
@@ -1596,9 +1772,18 @@ Result FakeApiServer::Impl::Update(const HttpRequest& req, const Route& route, j
   }
   CarryServerMetadata(old, &next);
   std::vector<std::string> warnings;
-  if (auto err = Admit(t, &req, &next, &warnings)) return *err;
+  if (auto err = Admit(t, &req, &next, &old, &warnings)) return *err;
   ApplyBuiltinDefaults(t, &next, false);
   if (auto err = ValidateBuiltin(t, next)) return *err;
+  if (t.group.empty() && t.plural == "persistentvolumeclaims" && route.sub.empty() &&
+      next.value("spec", json::object()) != old.value("spec", json::object())) {
+    // No claim is ever bound here (no provisioner), so every spec change is refused.
+    return InvalidError(t.qualified_kind(), route.name, Details(route.name, t, false),
+                        {{"FieldValueForbidden",
+                          PvcSpecImmutableMessage(old.value("spec", json::object()),
+                                                  next.value("spec", json::object())),
+                          "spec"}});
+  }
   if (t.has_generation) {
     json a = old, b = next;
     for (json* o : {&a, &b}) {
@@ -1752,6 +1937,9 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
     }
     if (has_finalizers) {
       r.body = ForOutput(t, obj).dump() + "\n";
+      if (t.group.empty() && t.plural == "persistentvolumeclaims") {
+        ReleaseUnusedClaims(route.ns);
+      }
       return r;
     }
   }

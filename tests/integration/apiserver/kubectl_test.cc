@@ -152,6 +152,44 @@ TEST_F(KubectlTest, SchemaRejectsZeroReplicas) {
       << r.output;
 }
 
+// What the operator cannot serve is refused at `kubectl apply` (CEL rules of the CRD), worded
+// as kubectl shows the real server's answer (t3-01).
+TEST_F(KubectlTest, CelRulesRefuseNamesAndSpecsAtApply) {
+  InstallCrd();
+  std::string bad = (dir_ / "bad.yaml").string();
+  std::ofstream(bad) << "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\n"
+                        "metadata:\n  name: 9lives\nspec:\n  replicas: 1\n";
+  auto r = Kubectl("apply -f " + bad);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("The TrainingJob \"9lives\" is invalid: <nil>: Invalid value: "
+                          "\"object\": metadata.name must be a DNS-1035 label of at most 50 "
+                          "characters"),
+            std::string::npos)
+      << r.output;
+  std::ofstream(bad) << "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\n"
+                        "metadata:\n  name: nccl-cpu\nspec:\n  replicas: 1\n  backend: nccl\n";
+  r = Kubectl("apply -f " + bad);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("The TrainingJob \"nccl-cpu\" is invalid: spec.backend: Invalid value: "
+                          "\"object\": spec.backend nccl needs spec.gpusPerReplica of at least 1"),
+            std::string::npos)
+      << r.output;
+
+  r = Kubectl("apply -f " + Manifest("manifests/examples/fashion-mnist-mlp.yaml"));
+  ASSERT_EQ(r.rc, 0) << r.output;
+  std::string changed = (dir_ / "changed.yaml").string();
+  ASSERT_EQ(std::system(("sed 's/model: mlp/model: cnn/' " +
+                         Manifest("manifests/examples/fashion-mnist-mlp.yaml") + " > " + changed)
+                            .c_str()),
+            0);
+  r = Kubectl("apply -f " + changed);
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.output.find("spec.train.model: Invalid value: \"string\": spec.train.model is "
+                          "immutable"),
+            std::string::npos)
+      << r.output;
+}
+
 TEST_F(KubectlTest, RbacAndControllerManifestsApply) {
   auto r = Kubectl("apply -f " + Manifest("manifests/rbac/") + " -f " +
                    Manifest("manifests/controller/"));

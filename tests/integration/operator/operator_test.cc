@@ -299,7 +299,21 @@ TEST_F(OperatorTest, ZeroReplicasIsRejectedByTheSchema) {
 TEST_F(OperatorTest, SpecThePlannerRejectsFailsWithTheReason) {
   StartController("c1");
   Json job = TrainingJob("nccl");
-  job["spec"]["backend"] = "nccl";  // schema-valid, but nccl needs GPUs
+  job["spec"]["backend"] = "nccl";  // nccl needs GPUs
+  // The CRD's CEL rule refuses it at the API server...
+  auto refused = admin_->Create(kube::kTrainingJobs, "default", job);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(
+      refused.status().message().find("spec.backend nccl needs spec.gpusPerReplica of at least 1"),
+      std::string::npos)
+      << refused.status().ToString();
+  // ...and the operator's own check is the second line: a cluster with an older CRD (without
+  // the rule) admits it, and the operator fails it with the reason.
+  auto crd = admin_->Get(kube::kCustomResourceDefinitions, "", "trainingjobs.ringtrain.dev");
+  ASSERT_TRUE(crd.ok()) << crd.status().ToString();
+  (*crd)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"].erase(
+      "x-kubernetes-validations");
+  ASSERT_TRUE(admin_->Update(kube::kCustomResourceDefinitions, "", *crd).ok());
   Create(job);
   ASSERT_TRUE(WaitPhase("nccl", "Failed"));
   Json st = Status("nccl");

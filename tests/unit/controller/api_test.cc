@@ -82,7 +82,70 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  command: run\n", "spec.command: must be a list"},
         BadCase{"  backend: nccl\n", "spec.backend: nccl needs spec.gpusPerReplica"},
         BadCase{"  gpusPerReplica: 17\n", "spec.gpusPerReplica"},
-        BadCase{"  train: [1, 2]\n", "spec.train: must be an object"}));
+        BadCase{"  train: [1, 2]\n", "spec.train: must be an object"},
+        BadCase{"  checkpoint:\n    volumeClaim: {size: 1Gi}\n    volume: {emptyDir: {}}\n",
+                "spec.checkpoint: takes volumeClaim or volume, not both"},
+        BadCase{"  checkpoint:\n    volumeClaim: {size: lots}\n",
+                "spec.checkpoint.volumeClaim.size: must be a non-negative quantity"},
+        BadCase{"  checkpoint:\n    volumeClaim: {accessModes: [ReadOnlyMany]}\n",
+                "spec.checkpoint.volumeClaim.accessModes[0]: must be one of"},
+        BadCase{"  checkpoint:\n    volumeClaim: {sise: 1Gi}\n",
+                "spec.checkpoint.volumeClaim.sise: unknown field"},
+        BadCase{"  checkpoint:\n    volume: {nfs: {server: a, path: /x}, hostPath: {path: /y}}\n",
+                "spec.checkpoint.volume: must be one volume source"},
+        BadCase{"  checkpoint:\n    path: ckpt\n",
+                "spec.checkpoint.path: must be an absolute path"},
+        BadCase{"  resources:\n    requests: {cpu: fast}\n",
+                "spec.resources.requests.cpu: must be a non-negative quantity"},
+        BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
+
+TEST(Manifest, NamesTheServiceCannotTakeAreRefusedWithTheReason) {
+  auto named = [](const std::string& name) {
+    return ParseManifestYaml(
+        "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: "
+        "{name: \"" +
+            name + "\"}\nspec: {replicas: 1}\n",
+        "n.yaml");
+  };
+  // A leading digit is a valid pod name but not a Service name (DNS-1035).
+  auto digit = named("9lives");
+  ASSERT_FALSE(digit.ok());
+  EXPECT_NE(digit.status().message().find(
+                "n.yaml: metadata.name: \"9lives\" must be a DNS-1035 label of at most 50"),
+            std::string::npos)
+      << digit.status().message();
+  EXPECT_NE(digit.status().message().find("starting with a letter"), std::string::npos);
+  // 50 characters leave room for the pod names <name>-a<attempt>-<rank> within 63.
+  EXPECT_TRUE(named(std::string(50, 'a')).ok());
+  EXPECT_FALSE(named(std::string(51, 'a')).ok());
+  EXPECT_FALSE(named("ends-").ok());
+  EXPECT_TRUE(named("lives9").ok());
+  EXPECT_EQ(JobNameProblem("lives9"), "");
+}
+
+TEST(Manifest, CheckpointVolumesAndResourcesParse) {
+  auto job = ParseManifestYaml(WithSpec("  checkpoint:\n    volumeClaim: {storageClassName: fast}\n"
+                                        "  resources:\n    requests: {cpu: 2, memory: 3Gi}\n"
+                                        "    limits: {memory: 6Gi}\n"),
+                               "c.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(job->spec.checkpoint.volume_claim.has_value());
+  EXPECT_EQ(job->spec.checkpoint.volume_claim->size, "1Gi");
+  EXPECT_EQ(job->spec.checkpoint.volume_claim->storage_class_name, "fast");
+  EXPECT_EQ(job->spec.checkpoint.volume_claim->access_modes,
+            std::vector<std::string>{"ReadWriteOnce"});
+  ASSERT_TRUE(job->spec.resources.has_value());
+  EXPECT_EQ(job->spec.resources->requests.at("cpu"), "2");
+  EXPECT_EQ(job->spec.resources->requests.at("memory"), "3Gi");
+  EXPECT_EQ(job->spec.resources->limits.at("memory"), "6Gi");
+
+  auto nfs = ParseManifestYaml(
+      WithSpec("  checkpoint:\n    volume: {nfs: {server: nas, path: /exports/ckpt}}\n"), "v.yaml");
+  ASSERT_TRUE(nfs.ok()) << nfs.status().ToString();
+  EXPECT_EQ(nfs->spec.checkpoint.volume_json, R"({"nfs":{"path":"/exports/ckpt","server":"nas"}})");
+  EXPECT_FALSE(nfs->spec.checkpoint.volume_claim.has_value());
+  EXPECT_FALSE(nfs->spec.resources.has_value());  // the operator then uses DefaultResources()
+}
 
 TEST(Manifest, WrongKindAndNameAreRejected) {
   auto job = ParseManifestYaml("apiVersion: v1\nkind: Pod\nmetadata: {name: x}\nspec: {}\n", "f");
