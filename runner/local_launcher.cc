@@ -14,6 +14,7 @@
 
 #include "common/env.h"
 #include "common/process.h"
+#include "common/runner_contract.h"
 #include "common/stop.h"
 
 extern char** environ;
@@ -151,9 +152,15 @@ int RunLocalRanks(const LocalLaunch& launch) {
     if (code != 0 && first_code == 0) {
       first_code = code;
       std::string why = ReadFirstLine(term_logs[static_cast<std::size_t>(lr)]);
-      first_reason = "local rank " + std::to_string(lr) + " (rank " +
-                     std::to_string(launch.node_rank * launch.nproc + lr) + ") exited " +
-                     std::to_string(code) + (why.empty() ? "" : ": " + why);
+      // A rank that names the gang's root cause keeps the contract's prefix at the start of
+      // the line, where the controller looks for it.
+      if (why.starts_with(contract::kCausedByPrefix)) {
+        first_reason = why;
+      } else {
+        first_reason = "local rank " + std::to_string(lr) + " (rank " +
+                       std::to_string(launch.node_rank * launch.nproc + lr) + ") exited " +
+                       std::to_string(code) + (why.empty() ? "" : ": " + why);
+      }
       spdlog::error("{}; stopping the other local ranks", first_reason);
       if (!stopping) {
         stopping = true;
