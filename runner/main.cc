@@ -170,28 +170,6 @@ StatusOr<Placement> ChoosePlacement(const train::RankEnv& env, const train::Trai
 Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
                       const Placement& placement, metrics::RunnerMetrics* metrics,
                       const data::Dataset& train_set, const data::Dataset& test_set,
-                      rendezvous::Store& store, Outcome& outcome);
-
-Status Train(const train::RankEnv& env, const train::TrainConfig& config,
-             const Placement& placement, metrics::RunnerMetrics* metrics,
-             const data::Dataset& train_set, const data::Dataset& test_set, int store_port,
-             const std::string& token, Outcome& outcome) {
-  rendezvous::TcpStoreClientOptions so;
-  so.host =
-      env.rank == 0 ? (env.bind_addr == "0.0.0.0" ? "127.0.0.1" : env.bind_addr) : env.master_addr;
-  so.port = store_port;
-  so.token = token;
-  so.connect_timeout = env.rendezvous_timeout;
-  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
-  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
-  Status s = TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
-  Resolve(store, env, s, outcome);
-  return s;
-}
-
-Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
-                      const Placement& placement, metrics::RunnerMetrics* metrics,
-                      const data::Dataset& train_set, const data::Dataset& test_set,
                       rendezvous::Store& store, Outcome& outcome) {
   RETURN_IF_ERROR(
       rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
@@ -219,6 +197,24 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
   return Status::Ok();
 }
 
+// Connects to the gang's store, then trains; publishes a failure before the store goes.
+Status Train(const train::RankEnv& env, const train::TrainConfig& config,
+             const Placement& placement, metrics::RunnerMetrics* metrics,
+             const data::Dataset& train_set, const data::Dataset& test_set,
+             const std::string& store_host, int store_port, const std::string& token,
+             Outcome& outcome) {
+  rendezvous::TcpStoreClientOptions so;
+  so.host = store_host;
+  so.port = store_port;
+  so.token = token;
+  so.connect_timeout = env.rendezvous_timeout;
+  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
+  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
+  Status s = TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
+  Resolve(store, env, s, outcome);
+  return s;
+}
+
 Status Run(const train::RankEnv& env, const train::TrainConfig& config,
            metrics::RunnerMetrics* metrics, Outcome& outcome) {
   // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
@@ -233,16 +229,18 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   // (the contract asks for RINGTRAIN_TOKEN only when the world size is above 1).
   const bool alone = env.world_size == 1;
   const std::string token = alone && env.token.empty() ? RandomToken() : env.token;
+  std::string store_host = env.master_addr;
   int store_port = env.master_port;
   std::unique_ptr<rendezvous::TcpStoreServer> server;
   if (env.rank == 0) {
+    const std::string bind = alone ? "127.0.0.1" : env.bind_addr;
     ASSIGN_OR_RETURN(server,
-                     rendezvous::TcpStoreServer::Create(alone ? "127.0.0.1" : env.bind_addr,
-                                                        alone ? 0 : env.master_port, token));
+                     rendezvous::TcpStoreServer::Create(bind, alone ? 0 : env.master_port, token));
+    store_host = bind == "0.0.0.0" ? "127.0.0.1" : bind;
     store_port = server->port();
   }
-  Status s =
-      Train(env, config, placement, metrics, train_set, test_set, store_port, token, outcome);
+  Status s = Train(env, config, placement, metrics, train_set, test_set, store_host, store_port,
+                   token, outcome);
   if (!s.ok() && server != nullptr && !alone && s.code() != StatusCode::kCancelled) {
     // The other ranks read the root cause of a failure from this store, a permanent one as
     // much as a retryable one: keep it up briefly (a stop request still ends the wait).
