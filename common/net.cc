@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/backoff.h"
+#include "common/stop.h"
 
 namespace ringtrain::net {
 namespace {
@@ -28,12 +29,16 @@ void SetNoDelay(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-// Waits until fd is ready for `events`; DeadlineExceeded when the deadline passes.
+// Waits until fd is ready for `events`; DeadlineExceeded when the deadline passes, Cancelled
+// when the process is asked to stop (SIGTERM must not wait out a rendezvous timeout).
 Status WaitFor(int fd, short events, SteadyTime deadline, const char* what) {
   for (;;) {
-    pollfd p{fd, events, 0};
-    int r = ::poll(&p, 1, MillisLeft(deadline));
-    if (r > 0) return Status::Ok();
+    const bool stoppable = !StopExemptForThisThread();
+    if (stoppable && StopRequested()) return StoppedStatus(what);
+    pollfd p[2] = {{fd, events, 0}, {StopFd(), POLLIN, 0}};
+    int r = ::poll(p, stoppable ? 2 : 1, MillisLeft(deadline));
+    if (r > 0 && p[0].revents != 0) return Status::Ok();
+    if (r > 0) continue;  // the stop descriptor: reported at the top of the loop
     if (r == 0) return DeadlineExceeded(std::string(what) + ": timed out");
     if (errno != EINTR) return ErrnoStatus(StatusCode::kUnavailable, what, errno);
   }
@@ -176,9 +181,10 @@ StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime 
     auto s = Connect(host, port, deadline);
     if (s.ok()) return s;
     last = s.status();
+    if (s.status().code() == StatusCode::kCancelled) return s.status();
     auto wait = backoff.Next();
     if (std::chrono::steady_clock::now() + wait >= deadline) break;
-    std::this_thread::sleep_for(wait);
+    if (!SleepOrStop(wait)) return StoppedStatus("connect " + HostPort(host, port));
   }
   return DeadlineExceeded("gave up after " + std::to_string(backoff.attempts() + 1) +
                           " attempts: " + last.message());

@@ -1,5 +1,6 @@
 #include "common/status.h"
 
+#include <cerrno>
 #include <cstring>
 
 namespace ringtrain {
@@ -74,6 +75,37 @@ Status ErrnoStatus(StatusCode code, std::string_view what, int err) {
   m += ": ";
   m += std::strerror(err);
   return Status(code, std::move(m));
+}
+
+StatusCode StatusCodeForErrno(int err) {
+  switch (err) {
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return StatusCode::kPermissionDenied;
+    case ENOSPC:
+    case EDQUOT:
+    case ENOTDIR:
+    case EISDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+    case EEXIST:
+    case EXDEV:
+      return StatusCode::kFailedPrecondition;
+    case ENOENT:
+      return StatusCode::kNotFound;
+    case EIO:
+      return StatusCode::kDataLoss;
+    case EINVAL:
+      return StatusCode::kInvalidArgument;
+    default:
+      // EMFILE, ENOMEM, EAGAIN, ESTALE, EBUSY, connection errors: may be gone after a restart.
+      return StatusCode::kUnavailable;
+  }
+}
+
+Status ErrnoStatus(std::string_view what, int err) {
+  return ErrnoStatus(StatusCodeForErrno(err), what, err);
 }
 
 int ExitCodeFor(const Status& status) {

@@ -18,7 +18,7 @@ enum class StatusCode : std::uint8_t {
   kAlreadyExists,
   kFailedPrecondition,
   kDataLoss,           // corrupt or truncated data: permanent
-  kPermissionDenied,   // wrong token (HTTP 403)
+  kPermissionDenied,   // wrong token (HTTP 403), EACCES on a path: permanent
   kDeadlineExceeded,   // a blocking call ran out of time: retryable
   kUnavailable,        // peer lost, connection refused, port busy: retryable
   kAborted,            // the collective was aborted by this or another rank: retryable
@@ -75,6 +75,16 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 
 // errno-based error with the operation named: "connect 10.0.0.1:29500: Connection refused".
 Status ErrnoStatus(StatusCode code, std::string_view what, int err);
+
+// The code for an errno of a file or socket call, by whether a gang restart can heal it:
+// EACCES/EPERM/EROFS → PermissionDenied, ENOSPC/EDQUOT (a full volume stays full) and
+// ENOTDIR/EISDIR/ELOOP/ENAMETOOLONG → FailedPrecondition, ENOENT → NotFound, EIO → DataLoss,
+// all permanent; resource shortage, network and anything else → Unavailable (retryable).
+StatusCode StatusCodeForErrno(int err);
+// ErrnoStatus with StatusCodeForErrno's code; `what` names the operation and the path, e.g.
+// ErrnoStatus("checkpoint dir /ckpt", EACCES) → PERMISSION_DENIED "checkpoint dir /ckpt:
+// Permission denied".
+Status ErrnoStatus(std::string_view what, int err);
 
 // Process exit codes of the contract in DESIGN.md: 0 ok, 1-127 permanent, 128-255 retryable.
 constexpr int kExitOk = 0;

@@ -14,6 +14,8 @@
 
 #include "common/env.h"
 #include "common/process.h"
+#include "common/runner_contract.h"
+#include "common/stop.h"
 
 extern char** environ;
 
@@ -70,7 +72,7 @@ StatusOr<LocalLaunch> LocalLaunchFromEnvironment(const std::vector<std::string>&
   return l;
 }
 
-int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_received) {
+int RunLocalRanks(const LocalLaunch& launch) {
   std::map<std::string, std::string> base;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string kv(*e);
@@ -119,7 +121,7 @@ int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_rece
   int forwarded = 0;
   auto stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
   while (!running.empty()) {
-    int sig = signal_received.load();
+    int sig = StopRequested() ? (StopSignal() != 0 ? StopSignal() : SIGTERM) : 0;
     if (sig != 0 && sig != forwarded) {
       forwarded = sig;
       stop_all(sig);
@@ -133,7 +135,13 @@ int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_rece
     int wstatus = 0;
     pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
     if (pid <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      // Cut short by a stop request, which must be forwarded at once; once forwarded, the
+      // stop descriptor stays readable, so a plain sleep keeps this loop from spinning.
+      if (forwarded != 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      } else {
+        (void)SleepOrStop(std::chrono::milliseconds(20));
+      }
       continue;
     }
     auto it = running.find(pid);
@@ -144,9 +152,15 @@ int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_rece
     if (code != 0 && first_code == 0) {
       first_code = code;
       std::string why = ReadFirstLine(term_logs[static_cast<std::size_t>(lr)]);
-      first_reason = "local rank " + std::to_string(lr) + " (rank " +
-                     std::to_string(launch.node_rank * launch.nproc + lr) + ") exited " +
-                     std::to_string(code) + (why.empty() ? "" : ": " + why);
+      // A rank that names the gang's root cause keeps the contract's prefix at the start of
+      // the line, where the controller looks for it.
+      if (why.starts_with(contract::kCausedByPrefix)) {
+        first_reason = why;
+      } else {
+        first_reason = "local rank " + std::to_string(lr) + " (rank " +
+                       std::to_string(launch.node_rank * launch.nproc + lr) + ") exited " +
+                       std::to_string(code) + (why.empty() ? "" : ": " + why);
+      }
       spdlog::error("{}; stopping the other local ranks", first_reason);
       if (!stopping) {
         stopping = true;

@@ -6,7 +6,6 @@
 // gang logic (retryable 128-255 vs permanent) sees the pod exactly as for a single rank.
 #pragma once
 
-#include <atomic>
 #include <string>
 #include <vector>
 
@@ -26,8 +25,8 @@ struct LocalLaunch {
 // How many ranks this pod should start, from the environment (1 = run in this process).
 StatusOr<LocalLaunch> LocalLaunchFromEnvironment(const std::vector<std::string>& args);
 
-// Runs the local ranks to completion; returns the process exit code. `stop` is set by the
-// caller's signal handler (the signal is forwarded to every rank).
-int RunLocalRanks(const LocalLaunch& launch, const std::atomic<int>& signal_received);
+// Runs the local ranks to completion; returns the process exit code. A stop request
+// (common/stop.h: SIGTERM/SIGINT) is forwarded to every rank as its signal.
+int RunLocalRanks(const LocalLaunch& launch);
 
 }  // namespace ringtrain

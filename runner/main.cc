@@ -6,18 +6,20 @@
 
 #include <unistd.h>
 
-#include <atomic>
-#include <csignal>
+#include <openssl/rand.h>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
+#include <optional>
 
 #include "common/env.h"
 #include "common/logging.h"
+#include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
 #include "runner/local_launcher.h"
 #include "runner/metrics/runner_metrics.h"
+#include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
@@ -31,15 +33,34 @@
 namespace ringtrain {
 namespace {
 
-// How long rank 0 keeps serving the store after a retryable failure.
+// How long rank 0 keeps serving the store after a failure, so the other ranks read its cause.
 constexpr Duration kStoreLinger{std::chrono::seconds(2)};
 
-std::atomic<bool> g_stop{false};
-std::atomic<int> g_signal{0};
+// This rank's exit code for its own error: a stop by signal is 128 + the signal.
+int OwnExitCode(const Status& s) {
+  if (s.ok()) return kExitOk;
+  if (StopSignal() != 0) return 128 + StopSignal();
+  return ExitCodeFor(s);
+}
 
-void OnSignal(int sig) {
-  g_signal = sig;
-  g_stop = true;
+// What a failed rank reports once the gang's first failure is agreed (failure.h).
+using Outcome = std::optional<rendezvous::FailureReport>;
+
+// Publishes this rank's failure (unless another was first) while its connections are still
+// up, so the peers that see them close read the real cause rather than a lost peer.
+void Resolve(rendezvous::Store& store, const train::RankEnv& env, const Status& s,
+             Outcome& outcome) {
+  if (s.ok() || outcome || env.world_size == 1) return;
+  outcome = rendezvous::ResolveFailure(store, env.rank, s, OwnExitCode(s));
+}
+
+// A gang of one never meets another process: its store needs no shared secret.
+std::string RandomToken() {
+  unsigned char b[16];
+  if (RAND_bytes(b, sizeof(b)) != 1) return "single-rank";
+  std::string out;
+  for (unsigned char c : b) out += std::to_string(c) + ".";
+  return out;
 }
 
 void WriteTerminationLog(const std::string& path, const std::string& line) {
@@ -86,10 +107,11 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
 StatusOr<train::TrainResult> TrainOnCpu(const train::RankEnv& env, const train::TrainConfig& config,
                                         rendezvous::Store& store, metrics::RunnerMetrics* metrics,
                                         const data::Dataset& train_set,
-                                        const data::Dataset& test_set) {
+                                        const data::Dataset& test_set, Outcome& outcome) {
   comm::TcpCommOptions co;
   co.rank = env.rank;
   co.size = env.world_size;
+  co.bind_host = env.bind_addr;
   co.advertise_host = AdvertiseAddress(env);
   co.connect_timeout = env.rendezvous_timeout;
   co.collective_timeout = env.collective_timeout;
@@ -102,11 +124,18 @@ StatusOr<train::TrainResult> TrainOnCpu(const train::RankEnv& env, const train::
   deps.train = &train_set;
   deps.test = &test_set;
   deps.metrics = metrics;
-  deps.stop = &g_stop;
+  deps.stop = &StopFlag();
   deps.attempt = env.attempt;
   deps.collective_timeout = env.collective_timeout;
-  ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(config, deps));
-  return trainer->Run();
+  auto trainer = train::Trainer::Create(config, deps);
+  if (!trainer.ok()) {
+    Resolve(store, env, trainer.status(), outcome);
+    return trainer.status();
+  }
+  auto result = (*trainer)->Run();
+  // Before `comm` goes out of scope and closes the ring.
+  if (!result.ok()) Resolve(store, env, result.status(), outcome);
+  return result;
 }
 
 // Where this rank computes: CPU (TCP ring) or its GPU (NCCL or TCP), decided before the
@@ -138,16 +167,10 @@ StatusOr<Placement> ChoosePlacement(const train::RankEnv& env, const train::Trai
 }
 
 // Everything after the store exists: rendezvous, communicator, training.
-Status Train(const train::RankEnv& env, const train::TrainConfig& config,
-             const Placement& placement, metrics::RunnerMetrics* metrics,
-             const data::Dataset& train_set, const data::Dataset& test_set) {
-  rendezvous::TcpStoreClientOptions so;
-  so.host = env.rank == 0 ? "127.0.0.1" : env.master_addr;
-  so.port = env.master_port;
-  so.token = env.token;
-  so.connect_timeout = env.rendezvous_timeout;
-  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
-  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
+Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
+                      const Placement& placement, metrics::RunnerMetrics* metrics,
+                      const data::Dataset& train_set, const data::Dataset& test_set,
+                      rendezvous::Store& store, Outcome& outcome) {
   RETURN_IF_ERROR(
       rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
 
@@ -159,12 +182,12 @@ Status Train(const train::RankEnv& env, const train::TrainConfig& config,
     gd.train = &train_set;
     gd.test = &test_set;
     gd.metrics = metrics;
-    gd.stop = &g_stop;
+    gd.stop = &StopFlag();
     gd.advertise_host = AdvertiseAddress(env);
     ASSIGN_OR_RETURN(result, gpu::TrainOnGpu(env, config, placement.gpu, gd));
 #endif
   } else {
-    ASSIGN_OR_RETURN(result, TrainOnCpu(env, config, store, metrics, train_set, test_set));
+    ASSIGN_OR_RETURN(result, TrainOnCpu(env, config, store, metrics, train_set, test_set, outcome));
   }
   spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
                result.test_accuracy, result.samples_per_second, result.wall_seconds);
@@ -174,25 +197,54 @@ Status Train(const train::RankEnv& env, const train::TrainConfig& config,
   return Status::Ok();
 }
 
+// Connects to the gang's store, then trains; publishes a failure before the store goes.
+Status Train(const train::RankEnv& env, const train::TrainConfig& config,
+             const Placement& placement, metrics::RunnerMetrics* metrics,
+             const data::Dataset& train_set, const data::Dataset& test_set,
+             const std::string& store_host, int store_port, const std::string& token,
+             Outcome& outcome) {
+  rendezvous::TcpStoreClientOptions so;
+  so.host = store_host;
+  so.port = store_port;
+  so.token = token;
+  so.connect_timeout = env.rendezvous_timeout;
+  ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
+  rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
+  Status s = TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
+  Resolve(store, env, s, outcome);
+  return s;
+}
+
 Status Run(const train::RankEnv& env, const train::TrainConfig& config,
-           metrics::RunnerMetrics* metrics) {
+           metrics::RunnerMetrics* metrics, Outcome& outcome) {
   // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
   ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
   ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
+  if (StopRequested()) return StoppedStatus("data loading");
   ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);
 
+  // A gang of one has no peer to reach its store: loopback, any free port, a throwaway token
+  // (the contract asks for RINGTRAIN_TOKEN only when the world size is above 1).
+  const bool alone = env.world_size == 1;
+  const std::string token = alone && env.token.empty() ? RandomToken() : env.token;
+  std::string store_host = env.master_addr;
+  int store_port = env.master_port;
   std::unique_ptr<rendezvous::TcpStoreServer> server;
   if (env.rank == 0) {
+    const std::string bind = alone ? "127.0.0.1" : env.bind_addr;
     ASSIGN_OR_RETURN(server,
-                     rendezvous::TcpStoreServer::Create("0.0.0.0", env.master_port, env.token));
+                     rendezvous::TcpStoreServer::Create(bind, alone ? 0 : env.master_port, token));
+    store_host = bind == "0.0.0.0" ? "127.0.0.1" : bind;
+    store_port = server->port();
   }
-  Status s = Train(env, config, placement, metrics, train_set, test_set);
-  if (!s.ok() && server != nullptr && s.retryable() && s.code() != StatusCode::kCancelled &&
-      env.world_size > 1) {
-    // The other ranks read the root cause of a failure from this store: keep it up briefly.
-    std::this_thread::sleep_for(kStoreLinger);
+  Status s = Train(env, config, placement, metrics, train_set, test_set, store_host, store_port,
+                   token, outcome);
+  if (!s.ok() && server != nullptr && !alone && s.code() != StatusCode::kCancelled) {
+    // The other ranks read the root cause of a failure from this store, a permanent one as
+    // much as a retryable one: keep it up briefly (a stop request still ends the wait).
+    (void)SleepOrStop(kStoreLinger);
   }
   return s;
 }
@@ -203,23 +255,21 @@ int Main(int argc, char** argv) {
     std::fputs(train::TrainFlagsHelp().c_str(), stdout);
     return 0;
   }
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGPIPE, SIG_IGN);
+  InstallStopSignalHandlers();
   // Several GPUs in this pod: start one rank per GPU and supervise them.
   auto launch = LocalLaunchFromEnvironment(args);
   if (launch.ok() && launch->nproc > 1) {
     InitLogging("launcher");
-    return RunLocalRanks(*launch, g_signal);
+    return RunLocalRanks(*launch);
   }
   auto env = train::RankEnvFromEnvironment();
   InitLogging("rank " + (env.ok() ? std::to_string(env->rank) : std::string("?")));
-  auto fail = [&](const Status& s, const std::string& log_path) {
-    int code = ExitCodeFor(s);
-    if (g_signal != 0) code = 128 + g_signal;
-    spdlog::error("{} (exit code {}, {})", s.ToString(), code,
-                  code >= 128 ? "retryable" : "permanent");
-    WriteTerminationLog(log_path, s.ToString());
+  auto fail = [&](const Status& s, const std::string& log_path, const Outcome& outcome = {}) {
+    int code = outcome ? outcome->exit_code : OwnExitCode(s);
+    std::string message = outcome ? outcome->message : s.ToString();
+    if (outcome && message != s.ToString()) spdlog::error("{}", s.ToString());
+    spdlog::error("{} (exit code {}, {})", message, code, code >= 128 ? "retryable" : "permanent");
+    WriteTerminationLog(log_path, message);
     return code;
   };
   if (!launch.ok()) return fail(launch.status(), "/dev/termination-log");
@@ -234,12 +284,13 @@ int Main(int argc, char** argv) {
 
   metrics::RunnerMetrics metrics({env->job, env->ns, env->rank});
   if (env->metrics_port >= 0) {
-    Status s = metrics.Serve("0.0.0.0", env->metrics_port);
+    Status s = metrics.Serve(env->bind_addr, env->metrics_port);
     if (!s.ok()) return fail(s.WithContext("metrics server"), env->termination_log);
     spdlog::info("serving /metrics and /status on port {}", metrics.port());
   }
-  Status s = Run(*env, *config, &metrics);
-  if (!s.ok()) return fail(s, env->termination_log);
+  Outcome outcome;
+  Status s = Run(*env, *config, &metrics, outcome);
+  if (!s.ok()) return fail(s, env->termination_log, outcome);
   return 0;
 }
 

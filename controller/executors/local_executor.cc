@@ -133,6 +133,8 @@ Status LocalRun::Spawn(int rank, int attempt) {
   env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
   env["LOCAL_RANK"] = "0";
   env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
+  // A local gang listens on loopback only (store, ring, metrics): nothing off this host joins.
+  env["RINGTRAIN_BIND_ADDR"] = "127.0.0.1";
   env["RINGTRAIN_MASTER_PORT"] = env["MASTER_PORT"] = port;
   env["RINGTRAIN_ATTEMPT"] = std::to_string(attempt);
   env["RINGTRAIN_TOKEN"] = token_;

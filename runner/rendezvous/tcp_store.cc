@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -16,6 +17,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <tuple>
 #include <unordered_map>
 
 namespace ringtrain::rendezvous {
@@ -129,14 +131,51 @@ StatusOr<std::string> RecvFrame(const net::Socket& s, SteadyTime deadline) {
   return payload;
 }
 
-std::string PeerName(int fd) {
+// "10.0.0.7" and "10.0.0.7:41234".
+std::pair<std::string, std::string> PeerName(int fd) {
   sockaddr_in addr{};
   socklen_t len = sizeof(addr);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "unknown peer";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    return {"unknown", "unknown peer"};
+  }
   char ip[INET_ADDRSTRLEN] = {};
   inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
-  return std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port));
+  return {ip, std::string(ip) + ":" + std::to_string(ntohs(addr.sin_port))};
 }
+
+// One warning line per period for a kind of event a stranger can cause at will (refused
+// connections, wrong tokens), with the count of the lines it held back, so probing the port
+// cannot flood the log.
+class RateLimitedWarning {
+ public:
+  explicit RateLimitedWarning(Duration period) : period_(period) {}
+  template <typename... Args>
+  void Warn(spdlog::format_string_t<Args...> fmt, Args&&... args) {
+    auto now = std::chrono::steady_clock::now();
+    if (logged_ && now - last_ < period_) {
+      ++suppressed_;
+      return;
+    }
+    std::string line = fmt::format(fmt, std::forward<Args>(args)...);
+    if (suppressed_ > 0) line += fmt::format(" ({} similar suppressed)", suppressed_);
+    spdlog::warn("{}", line);
+    logged_ = true;
+    last_ = now;
+    suppressed_ = 0;
+  }
+  std::uint64_t suppressed() const { return suppressed_; }
+
+ private:
+  Duration period_;
+  bool logged_ = false;
+  SteadyTime last_;
+  std::uint64_t suppressed_ = 0;
+};
+
+constexpr Duration kWarningPeriod{std::chrono::seconds(10)};
+// After EMFILE/ENFILE the listener stays readable: stop polling it this long instead of
+// spinning on accept until a descriptor frees up.
+constexpr Duration kAcceptPause{std::chrono::milliseconds(200)};
 
 std::string JoinKeys(const std::vector<std::string>& keys) {
   // Bounded so a gang of thousands cannot produce a megabyte error message.
@@ -158,6 +197,7 @@ std::string JoinKeys(const std::vector<std::string>& keys) {
 struct Conn {
   net::Socket sock;
   std::string peer;
+  std::string peer_ip;  // per-address limits count unauthenticated connections by this
   std::string in;
   std::string out;
   std::size_t out_off = 0;
@@ -180,6 +220,10 @@ struct Conn {
 struct TcpStoreServer::State {
   std::unordered_map<std::string, std::string> data;
   std::vector<std::unique_ptr<Conn>> conns;
+  RateLimitedWarning refused_warning{kWarningPeriod};
+  RateLimitedWarning token_warning{kWarningPeriod};
+  RateLimitedWarning limit_warning{kWarningPeriod};
+  SteadyTime accept_paused_until;
   bool changed = false;  // a key was written since parked requests were last checked
   std::string recv_buf = std::string(64 * 1024, '\0');
 
@@ -284,7 +328,9 @@ struct TcpStoreServer::State {
                 c, Reply(InvalidArgument("store add: key " + key + " holds a non-integer value")));
           }
         }
-        now += static_cast<std::int64_t>(delta);
+        if (__builtin_add_overflow(now, static_cast<std::int64_t>(delta), &now)) {
+          return Send(c, Reply(InvalidArgument("store add: key " + key + " would overflow int64")));
+        }
         data[key] = std::to_string(now);
         changed = true;
         std::string body;
@@ -323,7 +369,7 @@ struct TcpStoreServer::State {
   }
 
   void ProtocolError(Conn& c, const std::string& what) {
-    spdlog::warn("rendezvous store: dropping {}: protocol error: {}", c.peer, what);
+    refused_warning.Warn("rendezvous store: dropping {}: protocol error: {}", c.peer, what);
     c.dead = true;
   }
 
@@ -331,7 +377,7 @@ struct TcpStoreServer::State {
     std::string expected = Mac(token, c.nonce);
     if (payload.size() != expected.size() ||
         CRYPTO_memcmp(payload.data(), expected.data(), expected.size()) != 0) {
-      spdlog::warn("rendezvous store: refused {}: wrong job token", c.peer);
+      token_warning.Warn("rendezvous store: refused {}: wrong job token", c.peer);
       c.closing = true;
       return Send(c, Reply(PermissionDenied(kRefusedToken)));
     }
@@ -362,6 +408,70 @@ struct TcpStoreServer::State {
     c.in.erase(0, pos);
   }
 
+  // Drains the listener's backlog under the limits (tcp_store.h). A stranger's connections
+  // that have not proved the token are the ones that go when a limit is reached, oldest
+  // first, so a flood cannot hold the slot a rank needs for its handshake.
+  void AcceptAll(const net::Socket& listener, const TcpStoreServerLimits& limits) {
+    for (;;) {
+      int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          // EMFILE/ENFILE/ENOBUFS: the connection stays queued and the listener readable.
+          limit_warning.Warn("rendezvous store: cannot accept: {}; pausing accepts for {}",
+                             std::strerror(errno), FormatDuration(kAcceptPause));
+          accept_paused_until = DeadlineAfter(kAcceptPause);
+        }
+        return;
+      }
+      auto c = std::make_unique<Conn>();
+      c->sock = net::Socket(fd);
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      std::tie(c->peer_ip, c->peer) = PeerName(fd);
+      if (static_cast<int>(conns.size()) >= limits.max_connections) {
+        limit_warning.Warn("rendezvous store: refused {}: {} connections are open", c->peer,
+                           conns.size());
+        continue;
+      }
+      MakeRoomFor(c->peer_ip, limits);
+      c->auth_deadline = DeadlineAfter(kStoreAuthTimeout);
+      c->nonce.assign(kNonceBytes, '\0');
+      if (RAND_bytes(reinterpret_cast<unsigned char*>(c->nonce.data()), kNonceBytes) != 1) {
+        spdlog::error("rendezvous store: RAND_bytes failed; dropping {}", c->peer);
+        continue;
+      }
+      Send(*c, Frame(std::string(kMagic, sizeof(kMagic)) + c->nonce));
+      conns.push_back(std::move(c));
+    }
+  }
+
+  void MakeRoomFor(const std::string& ip, const TcpStoreServerLimits& limits) {
+    int total = 0, from_ip = 0;
+    Conn* oldest = nullptr;
+    Conn* oldest_from_ip = nullptr;
+    for (auto& c : conns) {
+      if (c->authed || c->dead) continue;
+      ++total;
+      if (oldest == nullptr) oldest = c.get();
+      if (c->peer_ip == ip) {
+        ++from_ip;
+        if (oldest_from_ip == nullptr) oldest_from_ip = c.get();
+      }
+    }
+    Conn* victim = nullptr;
+    if (from_ip >= limits.max_unauthenticated_per_peer) {
+      victim = oldest_from_ip;
+    } else if (total >= limits.max_unauthenticated) {
+      victim = oldest;
+    }
+    if (victim != nullptr) {
+      limit_warning.Warn("rendezvous store: dropping {}: too many connections without the token",
+                         victim->peer);
+      victim->dead = true;
+    }
+  }
+
   void Read(Conn& c, const std::string& token) {
     for (;;) {
       ssize_t n = ::recv(c.sock.fd(), recv_buf.data(), recv_buf.size(), MSG_DONTWAIT);
@@ -381,22 +491,29 @@ struct TcpStoreServer::State {
   }
 };
 
-TcpStoreServer::TcpStoreServer(net::Socket listener, int port, std::string token)
+TcpStoreServer::TcpStoreServer(net::Socket listener, int port, std::string token,
+                               const TcpStoreServerLimits& limits)
     : listener_(std::move(listener)),
       port_(port),
       token_(std::move(token)),
+      limits_(limits),
       state_(std::make_unique<State>()) {}
 
-StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Create(const std::string& host, int port,
-                                                                 const std::string& token) {
+StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Create(
+    const std::string& host, int port, const std::string& token,
+    const TcpStoreServerLimits& limits) {
   if (token.empty()) return InvalidArgument("rendezvous store: the job token is empty");
+  if (limits.max_connections < 1 || limits.max_unauthenticated < 1 ||
+      limits.max_unauthenticated_per_peer < 1) {
+    return InvalidArgument("rendezvous store: connection limits must be at least 1");
+  }
   auto listener = net::Listen(host, port);
   if (!listener.ok()) return listener.status().WithContext("rendezvous store");
   ASSIGN_OR_RETURN(int bound, net::LocalPort(*listener));
   int wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake < 0) return ErrnoStatus(StatusCode::kInternal, "rendezvous store: eventfd", errno);
   std::unique_ptr<TcpStoreServer> server(
-      new TcpStoreServer(std::move(listener).value(), bound, token));
+      new TcpStoreServer(std::move(listener).value(), bound, token, limits));
   server->wake_fd_ = wake;
   server->thread_ = std::thread([s = server.get()] { s->Serve(); });
   spdlog::info("rendezvous store listening on {}:{}", host.empty() ? "0.0.0.0" : host, bound);
@@ -422,8 +539,10 @@ void TcpStoreServer::Serve() {
   while (!stopping_.load()) {
     fds.clear();
     fds.push_back({wake_fd_, POLLIN, 0});
-    fds.push_back({listener_.fd(), POLLIN, 0});
     SteadyTime next = SteadyTime::max();
+    const bool accepting = std::chrono::steady_clock::now() >= st.accept_paused_until;
+    if (!accepting) next = st.accept_paused_until;
+    fds.push_back({listener_.fd(), static_cast<short>(accepting ? POLLIN : 0), 0});
     for (const auto& c : st.conns) {
       short events = c->out.empty() ? POLLIN : static_cast<short>(POLLIN | POLLOUT);
       fds.push_back({c->sock.fd(), events, 0});
@@ -446,23 +565,7 @@ void TcpStoreServer::Serve() {
       if (rev & POLLOUT) st.Flush(c);
       if (!c.dead && (rev & (POLLIN | POLLHUP | POLLERR))) st.Read(c, token_);
     }
-    if (fds[1].revents & POLLIN) {
-      for (;;) {
-        auto s = net::Accept(listener_, std::chrono::steady_clock::now());
-        if (!s.ok()) break;
-        auto c = std::make_unique<Conn>();
-        c->sock = std::move(s).value();
-        c->peer = PeerName(c->sock.fd());
-        c->auth_deadline = DeadlineAfter(kStoreAuthTimeout);
-        c->nonce.assign(kNonceBytes, '\0');
-        if (RAND_bytes(reinterpret_cast<unsigned char*>(c->nonce.data()), kNonceBytes) != 1) {
-          spdlog::error("rendezvous store: RAND_bytes failed; dropping {}", c->peer);
-          continue;
-        }
-        st.Send(*c, Frame(std::string(kMagic, sizeof(kMagic)) + c->nonce));
-        st.conns.push_back(std::move(c));
-      }
-    }
+    if (fds[1].revents & POLLIN) st.AcceptAll(listener_, limits_);
     // Written keys may satisfy parked requests, whose answers may unblock buffered requests
     // that write more keys: repeat until quiet.
     while (st.changed) {
@@ -477,8 +580,8 @@ void TcpStoreServer::Serve() {
     auto now = std::chrono::steady_clock::now();
     for (auto& c : st.conns) {
       if (!c->authed && !c->closing && now >= c->auth_deadline) {
-        spdlog::warn("rendezvous store: dropping {}: no token within {}", c->peer,
-                     FormatDuration(kStoreAuthTimeout));
+        st.refused_warning.Warn("rendezvous store: dropping {}: no token within {}", c->peer,
+                                FormatDuration(kStoreAuthTimeout));
         c->dead = true;
       }
       if (c->parked && !c->dead && now >= c->deadline) {

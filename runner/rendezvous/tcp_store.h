@@ -28,14 +28,25 @@ inline constexpr Duration kStoreReplySlack{std::chrono::seconds(2)};
 // How long the server gives a fresh connection to prove the token before dropping it.
 inline constexpr Duration kStoreAuthTimeout{std::chrono::seconds(10)};
 
+// What the server holds open at most: a port reachable by strangers must not let them use up
+// its descriptors. Connections that have not proved the token yet are dropped oldest first
+// when a newcomer would exceed a limit (a rank's handshake takes milliseconds, a flood's idle
+// connection waits for its timeout); above max_connections newcomers are refused.
+struct TcpStoreServerLimits {
+  int max_connections = 4096;
+  int max_unauthenticated = 256;
+  int max_unauthenticated_per_peer = 32;
+};
+
 // Serves the store from one poll() thread. Blocking Get/Wait requests are parked, not waited
 // on, so one slow rank never stalls the others; a Set wakes the requests it satisfies.
 class TcpStoreServer {
  public:
   // Binds host:port (port 0 picks a free one, see port()); a busy port is Unavailable with
   // "port N is already in use". `token` is the job secret every client must prove.
-  static StatusOr<std::unique_ptr<TcpStoreServer>> Create(const std::string& host, int port,
-                                                          const std::string& token);
+  static StatusOr<std::unique_ptr<TcpStoreServer>> Create(
+      const std::string& host, int port, const std::string& token,
+      const TcpStoreServerLimits& limits = TcpStoreServerLimits());
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -46,12 +57,14 @@ class TcpStoreServer {
 
  private:
   struct State;
-  TcpStoreServer(net::Socket listener, int port, std::string token);
+  TcpStoreServer(net::Socket listener, int port, std::string token,
+                 const TcpStoreServerLimits& limits);
   void Serve();
 
   net::Socket listener_;
   int port_;
   std::string token_;
+  TcpStoreServerLimits limits_;
   int wake_fd_ = -1;
   std::atomic<bool> stopping_{false};
   std::unique_ptr<State> state_;

@@ -32,6 +32,8 @@ StatusOr<RankEnv> RankEnvFromEnvironment() {
   e.master_addr =
       GetEnv("RINGTRAIN_MASTER_ADDR").value_or(GetEnv("MASTER_ADDR").value_or(e.master_addr));
   ASSIGN_OR_RETURN(e.master_port, EnvInt("RINGTRAIN_MASTER_PORT", "MASTER_PORT", 29500, 1, 65535));
+  const bool loopback = e.master_addr == "localhost" || e.master_addr.starts_with("127.");
+  e.bind_addr = GetEnv("RINGTRAIN_BIND_ADDR").value_or(loopback ? "127.0.0.1" : "0.0.0.0");
   e.token = GetEnv("RINGTRAIN_TOKEN").value_or("");
   if (e.token.empty() && e.world_size > 1) {
     return InvalidArgument("RINGTRAIN_TOKEN: required when RINGTRAIN_WORLD_SIZE > 1");

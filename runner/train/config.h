@@ -53,7 +53,10 @@ struct RankEnv {
   int attempt = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string token;
+  std::string token;  // required only when world_size > 1
+  // Where this rank listens (store, ring, metrics): RINGTRAIN_BIND_ADDR, else loopback for a
+  // gang on loopback (nothing off this host may reach it), else every interface.
+  std::string bind_addr = "0.0.0.0";
   int metrics_port = 9400;  // -1 = off
   std::string termination_log = "/dev/termination-log";
   Duration rendezvous_timeout{std::chrono::seconds(300)};

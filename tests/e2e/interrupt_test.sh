@@ -1,7 +1,31 @@
 #!/usr/bin/env bash
 # Ctrl-C (SIGINT) stops `ringtrain run` and every rank it started: exit code 130, no runner
-# left behind, and the summary says Interrupted.
+# left behind, and the summary says Interrupted. A rank stopped while it waits for the
+# rendezvous (SIGTERM: a deleted pod) or while it retries the store (SIGINT) exits at once with
+# 143/130 instead of running on until the 300 s rendezvous timeout.
 source "$(dirname "$0")/lib.sh"
+
+# Rank 0 hosts the store and waits for a rank that never comes.
+port=$(free_port)
+RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_rank 0 2 "$port" tok "$WORK/rdzv.log" --epochs 1
+rdzv=$LAST_PID
+wait_until 120 "rank 0 waiting in the rendezvous" grep -q "rendezvous store listening" "$WORK/rdzv.log"
+sleep 0.5
+kill -TERM "$rdzv"
+# Far below the 300 s rendezvous timeout; generous for a loaded machine.
+wait_exit "$rdzv" 30
+[ "$RC" = 143 ] || fail "SIGTERM during the rendezvous: exit $RC, expected 143"
+grep -q "SIGTERM" "$WORK/rdzv.log.termination" || fail "termination message does not say SIGTERM"
+
+# Rank 1 retries a store that is not there yet.
+port=$(free_port)
+RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_rank 1 2 "$port" tok "$WORK/dial.log" --epochs 1
+dial=$LAST_PID
+wait_until 120 "rank 1 loading done" grep -q "loaded" "$WORK/dial.log"
+sleep 0.5
+kill -INT "$dial"
+wait_exit "$dial" 30
+[ "$RC" = 130 ] || fail "SIGINT while connecting to the store: exit $RC, expected 130"
 example_with "$WORK/job.yaml" epochs 50
 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/summary.json" \
   >"$WORK/ringtrain.log" 2>&1 &

@@ -2,7 +2,8 @@
 # Several ranks in one pod (gpusPerReplica > 1): with RINGTRAIN_NPROC_PER_NODE=2 the runner
 # starts one rank per slot (rank = node × 2 + local rank). Two such "pods" form a world of 4
 # and train to the end; then a rank killed inside a pod makes that pod's launcher stop its
-# other rank and exit with a retryable code and a termination message naming the rank.
+# other rank and exit with a retryable code and a termination message naming the rank; and a
+# SIGTERM to a pod whose ranks wait in the rendezvous stops them all at once (143).
 # Runs on CPUs (--device cpu): the launcher is the same for GPUs.
 source "$(dirname "$0")/lib.sh"
 
@@ -50,6 +51,22 @@ wait_exit "$pod" 90
 echo "launcher exit code: $RC"
 [ "$RC" -ge 128 ] || fail "launcher exited $RC, expected a retryable code (128-255)"
 grep -q "local rank" "$WORK/pod.log.termination" || fail "termination message does not name the rank"
+for c in $children; do
+  if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
+done
+
+# 3. SIGTERM (a deleted pod) while the pod's ranks wait for a node that never comes.
+port=$(free_port)
+RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$port" "$WORK/term.log" --epochs 1
+pod=$LAST_PID
+wait_until 120 "both local ranks in the rendezvous" \
+  bash -c "[ \$(grep -c 'loaded' '$WORK/term.log') -ge 2 ]"
+children=$(pgrep -P "$pod" || true)
+sleep 0.5
+kill -TERM "$pod"
+# Far below the 300 s rendezvous timeout and the launcher's 15 s grace; generous for CI.
+wait_exit "$pod" 30
+[ "$RC" = 143 ] || fail "launcher exited $RC after SIGTERM, expected 143"
 for c in $children; do
   if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
 done

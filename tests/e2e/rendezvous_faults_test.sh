@@ -1,7 +1,29 @@
 #!/usr/bin/env bash
 # Rendezvous faults: a timeout names the ranks that never arrived; a wrong token is refused
-# with a permanent exit code; a busy port is reported as such.
+# with a permanent exit code; a busy port is reported as such; a gang on loopback listens on
+# loopback only; a gang of one needs no token.
 source "$(dirname "$0")/lib.sh"
+
+# World size 1 without RINGTRAIN_TOKEN: the contract asks for the token only above 1.
+port=$(free_port)
+start_rank 0 1 "$port" "" "$WORK/alone.log" --epochs 1 --max-steps 3
+wait_exit "$LAST_PID" 120
+[ "$RC" = 0 ] || fail "world size 1 without a token exited $RC"
+
+# The store and metrics ports of a gang on 127.0.0.1 are not open on other interfaces.
+port=$(free_port)
+mport=$(free_port)
+METRICS_PORT=$mport RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=60 start_rank 0 2 "$port" tok \
+  "$WORK/bind.log" --epochs 1
+bind=$LAST_PID
+wait_until 60 "rank 0 serving the store" grep -q "rendezvous store listening" "$WORK/bind.log"
+for p in "$port" "$mport"; do
+  listen=$(ss -ltnH "sport = :$p" | awk '{print $4}')
+  [ -n "$listen" ] || fail "nothing listens on port $p"
+  [ "$listen" = "127.0.0.1:$p" ] || fail "port $p listens on $listen, expected 127.0.0.1:$p"
+done
+kill "$bind" 2>/dev/null || true
+wait_exit "$bind" 30
 port=$(free_port)
 RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=3 start_rank 0 3 "$port" tok "$WORK/timeout.log" --epochs 1
 wait_exit "$LAST_PID" 60

@@ -12,13 +12,15 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/stop.h"
+#include "runner/rendezvous/failure.h"
+
 namespace ringtrain::comm {
 namespace {
 
 constexpr std::uint32_t kHelloMagic = 0x52545247;  // "RTRG"
 // Bounds reading a hello from an accepted connection, so a stray client cannot stall setup.
 constexpr Duration kHelloTimeout{std::chrono::seconds(10)};
-constexpr const char* kAbortKey = "abort";
 
 // The gang's ring key: random, agreed through the token-authenticated store, so a peer
 // connection proves the job token too without the token itself crossing the ring.
@@ -194,18 +196,32 @@ Status TcpCommunicator::Fail(const char* op, Status cause, bool stall_is_upstrea
     // Abort() was called from another thread: the socket error is its doing, not a peer's.
     return Aborted(std::string(op) + ": the communicator was aborted");
   }
+  // The report is the cause peers will give for their own exit, so it goes out even when this
+  // rank is being stopped; its store calls are bounded by their own short timeouts.
+  StopExemptScope exempt;
   if (stall_is_upstream) {
     // Give the rank that saw the stall first a moment to record it, so this one does not
     // claim the root cause with a second-hand "waiting for rank r-1".
-    (void)store_.Get(kAbortKey, kAbortGrace);
+    (void)store_.Get(rendezvous::kFailureKey, kAbortGrace);
   }
   // Report before shutting the sockets: the neighbours only learn of the failure from the
   // shutdown, so by then the store already holds the root cause they will read.
-  std::string report = cause.message() + " (detected by rank " + std::to_string(rank_) + ")";
-  auto first = store_.CompareSetWithin(kAbortKey, "", report, kAbortReportTimeout);
+  std::string report = rendezvous::EncodeFailure({rank_, cause.ToString(), std::nullopt});
+  auto first = store_.CompareSetWithin(rendezvous::kFailureKey, "", report, kAbortReportTimeout);
   Abort();
   std::string message = cause.message();
-  if (first.ok() && !first->empty() && *first != report) message += "; first failure: " + *first;
+  if (first.ok() && !first->empty() && *first != report) {
+    auto parsed = rendezvous::ParseFailure(*first);
+    message += "; first failure: " +
+               (parsed ? parsed->cause + " (rank " + std::to_string(parsed->rank) + ")" : *first);
+  } else if (!first.ok() && rank_ != 0 && first.status().code() != StatusCode::kCancelled) {
+    // The store lives in rank 0: losing it too means rank 0 is the rank that died, whatever
+    // neighbour's connection closed here (it may only have been passing the failure on), so
+    // every survivor names the same dead rank.
+    message = std::string(op) + ": lost peer rank 0 (the rendezvous store it hosts is " +
+              "unreachable: " + first.status().message() + "); here: " + cause.message();
+    cause = Unavailable(message);
+  }
   failure_ = message;
   spdlog::error("tcp communicator rank {}: {}", rank_, message);
   return Status(cause.code(), std::move(message));
@@ -299,10 +315,19 @@ Status TcpCommunicator::RunRing(const char* op, std::size_t n_spans, std::size_t
     // us, so readability there means the right neighbour closed or reset it. That only matters
     // while we still owe it bytes: once it has them all it may finish and exit before us.
     const bool owe_right = sent < send_bytes;
-    pollfd fds[2] = {
+    // The stop descriptor too: a SIGTERM must not wait out the collective timeout.
+    pollfd fds[3] = {
         {lfd, static_cast<short>(want_in ? POLLIN : 0), 0},
-        {rfd, static_cast<short>((owe_right ? POLLIN : 0) | (want_out ? POLLOUT : 0)), 0}};
-    int r = ::poll(fds, 2, MillisLeft(deadline));
+        {rfd, static_cast<short>((owe_right ? POLLIN : 0) | (want_out ? POLLOUT : 0)), 0},
+        {StopFd(), POLLIN, 0}};
+    int r = ::poll(fds, 3, MillisLeft(deadline));
+    if (StopRequested()) {
+      // This rank's own failure, reported by the caller: the sockets stay up until then so
+      // the neighbours read that cause, not a lost peer.
+      aborted_.store(true);
+      failure_ = StoppedStatus(op).message();
+      return StoppedStatus(op);
+    }
     if (r < 0 && errno != EINTR) {
       return Fail(op, ErrnoStatus(StatusCode::kInternal, std::string(op) + ": poll", errno));
     }

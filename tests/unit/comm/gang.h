@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <functional>
 #include <memory>
@@ -17,6 +18,10 @@ namespace ringtrain::comm {
 // Creates `n` communicators concurrently (Create blocks until the ring is connected).
 inline std::vector<std::unique_ptr<TcpCommunicator>> MakeGang(rendezvous::Store& store, int n,
                                                               TcpCommOptions base = {}) {
+  // spdlog's registry is a function-local static inside the uninstrumented libspdlog: first
+  // created on one of the rank threads, ThreadSanitizer cannot see its guard and reports the
+  // other threads' reads as a race. Create it here, before the threads.
+  (void)spdlog::default_logger_raw();
   std::vector<std::unique_ptr<TcpCommunicator>> comms(n);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {

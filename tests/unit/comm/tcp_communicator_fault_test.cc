@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "tests/fakes/in_memory_store.h"
 #include "tests/unit/comm/gang.h"
@@ -120,6 +121,90 @@ TEST(TcpCommunicatorFaultTest, WorldOfTwoLosesItsOnlyPeer) {
   killer.join();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
   EXPECT_NE(s.message().find("all-reduce: lost peer rank 1"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace ringtrain::comm
+
+namespace ringtrain::comm {
+namespace {
+
+// Forwards to a store until the host "dies": then every call fails the way a TcpStoreClient
+// fails once rank 0, which hosts the store, is gone.
+class DyingStore final : public rendezvous::Store {
+ public:
+  explicit DyingStore(rendezvous::Store& inner) : inner_(inner) {}
+  void Kill() { dead_ = true; }
+  Status Set(const std::string& k, const std::string& v) override {
+    return dead_ ? Gone() : inner_.Set(k, v);
+  }
+  StatusOr<std::string> Get(const std::string& k, Duration t) override {
+    if (dead_) return Gone();
+    return inner_.Get(k, t);
+  }
+  StatusOr<std::int64_t> Add(const std::string& k, std::int64_t d) override {
+    if (dead_) return Gone();
+    return inner_.Add(k, d);
+  }
+  StatusOr<std::string> CompareSet(const std::string& k, const std::string& e,
+                                   const std::string& d) override {
+    if (dead_) return Gone();
+    return inner_.CompareSet(k, e, d);
+  }
+  Status Wait(const std::vector<std::string>& k, Duration t) override {
+    return dead_ ? Gone() : inner_.Wait(k, t);
+  }
+
+ private:
+  static Status Gone() {
+    return Unavailable("rendezvous store 127.0.0.1:29500: recv: connection closed by peer");
+  }
+  rendezvous::Store& inner_;
+  std::atomic<bool> dead_{false};
+};
+
+// SIGTERM while a collective waits on a stalled peer ends it at once (not after the collective
+// timeout), as Cancelled: the rank's own cause, not a lost peer.
+TEST(TcpCommunicatorFaultTest, StopRequestEndsAStalledCollective) {
+  ResetStopForTest();
+  testing::InMemoryStore store;
+  TcpCommOptions o;
+  o.collective_timeout = std::chrono::hours(1);
+  auto gang = MakeGang(store, 2, o);
+  ASSERT_EQ(gang.size(), 2u);
+  std::vector<float> buf(kCount, 1.0f);
+  std::thread stopper([] {
+    std::this_thread::sleep_for(200ms);
+    RequestStop(15);
+  });
+  Status s = gang[0]->AllReduce(buf.data(), kCount, ReduceOp::kSum);
+  stopper.join();
+  ResetStopForTest();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_EQ(gang[0]->Barrier().code(), StatusCode::kAborted);
+}
+
+// Rank 0 is SIGKILLed and its store dies with it; rank 2 saw it first and exited. Rank 1,
+// waiting inside the collective, sees its right neighbour (2) close before its left (0): it
+// must still name rank 0, the store host, as the dead rank (issue 10 item 9), not rank 2.
+TEST(TcpCommunicatorFaultTest, SurvivorOfTheStoreHostBlamesItNotItsNeighbour) {
+  constexpr int n = 3;
+  testing::InMemoryStore mem;
+  DyingStore store(mem);
+  auto gang = MakeGang(store, n, ShortTimeout());
+  ASSERT_EQ(gang.size(), 3u);
+  std::vector<float> buf(kCount, 1.0f);
+  Status s;
+  std::thread rank1([&] { s = gang[1]->AllReduce(buf.data(), kCount, ReduceOp::kSum); });
+  std::this_thread::sleep_for(200ms);
+  store.Kill();
+  gang[2].reset();
+  std::this_thread::sleep_for(50ms);
+  gang[0].reset();
+  rank1.join();
+  EXPECT_TRUE(s.retryable()) << s.ToString();
+  EXPECT_EQ(s.message().rfind("all-reduce: lost peer rank 0", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("rendezvous store"), std::string::npos) << s.message();
 }
 
 }  // namespace

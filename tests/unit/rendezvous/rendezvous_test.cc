@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/stop.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "tests/fakes/in_memory_store.h"
@@ -59,6 +60,24 @@ TEST(RendezvousTest, BadRankIsInvalid) {
   testing::InMemoryStore store;
   EXPECT_EQ(JoinRendezvous(store, 4, 4, 1s).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(JoinRendezvous(store, -1, 4, 1s).code(), StatusCode::kInvalidArgument);
+}
+
+// A deleted pod (SIGTERM) must not wait out a 300 s rendezvous for a rank that never comes.
+TEST(RendezvousTest, StopRequestEndsTheWait) {
+  ResetStopForTest();
+  auto server = TcpStoreServer::Create("127.0.0.1", 0, "tok");
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto client = TcpStoreClient::Create({"127.0.0.1", (*server)->port(), "tok", 5s, 5s});
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::thread stopper([] {
+    std::this_thread::sleep_for(200ms);
+    RequestStop(15);
+  });
+  Status s = JoinRendezvous(**client, 0, 2, std::chrono::hours(1));
+  stopper.join();
+  ResetStopForTest();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_NE(s.message().find("SIGTERM"), std::string::npos) << s.message();
 }
 
 TEST(RendezvousTest, OverTcpStoreWithAttemptPrefixes) {

@@ -3,9 +3,24 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <limits>
 #include <thread>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
 #include "common/net.h"
+#include "common/stop.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -143,6 +158,133 @@ TEST(TcpStoreTest, ServerTimeoutAnswersButKeepsTheConnection) {
   EXPECT_EQ((*client)->Get("missing", 20ms).status().code(), StatusCode::kDeadlineExceeded);
   EXPECT_TRUE((*client)->Set("missing", "now").ok());
   EXPECT_EQ(*(*client)->Get("missing", 20ms), "now");
+}
+
+TEST(TcpStoreTest, AddOverflowIsAnErrorAndLeavesTheValue) {
+  auto server = StartServer();
+  auto client = Connect(server->port());
+  ASSERT_TRUE(client.ok());
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  ASSERT_EQ(*(*client)->Add("n", kMax), kMax);
+  auto over = (*client)->Add("n", 1);
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument) << over.status().ToString();
+  EXPECT_NE(over.status().message().find("overflow"), std::string::npos);
+  EXPECT_EQ(*(*client)->Get("n", 1s), std::to_string(kMax));
+  ASSERT_EQ(*(*client)->Add("m", kMin), kMin);
+  EXPECT_EQ((*client)->Add("m", -1).status().code(), StatusCode::kInvalidArgument);
+  // The connection is still good.
+  EXPECT_EQ(*(*client)->Add("n", -1), kMax - 1);
+}
+
+// Whether the server closed a connection that never sent the token: its hello, then EOF.
+bool ClosedByServer(const net::Socket& s) {
+  char buf[256];
+  for (;;) {
+    auto n = net::RecvSome(s, buf, sizeof(buf), DeadlineAfter(500ms));
+    if (!n.ok()) return n.status().code() != StatusCode::kDeadlineExceeded;
+    if (*n == 0) return true;
+  }
+}
+
+TEST(TcpStoreTest, StrangersCannotHoldMoreThanTheirShareOfConnections) {
+  TcpStoreServerLimits limits;
+  limits.max_unauthenticated_per_peer = 4;
+  auto server = TcpStoreServer::Create("127.0.0.1", 0, kToken, limits);
+  ASSERT_TRUE(server.ok());
+  constexpr int kStrangers = 20;
+  std::vector<net::Socket> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    auto s = net::Connect("127.0.0.1", (*server)->port(), DeadlineAfter(2s));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    strangers.push_back(std::move(s).value());
+  }
+  // A rank still gets in past the idle strangers and is served.
+  auto client = Connect((*server)->port());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Set("k", "v").ok());
+  int closed = 0;
+  for (const auto& s : strangers) closed += ClosedByServer(s) ? 1 : 0;
+  EXPECT_GE(closed, kStrangers - limits.max_unauthenticated_per_peer);
+}
+
+// 2,000 probes once made 1,274 warning lines: a stranger must not be able to flood the log.
+TEST(TcpStoreTest, WrongTokensAreLoggedAtARate) {
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  {
+    auto server = StartServer();
+    for (int i = 0; i < 20; ++i) {
+      auto c = Connect(server->port(), "wrong");
+      ASSERT_EQ(c.status().code(), StatusCode::kPermissionDenied);
+    }
+    auto good = Connect(server->port());
+    ASSERT_TRUE(good.ok()) << good.status().ToString();
+  }
+  spdlog::set_default_logger(previous);
+  std::string text = log.str();
+  int lines = 0;
+  for (auto at = text.find("wrong job token"); at != std::string::npos;
+       at = text.find("wrong job token", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1) << text;
+  EXPECT_LE(lines, 2) << text;
+}
+
+int OpenDescriptors() {
+  int n = 0;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  while (readdir(d) != nullptr) ++n;
+  closedir(d);
+  return n - 3;  // ".", ".." and the directory's own descriptor
+}
+
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// Out of descriptors, the listener stays readable: the server must wait, not spin on accept,
+// and serve again once descriptors are back.
+TEST(TcpStoreTest, OutOfDescriptorsDoesNotSpinAndRecovers) {
+  auto server = StartServer();
+  (void)StopFd();  // created now, not while no descriptor can be had
+  constexpr int kPending = 4;
+  std::vector<int> socks;
+  for (int i = 0; i < kPending; ++i) socks.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(server->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  const int open_now = OpenDescriptors();
+  ASSERT_GT(open_now, 0);
+  rlimit low = old;
+  low.rlim_cur = static_cast<rlim_t>(open_now);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  for (int fd : socks) {
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  }
+  const double cpu0 = CpuSeconds();
+  const auto wall0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(1s);
+  const double cpu = CpuSeconds() - cpu0;
+  const double wall = SecondsSince(wall0);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+  // A spinning accept loop burns a whole core; a paused one next to nothing. Generous bound.
+  EXPECT_LT(cpu, wall / 10) << "cpu " << cpu << "s over " << wall << "s";
+  auto client = Connect(server->port());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Set("k", "v").ok());
+  for (int fd : socks) ::close(fd);
 }
 
 }  // namespace

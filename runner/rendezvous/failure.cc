@@ -1,0 +1,75 @@
+#include "runner/rendezvous/failure.h"
+
+#include <charconv>
+
+#include "common/runner_contract.h"
+#include "common/stop.h"
+
+namespace ringtrain::rendezvous {
+namespace {
+
+constexpr std::string_view kDetectedBy = " (detected by rank ";
+constexpr std::string_view kExitCode = ", exit code ";
+
+bool ParseInt(std::string_view s, int& out) {
+  if (s.empty()) return false;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && out >= 0;
+}
+
+// Whether this error can be a consequence of another rank's failure.
+bool MayBeConsequence(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kAborted;
+}
+
+}  // namespace
+
+std::string EncodeFailure(const FailureRecord& record) {
+  std::string out = record.cause;
+  out += kDetectedBy;
+  out += std::to_string(record.rank);
+  if (record.exit_code) {
+    out += kExitCode;
+    out += std::to_string(*record.exit_code);
+  }
+  out += ")";
+  return out;
+}
+
+std::optional<FailureRecord> ParseFailure(const std::string& value) {
+  auto at = value.rfind(kDetectedBy);
+  if (at == std::string::npos || value.empty() || value.back() != ')') return std::nullopt;
+  std::string_view tail(value);
+  tail = tail.substr(at + kDetectedBy.size());
+  tail.remove_suffix(1);
+  FailureRecord r;
+  r.cause = value.substr(0, at);
+  auto comma = tail.find(kExitCode);
+  int code = 0;
+  if (comma != std::string_view::npos) {
+    if (!ParseInt(tail.substr(comma + kExitCode.size()), code) || code > 255) return std::nullopt;
+    r.exit_code = code;
+    tail = tail.substr(0, comma);
+  }
+  if (!ParseInt(tail, r.rank)) return std::nullopt;
+  return r;
+}
+
+FailureReport ResolveFailure(Store& store, int rank, const Status& own, int own_exit_code) {
+  FailureReport mine{own.ToString(), own_exit_code};
+  StopExemptScope exempt;
+  FailureRecord record{rank, own.ToString(), own_exit_code};
+  auto first =
+      store.CompareSetWithin(kFailureKey, "", EncodeFailure(record), kFailureReportTimeout);
+  if (!first.ok() || !MayBeConsequence(own)) return mine;
+  auto parsed = ParseFailure(*first);
+  if (!parsed || parsed->rank == rank) return mine;
+  FailureReport theirs;
+  theirs.message =
+      std::string(contract::kCausedByPrefix) + std::to_string(parsed->rank) + ": " + parsed->cause;
+  theirs.exit_code = parsed->exit_code.value_or(kExitRetryable);
+  return theirs;
+}
+
+}  // namespace ringtrain::rendezvous

@@ -1,0 +1,101 @@
+// The process-wide stop request wakes every wait: a deleted pod (SIGTERM) or Ctrl-C must not
+// wait out a 300 s rendezvous or connect timeout. Waits here are far longer than any test may
+// take, so a wait that ignores the stop fails by the test's own timeout, not by a clock assert.
+#include "common/stop.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <thread>
+
+#include "common/net.h"
+
+namespace ringtrain {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kForever = std::chrono::hours(1);
+
+class StopTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ResetStopForTest(); }
+  void TearDown() override {
+    if (stopper_.joinable()) stopper_.join();
+    ResetStopForTest();
+  }
+  // Requests a stop from another thread once the caller is (very likely) blocked.
+  void StopSoon(int signal = SIGTERM) {
+    stopper_ = std::thread([signal] {
+      std::this_thread::sleep_for(100ms);
+      RequestStop(signal);
+    });
+  }
+  std::thread stopper_;
+};
+
+TEST_F(StopTest, SleepWakes) {
+  StopSoon();
+  EXPECT_FALSE(SleepOrStop(kForever));
+  EXPECT_TRUE(StopRequested());
+  EXPECT_EQ(StopSignal(), SIGTERM);
+}
+
+TEST_F(StopTest, AcceptWakesWithCancelled) {
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok()) << listener.status().ToString();
+  StopSoon();
+  auto in = net::Accept(*listener, DeadlineAfter(kForever));
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kCancelled) << in.status().ToString();
+  EXPECT_NE(in.status().message().find("SIGTERM"), std::string::npos) << in.status().message();
+}
+
+TEST_F(StopTest, ConnectRetriesWake) {
+  // A port nobody listens on: the retry loop's backoff sleeps must wake too.
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  int port = *net::LocalPort(*listener);
+  listener->Close();
+  StopSoon(SIGINT);
+  auto s = net::ConnectWithRetry("127.0.0.1", port, DeadlineAfter(kForever));
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kCancelled) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("SIGINT"), std::string::npos) << s.status().message();
+}
+
+TEST_F(StopTest, RecvWakes) {
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  auto out = net::Connect("127.0.0.1", *net::LocalPort(*listener), DeadlineAfter(5s));
+  ASSERT_TRUE(out.ok());
+  StopSoon();
+  char byte;
+  Status s = net::RecvAll(*out, &byte, 1, DeadlineAfter(kForever));
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+}
+
+TEST_F(StopTest, ExemptThreadStillWaitsItsOwnDeadline) {
+  RequestStop(SIGTERM);
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  StopExemptScope exempt;
+  EXPECT_FALSE(StopRequested());
+  auto in = net::Accept(*listener, DeadlineAfter(50ms));
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.status().code(), StatusCode::kDeadlineExceeded) << in.status().ToString();
+}
+
+TEST_F(StopTest, SignalHandlerRequestsTheStop) {
+  InstallStopSignalHandlers();
+  ASSERT_EQ(std::raise(SIGTERM), 0);
+  EXPECT_TRUE(StopRequested());
+  EXPECT_EQ(StopSignal(), SIGTERM);
+  EXPECT_EQ(StoppedStatus("rendezvous").ToString(),
+            "CANCELLED: stopped by SIGTERM during rendezvous");
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+}
+
+}  // namespace
+}  // namespace ringtrain
