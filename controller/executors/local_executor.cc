@@ -32,12 +32,15 @@ struct Process {
   int attempt = 0;
   pid_t pid = -1;
   bool exited = false;
+  WallTime exited_at{};
   int exit_code = 0;
   std::string reason;
   bool deleting = false;
   SteadyTime kill_at{};
   std::string termination_log;
   int metrics_port = -1;
+  int world_size = 0;
+  int nproc_per_node = 0;
 };
 
 StatusOr<int> FreePort() {
@@ -131,6 +134,8 @@ Status LocalRun::Spawn(int rank, int attempt) {
   env["RINGTRAIN_NODE_RANK"] = std::to_string(rank);
   env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(gpus);
   env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
+  p.world_size = spec.world_size();
+  p.nproc_per_node = gpus;
   env["LOCAL_RANK"] = "0";
   env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
   env["RINGTRAIN_MASTER_PORT"] = env["MASTER_PORT"] = port;
@@ -171,6 +176,7 @@ void LocalRun::Reap() {
     for (auto& [name, p] : procs_) {
       if (p.pid != pid) continue;
       p.exited = true;
+      p.exited_at = std::chrono::system_clock::now();
       if (WIFEXITED(wstatus)) {
         p.exit_code = WEXITSTATUS(wstatus);
         p.reason = p.exit_code == 0 ? "Completed" : "Error";
@@ -206,6 +212,8 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
     r.rank = p.rank;
     r.attempt = p.attempt;
     r.terminating = p.deleting;
+    r.world_size = p.world_size;
+    r.nproc_per_node = p.nproc_per_node;
     if (!p.exited) {
       r.phase = ReplicaPhase::kRunning;
     } else {
@@ -213,6 +221,7 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
       r.exit_code = p.exit_code;
       r.reason = p.reason;
       r.message = ReadFirstLine(p.termination_log);
+      r.finished_at = p.exited_at;
     }
     out.push_back(std::move(r));
   }
@@ -228,18 +237,7 @@ void LocalRun::PollProgress() {
   if (it == procs_.end() || it->second.exited) return;
   auto r = http::Get("127.0.0.1", it->second.metrics_port, "/status", Duration(500));
   if (!r.ok() || r->code != 200) return;
-  auto j = nlohmann::json::parse(r->body, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return;
-  reconcile::ObservedProgress p;
-  try {  // a field of the wrong type makes value() throw: treat it as no progress
-    p.step = j.value("step", 0LL);
-    p.epoch = j.value("epoch", 0);
-    p.samples_per_second = j.value("samples_per_second", 0.0);
-    p.loss = j.value("loss", 0.0);
-  } catch (const nlohmann::json::exception&) {
-    return;
-  }
-  progress_ = p;
+  if (auto p = reconcile::ParseRunnerStatus(r->body)) progress_ = *p;
 }
 
 void LocalRun::PrintProgress(bool force) {
@@ -257,7 +255,7 @@ void LocalRun::PrintProgress(bool force) {
                   progress_->samples_per_second, st.restarts);
   } else {
     std::snprintf(line, sizeof(line), "%s | attempt %d | starting %d replicas | restarts %d",
-                  st.phase.c_str(), st.attempt, job_.spec.world_size(), st.restarts);
+                  st.phase.c_str(), st.attempt, job_.spec.replicas, st.restarts);
   }
   if (options_.tty) {
     std::fprintf(stdout, "\r\033[K%s", line);

@@ -3,6 +3,8 @@
 #include <random>
 #include <sstream>
 
+#include "common/time_format.h"
+
 namespace ringtrain::op {
 namespace {
 
@@ -232,21 +234,50 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       }
     }
   }
-  if (r.phase == ReplicaPhase::kFailed) {
-    r.reason = status.value("reason", "");
-    r.message = status.value("message", "");
+  // The world the pod was started into, from the env this builder gave it.
+  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
+    if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
+      for (const auto& c : *cs) {
+        if (!c.is_object() || c.value("name", "") != kContainerName) continue;
+        auto env = c.find("env");
+        if (env == c.end() || !env->is_array()) continue;
+        for (const auto& e : *env) {
+          if (!e.is_object() || !e.contains("value") || !e["value"].is_string()) continue;
+          const std::string n = e.value("name", "");
+          const std::string v = e["value"].get<std::string>();
+          if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
+            continue;
+          }
+          if (n == "RINGTRAIN_WORLD_SIZE") r.world_size = std::stoi(v);
+          if (n == "RINGTRAIN_NPROC_PER_NODE") r.nproc_per_node = std::stoi(v);
+        }
+      }
+    }
+  }
+  const bool ended = r.phase == ReplicaPhase::kFailed || r.phase == ReplicaPhase::kSucceeded;
+  if (ended) {
+    if (r.phase == ReplicaPhase::kFailed) {
+      r.reason = status.value("reason", "");
+      r.message = status.value("message", "");
+    }
     if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
       for (const auto& c : *cs) {
         if (c.value("name", "") != kContainerName && cs->size() > 1) continue;
         auto t = c.find("state");
         if (t == c.end() || !t->contains("terminated")) continue;
         const Json& term = (*t)["terminated"];
+        if (!term.is_object()) continue;
         r.exit_code = term.value("exitCode", 0);
         // The pod-level reason (Evicted, NodeLost) says more than the container's "Error".
-        if (r.reason.empty()) r.reason = term.value("reason", "");
+        if (r.reason.empty() && r.phase == ReplicaPhase::kFailed) {
+          r.reason = term.value("reason", "");
+        }
         std::string msg = term.value("message", "");
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         if (!msg.empty()) r.message = msg;
+        if (auto f = term.find("finishedAt"); f != term.end() && f->is_string()) {
+          r.finished_at = ParseRfc3339(f->get<std::string>());
+        }
       }
     }
   }
