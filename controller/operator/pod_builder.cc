@@ -1,5 +1,6 @@
 #include "controller/operator/pod_builder.h"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
 
@@ -127,6 +128,8 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   labels[kJobLabel] = job.metadata.name;
   labels[kRankLabel] = std::to_string(rank);
   labels[kAttemptLabel] = std::to_string(attempt);
+  labels[kWorldSizeLabel] = std::to_string(job.spec.world_size());
+  labels[kNprocLabel] = std::to_string(std::max(1, job.spec.gpus_per_replica));
   pod_meta["labels"] = labels;
   Json annotations = meta.value("annotations", Json::object());
   annotations[kMetricsPortAnnotation] = std::to_string(kMetricsPort);
@@ -234,26 +237,9 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       }
     }
   }
-  // The world the pod was started into, from the env this builder gave it.
-  if (auto spec = pod.find("spec"); spec != pod.end() && spec->is_object()) {
-    if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
-      for (const auto& c : *cs) {
-        if (!c.is_object() || c.value("name", "") != kContainerName) continue;
-        auto env = c.find("env");
-        if (env == c.end() || !env->is_array()) continue;
-        for (const auto& e : *env) {
-          if (!e.is_object() || !e.contains("value") || !e["value"].is_string()) continue;
-          const std::string n = e.value("name", "");
-          const std::string v = e["value"].get<std::string>();
-          if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
-            continue;
-          }
-          if (n == "RINGTRAIN_WORLD_SIZE") r.world_size = std::stoi(v);
-          if (n == "RINGTRAIN_NPROC_PER_NODE") r.nproc_per_node = std::stoi(v);
-        }
-      }
-    }
-  }
+  // The world the pod was started into: a resize is told from these (the cache drops specs).
+  r.world_size = std::max(0, label_int(kWorldSizeLabel));
+  r.nproc_per_node = std::max(0, label_int(kNprocLabel));
   const bool ended = r.phase == ReplicaPhase::kFailed || r.phase == ReplicaPhase::kSucceeded;
   if (ended) {
     if (r.phase == ReplicaPhase::kFailed) {

@@ -188,6 +188,8 @@ TEST_F(ReconcilerTest, GpusPerReplicaMakeOnePodPerReplica) {
     EXPECT_EQ(env["WORLD_SIZE"]["value"], "8");
     EXPECT_EQ(env["RANK"]["value"], std::to_string(4 * r));
     EXPECT_EQ(env["RINGTRAIN_NPROC_PER_NODE"]["value"], "4");
+    EXPECT_EQ((*pod)["metadata"]["labels"]["ringtrain.dev/world-size"], "8");
+    EXPECT_EQ((*pod)["metadata"]["labels"]["ringtrain.dev/nproc-per-node"], "4");
   }
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-2").ok());
   // Both pods running is the whole gang.
