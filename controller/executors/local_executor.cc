@@ -32,12 +32,15 @@ struct Process {
   int attempt = 0;
   pid_t pid = -1;
   bool exited = false;
+  WallTime exited_at{};
   int exit_code = 0;
   std::string reason;
   bool deleting = false;
   SteadyTime kill_at{};
   std::string termination_log;
   int metrics_port = -1;
+  int world_size = 0;
+  int nproc_per_node = 0;
 };
 
 StatusOr<int> FreePort() {
@@ -131,6 +134,8 @@ Status LocalRun::Spawn(int rank, int attempt) {
   env["RINGTRAIN_NODE_RANK"] = std::to_string(rank);
   env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(gpus);
   env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
+  p.world_size = spec.world_size();
+  p.nproc_per_node = gpus;
   env["LOCAL_RANK"] = "0";
   env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
   // A local gang listens on loopback only (store, ring, metrics): nothing off this host joins.
@@ -173,6 +178,7 @@ void LocalRun::Reap() {
     for (auto& [name, p] : procs_) {
       if (p.pid != pid) continue;
       p.exited = true;
+      p.exited_at = std::chrono::system_clock::now();
       if (WIFEXITED(wstatus)) {
         p.exit_code = WEXITSTATUS(wstatus);
         p.reason = p.exit_code == 0 ? "Completed" : "Error";
@@ -208,6 +214,8 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
     r.rank = p.rank;
     r.attempt = p.attempt;
     r.terminating = p.deleting;
+    r.world_size = p.world_size;
+    r.nproc_per_node = p.nproc_per_node;
     if (!p.exited) {
       r.phase = ReplicaPhase::kRunning;
     } else {
@@ -215,6 +223,7 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
       r.exit_code = p.exit_code;
       r.reason = p.reason;
       r.message = ReadFirstLine(p.termination_log);
+      r.finished_at = p.exited_at;
     }
     out.push_back(std::move(r));
   }
@@ -249,7 +258,7 @@ void LocalRun::PrintProgress(bool force) {
                   progress_->samples_per_second, st.restarts);
   } else {
     std::snprintf(line, sizeof(line), "%s | attempt %d | starting %d replicas | restarts %d",
-                  st.phase.c_str(), st.attempt, job_.spec.world_size(), st.restarts);
+                  st.phase.c_str(), st.attempt, job_.spec.replicas, st.restarts);
   }
   if (options_.tty) {
     std::fprintf(stdout, "\r\033[K%s", line);

@@ -23,32 +23,55 @@ void EventRecorder::Record(const nlohmann::json& object, const std::string& type
   const auto& meta = object.value("metadata", nlohmann::json::object());
   const auto now = std::chrono::system_clock::now();
   const std::string ts = FormatRfc3339(now);
+  const std::string text = message.size() > 1024 ? message.substr(0, 1021) + "..." : message;
+  const std::string key = meta.value("namespace", "") + "\x1f" + meta.value("name", "") + "\x1f" +
+                          meta.value("uid", "") + "\x1f" + type + "\x1f" + reason + "\x1f" + text;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stop_ || queue_.size() >= max_queued_) return;
+  if (auto it = seen_.find(key); it != seen_.end()) {
+    Seen& s = it->second;
+    ++s.count;
+    s.serial = ++serial_;
+    queue_.push_back({{{"count", s.count},
+                       {"lastTimestamp", ts},
+                       {"metadata", {{"namespace", meta.value("namespace", "")}}},
+                       {"firstTimestamp", s.first_timestamp}},
+                      s.name,
+                      key});
+    cv_.notify_one();
+    return;
+  }
   char suffix[32];
   std::snprintf(suffix, sizeof(suffix), ".%llx",
                 static_cast<unsigned long long>(now.time_since_epoch().count()));
-  nlohmann::json ev = {
-      {"apiVersion", "v1"},
-      {"kind", "Event"},
-      {"metadata",
-       {{"name", meta.value("name", "") + suffix}, {"namespace", meta.value("namespace", "")}}},
-      {"involvedObject",
-       {{"apiVersion", object.value("apiVersion", "")},
-        {"kind", object.value("kind", "")},
-        {"name", meta.value("name", "")},
-        {"namespace", meta.value("namespace", "")},
-        {"uid", meta.value("uid", "")}}},
-      {"type", type},
-      {"reason", reason},
-      {"message", message.size() > 1024 ? message.substr(0, 1021) + "..." : message},
-      {"source", {{"component", component_}}},
-      {"reportingComponent", component_},
-      {"reportingInstance", instance_},
-      {"firstTimestamp", ts},
-      {"lastTimestamp", ts},
-      {"count", 1}};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stop_ || queue_.size() >= max_queued_) return;
-  queue_.push_back(std::move(ev));
+  const std::string name = meta.value("name", "") + suffix;
+  nlohmann::json ev = {{"apiVersion", "v1"},
+                       {"kind", "Event"},
+                       {"metadata", {{"name", name}, {"namespace", meta.value("namespace", "")}}},
+                       {"involvedObject",
+                        {{"apiVersion", object.value("apiVersion", "")},
+                         {"kind", object.value("kind", "")},
+                         {"name", meta.value("name", "")},
+                         {"namespace", meta.value("namespace", "")},
+                         {"uid", meta.value("uid", "")}}},
+                       {"type", type},
+                       {"reason", reason},
+                       {"message", text},
+                       {"source", {{"component", component_}}},
+                       {"reportingComponent", component_},
+                       {"reportingInstance", instance_},
+                       {"firstTimestamp", ts},
+                       {"lastTimestamp", ts},
+                       {"count", 1}};
+  if (seen_.size() >= kMaxCorrelated) {
+    auto oldest = seen_.begin();
+    for (auto it = seen_.begin(); it != seen_.end(); ++it) {
+      if (it->second.serial < oldest->second.serial) oldest = it;
+    }
+    seen_.erase(oldest);
+  }
+  seen_[key] = Seen{name, ts, 1, ++serial_};
+  queue_.push_back({std::move(ev), "", key});
   cv_.notify_one();
 }
 
@@ -66,11 +89,23 @@ void EventRecorder::Loop() {
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;
-    nlohmann::json ev = std::move(queue_.front());
+    Pending item = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    nlohmann::json& ev = item.event;
     const std::string ns = ev["metadata"]["namespace"];
-    if (auto r = client_->Create(kube::kEvents, ns, ev); !r.ok()) {
+    if (!item.patch_of.empty()) {
+      nlohmann::json patch = {{"count", ev["count"]}, {"lastTimestamp", ev["lastTimestamp"]}};
+      auto r = client_->Patch(kube::kEvents, ns, item.patch_of, patch, kube::PatchType::kMerge);
+      if (!r.ok()) {
+        spdlog::debug("event {} not updated: {}", item.patch_of, r.status().ToString());
+        // Expired (events live an hour) or never written: the next repeat starts a new one.
+        std::lock_guard<std::mutex> relock(mu_);
+        if (auto it = seen_.find(item.key); it != seen_.end() && it->second.name == item.patch_of) {
+          seen_.erase(it);
+        }
+      }
+    } else if (auto r = client_->Create(kube::kEvents, ns, ev); !r.ok()) {
       spdlog::debug("event {} not written: {}", ev["reason"].get<std::string>(),
                     r.status().ToString());
     }

@@ -1,9 +1,13 @@
 // Core v1 Events about TrainingJobs, written off the reconcile path by one background thread
 // (bounded queue: under an event storm the newest are dropped, never the reconcile slowed).
+// Like client-go's event correlator, a repeat of an event (same object, type, reason, message)
+// is not a new Event: the first one's count and lastTimestamp are patched, so a create that
+// fails on every retry shows as one Warning "(xN over ...)" in `kubectl describe`.
 #pragma once
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,7 +31,22 @@ class EventRecorder {
   // Writes what is queued, then stops the thread.
   void Flush();
 
+  // How many distinct events are remembered for correlation (the oldest is forgotten first).
+  static constexpr std::size_t kMaxCorrelated = 4096;
+
  private:
+  struct Pending {
+    nlohmann::json event;  // the whole Event to create, or the patch of a repeat
+    std::string patch_of;  // the name of the Event a repeat updates ("" = create)
+    std::string key;       // its correlation key
+  };
+  struct Seen {
+    std::string name;
+    std::string first_timestamp;
+    int count = 0;
+    std::uint64_t serial = 0;
+  };
+
   void Loop();
 
   kube::KubeClient* client_;
@@ -36,7 +55,9 @@ class EventRecorder {
   const std::size_t max_queued_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<nlohmann::json> queue_;
+  std::deque<Pending> queue_;
+  std::map<std::string, Seen> seen_;  // correlation key -> the Event written for it
+  std::uint64_t serial_ = 0;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,7 +1,10 @@
 #include "controller/operator/pod_builder.h"
 
+#include <algorithm>
 #include <random>
 #include <sstream>
+
+#include "common/time_format.h"
 
 namespace ringtrain::op {
 namespace {
@@ -226,6 +229,8 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   labels[kJobLabel] = job.metadata.name;
   labels[kRankLabel] = std::to_string(rank);
   labels[kAttemptLabel] = std::to_string(attempt);
+  labels[kWorldSizeLabel] = std::to_string(job.spec.world_size());
+  labels[kNprocLabel] = std::to_string(std::max(1, job.spec.gpus_per_replica));
   pod_meta["labels"] = labels;
   Json annotations = meta.value("annotations", Json::object());
   annotations[kMetricsPortAnnotation] = std::to_string(kMetricsPort);
@@ -337,21 +342,33 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       }
     }
   }
-  if (r.phase == ReplicaPhase::kFailed) {
-    r.reason = status.value("reason", "");
-    r.message = status.value("message", "");
+  // The world the pod was started into: a resize is told from these (the cache drops specs).
+  r.world_size = std::max(0, label_int(kWorldSizeLabel));
+  r.nproc_per_node = std::max(0, label_int(kNprocLabel));
+  const bool ended = r.phase == ReplicaPhase::kFailed || r.phase == ReplicaPhase::kSucceeded;
+  if (ended) {
+    if (r.phase == ReplicaPhase::kFailed) {
+      r.reason = status.value("reason", "");
+      r.message = status.value("message", "");
+    }
     if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
       for (const auto& c : *cs) {
         if (c.value("name", "") != kContainerName && cs->size() > 1) continue;
         auto t = c.find("state");
         if (t == c.end() || !t->contains("terminated")) continue;
         const Json& term = (*t)["terminated"];
+        if (!term.is_object()) continue;
         r.exit_code = term.value("exitCode", 0);
         // The pod-level reason (Evicted, NodeLost) says more than the container's "Error".
-        if (r.reason.empty()) r.reason = term.value("reason", "");
+        if (r.reason.empty() && r.phase == ReplicaPhase::kFailed) {
+          r.reason = term.value("reason", "");
+        }
         std::string msg = term.value("message", "");
         while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
         if (!msg.empty()) r.message = msg;
+        if (auto f = term.find("finishedAt"); f != term.end() && f->is_string()) {
+          r.finished_at = ParseRfc3339(f->get<std::string>());
+        }
       }
     }
   }

@@ -16,6 +16,9 @@ using Json = nlohmann::json;
 inline constexpr char kJobLabel[] = "ringtrain.dev/job";
 inline constexpr char kRankLabel[] = "ringtrain.dev/rank";
 inline constexpr char kAttemptLabel[] = "ringtrain.dev/attempt";
+// The world of the pod's attempt (ranks in all, ranks in this pod): a gang never mixes worlds.
+inline constexpr char kWorldSizeLabel[] = "ringtrain.dev/world-size";
+inline constexpr char kNprocLabel[] = "ringtrain.dev/nproc-per-node";
 // The port rank 0 serves /status on; the operator polls podIP:<this>. Set to the metrics port on
 // every pod; a test kubelet that maps ports rewrites it.
 inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";

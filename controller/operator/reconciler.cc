@@ -33,6 +33,13 @@ std::optional<Duration> Earliest(std::optional<Duration> a, std::optional<Durati
   return std::min(*a, *b);
 }
 
+// The API server could not answer now (down, overloaded, slow): retried by the work queue,
+// not the user's business. Every other refusal is about the job and is shown on it.
+bool Transient(const Status& st) {
+  return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kResourceExhausted ||
+         st.code() == StatusCode::kDeadlineExceeded;
+}
+
 int MetricsPort(const Json& pod) {
   auto m = pod.find("metadata");
   if (m != pod.end() && m->contains("annotations") && (*m)["annotations"].is_object()) {
@@ -267,6 +274,45 @@ Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   return Status::Ok();
 }
 
+Status Reconciler::FailedCreate(const std::string& key, const Json& latest,
+                                const api::JobStatus& status, JobMemory& memory,
+                                const std::vector<Json>& release, const Status& error,
+                                const std::string& what) {
+  const std::string& api_message = error.message();
+  spdlog::warn("job {}: create {}: {}", key, what, api_message);
+  if (events_ != nullptr) {
+    events_->Record(latest, "Warning", reconcile::kFailedCreateReason,
+                    "Error creating: " + api_message);
+  }
+  // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile.
+  for (const auto& pod : release) {
+    memory.seen.erase(MetaString(pod, "name"));
+    if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
+  }
+  memory.failed_creates = std::min(memory.failed_creates + 1, 30);
+  Duration delay = options_.create_retry_base;
+  for (int i = 1; i < memory.failed_creates && delay < options_.create_retry_max; ++i) delay *= 2;
+  delay = std::min(delay, options_.create_retry_max);
+  memory.create_retry_at = std::chrono::steady_clock::now() + delay;
+
+  api::JobStatus next = status;
+  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
+                             reconcile::kFailedCreateReason, api_message,
+                             FormatRfc3339(clock_->Now()));
+  if (next != status) {
+    Json obj = latest;
+    obj["status"] = Json::parse(api::StatusToJson(next));
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, MetaString(latest, "namespace"), obj);
+    if (written.ok()) {
+      expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+    } else {
+      spdlog::warn("job {}: condition {} not written: {}", key, reconcile::kReplicaFailureCondition,
+                   written.status().ToString());
+    }
+  }
+  return error.WithContext("create " + what);
+}
+
 StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   const std::string key = JobKey(ns, name);
   std::optional<Json> cached = cache_->GetJob(ns, name);
@@ -358,8 +404,19 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   reconcile::Plan plan = reconcile::PlanReconcile(in);
   NoteCheckpointStorage(job, in.now, &plan);
 
+  // A refused gang is created again only after its backoff, whatever woke this pass.
+  bool creates = false;
+  for (const auto& a : plan.actions) creates = creates || a.kind == Action::Kind::kCreateReplica;
+  std::optional<Duration> create_wait;
+  if (creates && memory.failed_creates > 0 && steady_now < memory.create_retry_at) {
+    create_wait = std::chrono::duration_cast<Duration>(memory.create_retry_at - steady_now);
+    std::erase_if(plan.actions,
+                  [](const Action& a) { return a.kind == Action::Kind::kCreateReplica; });
+  }
+
   // Status first: a gang restart is on record (attempt+1, restarts) before any pod is deleted,
   // so a crash between the two never loses the failure that caused it.
+  Json latest = raw;
   if (plan.status != job.status) {
     Json obj = raw;
     obj["status"] = Json::parse(api::StatusToJson(plan.status));
@@ -369,6 +426,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
       return written.status().WithContext("update status of " + key);
     }
     expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+    latest = *written;
     if (plan.status.phase != job.status.phase) {
       spdlog::info("job {}: {} -> {} (attempt {}, restarts {})", key, job.status.phase,
                    plan.status.phase, plan.status.attempt, plan.status.restarts);
@@ -385,18 +443,28 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   }
 
   int created = 0;
+  // The pods of this attempt that exist: a gang the API refuses to complete releases them.
+  std::vector<Json> gang;
+  for (const auto& pod : owned) {
+    if (ObserveReplica(pod).attempt == plan.status.attempt) gang.push_back(pod);
+  }
   for (const auto& a : plan.actions) {
     switch (a.kind) {
       case Action::Kind::kCreateReplica: {
-        RETURN_IF_ERROR(EnsureChildren(job, memory));
+        if (Status st = EnsureChildren(job, memory); !st.ok()) {
+          if (Transient(st)) return st;
+          return FailedCreate(key, latest, plan.status, memory, gang, st, "children");
+        }
         Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
         expectations_.ExpectCreate(key, a.name);
         auto r = client_->Create(kube::kPods, ns, pod);
         if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
           expectations_.Lower(key, a.name);
-          return r.status().WithContext("create pod " + a.name);
+          if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
+          return FailedCreate(key, latest, plan.status, memory, gang, r.status(), "pod " + a.name);
         }
         if (r.ok()) {
+          gang.push_back(*r);
           ++created;
           if (metrics_ != nullptr) metrics_->IncPodsCreated();
           spdlog::debug("job {}: created pod {} ({})", key, a.name, a.reason);
@@ -430,7 +498,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     for (const auto& r : in.replicas) {
       current += r.attempt == plan.status.attempt && !r.terminating ? 1 : 0;
     }
-    if (current >= job.spec.world_size()) {
+    if (current >= job.spec.replicas) {
       memory.pods_ready_observed = true;
       if (auto t = ParseRfc3339(job.metadata.creation_timestamp)) {
         metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
@@ -438,8 +506,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     }
   }
 
+  if (creates && !create_wait) memory.failed_creates = 0;
+
   ReconcileResult result;
-  result.requeue_after = plan.requeue_after;
+  result.requeue_after = Earliest(plan.requeue_after, create_wait);
   if (any_running && !api::IsTerminal(plan.status.phase)) {
     result.requeue_after = Earliest(result.requeue_after, options_.progress_interval);
   }

@@ -49,6 +49,12 @@ struct ReconcilerOptions {
   // leave it to the garbage collector alone: the fake API server has none, and a real one
   // does the same a moment later.
   bool delete_children = true;
+  // After the API refused a child (quota, PodSecurity, invalid), the gang is released and
+  // created again whole after this delay, doubling up to create_retry_max; a gang created
+  // whole resets it. Kept here, not only in the work queue: watch events of the released pods
+  // would otherwise retry at once.
+  Duration create_retry_base{1000};
+  Duration create_retry_max{60'000};
 };
 
 struct ReconcileResult {
@@ -80,6 +86,8 @@ class Reconciler {
     std::map<std::string, reconcile::ObservedReplica> seen;
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
+    int failed_creates = 0;  // in a row
+    SteadyTime create_retry_at{};
   };
 
   StatusOr<ReconcileResult> HandleGone(const std::string& ns, const std::string& name,
@@ -90,6 +98,12 @@ class Reconciler {
   // The PVC of spec.checkpoint.volumeClaim, created once and never replaced.
   Status EnsureCheckpointClaim(const api::TrainingJob& job);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
+  // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
+  // ReplicaFailure condition), release the partial gang and schedule the retry. Returns the
+  // error, so the work queue backs off too.
+  Status FailedCreate(const std::string& key, const Json& latest, const api::JobStatus& status,
+                      JobMemory& memory, const std::vector<Json>& release, const Status& error,
+                      const std::string& what);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
   Status DeletePod(const std::string& key, const Json& pod);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "common/runner_contract.h"
 #include "common/time_format.h"
+#include "controller/reconcile/observe_status.h"
 
 namespace ringtrain::reconcile {
 namespace {
@@ -24,22 +26,12 @@ class Planner {
 
   void SetCondition(const std::string& type, bool value, const std::string& reason,
                     const std::string& message) {
-    SetConditionStatus(type, value ? "True" : "False", reason, message);
+    SetJobConditionStatus(&st(), type, value ? "True" : "False", reason, message, now_s_);
   }
   // status "True", "False" or "Unknown" (metav1.Condition).
   void SetConditionStatus(const std::string& type, const std::string& status,
                           const std::string& reason, const std::string& message) {
-    const bool value = status != "False";
-    for (auto& c : st().conditions) {
-      if (c.type != type) continue;
-      if (c.status != status) c.last_transition_time = now_s_;
-      c.status = status;
-      c.reason = reason;
-      c.message = message;
-      return;
-    }
-    if (!value) return;  // a condition that never held is not worth writing
-    st().conditions.push_back({type, status, reason, message, now_s_});
+    SetJobConditionStatus(&st(), type, status, reason, message, now_s_);
   }
 
   const Condition* FindCondition(const std::string& type) const {
@@ -83,7 +75,7 @@ class Planner {
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
     plan_.events.push_back({"Warning", "GangRestart",
-                            "restarting all " + std::to_string(spec_.world_size()) +
+                            "restarting all " + std::to_string(spec_.replicas) +
                                 " replicas as attempt " + std::to_string(st().attempt) + ": " +
                                 message});
     for (const auto& r : in_.replicas) Delete(r, "gang restart");
@@ -118,6 +110,39 @@ class Planner {
     st().replicas = c;
   }
 
+  // After the end, replicas stop (cleanPodPolicy) or vanish: what ran is no longer running,
+  // and what ended stays counted.
+  void CountFinalReplicas() {
+    api::ReplicaCounts c = st().replicas;
+    c.pending = c.running = 0;
+    int succeeded = 0;
+    int failed = 0;
+    for (const auto& r : in_.replicas) {
+      if (r.attempt != st().attempt) continue;
+      if (r.phase == ReplicaPhase::kSucceeded) ++succeeded;
+      if (r.phase == ReplicaPhase::kFailed) ++failed;
+      if (r.terminating) continue;
+      if (r.phase == ReplicaPhase::kPending) ++c.pending;
+      if (r.phase == ReplicaPhase::kRunning) ++c.running;
+    }
+    c.succeeded = std::max(c.succeeded, succeeded);
+    c.failed = std::max(c.failed, failed);
+    st().replicas = c;
+  }
+
+  void SetProgress(const ObservedProgress& p) {
+    if (!st().progress || st().progress->step != p.step) {
+      st().progress = api::Progress{p.step, p.epoch, p.samples_per_second, p.loss, now_s_};
+    } else {
+      st().progress->samples_per_second = p.samples_per_second;
+      st().progress->loss = p.loss;
+      st().progress->epoch = p.epoch;
+    }
+  }
+
+  // A change of the world (replicas, gpusPerReplica) on a running gang: a new attempt at the new
+  // size from the newest checkpoint, never a pod of one world beside ranks of another.
+  bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   bool HandleStall();
 
@@ -128,19 +153,78 @@ class Planner {
   Plan plan_;
 };
 
+bool Planner::HandleResize() {
+  const int gpus = std::max(1, spec_.gpus_per_replica);
+  const ObservedReplica* other = nullptr;
+  for (const auto& r : in_.replicas) {
+    if (r.attempt != st().attempt || r.terminating || r.world_size <= 0) continue;
+    if (r.world_size != spec_.world_size() || (r.nproc_per_node > 0 && r.nproc_per_node != gpus)) {
+      other = &r;
+      break;
+    }
+  }
+  if (other == nullptr) return false;
+  const std::string message =
+      "world changed from " + std::to_string(other->world_size) + " to " +
+      std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
+      " replicas x " + std::to_string(gpus) +
+      "): new attempt from the newest checkpoint, not counted against backoffLimit";
+  Restart("Resized", message, false);
+  return true;
+}
+
 bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) {
+  // The root cause first: a replica's own failure over another's consequence ("caused by rank
+  // N", "lost peer"); then a permanent failure, which dooms the job whatever else failed; then
+  // the lowest rank.
+  auto better = [](const ObservedReplica& a, const ObservedReplica& b) {
+    if (IsConsequence(a) != IsConsequence(b)) return !IsConsequence(a);
+    if (IsRetryable(a) != IsRetryable(b)) return !IsRetryable(a);
+    return a.rank < b.rank;
+  };
   const ObservedReplica* pick = nullptr;
+  std::optional<WallTime> first_end;
+  bool active = false;
   for (const auto* r : current) {
-    if (r->phase != ReplicaPhase::kFailed) continue;
-    // A permanent failure dooms the job whatever else failed; otherwise the lowest rank.
-    if (pick == nullptr || (IsRetryable(*pick) && !IsRetryable(*r))) pick = r;
+    if (r->phase != ReplicaPhase::kFailed) {
+      active = active || (!r->terminating && (r->phase == ReplicaPhase::kPending ||
+                                              r->phase == ReplicaPhase::kRunning));
+      continue;
+    }
+    if (r->finished_at && (!first_end || *r->finished_at < *first_end)) first_end = r->finished_at;
+    if (pick == nullptr || better(*r, *pick)) pick = r;
   }
   if (pick == nullptr) return false;
-  st().last_failure = api::Failure{pick->rank, pick->exit_code, pick->reason, pick->message};
-  std::string what = "rank " + std::to_string(pick->rank) + " (" + pick->name + ") failed";
+  // Only a consequence is known yet and the replica with the cause still runs: deleting the
+  // gang now would lose why. It ends on its own (collective timeout); wait for it, bounded.
+  if (IsConsequence(*pick) && active && first_end) {
+    const WallTime until = *first_end + kRootCauseGrace;
+    if (in_.now < until) {
+      Requeue(until);
+      return true;
+    }
+  }
+  int rank = pick->rank;
+  std::string message = pick->message;
+  std::string what;
+  if (message.starts_with(contract::kCausedByPrefix)) {
+    // "caused by rank N: <N's cause>": name rank N and its cause, as N would have.
+    const std::string rest = message.substr(contract::kCausedByPrefix.size());
+    const auto colon = rest.find(':');
+    const std::string digits = rest.substr(0, colon);
+    if (colon != std::string::npos && !digits.empty() && digits.size() <= 6 &&
+        digits.find_first_not_of("0123456789") == std::string::npos) {
+      rank = std::stoi(digits);
+      message = rest.substr(colon + 1);
+      while (!message.empty() && message.front() == ' ') message.erase(0, 1);
+      what = "rank " + std::to_string(rank) + " failed (reported by " + pick->name + ")";
+    }
+  }
+  if (what.empty()) what = "rank " + std::to_string(rank) + " (" + pick->name + ") failed";
+  st().last_failure = api::Failure{rank, pick->exit_code, pick->reason, message};
   if (pick->exit_code != 0) what += " with exit code " + std::to_string(pick->exit_code);
   if (!pick->reason.empty()) what += ", reason " + pick->reason;
-  if (!pick->message.empty()) what += ": " + pick->message;
+  if (!message.empty()) what += ": " + message;
   if (!IsRetryable(*pick)) {
     Finish(false, "PermanentFailure", what);
     Cleanup();
@@ -216,6 +300,7 @@ Plan Planner::Run() {
   st().observed_generation = job_.metadata.generation;
 
   if (api::IsTerminal(st().phase)) {
+    CountFinalReplicas();
     Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
       auto done = ParseRfc3339(st().completion_time).value_or(in_.now);
@@ -265,10 +350,13 @@ Plan Planner::Run() {
 
   // Replicas of earlier attempts must be gone before the new gang starts: a restarted gang
   // never meets a stale one.
+  if (HandleResize()) return std::move(plan_);
+  // One replica (pod or process) per node of the gang, not per rank.
+  const int pods = spec_.replicas;
   std::vector<const ObservedReplica*> current;
   bool stale = false;
   for (const auto& r : in_.replicas) {
-    if (r.attempt == st().attempt && r.rank >= 0 && r.rank < spec_.world_size()) {
+    if (r.attempt == st().attempt && r.rank >= 0 && r.rank < pods) {
       current.push_back(&r);
     } else {
       stale = true;
@@ -280,36 +368,43 @@ Plan Planner::Run() {
 
   if (HandleFailure(current)) return std::move(plan_);
 
-  const int world = spec_.world_size();
-  if (st().replicas.succeeded == world) {
-    Finish(true, "Succeeded", "all " + std::to_string(world) + " replicas succeeded");
+  if (st().replicas.succeeded == pods) {
+    // Rank 0 leaves its final /status as its termination message: the last poll may be
+    // seconds old, the final step and epoch are only known from it.
+    for (const auto* r : current) {
+      if (r->rank != 0) continue;
+      if (auto final_status = ParseRunnerStatus(r->message)) {
+        SetProgress(*final_status);
+      } else if (in_.progress && in_.progress->reachable) {
+        SetProgress(*in_.progress);
+      }
+    }
+    Finish(true, "Succeeded", "all " + std::to_string(pods) + " replicas succeeded");
     return std::move(plan_);
   }
 
-  if (in_.progress && in_.progress->reachable) {
-    const auto& p = *in_.progress;
-    if (!st().progress || st().progress->step != p.step) {
-      st().progress = api::Progress{p.step, p.epoch, p.samples_per_second, p.loss, now_s_};
-    } else {
-      st().progress->samples_per_second = p.samples_per_second;
-      st().progress->loss = p.loss;
-      st().progress->epoch = p.epoch;
-    }
-  }
+  if (in_.progress && in_.progress->reachable) SetProgress(*in_.progress);
 
-  std::vector<bool> present(static_cast<std::size_t>(world), false);
-  for (const auto* r : current) present[static_cast<std::size_t>(r->rank)] = true;
-  for (int rank = 0; rank < world; ++rank) {
+  std::vector<bool> present(static_cast<std::size_t>(pods), false);
+  bool releasing = false;
+  for (const auto* r : current) {
+    present[static_cast<std::size_t>(r->rank)] = true;
+    releasing = releasing || r->terminating;
+  }
+  // A gang is created whole: while a released part of it (a partial gang the API refused to
+  // complete) is still going, no new replica joins it.
+  for (int rank = 0; rank < pods && !releasing; ++rank) {
     if (!present[static_cast<std::size_t>(rank)]) {
       plan_.actions.push_back({Action::Kind::kCreateReplica, rank, st().attempt,
                                ReplicaName(job_.metadata.name, st().attempt, rank), "missing"});
     }
   }
 
-  if (st().replicas.running + st().replicas.succeeded == world) {
-    SetPhase("Running", "Running", "all " + std::to_string(world) + " replicas running");
+  if (st().replicas.running + st().replicas.succeeded == pods) {
+    SetPhase("Running", "Running", "all " + std::to_string(pods) + " replicas running");
     SetCondition("Running", true, "Running", "all replicas running");
     SetCondition("Restarting", false, "Running", "gang running");
+    SetCondition(kReplicaFailureCondition, false, "Created", "all replicas created");
     if (HandleStall()) return std::move(plan_);
   } else if (st().phase != "Restarting") {
     SetPhase("Pending", "Pending", "waiting for replicas to start");
@@ -319,6 +414,18 @@ Plan Planner::Run() {
 
 }  // namespace
 
+std::optional<ObservedProgress> ParseRunnerStatus(std::string_view text) {
+  auto read = contract::ParseRunnerStatus(text);
+  if (!read.ok()) return std::nullopt;
+  return ObserveRunnerStatus(read);
+}
+
+bool IsConsequence(const ObservedReplica& r) {
+  // Runners before the contract only said "lost peer"; those after it name the first failure.
+  return r.message.starts_with(contract::kCausedByPrefix) ||
+         r.message.find("lost peer") != std::string::npos;
+}
+
 bool IsRetryable(const ObservedReplica& r) {
   if (r.disruption) return true;
   if (r.reason == "Evicted" || r.reason == "NodeLost" || r.reason == "Deleted" ||
@@ -326,6 +433,27 @@ bool IsRetryable(const ObservedReplica& r) {
     return true;
   }
   return r.exit_code >= 128 && r.exit_code <= 255;
+}
+
+void SetJobCondition(api::JobStatus* st, const std::string& type, bool value,
+                     const std::string& reason, const std::string& message,
+                     const std::string& now) {
+  SetJobConditionStatus(st, type, value ? "True" : "False", reason, message, now);
+}
+
+void SetJobConditionStatus(api::JobStatus* st, const std::string& type, const std::string& status,
+                           const std::string& reason, const std::string& message,
+                           const std::string& now) {
+  for (auto& c : st->conditions) {
+    if (c.type != type) continue;
+    if (c.status != status) c.last_transition_time = now;
+    c.status = status;
+    c.reason = reason;
+    c.message = message;
+    return;
+  }
+  if (status == "False") return;  // a condition that never held is not worth writing
+  st->conditions.push_back({type, status, reason, message, now});
 }
 
 std::string ReplicaName(const std::string& job, int attempt, int rank) {

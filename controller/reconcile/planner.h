@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/clock.h"
@@ -14,17 +15,22 @@ namespace ringtrain::reconcile {
 
 enum class ReplicaPhase { kPending, kRunning, kSucceeded, kFailed };
 
-// One replica (a pod, or a local process) as observed now.
+// One replica (a pod, or a local process) as observed now. A replica is one node of the gang:
+// with gpusPerReplica = g it runs the ranks rank*g ... rank*g+g-1 (its local launcher).
 struct ObservedReplica {
   std::string name;
-  int rank = 0;
+  int rank = 0;  // the replica's index (node rank), 0 ... spec.replicas-1
   int attempt = 0;
   ReplicaPhase phase = ReplicaPhase::kPending;
   int exit_code = 0;         // when failed: the runner's code, or 128+signal
   std::string reason;        // "Error", "OOMKilled", "Evicted", "NodeLost", "Deleted", ...
-  std::string message;       // the termination message
+  std::string message;       // the termination message (failed, or rank 0's final /status)
   bool disruption = false;   // pod condition DisruptionTarget (preemption, eviction)
   bool terminating = false;  // deletion requested, not gone yet
+  // The world it was started into (0 = unknown): a gang never mixes worlds.
+  int world_size = 0;
+  int nproc_per_node = 0;
+  std::optional<WallTime> finished_at;  // when it terminated, if known
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
@@ -68,10 +74,37 @@ struct PlanInput {
   WallTime now;
 };
 
+// How long a failed gang waits for its other replicas to end on their own when the failure seen
+// so far is only a consequence ("caused by rank N", "lost peer"), so the root cause is read
+// from the replica that has it before the gang is deleted.
+inline constexpr std::chrono::seconds kRootCauseGrace{30};
+
+// Rank 0's /status JSON (or its final status in the termination message on success), read
+// leniently: unknown or mistyped fields are ignored; nullopt when it is not a JSON object.
+std::optional<ObservedProgress> ParseRunnerStatus(std::string_view json);
+
+// Whether a termination message reports another rank's failure rather than its own.
+bool IsConsequence(const ObservedReplica& r);
+
 // Exit codes 1-127 are permanent; 128-255, signals, evictions and lost nodes are retryable.
 bool IsRetryable(const ObservedReplica& r);
 
 std::string ReplicaName(const std::string& job, int attempt, int rank);
+
+// Sets a condition of the status (metav1.Condition rules: lastTransitionTime moves only when
+// the status flips; a condition that never held is not written as False).
+void SetJobCondition(api::JobStatus* status, const std::string& type, bool value,
+                     const std::string& reason, const std::string& message,
+                     const std::string& now_rfc3339);
+// The same with a metav1.Condition status: "True", "False" or "Unknown".
+void SetJobConditionStatus(api::JobStatus* status, const std::string& type,
+                           const std::string& condition_status, const std::string& reason,
+                           const std::string& message, const std::string& now);
+
+// Reported by the executor when it could not create a replica (the API refused it); cleared
+// by the planner once the whole gang runs.
+inline constexpr char kReplicaFailureCondition[] = "ReplicaFailure";
+inline constexpr char kFailedCreateReason[] = "FailedCreate";
 
 Plan PlanReconcile(const PlanInput& in);
 

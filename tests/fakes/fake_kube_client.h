@@ -49,7 +49,8 @@ class FakeKubeClient final : public KubeClient {
     std::lock_guard<std::mutex> lock(mu_);
     Json obj = object;
     const std::string name = obj["metadata"].value("name", "");
-    if (!Fail("create", r, ns, name).ok()) return Fail("create", r, ns, name);
+    // One look at the failure list per call: a second would consume the next failure.
+    if (Status st = Fail("create", r, ns, name); !st.ok()) return st;
     auto key = Key(r, ns, name);
     if (objects_.count(key)) return AlreadyExists(r.plural + " \"" + name + "\" already exists");
     obj["metadata"]["namespace"] = ns;
@@ -110,10 +111,12 @@ class FakeKubeClient final : public KubeClient {
     obj["metadata"]["resourceVersion"] = std::to_string(++rv_);
     objects_[Key(r, ns, obj["metadata"].value("name", ""))] = obj;
   }
-  // The next `count` calls of `verb` on `plural` fail with `status`.
-  void FailNext(const std::string& verb, const std::string& plural, Status status, int count) {
+  // The next `count` calls of `verb` on `plural` fail with `status`, after `skip` that succeed
+  // (a quota that lets the first pods of a gang in).
+  void FailNext(const std::string& verb, const std::string& plural, Status status, int count,
+                int skip = 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    failures_.push_back({verb, plural, std::move(status), count});
+    failures_.push_back({verb, plural, std::move(status), count, skip});
   }
   std::vector<Write> Writes() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -133,6 +136,7 @@ class FakeKubeClient final : public KubeClient {
     std::string plural;
     Status status;
     int remaining;
+    int skip = 0;
   };
 
   static ObjKey Key(const Resource& r, const std::string& ns, const std::string& name) {
@@ -142,6 +146,10 @@ class FakeKubeClient final : public KubeClient {
   Status Fail(const std::string& verb, const Resource& r, const std::string&, const std::string&) {
     for (auto it = failures_.begin(); it != failures_.end(); ++it) {
       if (it->verb == verb && it->plural == r.plural) {
+        if (it->skip > 0) {
+          --it->skip;
+          return Status::Ok();
+        }
         Status st = it->status;
         if (--it->remaining <= 0) failures_.erase(it);
         return st;

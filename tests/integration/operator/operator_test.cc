@@ -52,6 +52,16 @@ class RecordingClient final : public KubeClient {
   }
   StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& obj) override {
     RETURN_IF_ERROR(Write(r));
+    const std::string name = obj["metadata"].value("name", "");
+    if (r.plural == "pods" && name.ends_with("-1") && refuse_rank1_pods > 0) {
+      --refuse_rank1_pods;
+      // The real answer when a ResourceQuota lets rank 0 in and not rank 1
+      // (../shared/kube-api/t3-04-resourcequota-partial-gang.txt).
+      return Status(StatusCode::kPermissionDenied,
+                    "pods \"" + name +
+                        "\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: "
+                        "pods=1, limited: pods=1");
+    }
     auto out = inner_->Create(r, ns, obj);
     if (r.plural == "pods" && out.ok()) ++pod_creates_;
     return out;
@@ -83,6 +93,8 @@ class RecordingClient final : public KubeClient {
   // Writes other than to the leader Lease.
   int NonLeaseWrites() const { return non_lease_writes_; }
   std::atomic<int> die_after_pod_creates{-1};
+  // The next this many creates of a rank-1 pod are refused by "quota".
+  std::atomic<int> refuse_rank1_pods{0};
 
  private:
   Status Alive() const {
@@ -360,6 +372,87 @@ TEST_F(OperatorTest, DeletedPodRestartsTheWholeGang) {
   EXPECT_TRUE(ExactGang("del", 3));
   EXPECT_EQ(Status("del")["lastFailure"]["reason"], "Deleted");
   EXPECT_TRUE(server_->GetObject(kPodsId, "default", "del-a1-2").has_value());
+}
+
+// Issue 9 item 7: a resize is a new attempt of the whole gang at the new world, uncounted; a
+// pod of one world never runs beside ranks of another.
+TEST_F(OperatorTest, ResizeRestartsTheGangAtTheNewWorld) {
+  StartController("c1");
+  Create(SleepJob("resize", 2));
+  ASSERT_TRUE(WaitPhase("resize", "Running"));
+  auto resize = [&](int replicas) {
+    for (int i = 0; i < 10; ++i) {  // a status write may race ours: retry on conflict
+      auto job = admin_->Get(kube::kTrainingJobs, "default", "resize");
+      ASSERT_TRUE(job.ok());
+      Json obj = *job;
+      obj["spec"]["replicas"] = replicas;
+      if (admin_->Update(kube::kTrainingJobs, "default", obj).ok()) return;
+    }
+    FAIL() << "could not update spec.replicas";
+  };
+  auto world_sizes = [&](const std::string& attempt) {
+    std::set<std::string> worlds;
+    for (const auto& p : Pods("resize")) {
+      if (p["metadata"]["labels"]["ringtrain.dev/attempt"] != attempt) continue;
+      for (const auto& e : p["spec"]["containers"][0]["env"]) {
+        if (e["name"] == "WORLD_SIZE") worlds.insert(e["value"].get<std::string>());
+      }
+    }
+    return worlds;
+  };
+  resize(3);
+  ASSERT_TRUE(Eventually([&] { return Status("resize").value("attempt", 0) == 1; }));
+  ASSERT_TRUE(WaitPhase("resize", "Running"));
+  EXPECT_TRUE(ExactGang("resize", 3));
+  EXPECT_EQ(world_sizes("1"), (std::set<std::string>{"3"}));
+  EXPECT_EQ(Status("resize")["restarts"], 0);
+  EXPECT_EQ(kubelet_->Started().count("resize-a0-2"), 0u) << "a WORLD_SIZE=3 pod beside 2";
+  resize(1);
+  ASSERT_TRUE(Eventually([&] { return Status("resize").value("attempt", 0) == 2; }));
+  ASSERT_TRUE(WaitPhase("resize", "Running"));
+  EXPECT_TRUE(ExactGang("resize", 1));
+  EXPECT_EQ(world_sizes("2"), (std::set<std::string>{"1"}));
+  EXPECT_EQ(Status("resize")["restarts"], 0);
+}
+
+// Issue 9 item 5: quota lets 1 of 2 pods in; the job says so, lets go of the one pod, and the
+// whole gang starts once the quota allows it.
+TEST_F(OperatorTest, PartialGangIsReleasedAndShownUntilTheQuotaAllowsIt) {
+  StartController("c1");
+  clients_[0]->refuse_rank1_pods = 2;
+  Create(SleepJob("quota-job", 2));
+  const std::string quota =
+      "pods \"quota-job-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: "
+      "pods=1, limited: pods=1";
+  ASSERT_TRUE(Eventually([&] {
+    for (const auto& c : Status("quota-job").value("conditions", Json::array())) {
+      if (c.value("type", "") == "ReplicaFailure" && c.value("message", "") == quota) return true;
+    }
+    return false;
+  }));
+  ASSERT_TRUE(WaitPhase("quota-job", "Running", std::chrono::seconds(60)));
+  EXPECT_TRUE(ExactGang("quota-job", 2));
+  Json st = Status("quota-job");
+  EXPECT_EQ(st["attempt"], 0);
+  EXPECT_EQ(st["restarts"], 0);
+  for (const auto& c : st["conditions"]) {
+    if (c["type"] == "ReplicaFailure") {
+      EXPECT_EQ(c["status"], "False") << st.dump();
+    }
+  }
+  // One Warning, counted, with the API's words.
+  EXPECT_TRUE(Eventually([&] {
+    int events = 0;
+    int count = 0;
+    for (const auto& e : server_->ListObjects({"", "events"}, "default")) {
+      if (e.value("reason", "") != "FailedCreate") continue;
+      ++events;
+      count = e.value("count", 0);
+      if (e.value("message", "") != "Error creating: " + quota) return false;
+      if (e.value("type", "") != "Warning") return false;
+    }
+    return events == 1 && count == 2;
+  }));
 }
 
 TEST_F(OperatorTest, WatchCutsAndApiServerRestartsLoseNoPodAndDuplicateNone) {

@@ -4,6 +4,8 @@
 #include <map>
 #include <set>
 
+#include "common/time_format.h"
+#include "controller/operator/event_recorder.h"
 #include "controller/operator/pod_builder.h"
 #include "controller/operator/reconciler.h"
 #include "controller/operator/work_queue.h"
@@ -169,6 +171,251 @@ TEST_F(ReconcilerTest, ConflictingStatusWriteIsAnErrorAndNothingElseHappens) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kAborted);
   EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+}
+
+// Issue 9 item 1: replicas 2 x gpusPerReplica 4 is 2 pods of 4 ranks, not 8 pods.
+TEST_F(ReconcilerTest, GpusPerReplicaMakeOnePodPerReplica) {
+  CreateJob(Job(2, {{"spec", {{"gpusPerReplica", 4}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
+  for (int r = 0; r < 2; ++r) {
+    auto pod = client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    ASSERT_TRUE(pod.ok());
+    const Json& c = (*pod)["spec"]["containers"][0];
+    EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 4);
+    std::map<std::string, Json> env;
+    for (const auto& e : c["env"]) env[e["name"]] = e;
+    EXPECT_EQ(env["WORLD_SIZE"]["value"], "8");
+    EXPECT_EQ(env["RANK"]["value"], std::to_string(4 * r));
+    EXPECT_EQ(env["RINGTRAIN_NPROC_PER_NODE"]["value"], "4");
+    EXPECT_EQ((*pod)["metadata"]["labels"]["ringtrain.dev/world-size"], "8");
+    EXPECT_EQ((*pod)["metadata"]["labels"]["ringtrain.dev/nproc-per-node"], "4");
+  }
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-2").ok());
+  // Both pods running is the whole gang.
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Status()["replicas"]["running"], 2);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
+}
+
+// The recorded answers of a real kube-apiserver v1.28 (../shared/kube-api/t3-03, t3-04).
+// clang-format off
+const char kPodSecurity403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"psa-job-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"runner\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"runner\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"runner\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"runner\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")","reason":"Forbidden","details":{"name":"psa-job-a0-0","kind":"pods"},"code":403})json";
+const char kQuota403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"quota-job-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1","reason":"Forbidden","details":{"name":"quota-job-a0-1","kind":"pods"},"code":403})json";
+// clang-format on
+
+// What the kube client makes of a 403 body (kube_client.cc: StatusFromApi).
+ringtrain::Status Forbidden(const char* body) {
+  return ringtrain::Status(StatusCode::kPermissionDenied,
+                           Json::parse(body)["message"].get<std::string>());
+}
+
+// The condition of this type (a copy: Status() is a temporary), or null.
+Json Condition(const Json& status, const std::string& type) {
+  for (const auto& c : status.value("conditions", Json::array())) {
+    if (c.value("type", "") == type) return c;
+  }
+  return nullptr;
+}
+
+class FailedCreateTest : public ReconcilerTest {
+ protected:
+  void SetUp() override {
+    recorder_ = std::make_unique<EventRecorder>(&client_, "ringtrain-controller", "test");
+    ReconcilerOptions options;
+    options.expectations_timeout = std::chrono::hours(1);
+    options.create_retry_base = std::chrono::hours(1);  // no retry unless the test says so
+    reconciler_ = std::make_unique<Reconciler>(
+        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
+        [](const std::string&, int, Duration) { return std::nullopt; });
+  }
+  // A reconciler whose backoff after a refused create has already passed.
+  void RetryAtOnce() {
+    ReconcilerOptions options;
+    options.expectations_timeout = std::chrono::hours(1);
+    options.create_retry_base = Duration(0);
+    reconciler_ = std::make_unique<Reconciler>(
+        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
+        [](const std::string&, int, Duration) { return std::nullopt; });
+  }
+  std::vector<Json> Events() {
+    recorder_->Flush();
+    return client_.List(kube::kEvents, "default", {})->at("items").get<std::vector<Json>>();
+  }
+  std::unique_ptr<EventRecorder> recorder_;
+};
+
+// Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
+TEST_F(FailedCreateTest, PodSecurityRefusalIsVisibleOnTheJob) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kPodSecurity403), 100);
+  const std::string api_message = Json::parse(kPodSecurity403)["message"];
+  auto r = reconciler_->Reconcile("default", "mnist");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("violates PodSecurity"), std::string::npos);
+  Json c = Condition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["status"], "True");
+  EXPECT_EQ(c["reason"], "FailedCreate");
+  EXPECT_EQ(c["message"], api_message);
+  // The retries are backed off and the event is one, counted.
+  cache_.CatchUp(client_);
+  auto again = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(again->requeue_after.has_value());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+  RetryAtOnce();
+  for (int i = 0; i < 3; ++i) {
+    cache_.CatchUp(client_);
+    EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  }
+  int failed_create = 0;
+  for (const auto& e : Events()) {
+    if (e["reason"] != "FailedCreate") continue;
+    ++failed_create;
+    EXPECT_EQ(e["type"], "Warning");
+    EXPECT_EQ(e["message"], "Error creating: " + api_message);
+    EXPECT_EQ(e["count"], 4);
+  }
+  EXPECT_EQ(failed_create, 1);
+}
+
+// Issue 9 item 5: a partial gang (quota let 1 of 2 pods in) is released, then retried whole.
+TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  auto r = reconciler_->Reconcile("default", "mnist");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 1);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 1);
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "rank 0 holds quota";
+  Json c = Condition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["message"], Json::parse(kQuota403)["message"]);
+  EXPECT_EQ(Status()["restarts"], 0);
+  // Before the backoff: nothing is created.
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 1);
+  // After it (a reconciler with no backoff left): the whole gang, and the condition clears
+  // once it runs.
+  RetryAtOnce();
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 3);
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
+}
+
+// Issue 9 item 7: a new world is a new attempt, never a pod of it beside the old ranks.
+TEST_F(ReconcilerTest, ResizeRestartsTheGangWithoutMixingWorlds) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["replicas"] = 3;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["restarts"], 0);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "no WORLD_SIZE=3 pod beside the old";
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 5);
+  auto pod = client_.Get(kube::kPods, "default", "mnist-a1-2");
+  ASSERT_TRUE(pod.ok());
+  // 3 -> 1: rank 0 is not left alone.
+  for (int r = 0; r < 3; ++r) SetPodPhase("mnist-a1-" + std::to_string(r), "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["replicas"] = 1;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["attempt"], 2);
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a1-0").ok());
+}
+
+// Issue 9 item 10: a lost peer is not the cause; the gang waits to read rank 0's.
+TEST_F(ReconcilerTest, FailedGangIsNotDeletedBeforeTheRootCauseIsRead) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  const std::string now = FormatRfc3339(clock_.Now());
+  pod["status"] = {
+      {"phase", "Failed"},
+      {"containerStatuses",
+       {{{"name", "runner"},
+         {"state",
+          {{"terminated",
+            {{"exitCode", 138},
+             {"reason", "Error"},
+             {"finishedAt", now},
+             {"message", "UNAVAILABLE: all-reduce: lost peer rank 0 (connection closed)"}}}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  auto r = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0);
+  ASSERT_TRUE(r->requeue_after.has_value());
+  EXPECT_LE(*r->requeue_after, Duration(std::chrono::seconds(30)));
+  // Rank 0 ends with its own cause: it is the one on record.
+  pod = *client_.Get(kube::kPods, "default", "mnist-a0-0");
+  pod["status"] = {
+      {"phase", "Failed"},
+      {"containerStatuses",
+       {{{"name", "runner"},
+         {"state",
+          {{"terminated",
+            {{"exitCode", 1},
+             {"finishedAt", now},
+             {"message", "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied\n"}}}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Failed");
+  EXPECT_EQ(Status()["lastFailure"]["rank"], 0);
+  EXPECT_EQ(Status()["lastFailure"]["message"],
+            "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied");
+  EXPECT_EQ(Status()["replicas"]["failed"], 2);
+}
+
+// Issue 9 item 12: rank 0's termination message on success is the final status.
+TEST_F(ReconcilerTest, SuccessRecordsTheFinalStep) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    Json term = {{"exitCode", 0}, {"reason", "Completed"}};
+    if (r == 0) term["message"] = R"({"step":4690,"epoch":10,"samplesPerSecond":812.5,"loss":0.4})";
+    pod["status"] = {
+        {"phase", "Succeeded"},
+        {"containerStatuses", {{{"name", "runner"}, {"state", {{"terminated", term}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Succeeded");
+  EXPECT_EQ(Status()["progress"]["step"], 4690);
+  EXPECT_EQ(Status()["progress"]["epoch"], 10);
+  EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
 }
 
 TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "common/runner_contract.h"
 #include "common/time_format.h"
 #include "controller/reconcile/planner.h"
 
@@ -363,6 +366,225 @@ TEST(Planner, ReplicasOutsideTheGangAreDeleted) {
                   kT0);
   ASSERT_EQ(Count(p, Kind::kDeleteReplica), 1);
   EXPECT_EQ(p.actions[0].rank, 5);
+}
+
+// Issue 9 item 1: a replica is a pod (a node of gpusPerReplica ranks), never a rank.
+struct PodsCase {
+  int replicas;
+  int gpus;
+  int pods;
+};
+class PlannerPods : public ::testing::TestWithParam<PodsCase> {};
+
+TEST_P(PlannerPods, OnePodPerReplicaWhateverTheGpus) {
+  const auto c = GetParam();
+  auto job = Job(c.replicas);
+  job.spec.gpus_per_replica = c.gpus;
+  Plan p = PlanAt(job, {}, kT0);
+  ASSERT_EQ(Count(p, Kind::kCreateReplica), c.pods);
+  for (int r = 0; r < c.pods; ++r) EXPECT_EQ(p.actions[r].rank, r);
+  job.status = p.status;
+  std::vector<ObservedReplica> running;
+  for (int r = 0; r < c.pods; ++r) {
+    running.push_back(Replica(r, 0, ReplicaPhase::kRunning));
+    running.back().world_size = job.spec.world_size();
+  }
+  Plan run = PlanAt(job, running, At(1));
+  EXPECT_TRUE(run.actions.empty());
+  EXPECT_EQ(run.status.phase, "Running");
+  EXPECT_EQ(run.status.replicas.running, c.pods);
+  job.status = run.status;
+  std::vector<ObservedReplica> done;
+  for (int r = 0; r < c.pods; ++r) done.push_back(Replica(r, 0, ReplicaPhase::kSucceeded));
+  Plan fin = PlanAt(job, done, At(2));
+  EXPECT_EQ(fin.status.phase, "Succeeded");
+  EXPECT_EQ(fin.status.replicas.succeeded, c.pods);
+  // A failed pod counts once, however many ranks it ran.
+  done[0] = Replica(0, 0, ReplicaPhase::kFailed, 1);
+  Plan failed = PlanAt(job, done, At(2));
+  EXPECT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(failed.status.replicas.failed, 1);
+  EXPECT_EQ(failed.status.replicas.succeeded, c.pods - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(ReplicasTimesGpus, PlannerPods,
+                         ::testing::Values(PodsCase{2, 4, 2}, PodsCase{3, 1, 3}, PodsCase{1, 8, 1},
+                                           PodsCase{2, 0, 2}, PodsCase{4, 2, 4}));
+
+// Issue 9 item 7: a change of the world restarts the gang, uncounted, never mixing worlds.
+struct ResizeCase {
+  int old_replicas;
+  int old_gpus;
+  int new_replicas;
+  int new_gpus;
+  bool restart;
+};
+class PlannerResize : public ::testing::TestWithParam<ResizeCase> {};
+
+TEST_P(PlannerResize, NewWorldIsANewAttempt) {
+  const auto c = GetParam();
+  auto job = Job(c.new_replicas);
+  job.spec.gpus_per_replica = c.new_gpus;
+  job.status.phase = "Running";
+  job.status.attempt = 2;
+  job.status.restarts = 1;
+  const int old_world = c.old_replicas * std::max(1, c.old_gpus);
+  std::vector<ObservedReplica> running;
+  for (int r = 0; r < c.old_replicas; ++r) {
+    running.push_back(Replica(r, 2, ReplicaPhase::kRunning));
+    running.back().world_size = old_world;
+    running.back().nproc_per_node = std::max(1, c.old_gpus);
+  }
+  Plan p = PlanAt(job, running, kT0);
+  if (!c.restart) {
+    EXPECT_TRUE(p.actions.empty());
+    EXPECT_EQ(p.status.attempt, 2);
+    return;
+  }
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 3);
+  EXPECT_EQ(p.status.restarts, 1) << "a resize is not a failure";
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0) << "no pod of the new world beside the old";
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), c.old_replicas) << "rank 0 is never left alone";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "Resized");
+  // Once the old world is gone, the new one starts whole.
+  job.status = p.status;
+  Plan next = PlanAt(job, {}, At(1));
+  EXPECT_EQ(Count(next, Kind::kCreateReplica), c.new_replicas);
+  for (const auto& a : next.actions) EXPECT_EQ(a.attempt, 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Worlds, PlannerResize,
+    ::testing::Values(ResizeCase{2, 0, 3, 0, true}, ResizeCase{3, 0, 1, 0, true},
+                      ResizeCase{2, 1, 2, 2, true}, ResizeCase{2, 4, 2, 2, true},
+                      ResizeCase{2, 0, 2, 1, false}, ResizeCase{2, 2, 2, 2, false}));
+
+// Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
+ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
+  ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
+  r.message = std::move(message);
+  r.finished_at = At(finished_s);
+  return r;
+}
+
+TEST(Planner, WaitsForTheRootCauseWhileOnlyAConsequenceIsKnown) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  const std::string lost =
+      "UNAVAILABLE: gradient all-reduce at step 1000: all-reduce: lost peer rank 0 (connection "
+      "closed)";
+  std::vector<ObservedReplica> seen = {Replica(0, 0, ReplicaPhase::kRunning),
+                                       Failed(1, 138, lost, 10)};
+  Plan wait = PlanAt(job, seen, At(12));
+  EXPECT_TRUE(wait.actions.empty()) << "the gang must not be deleted before rank 0 says why";
+  EXPECT_EQ(wait.status.phase, "Running");
+  EXPECT_FALSE(wait.status.last_failure.has_value());
+  ASSERT_TRUE(wait.requeue_after.has_value());
+  EXPECT_EQ(*wait.requeue_after, Duration(std::chrono::seconds(28)));
+
+  // Rank 0 ends with its own cause: it is the one reported, and it is permanent.
+  seen[0] = Failed(0, 1, "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied", 13);
+  Plan root = PlanAt(job, seen, At(13));
+  EXPECT_EQ(root.status.phase, "Failed");
+  ASSERT_TRUE(root.status.last_failure.has_value());
+  EXPECT_EQ(root.status.last_failure->rank, 0);
+  EXPECT_EQ(root.status.last_failure->message,
+            "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied");
+  ASSERT_FALSE(root.events.empty());
+  EXPECT_NE(root.events.back().message.find("Permission denied"), std::string::npos);
+
+  // Rank 0 never ends: after the grace the consequence is all there is.
+  seen[0] = Replica(0, 0, ReplicaPhase::kRunning);
+  Plan late = PlanAt(job, seen, At(40));
+  EXPECT_EQ(late.status.phase, "Restarting");
+  EXPECT_EQ(late.status.last_failure->rank, 1);
+  EXPECT_EQ(Count(late, Kind::kDeleteReplica), 2);
+}
+
+TEST(Planner, CausedByNamesTheFirstFailingRank) {
+  auto job = Job(3);
+  job.status.phase = "Running";
+  const std::string cause = "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied";
+  // Rank 0's pod is gone; ranks 1 and 2 both carry rank 0's cause.
+  std::vector<ObservedReplica> seen = {
+      Failed(1, 1, std::string(contract::kCausedByPrefix) + "0: " + cause, 10),
+      Failed(2, 1, std::string(contract::kCausedByPrefix) + "0: " + cause, 11)};
+  Plan p = PlanAt(job, seen, At(11));
+  EXPECT_EQ(p.status.phase, "Failed");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 0);
+  EXPECT_EQ(p.status.last_failure->message, cause);
+  EXPECT_EQ(p.status.last_failure->exit_code, 1);
+}
+
+TEST(Planner, OwnCausePreferredOverLostPeerWhateverTheRank) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  Plan p = PlanAt(job,
+                  {Failed(0, 138, "UNAVAILABLE: all-reduce: lost peer rank 1 (reset)", 5),
+                   Failed(1, 137, "", 4)},
+                  At(6));
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->exit_code, 137);
+}
+
+// Issue 9 item 12: the final status is final.
+TEST(Planner, SuccessTakesTheFinalStepFromRankZerosTerminationMessage) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{4404, 9, 900, 0.5, "2026-11-21T09:59:00Z"};
+  auto r0 = Replica(0, 0, ReplicaPhase::kSucceeded);
+  r0.message = R"({"step":4690,"epoch":10,"samplesPerSecond":1234.5,"loss":0.31})";
+  Plan p = PlanAt(job, {r0, Replica(1, 0, ReplicaPhase::kSucceeded)}, kT0);
+  EXPECT_EQ(p.status.phase, "Succeeded");
+  ASSERT_TRUE(p.status.progress.has_value());
+  EXPECT_EQ(p.status.progress->step, 4690);
+  EXPECT_EQ(p.status.progress->epoch, 10);
+  EXPECT_DOUBLE_EQ(p.status.progress->samples_per_second, 1234.5);
+  EXPECT_DOUBLE_EQ(p.status.progress->loss, 0.31);
+  EXPECT_EQ(p.status.replicas.succeeded, 2);
+}
+
+TEST(Planner, ABadFinalStatusNeverBreaksTheEnd) {
+  for (const std::string bad :
+       {"", "not json", "[1,2]", R"({"step":"many","epoch":null})", R"({"step":)", "{}"}) {
+    auto job = Job(1);
+    job.status.phase = "Running";
+    job.status.progress = api::Progress{10, 1, 5, 0.5, "2026-11-21T09:59:00Z"};
+    auto r0 = Replica(0, 0, ReplicaPhase::kSucceeded);
+    r0.message = bad;
+    Plan p = PlanAt(job, {r0}, kT0);
+    EXPECT_EQ(p.status.phase, "Succeeded") << bad;
+    EXPECT_EQ(p.status.progress->step, 10) << bad;
+  }
+  EXPECT_EQ(ParseRunnerStatus(R"({"step":7,"samples_per_second":2.5})")->samples_per_second, 2.5);
+}
+
+TEST(Planner, CountsAfterFailedAreNotStale) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  Plan failed = PlanAt(job,
+                       {Replica(0, 0, ReplicaPhase::kRunning),
+                        Failed(1, 1, "INVALID_ARGUMENT: dataset /data: no such file", 1)},
+                       At(1));
+  ASSERT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(Count(failed, Kind::kDeleteReplica), 1);  // cleanPodPolicy Running
+  job.status = failed.status;
+  // Rank 0 stops on the delete.
+  auto r0 = Failed(0, 143, "", 2);
+  r0.terminating = true;
+  Plan later = PlanAt(job, {r0, Failed(1, 1, "", 1)}, At(3));
+  EXPECT_EQ(later.status.replicas.running, 0);
+  EXPECT_EQ(later.status.replicas.pending, 0);
+  EXPECT_EQ(later.status.replicas.failed, 2);
+  // And once the pods are gone, what ended stays counted.
+  job.status = later.status;
+  Plan gone = PlanAt(job, {}, At(4));
+  EXPECT_EQ(gone.status.replicas.failed, 2);
+  EXPECT_EQ(gone.status.replicas.running, 0);
 }
 
 TEST(RetryableCodes, FollowTheContract) {
