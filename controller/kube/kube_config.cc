@@ -120,7 +120,7 @@ class Reader {
   std::string Resolve(const std::string& file) const {
     if (file.empty()) return "";
     std::filesystem::path p(file);
-    return p.is_absolute() ? file : (base_ / p).string();
+    return p.is_absolute() ? file : (base_ / p).lexically_normal().string();
   }
 
   // A `*-data` field: base64 of PEM.

@@ -425,7 +425,7 @@ TEST_F(KubeConfigTest, ExecStanzaIsRead) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   ASSERT_TRUE(c->exec.has_value());
   // A command with a slash is relative to the kubeconfig, as clientcmd resolves it.
-  EXPECT_EQ(c->exec->command, (dir_ / "./bin/get-token").string());
+  EXPECT_EQ(c->exec->command, (dir_ / "bin/get-token").string());
   EXPECT_EQ(c->exec->args, (std::vector<std::string>{"--region", "eu-west-1"}));
   ASSERT_EQ(c->exec->env.size(), 1u);
   EXPECT_EQ(c->exec->env[0], (std::pair<std::string, std::string>{"AWS_PROFILE", "prod"}));
