@@ -1,5 +1,6 @@
 #include "controller/kube/kube_config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
@@ -15,6 +16,7 @@ using Json = nlohmann::json;
 
 constexpr std::size_t kMaxKubeconfigBytes = 16 << 20;
 constexpr int kMaxExtensionDepth = 32;
+constexpr int kMaxFlowDepth = 256;
 constexpr int kMaxExtensionNodes = 10'000;
 
 std::string Trim(std::string s) {
@@ -384,11 +386,24 @@ StatusOr<KubeConfig> ParseKubeconfig(std::string_view text, const std::string& s
                                      const std::filesystem::path& base_dir) {
   Reader r(source, base_dir);
   if (text.size() > kMaxKubeconfigBytes) return r.Fail("larger than 16 MiB");
+  // yaml-cpp's scanner queues every token before its depth guard (500) trips, about 150 bytes
+  // per bracket: 16 MiB of '[' would take gigabytes. No kubeconfig nests flow collections deeply,
+  // so count brackets (quotes ignored: a string would need hundreds of them to trip this).
+  int depth = 0;
+  for (char ch : text) {
+    depth += (ch == '[' || ch == '{') - (ch == ']' || ch == '}');
+    if (depth > kMaxFlowDepth) {
+      return r.Fail("flow collections ([ or {) nested deeper than " +
+                    std::to_string(kMaxFlowDepth));
+    }
+  }
   // yaml-cpp reports syntax errors (and its own recursion limit) by throwing; the accessors above
   // never throw, and this catch is the edge for anything yaml-cpp still raises.
   try {
     YAML::Node root = YAML::Load(std::string(text));
     return Parse(r, root);
+  } catch (const YAML::DeepRecursion& e) {
+    return r.Fail("nested too deeply at line " + std::to_string(e.mark.line + 1));
   } catch (const YAML::Exception& e) {
     return r.Fail(e.what());
   } catch (const std::exception& e) {

@@ -297,6 +297,18 @@ TEST_F(KubeConfigTest, ParseFromMemoryNeverThrows) {
       EXPECT_NE(c.status().message().find("fuzz-input"), std::string::npos);
     }
   }
+  // Refused before yaml-cpp queues a token per bracket (gigabytes for 16 MiB of them).
+  auto deep = ParseKubeconfig(std::string(1 << 20, '['), "deep", dir_);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("nested deeper than 256"), std::string::npos)
+      << deep.status().message();
+  // Block nesting reaches yaml-cpp's own depth guard.
+  std::string block;
+  for (int i = 0; i < 600; ++i) block += std::string(i, ' ') + "a:\n";
+  deep = ParseKubeconfig(block, "deep", dir_);
+  ASSERT_FALSE(deep.ok());
+  EXPECT_NE(deep.status().message().find("nested too deeply"), std::string::npos)
+      << deep.status().message();
 }
 
 // issue 10 item 9: a missing or garbage CA, certificate or key fails at load, naming the file
