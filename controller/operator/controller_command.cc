@@ -147,6 +147,15 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
                   config.status().ToString());
     return 1;
   }
+  if (config->token.empty() && config->client_cert_file.empty() &&
+      config->client_cert_data.empty() && !config->exec) {
+    // Legal (a cluster may authorize system:anonymous), but most likely a kubeconfig that lost
+    // its user: say so, since the API server's 403s will only name system:anonymous.
+    spdlog::warn(
+        "the kubeconfig's user has no token, client certificate or exec plugin: "
+        "requests to {} are anonymous (system:anonymous)",
+        config->server);
+  }
   // Set at shutdown so that a credential plugin still running is killed, not waited for.
   std::atomic<bool> stopping{false};
   if (config->exec) {
