@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -28,6 +29,7 @@ using Json = nlohmann::json;
 constexpr std::size_t kMaxStdout = 1 << 20;  // a credential is a few KiB; more is a broken plugin
 constexpr std::size_t kMaxStderr = 4 << 10;  // what the error message quotes
 constexpr int kPollMs = 50;                  // how soon a stop request is noticed
+constexpr std::time_t kLatestExpiration = 8'000'000'000;  // year 2223
 
 bool IsExecutableFile(const std::string& path) {
   struct stat st {};
@@ -85,7 +87,10 @@ std::optional<WallTime> ParseTimestamp(const std::string& s) {
     return std::nullopt;
   }
   if (*end != '\0') return std::nullopt;
-  return std::chrono::system_clock::from_time_t(::timegm(&tm) - offset);
+  // system_clock counts nanoseconds in 64 bits (years 1678-2262): clamp so that year 9999 means
+  // "far future" instead of overflowing.
+  std::time_t secs = std::clamp<std::time_t>(::timegm(&tm) - offset, 0, kLatestExpiration);
+  return std::chrono::system_clock::from_time_t(secs);
 }
 
 std::string Quote(const std::string& text) {

@@ -251,6 +251,17 @@ TEST_F(ExecCredentialTest, BadOutputIsRefusedWithTheReason) {
   EXPECT_EQ(ok->token, "t");
   clock_.Set("2030-01-01T00:00:00Z");
   EXPECT_EQ(*ok->expiration, clock_.Now());
+
+  // Years outside what system_clock holds are clamped, not overflowed (found by fuzzing).
+  for (const char* when : {"9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"}) {
+    auto far = ParseExecCredential(
+        std::string(R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"token":"t","expirationTimestamp":")") +
+            when + "\"}}",
+        kExecApiV1, "p");
+    ASSERT_TRUE(far.ok()) << far.status().ToString();
+    EXPECT_EQ(*far->expiration > clock_.Now(), when[0] == '9') << when;
+  }
 }
 
 TEST_F(ExecCredentialTest, AMissingCommandShowsTheInstallHint) {
