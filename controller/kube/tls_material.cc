@@ -6,6 +6,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -81,6 +83,12 @@ Status CheckKeyMatchesCertificate(const std::string& cert_pem, const std::string
 }
 
 StatusOr<std::string> ReadSmallFile(const std::string& path, std::size_t max_bytes) {
+  // A FIFO or a device (/dev/stdin, /dev/zero) would block or never end: regular files only.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return NotFound("cannot read " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + " is not a regular file");
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot read " + path + ": " + std::strerror(errno));
   std::string out;

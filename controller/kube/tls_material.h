@@ -18,7 +18,7 @@ Status CheckPemPrivateKey(const std::string& pem, const std::string& what);
 Status CheckKeyMatchesCertificate(const std::string& cert_pem, const std::string& key_pem,
                                   const std::string& what);
 
-// The whole file, at most `max_bytes`; errors name the file and errno's text.
+// The whole regular file, at most `max_bytes`; errors name the file and errno's text.
 StatusOr<std::string> ReadSmallFile(const std::string& path, std::size_t max_bytes = 16 << 20);
 
 }  // namespace ringtrain::kube

@@ -331,6 +331,9 @@ TEST_F(KubeConfigTest, BrokenTlsMaterialFailsAtLoad) {
           {"clusters[0].cluster.certificate-authority-data", "no PEM certificate"});
   Refused(with_cluster("certificate-authority-data: '%%%'") + "users: [{name: u, user: {}}]\n",
           {"certificate-authority-data", "invalid base64"});
+  // A device would never end (or block, as /dev/stdin does): regular files only.
+  Refused(with_cluster("certificate-authority: /dev/zero") + "users: [{name: u, user: {}}]\n",
+          {"certificate-authority", "/dev/zero is not a regular file"});
 
   Write("cli.crt", pems_->cert);
   Write("cli.key", pems_->key);
