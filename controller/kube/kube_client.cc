@@ -17,6 +17,7 @@
 #include "common/backoff.h"
 #include "controller/kube/json_fields.h"
 #include "controller/kube/kube_config.h"
+#include "controller/kube/tls_material.h"
 
 namespace ringtrain::kube {
 namespace {
@@ -289,17 +290,32 @@ class RestWatchStream final : public WatchStream {
   std::thread reader_;
 };
 
+// The credential one request is sent with: a bearer token (static, from a file, or from an exec
+// plugin) and, from a plugin, possibly a client certificate.
+struct Auth {
+  std::string token;
+  std::shared_ptr<const ExecCredential> exec;  // set when an exec plugin made it
+};
+
 class RestKubeClient final : public KubeClient {
  public:
   RestKubeClient(KubeConfig config, ClientOptions options)
       : config_(std::move(config)),
         options_(std::move(options)),
-        limiter_(options_.qps, options_.burst) {}
+        clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
+        limiter_(options_.qps, options_.burst),
+        file_token_(config_.token),
+        file_token_read_(std::chrono::steady_clock::now()) {
+    if (config_.exec && config_.token.empty() && config_.client_cert_file.empty() &&
+        config_.client_cert_data.empty()) {
+      exec_ = std::make_unique<ExecAuthenticator>(*config_.exec, clock_, options_.stop);
+    }
+  }
 
   Status Init() {
     try {
-      http_ = std::make_unique<client::http_client>(web::uri(config_.server),
-                                                    HttpConfig(options_.request_timeout));
+      http_ = std::make_shared<client::http_client>(web::uri(config_.server),
+                                                    HttpConfig(options_.request_timeout, nullptr));
     } catch (const std::exception& e) {
       return InvalidArgument("kube client for \"" + config_.server + "\": " + e.what());
     }
@@ -371,37 +387,131 @@ class RestKubeClient final : public KubeClient {
     Duration idle = options.timeout_seconds > 0
                         ? Duration(options.timeout_seconds * 1000LL) + kWatchIdleSlack
                         : Duration(3'600'000);
-    std::unique_ptr<client::http_client> http;
-    try {
-      http = std::make_unique<client::http_client>(web::uri(config_.server), HttpConfig(idle));
-    } catch (const std::exception& e) {
-      return InvalidArgument(what + ": " + e.what());
+    for (bool refreshed = false;; refreshed = true) {
+      auto auth = CurrentAuth();
+      if (!auth.ok()) return auth.status().WithContext(what);
+      std::unique_ptr<client::http_client> http;
+      try {
+        http = std::make_unique<client::http_client>(web::uri(config_.server),
+                                                     HttpConfig(idle, auth->exec.get()));
+      } catch (const std::exception& e) {
+        return InvalidArgument(what + ": " + e.what());
+      }
+      auto cts = std::make_shared<pplx::cancellation_token_source>();
+      pplx::task<http::http_response> task;
+      try {
+        task = http->request(Request(http::methods::GET, path, nullptr, "", auth->token),
+                             cts->get_token());
+      } catch (const std::exception& e) {
+        return Unavailable(what + ": " + e.what());
+      }
+      auto response = Await(task, options_.request_timeout, cts.get(), what);
+      if (!response.ok()) return response.status();
+      if (response->status_code() != http::status_codes::OK) {
+        auto body =
+            Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
+        std::string raw = body.ok() ? *body : "";
+        Status error =
+            StatusFromApi(response->status_code(), Json::parse(raw, nullptr, false), raw);
+        if (error.code() == StatusCode::kUnauthenticated && !refreshed) {
+          auto again = RefreshAfterUnauthorized(*auth, error, what);
+          if (!again.ok()) return again.status();
+          if (*again) continue;
+        }
+        return error;
+      }
+      return std::unique_ptr<WatchStream>(
+          std::make_unique<RestWatchStream>(std::move(http), std::move(*response), std::move(cts)));
     }
-    auto cts = std::make_shared<pplx::cancellation_token_source>();
-    pplx::task<http::http_response> task;
-    try {
-      task = http->request(Request(http::methods::GET, path, nullptr, ""), cts->get_token());
-    } catch (const std::exception& e) {
-      return Unavailable(what + ": " + e.what());
-    }
-    auto response = Await(task, options_.request_timeout, cts.get(), what);
-    if (!response.ok()) return response.status();
-    if (response->status_code() != http::status_codes::OK) {
-      auto body =
-          Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
-      std::string raw = body.ok() ? *body : "";
-      return StatusFromApi(response->status_code(), Json::parse(raw, nullptr, false), raw);
-    }
-    return std::unique_ptr<WatchStream>(
-        std::make_unique<RestWatchStream>(std::move(http), std::move(*response), std::move(cts)));
   }
 
  private:
-  client::http_client_config HttpConfig(Duration timeout) const {
+  // The current credential, running the exec plugin or re-reading the token file when due.
+  StatusOr<Auth> CurrentAuth() {
+    if (exec_) {
+      ASSIGN_OR_RETURN(auto cred, exec_->Get());
+      return Auth{cred->token, cred};
+    }
+    if (config_.token_file.empty()) return Auth{config_.token, nullptr};
+    std::lock_guard<std::mutex> lock(token_mu_);
+    if (std::chrono::steady_clock::now() - file_token_read_ >= kTokenFileRefresh) {
+      ReadTokenFileLocked();
+    }
+    return Auth{file_token_, nullptr};
+  }
+
+  // Keeps the last good token when the file is briefly missing or empty (the kubelet replaces it
+  // with a rename, but a reader may still race a non-atomic writer).
+  void ReadTokenFileLocked() {
+    file_token_read_ = std::chrono::steady_clock::now();
+    auto text = ReadSmallFile(config_.token_file, 1 << 20);
+    std::string token = text.ok() ? *text : "";
+    while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
+      token.pop_back();
+    }
+    if (token.empty()) {
+      spdlog::warn("kube: cannot re-read the token file {}: {}; keeping the previous token",
+                   config_.token_file, text.ok() ? "it is empty" : text.status().message());
+      return;
+    }
+    file_token_ = token;
+  }
+
+  // After a 401 sent with `used`: a fresh credential, as client-go fetches one. True when the
+  // request is worth sending again (the credential can have changed).
+  StatusOr<bool> RefreshAfterUnauthorized(const Auth& used, const Status& unauthorized,
+                                          const std::string& what) {
+    if (exec_) {
+      Status s = exec_->RefreshAfterUnauthorized(used.exec);
+      if (!s.ok()) {
+        return Status(s.code(), what + ": " + unauthorized.message() +
+                                    "; refreshing the exec credential: " + s.message());
+      }
+      return true;
+    }
+    if (config_.token_file.empty()) return false;
+    std::lock_guard<std::mutex> lock(token_mu_);
+    if (file_token_ == used.token) ReadTokenFileLocked();
+    return file_token_ != used.token;
+  }
+
+  // The pooled client for a credential: rebuilt when an exec plugin rotated the client
+  // certificate, so no connection keeps the old one (client-go closes them likewise).
+  std::shared_ptr<client::http_client> ClientFor(const Auth& auth) {
+    std::lock_guard<std::mutex> lock(http_mu_);
+    bool has_cert = auth.exec && !auth.exec->client_cert_pem.empty();
+    if (has_cert && auth.exec != http_cred_) {
+      try {
+        http_ = std::make_shared<client::http_client>(
+            web::uri(config_.server), HttpConfig(options_.request_timeout, auth.exec.get()));
+        http_cred_ = auth.exec;
+      } catch (const std::exception& e) {
+        spdlog::warn("kube: new client for a rotated certificate: {}", e.what());
+      }
+    }
+    return http_;
+  }
+
+  // Sleeps `d`, waking early when the client is told to stop.
+  bool SleepUnlessStopped(Duration d) {
+    const SteadyTime until = DeadlineAfter(d);
+    while (MillisLeft(until) > 0) {
+      if (options_.stop != nullptr && options_.stop->load()) return false;
+      std::this_thread::sleep_for(std::min<Duration>(Duration(MillisLeft(until)), Duration(50)));
+    }
+    return options_.stop == nullptr || !options_.stop->load();
+  }
+
+  client::http_client_config HttpConfig(Duration timeout, const ExecCredential* cred) const {
     client::http_client_config c;
     c.set_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
     c.set_validate_certificates(!config_.insecure_skip_tls_verify);
     KubeConfig tls = config_;
+    tls.exec.reset();
+    if (cred != nullptr && !cred->client_cert_pem.empty()) {
+      tls.client_cert_data = cred->client_cert_pem;
+      tls.client_key_data = cred->client_key_pem;
+    }
     c.set_ssl_context_callback([tls](boost::asio::ssl::context& ctx) {
       // Throws boost::system::system_error on bad PEM; cpprestsdk turns it into a failed request.
       if (!tls.ca_file.empty()) ctx.load_verify_file(tls.ca_file);
@@ -421,12 +531,12 @@ class RestKubeClient final : public KubeClient {
   }
 
   http::http_request Request(const http::method& method, const std::string& path, const Json* body,
-                             const std::string& content_type) const {
+                             const std::string& content_type, const std::string& token) const {
     http::http_request req(method);
     req.set_request_uri(path);
     req.headers().add("Accept", "application/json");
     req.headers().add("User-Agent", options_.user_agent);
-    if (!config_.token.empty()) req.headers().add("Authorization", "Bearer " + config_.token);
+    if (!token.empty()) req.headers().add("Authorization", "Bearer " + token);
     if (body != nullptr) req.set_body(body->dump(), content_type);
     return req;
   }
@@ -437,14 +547,19 @@ class RestKubeClient final : public KubeClient {
                     const std::string& content_type, bool write) {
     const std::string what = method + " " + path;
     Backoff backoff(BackoffOptions{Duration(200), Duration(5'000), 2.0});
+    bool refreshed = false;
     for (int attempt = 0;; ++attempt) {
       if (write) RETURN_IF_ERROR(limiter_.Acquire(options_.max_throttle_wait).WithContext(what));
       std::optional<Duration> retry_after;
       Status error;
+      auto auth = CurrentAuth();
+      if (!auth.ok()) return auth.status().WithContext(what);
+      auto http_client = ClientFor(*auth);
       auto cts = std::make_shared<pplx::cancellation_token_source>();
       pplx::task<http::http_response> task;
       try {
-        task = http_->request(Request(method, path, body, content_type), cts->get_token());
+        task = http_client->request(Request(method, path, body, content_type, auth->token),
+                                    cts->get_token());
       } catch (const std::exception& e) {
         return Unavailable(what + ": " + e.what());
       }
@@ -465,6 +580,16 @@ class RestKubeClient final : public KubeClient {
             return j;
           }
           error = StatusFromApi(code, Json::parse(*text, nullptr, false), *text);
+          // 401 means authentication failed before anything was done, so even a write may be
+          // sent again, once, with a fresh credential; it does not count as a retry.
+          if (error.code() == StatusCode::kUnauthenticated && !refreshed) {
+            refreshed = true;
+            ASSIGN_OR_RETURN(bool again, RefreshAfterUnauthorized(*auth, error, what));
+            if (again) {
+              --attempt;
+              continue;
+            }
+          }
           if (response->headers().has("Retry-After")) {
             long seconds = std::strtol(response->headers()["Retry-After"].c_str(), nullptr, 10);
             if (seconds >= 0)
@@ -480,7 +605,7 @@ class RestKubeClient final : public KubeClient {
       Duration wait = retry_after.value_or(backoff.Next());
       spdlog::debug("kube: {} failed ({}), retry {} in {} ms", what, error.ToString(), attempt + 1,
                     wait.count());
-      std::this_thread::sleep_for(wait);
+      if (!SleepUnlessStopped(wait)) return Cancelled(what + ": stopped: " + error.message());
     }
   }
 
@@ -519,8 +644,16 @@ class RestKubeClient final : public KubeClient {
 
   KubeConfig config_;
   ClientOptions options_;
+  RealClock real_clock_;
+  const Clock* clock_;
   TokenBucket limiter_;
-  std::unique_ptr<client::http_client> http_;
+  std::unique_ptr<ExecAuthenticator> exec_;
+  std::mutex token_mu_;
+  std::string file_token_;
+  SteadyTime file_token_read_;
+  std::mutex http_mu_;
+  std::shared_ptr<client::http_client> http_;
+  std::shared_ptr<const ExecCredential> http_cred_;  // whose certificate http_ presents
 };
 
 }  // namespace
@@ -531,6 +664,7 @@ StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config,
     return InvalidArgument("kube client: server \"" + config.server +
                            "\" must start with http:// or https://");
   }
+  RETURN_IF_ERROR(ValidateTlsMaterial(config).WithContext("kube client"));
   auto c = std::make_unique<RestKubeClient>(config, options);
   RETURN_IF_ERROR(c->Init());
   return std::unique_ptr<KubeClient>(std::move(c));

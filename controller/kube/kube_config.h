@@ -2,19 +2,28 @@
 // config, and the factory of the cpprestsdk-backed KubeClient. Knows nothing about resources.
 #pragma once
 
+#include <atomic>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/kube/exec_credential.h"
 #include "controller/kube/kube_client.h"
 
 namespace ringtrain::kube {
 
 // PEM data is decoded (kubeconfig's *-data fields are base64 of PEM); files are absolute paths.
+// Where both a file and its data are given, the data wins (client-go's rule) and the file is "".
 struct KubeConfig {
   std::string server;  // "https://10.0.0.1:443" or "http://127.0.0.1:PORT"
   std::string token;
+  // Re-read every kTokenFileRefresh and after a 401, as client-go does for projected service
+  // account tokens that the kubelet rotates; `token` is its content at load.
+  std::string token_file;
   std::string ca_file;
   std::string ca_data;
   std::string client_cert_file;
@@ -23,12 +32,25 @@ struct KubeConfig {
   std::string client_key_data;
   bool insecure_skip_tls_verify = false;
   std::string ns = "default";  // the context's namespace; the default for namespaced calls
+  // An exec credential plugin; used only when no token or client certificate is configured.
+  std::optional<ExecConfig> exec;
 };
+
+inline constexpr Duration kTokenFileRefresh{60'000};
 
 inline constexpr const char* kServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-// The current context of a kubeconfig file. Errors name the file and the missing field.
+// The current context of a kubeconfig file. Errors name the file and the field; referenced
+// files (CA, client certificate and key, tokenFile) are read and their PEM checked, so a broken
+// kubeconfig fails here instead of on every request. Unsupported auth (auth-provider, basic
+// auth, impersonation, proxy-url, tls-server-name) is refused by name.
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path);
+
+// LoadKubeconfig on text in memory (the fuzzing entry point): `source` names it in errors and
+// relative paths resolve against `base_dir`. No file I/O but the files the text references.
+// Never throws, whatever the text.
+StatusOr<KubeConfig> ParseKubeconfig(std::string_view text, const std::string& source,
+                                     const std::filesystem::path& base_dir);
 
 // KUBERNETES_SERVICE_HOST/PORT and the service account's token, ca.crt and namespace in `dir`.
 StatusOr<KubeConfig> InClusterConfig(const std::string& dir = kServiceAccountDir);
@@ -41,7 +63,15 @@ struct ClientOptions {
   int max_retries = 3;                 // reads on 429/5xx; writes on 429 only
   Duration max_retry_after{10'000};    // a longer Retry-After is cut to this
   std::string user_agent = "ringtrain/0.1";
+  // Wall time for credential expiry (exec plugins); nullptr = the real clock.
+  const Clock* clock = nullptr;
+  // Set at shutdown: a running exec plugin is killed and the request fails with kCancelled.
+  const std::atomic<bool>* stop = nullptr;
 };
+
+// Checks the TLS material a config names (files exist and hold PEM, the key matches the
+// certificate); NewKubeClient calls it, so every source of a config fails at start.
+Status ValidateTlsMaterial(const KubeConfig& config);
 
 StatusOr<std::unique_ptr<KubeClient>> NewKubeClient(const KubeConfig& config,
                                                     const ClientOptions& options = {});

@@ -4,7 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <future>
 #include <thread>
 
 #include "common/env.h"
@@ -141,14 +143,44 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   if (signals != nullptr) InitLogging("controller", f.log_level);
   auto config = LoadConfig(f);
   if (!config.ok()) {
-    spdlog::error("cannot find the API server: {}", config.status().ToString());
+    spdlog::error("cannot load the API server's address and credentials: {}",
+                  config.status().ToString());
     return 1;
+  }
+  if (config->token.empty() && config->client_cert_file.empty() &&
+      config->client_cert_data.empty() && !config->exec) {
+    // Legal (a cluster may authorize system:anonymous), but most likely a kubeconfig that lost
+    // its user: say so, since the API server's 403s will only name system:anonymous.
+    spdlog::warn(
+        "the kubeconfig's user has no token, client certificate or exec plugin: "
+        "requests to {} are anonymous (system:anonymous)",
+        config->server);
+  }
+  // Set at shutdown so that a credential plugin still running is killed, not waited for.
+  std::atomic<bool> stopping{false};
+  if (config->exec) {
+    // A plugin that cannot give a credential now would only fail every request later: say so at
+    // start (the client runs it again for its own cached credential).
+    auto run = std::async(std::launch::async, [&] {
+      return kube::RunExecPlugin(*config->exec, stop != nullptr ? stop : &stopping);
+    });
+    // SIGTERM is blocked in every thread and only sigtimedwait sees it: watch for it here.
+    while (run.wait_for(Duration(signals != nullptr ? 0 : 50)) != std::future_status::ready) {
+      timespec ts{0, 50'000'000};
+      if (signals != nullptr && ::sigtimedwait(signals, nullptr, &ts) > 0) stopping = true;
+    }
+    auto cred = run.get();
+    if (!cred.ok()) {
+      spdlog::error("credential plugin of the kubeconfig: {}", cred.status().ToString());
+      return 1;
+    }
   }
   if (f.identity.empty()) f.identity = DefaultIdentity();
   kube::ClientOptions client_options;
   client_options.qps = f.qps;
   client_options.burst = f.burst;
   client_options.user_agent = "ringtrain-controller/" + f.identity;
+  client_options.stop = stop != nullptr ? stop : &stopping;
   auto client = kube::NewKubeClient(*config, client_options);
   if (!client.ok()) {
     spdlog::error("kubernetes client: {}", client.status().ToString());
@@ -238,6 +270,7 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
       std::this_thread::sleep_for(Duration(50));
     }
   }
+  stopping = true;
   oper->Stop();
   if (metrics_server) metrics_server->Stop();
   if (health_server) health_server->Stop();

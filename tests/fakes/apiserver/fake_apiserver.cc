@@ -430,6 +430,16 @@ class FakeApiServer::Impl {
     int remaining;
     int retry_after;
   };
+  void RequireBearerTokens(std::vector<std::string> tokens) {
+    std::lock_guard<std::mutex> lock(mu_);
+    bearer_tokens_ = std::set<std::string>(tokens.begin(), tokens.end());
+  }
+  std::int64_t UnauthorizedCount() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return unauthorized_count_;
+  }
+  // The refusal of an unauthenticated request, as the real server words it; nullopt = allowed.
+  std::optional<ApiError> Authenticate(const HttpRequest& req, const std::string& resource);
   void AddInjection(Injection inj) {
     std::lock_guard<std::mutex> lock(mu_);
     injections_.push_back(std::move(inj));
@@ -551,6 +561,8 @@ class FakeApiServer::Impl {
   std::size_t open_watches_ = 0;
   std::vector<Injection> injections_;
   std::map<std::pair<std::string, std::string>, std::int64_t> request_counts_;
+  std::optional<std::set<std::string>> bearer_tokens_;
+  std::int64_t unauthorized_count_ = 0;
 };
 
 void FakeApiServer::Impl::ResetState() {
@@ -726,6 +738,13 @@ bool FakeApiServer::Impl::Handle(Conn* conn, const HttpRequest& req) {
     }
   }
   ++request_counts_[{req.method, resource}];
+  if (auto refused = Authenticate(req, resource)) {
+    lock.unlock();
+    std::string wire = SerializeResponse(Render(*refused, req));
+    return net::SendAll(conn->socket, wire.data(), wire.size(), DeadlineAfter(kWatchPoll * 50))
+               .ok() &&
+           keep_alive;
+  }
   for (auto it = injections_.begin(); it != injections_.end(); ++it) {
     if ((it->method.empty() || it->method == req.method) &&
         (it->resource.empty() || it->resource == resource)) {
@@ -764,6 +783,55 @@ bool FakeApiServer::Impl::Handle(Conn* conn, const HttpRequest& req) {
   return net::SendAll(conn->socket, wire.data(), wire.size(), DeadlineAfter(kWatchPoll * 50))
              .ok() &&
          keep_alive;
+}
+
+std::optional<ApiError> FakeApiServer::Impl::Authenticate(const HttpRequest& req,
+                                                          const std::string& resource) {
+  if (!bearer_tokens_) return std::nullopt;
+  const std::string header = req.Header("authorization");
+  if (!header.empty()) {
+    if (header.rfind("Bearer ", 0) == 0 && bearer_tokens_->count(header.substr(7)) > 0) {
+      return std::nullopt;
+    }
+    ++unauthorized_count_;
+    return ApiError{401, "Unauthorized", "Unauthorized", nullptr};
+  }
+  // No token: system:anonymous, whom RBAC lets read /version only.
+  if (req.path == "/version") return std::nullopt;
+  if (resource.empty()) {
+    return ApiError{403, "Forbidden",
+                    "forbidden: User \"system:anonymous\" cannot get path \"" + req.path + "\"",
+                    ojson::object()};
+  }
+  std::vector<std::string> seg;
+  for (std::size_t start = 1; start <= req.path.size();) {
+    std::size_t slash = req.path.find('/', start);
+    seg.push_back(req.path.substr(start, slash == std::string::npos ? slash : slash - start));
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  const bool core = seg[0] == "api";
+  const std::string group = core ? "" : seg.size() > 1 ? seg[1] : "";
+  const std::size_t base = core ? 2 : 3;
+  std::string ns;
+  std::size_t name_at = base + 1;
+  if (seg.size() > base + 2 && seg[base] == "namespaces") {
+    ns = seg[base + 1];
+    name_at = base + 3;
+  }
+  const bool named = seg.size() > name_at && !seg[name_at].empty();
+  const bool watch = req.Query("watch") == "true" || req.Query("watch") == "1";
+  std::string verb = req.method == "POST"     ? "create"
+                     : req.method == "PUT"    ? "update"
+                     : req.method == "PATCH"  ? "patch"
+                     : req.method == "DELETE" ? (named ? "delete" : "deletecollection")
+                     : watch                  ? "watch"
+                     : named                  ? "get"
+                                              : "list";
+  std::string message = resource + " is forbidden: User \"system:anonymous\" cannot " + verb +
+                        " resource \"" + resource + "\" in API group \"" + group + "\"" +
+                        (ns.empty() ? " at the cluster scope" : " in the namespace \"" + ns + "\"");
+  return ApiError{403, "Forbidden", message, ojson{{"kind", resource}}};
 }
 
 // --- routing -------------------------------------------------------------------------------
@@ -2259,6 +2327,10 @@ void FakeApiServer::FailNextRequests(std::string_view method, std::string_view r
 std::int64_t FakeApiServer::RequestCount(std::string_view method, std::string_view resource) const {
   return impl_->RequestCount(method, resource);
 }
+void FakeApiServer::RequireBearerTokens(std::vector<std::string> tokens) {
+  impl_->RequireBearerTokens(std::move(tokens));
+}
+std::int64_t FakeApiServer::UnauthorizedCount() const { return impl_->UnauthorizedCount(); }
 std::int64_t FakeApiServer::CurrentResourceVersion() const { return impl_->rv(); }
 std::size_t FakeApiServer::OpenWatchCount() const { return impl_->open_watches(); }
 std::optional<json> FakeApiServer::GetObject(const ResourceId& id, const std::string& ns,

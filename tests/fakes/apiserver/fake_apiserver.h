@@ -73,6 +73,13 @@ class FakeApiServer {
                         int retry_after_seconds = 1);
   // Requests seen, by method and resource plural ("" = any), e.g. ("POST", "pods").
   std::int64_t RequestCount(std::string_view method, std::string_view resource) const;
+  // Authentication as kube-apiserver does it with --anonymous-auth (t2-16-unauthenticated.txt):
+  // once set, a bearer token outside `tokens` gets 401 Unauthorized and a request without one is
+  // system:anonymous and gets 403 Forbidden. Unset (the default) accepts everyone. Callable any
+  // time, to rotate or revoke tokens.
+  void RequireBearerTokens(std::vector<std::string> tokens);
+  // Requests refused with 401 so far.
+  std::int64_t UnauthorizedCount() const;
   std::int64_t CurrentResourceVersion() const;
   std::size_t OpenWatchCount() const;
 

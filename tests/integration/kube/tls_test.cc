@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,27 @@ TEST_F(TlsTest, UnknownCaOrNoClientCertificateFails) {
   KubeConfig no_cert;
   no_cert.ca_file = (dir_ / "ca.crt").string();
   EXPECT_EQ(GetCode(no_cert), StatusCode::kUnavailable);
+}
+
+// An exec plugin that answers with a client certificate (clientCertificateData/clientKeyData),
+// as some managed clusters' plugins do: the handshake presents it.
+TEST_F(TlsTest, ClientCertificateFromAnExecPlugin) {
+  nlohmann::json cred = {{"apiVersion", "client.authentication.k8s.io/v1"},
+                         {"kind", "ExecCredential"},
+                         {"status",
+                          {{"clientCertificateData", Slurp(dir_ / "cli.crt")},
+                           {"clientKeyData", Slurp(dir_ / "cli.key")},
+                           {"expirationTimestamp", "2099-01-01T00:00:00Z"}}}};
+  std::ofstream(dir_ / "cred.json") << cred.dump();
+  std::ofstream(dir_ / "plugin.sh") << "#!/bin/sh\ncat '" << (dir_ / "cred.json").string() << "'\n";
+  ::chmod((dir_ / "plugin.sh").c_str(), 0755);
+  KubeConfig c;
+  c.ca_file = (dir_ / "ca.crt").string();
+  c.exec = ExecConfig{};
+  c.exec->command = (dir_ / "plugin.sh").string();
+  c.exec->api_version = kExecApiV1;
+  c.exec->interactive_mode = "Never";
+  EXPECT_EQ(GetCode(c), StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -1,0 +1,354 @@
+// Exec credential plugins end to end: a shell script written by the test plays the plugin (it
+// counts its runs in a file and records what it was given), the fake API server requires a
+// bearer token, and the client is built from a kubeconfig as the controller builds it.
+#include "controller/kube/exec_credential.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "controller/kube/kube_config.h"
+#include "tests/integration/kube/kube_test_util.h"
+
+namespace ringtrain::kube {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TestClock final : public Clock {
+ public:
+  WallTime Now() const override { return WallTime(std::chrono::seconds(now_.load())); }
+  void Set(const std::string& rfc3339) {
+    std::tm tm{};
+    ::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    now_ = ::timegm(&tm);
+  }
+
+ private:
+  std::atomic<std::int64_t> now_{0};
+};
+
+std::string Slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+class ExecCredentialTest : public testing::KubeTest {
+ protected:
+  void SetUp() override {
+    KubeTest::SetUp();
+    dir_ = fs::temp_directory_path() /
+           ("rt-exec-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    clock_.Set("2029-06-01T00:00:00Z");
+  }
+  void TearDown() override {
+    fs::remove_all(dir_);
+    KubeTest::TearDown();
+  }
+
+  // An executable script in the test's folder; `body` runs under sh with $D the folder.
+  std::string Script(const std::string& name, const std::string& body) {
+    fs::path p = dir_ / name;
+    std::ofstream(p) << "#!/bin/sh\nD='" << dir_.string() << "'\n" << body;
+    ::chmod(p.c_str(), 0755);
+    return p.string();
+  }
+
+  // A plugin printing the token in $D/token (v1 ExecCredential), counting its runs in $D/runs
+  // and keeping its arguments, its FOO variable and KUBERNETES_EXEC_INFO.
+  std::string TokenPlugin(const std::string& expiration = "") {
+    std::string status = "\"token\":\"'\"$(cat \"$D/token\")\"'\"";
+    if (!expiration.empty()) status += ",\"expirationTimestamp\":\"" + expiration + "\"";
+    return Script("plugin.sh",
+                  "echo run >> \"$D/runs\"\n"
+                  "echo \"$@\" > \"$D/args\"\n"
+                  "echo \"$FOO\" > \"$D/foo\"\n"
+                  "printf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$D/info\"\n"
+                  "[ -t 0 ] && echo tty > \"$D/stdin\"\n"
+                  "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+                  "\"kind\":\"ExecCredential\",\"status\":{" +
+                      status + "}}'\n");
+  }
+
+  void SetToken(const std::string& token) { std::ofstream(dir_ / "token") << token; }
+
+  int Runs() {
+    std::ifstream in(dir_ / "runs");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  }
+
+  // The controller's path: a kubeconfig naming the plugin, loaded, then a client.
+  std::unique_ptr<KubeClient> ClientWithPlugin(const std::string& command,
+                                               const std::string& extra = "") {
+    std::ofstream(dir_ / "kubeconfig")
+        << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        << "clusters: [{name: k, cluster: {server: \"" << server_->url() << "\"}}]\n"
+        << "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        << "users:\n- name: u\n  user:\n    exec:\n"
+        << "      apiVersion: client.authentication.k8s.io/v1\n"
+        << "      command: " << command << "\n"
+        << "      args: [get-token, --cluster, k]\n"
+        << "      env: [{name: FOO, value: bar}]\n"
+        << "      interactiveMode: Never\n"
+        << extra;
+    auto config = LoadKubeconfig((dir_ / "kubeconfig").string());
+    EXPECT_TRUE(config.ok()) << config.status().ToString();
+    if (!config.ok()) return nullptr;
+    ClientOptions options;
+    options.clock = &clock_;
+    options.max_retries = 0;
+    auto c = NewKubeClient(*config, options);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? std::move(c).value() : nullptr;
+  }
+
+  fs::path dir_;
+  TestClock clock_;
+};
+
+TEST_F(ExecCredentialTest, TokenFromThePluginIsUsedAndCachedUntilItExpires) {
+  server_->RequireBearerTokens({"plugin-token-1"});
+  SetToken("plugin-token-1");
+  auto client = ClientWithPlugin(TokenPlugin("2030-01-01T00:00:00Z"));
+  ASSERT_NE(client, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    auto list = client->List(kPods, "default", {});
+    ASSERT_TRUE(list.ok()) << list.status().ToString();
+  }
+  EXPECT_EQ(Runs(), 1);  // cached: three requests, one run
+  EXPECT_EQ(Slurp(dir_ / "args"), "get-token --cluster k\n");
+  EXPECT_EQ(Slurp(dir_ / "foo"), "bar\n");
+  EXPECT_FALSE(fs::exists(dir_ / "stdin"));  // stdin is not a terminal
+  auto info = nlohmann::json::parse(Slurp(dir_ / "info"), nullptr, false);
+  EXPECT_EQ(info, nlohmann::json::parse(R"({"apiVersion":"client.authentication.k8s.io/v1",
+      "kind":"ExecCredential","spec":{"interactive":false}})"));
+
+  // Past expirationTimestamp the plugin runs again and its new token is sent.
+  server_->RequireBearerTokens({"plugin-token-2"});
+  SetToken("plugin-token-2");
+  clock_.Set("2030-01-01T00:00:01Z");
+  auto list = client->List(kPods, "default", {});
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(Runs(), 2);
+  EXPECT_EQ(server_->UnauthorizedCount(), 0);
+}
+
+TEST_F(ExecCredentialTest, A401RunsThePluginOnceAndSendsTheRequestAgain) {
+  server_->RequireBearerTokens({"old"});
+  SetToken("old");
+  auto client = ClientWithPlugin(TokenPlugin());  // no expiration: valid until a 401
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->List(kPods, "default", {}).ok());
+  EXPECT_EQ(Runs(), 1);
+
+  // The server revoked "old"; the plugin now hands out "new". A write is safe to resend: a 401
+  // is refused before anything is done.
+  server_->RequireBearerTokens({"new"});
+  SetToken("new");
+  auto created = client->Create(kPods, "default", testing::Pod("p1"));
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  EXPECT_EQ(Runs(), 2);
+  EXPECT_EQ(server_->UnauthorizedCount(), 1);
+  EXPECT_EQ(server_->RequestCount("POST", "pods"), 2);
+
+  // A watch refreshes the same way.
+  server_->RequireBearerTokens({"newer"});
+  SetToken("newer");
+  auto watch = client->Watch(kPods, "default", {});
+  ASSERT_TRUE(watch.ok()) << watch.status().ToString();
+  (*watch)->Close();
+  EXPECT_EQ(Runs(), 3);
+
+  // A plugin whose fresh token is refused too: one refresh, then the 401 is the answer.
+  SetToken("still-wrong");
+  server_->RequireBearerTokens({"something-else"});
+  auto list = client->List(kPods, "default", {});
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kUnauthenticated);
+  EXPECT_EQ(Runs(), 4);
+}
+
+TEST_F(ExecCredentialTest, NoCredentialIsAnonymousAndForbiddenAsTheRealServerSays) {
+  server_->RequireBearerTokens({"x"});
+  KubeConfig config;
+  config.server = server_->url();
+  auto c = NewKubeClient(config);
+  ASSERT_TRUE(c.ok());
+  auto list = (*c)->List(kTrainingJobs, "default", {});
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_EQ(list.status().message(),
+            "trainingjobs is forbidden: User \"system:anonymous\" cannot list resource "
+            "\"trainingjobs\" in API group \"ringtrain.dev\" in the namespace \"default\"");
+}
+
+TEST_F(ExecCredentialTest, AFailingPluginIsNamedWithItsStderr) {
+  std::string plugin =
+      Script("failing.sh", "echo 'token expired, run aws sso login' >&2\nexit 3\n");
+  auto client = ClientWithPlugin(plugin);
+  ASSERT_NE(client, nullptr);
+  auto list = client->List(kPods, "default", {});
+  ASSERT_FALSE(list.ok());
+  const std::string& m = list.status().message();
+  EXPECT_NE(m.find(plugin), std::string::npos) << m;
+  EXPECT_NE(m.find("exit code 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("token expired, run aws sso login"), std::string::npos) << m;
+  EXPECT_EQ(server_->RequestCount("", ""), 0);  // nothing was sent anonymously
+}
+
+TEST_F(ExecCredentialTest, BadOutputIsRefusedWithTheReason) {
+  struct Case {
+    std::string stdout_text;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"not json", "decoding stdout"},
+      {"", "stdout was empty"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1beta1","kind":"ExecCredential",
+          "status":{"token":"t"}})",
+       "plugin returned version"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential"})",
+       "didn't return a status field"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{}})",
+       "didn't return a token or cert/key pair"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"clientCertificateData":"x"}})",
+       "only certificate or key"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"clientCertificateData":"x","clientKeyData":"y"}})",
+       "failed parsing client key/certificate"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"token":"t","expirationTimestamp":"tomorrow"}})",
+       "expirationTimestamp"},
+      {R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"token":7}})",
+       "token is not a string"},
+  };
+  for (const auto& c : cases) {
+    auto cred = ParseExecCredential(c.stdout_text, kExecApiV1, "/bin/plugin");
+    ASSERT_FALSE(cred.ok()) << c.stdout_text;
+    EXPECT_NE(cred.status().message().find(c.expected), std::string::npos)
+        << c.stdout_text << " → " << cred.status().message();
+    EXPECT_NE(cred.status().message().find("/bin/plugin"), std::string::npos);
+  }
+  auto ok = ParseExecCredential(
+      R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"token":"t","expirationTimestamp":"2030-01-01T02:00:00+02:00"}})",
+      kExecApiV1, "p");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->token, "t");
+  clock_.Set("2030-01-01T00:00:00Z");
+  EXPECT_EQ(*ok->expiration, clock_.Now());
+
+  // Years outside what system_clock holds are clamped, not overflowed (found by fuzzing).
+  for (const char* when : {"9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"}) {
+    auto far = ParseExecCredential(
+        std::string(R"({"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential",
+          "status":{"token":"t","expirationTimestamp":")") +
+            when + "\"}}",
+        kExecApiV1, "p");
+    ASSERT_TRUE(far.ok()) << far.status().ToString();
+    EXPECT_EQ(*far->expiration > clock_.Now(), when[0] == '9') << when;
+  }
+}
+
+TEST_F(ExecCredentialTest, AMissingCommandShowsTheInstallHint) {
+  auto client = ClientWithPlugin("aws-iam-authenticator-not-installed",
+                                 "      installHint: brew install aws-iam-authenticator\n");
+  ASSERT_NE(client, nullptr);
+  auto list = client->List(kPods, "default", {});
+  ASSERT_FALSE(list.ok());
+  const std::string& m = list.status().message();
+  EXPECT_NE(m.find("exec: executable aws-iam-authenticator-not-installed not found"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("brew install aws-iam-authenticator"), std::string::npos) << m;
+}
+
+TEST_F(ExecCredentialTest, AHungPluginTimesOutAndAStopRequestWakesIt) {
+  ExecConfig config;
+  config.command = Script("hang.sh", "echo waiting for a browser login >&2\nexec sleep 600\n");
+  config.api_version = kExecApiV1;
+  config.interactive_mode = "Never";
+  config.timeout = Duration(300);
+  auto cred = RunExecPlugin(config);
+  ASSERT_FALSE(cred.ok());
+  EXPECT_EQ(cred.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(cred.status().message().find("waiting for a browser login"), std::string::npos)
+      << cred.status().message();
+
+  config.timeout = Duration(600'000);
+  std::atomic<bool> stop{false};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(Duration(200));
+    stop = true;
+  });
+  cred = RunExecPlugin(config, &stop);
+  stopper.join();
+  ASSERT_FALSE(cred.ok());
+  EXPECT_EQ(cred.status().code(), StatusCode::kCancelled) << cred.status().ToString();
+}
+
+TEST_F(ExecCredentialTest, ProvideClusterInfoPassesTheClusterAndItsExtension) {
+  std::string plugin = Script("info.sh",
+                              "printf '%s' \"$KUBERNETES_EXEC_INFO\" > \"$D/info\"\n"
+                              "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1beta1\","
+                              "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"t\"}}'\n");
+  std::ofstream(dir_ / "kubeconfig")
+      << "current-context: c\n"
+      << "clusters:\n- name: k\n  cluster:\n    server: " << server_->url() << "\n"
+      << "    extensions:\n    - name: client.authentication.k8s.io/exec\n"
+      << "      extension: {audience: 06e3fbd18de8, scopes: [a, b]}\n"
+      << "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+      << "users: [{name: u, user: {exec: {apiVersion: client.authentication.k8s.io/v1beta1, "
+      << "command: " << plugin << ", provideClusterInfo: true}}}]\n";
+  auto config = LoadKubeconfig((dir_ / "kubeconfig").string());
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(config->exec.has_value());
+  EXPECT_EQ(config->exec->interactive_mode, "IfAvailable");  // v1beta1's default
+  auto cred = RunExecPlugin(*config->exec);
+  ASSERT_TRUE(cred.ok()) << cred.status().ToString();
+  auto info = nlohmann::json::parse(Slurp(dir_ / "info"), nullptr, false);
+  ASSERT_TRUE(info.is_object());
+  EXPECT_EQ(info["apiVersion"], kExecApiV1beta1);
+  EXPECT_EQ(info["spec"]["interactive"], false);
+  EXPECT_EQ(info["spec"]["cluster"]["server"], server_->url());
+  EXPECT_EQ(info["spec"]["cluster"]["config"],
+            nlohmann::json::parse(R"({"audience":"06e3fbd18de8","scopes":["a","b"]})"));
+}
+
+TEST_F(ExecCredentialTest, ARotatedTokenFileIsReadAgainAfterA401) {
+  server_->RequireBearerTokens({"sa-1"});
+  std::ofstream(dir_ / "sa-token") << "sa-1\n";
+  std::ofstream(dir_ / "kubeconfig")
+      << "current-context: c\n"
+      << "clusters: [{name: k, cluster: {server: \"" << server_->url() << "\"}}]\n"
+      << "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+      << "users: [{name: u, user: {tokenFile: sa-token}}]\n";
+  auto config = LoadKubeconfig((dir_ / "kubeconfig").string());
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto c = NewKubeClient(*config);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->List(kPods, "default", {}).ok());
+  // The kubelet rotated the projected token.
+  server_->RequireBearerTokens({"sa-2"});
+  std::ofstream(dir_ / "sa-token") << "sa-2\n";
+  auto list = (*c)->List(kPods, "default", {});
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(server_->UnauthorizedCount(), 1);
+}
+
+}  // namespace
+}  // namespace ringtrain::kube
