@@ -28,12 +28,25 @@ metadata: {name: $claim}
 spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
 YAML
   fi
+  # The pod securityContext of the operator's restricted-compliant pods, and a read-only root.
   cat >>"$WORK/job.yaml" <<YAML
   template:
     spec:
-      securityContext: {fsGroup: 65532}
+      automountServiceAccountToken: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {type: RuntimeDefault}
       volumes: [{name: ckpt, persistentVolumeClaim: {claimName: $claim}}]
-      containers: [{name: runner, volumeMounts: [{name: ckpt, mountPath: /ckpt}]}]
+      containers:
+        - name: runner
+          volumeMounts: [{name: ckpt, mountPath: /ckpt}]
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities: {drop: [ALL]}
 YAML
 fi
 echo "checkpoint volume: $mode"
