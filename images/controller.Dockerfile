@@ -32,7 +32,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 COPY --from=binaries /out/runtime-packages.txt /tmp/runtime-packages.txt
 # ca-certificates: TLS to the API server with a kubeconfig outside the cluster. No apt lists,
 # docs or man pages are kept.
-RUN apt-get update \
+RUN apt-get -o Acquire::Retries=3 update \
  && xargs -a /tmp/runtime-packages.txt apt-get install -y --no-install-recommends ca-certificates \
  && apt-get clean \
  && rm -rf /var/lib/apt/lists/* /var/cache/debconf/*-old /var/log/* /tmp/runtime-packages.txt \

@@ -68,7 +68,7 @@ RUN : > /tmp/extra-packages.txt
 FROM runtime-${FLAVOUR}
 ENV DEBIAN_FRONTEND=noninteractive
 COPY --from=binaries /out/runtime-packages.txt /tmp/runtime-packages.txt
-RUN apt-get update \
+RUN apt-get -o Acquire::Retries=3 update \
  && cat /tmp/runtime-packages.txt /tmp/extra-packages.txt \
     | xargs apt-get install -y --no-install-recommends \
  && apt-get clean \

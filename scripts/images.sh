@@ -119,8 +119,10 @@ build_image() {
   local name=$1 dockerfile=$2 context=$3
   shift 3
   log "building $name"
-  podman --runtime runc build --pull=never --runtime runc -f "$dockerfile" -t "$name" "$@" \
-    "$context"
+  # --network host: the RUN steps' apt-get reaches the Debian mirror as the host's does (a
+  # bridge network's NAT may have no way out, or no DNS, on a CI machine).
+  podman --runtime runc build --pull=never --runtime runc --network host -f "$dockerfile" \
+    -t "$name" "$@" "$context"
   log "$name: $(podman image inspect --format '{{.Size}}' "$name" | numfmt --to=iec) "
 }
 
@@ -140,7 +142,8 @@ runner_cpu() {
     # The CPU image cannot carry a runner linked against CUDA (cuDNN alone is ~1 GB): when the
     # host build has the GPU runner, a CPU-only one is built beside it, mostly from ccache.
     local dir=$BUILD_DIR
-    if ldd "$BUILD_DIR/bin/ringtrain-runner" 2>/dev/null | grep -q /usr/local/cuda; then
+    if ldd "$BUILD_DIR/bin/ringtrain-runner" 2>/dev/null |
+      grep -Eq 'libcud(art|nn)|libcublas|libnccl|/usr/local/cuda'; then
       dir=$BUILD_DIR-cpu-image
       log "$BUILD_DIR's runner links CUDA: building a CPU runner in $dir"
       timed "CPU runner build" bash -c "cmake -S . -B '$dir' -G Ninja -DCMAKE_BUILD_TYPE=Release \

@@ -14,6 +14,16 @@ mkdir -p "$WORK/hostout"
 chmod 0777 "$WORK/hostout"
 
 k create secret generic s1 --from-literal=token=sekret >/dev/null || fail "secret"
+# Where the API server serves PVCs the claim must exist (the kubelet binds it); else a claim is
+# a folder by name.
+if k api-resources 2>/dev/null | grep -q '^persistentvolumeclaims '; then
+  k apply -f - >/dev/null <<YAML || fail "PVC apply"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: data}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+YAML
+fi
 pod() {  # pod NAME SPEC-JSON: a pod of one container named c
   python3 -c 'import json,sys; s=json.loads(sys.argv[2]); s.setdefault("restartPolicy","Never")
 print(json.dumps({"apiVersion":"v1","kind":"Pod","metadata":{"name":sys.argv[1]},"spec":s}))' \

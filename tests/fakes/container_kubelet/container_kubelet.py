@@ -164,6 +164,7 @@ class Kubelet:
         self.net = ipaddress.ip_network(args.subnet)
         self.used_ips = set()
         self.image_users = {}
+        self.pvc_served = None  # unknown until the first list
 
     # ---- network ----------------------------------------------------------------------------
     def ensure_network(self):
@@ -234,6 +235,7 @@ class Kubelet:
             self.begin_stop(pod, deleted=True)
         self.check_exits()
         self.write_file_sd()
+        self.provision_claims()
 
     # ---- start ------------------------------------------------------------------------------
     def try_start(self, pod):
@@ -677,6 +679,42 @@ class Kubelet:
             names = [p.container for p in self.pods.values()]
         if names:
             podman(["rm", "-f", "-t", "2", "--ignore"] + names, timeout=120, check=False)
+
+    # ---- PersistentVolumeClaims -------------------------------------------------------------
+    def provision_claims(self):
+        """The provisioner's part, where the API server serves PVCs: a Pending claim becomes
+        Bound (its host folder is made when a pod mounts it), and the folder of a claim that
+        is gone is deleted (reclaim policy Delete)."""
+        if self.pvc_served is False:
+            return
+        path = "/api/v1/persistentvolumeclaims"
+        if self.args.namespace:
+            path = "/api/v1/namespaces/%s/persistentvolumeclaims" % self.args.namespace
+        code, body = self.api.get(path)
+        if code == 404:
+            self.pvc_served = False  # this API server has no PVCs: claims are folders by name
+            return
+        if code != 200:
+            return
+        self.pvc_served = True
+        present = set()
+        for claim in body.get("items", []):
+            meta = claim["metadata"]
+            present.add((meta.get("namespace", "default"), meta["name"]))
+            if (claim.get("status") or {}).get("phase") == "Bound":
+                continue
+            spec = claim.get("spec") or {}
+            storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")
+            p = "/api/v1/namespaces/%s/persistentvolumeclaims/%s/status" % (
+                meta.get("namespace", "default"), meta["name"])
+            self.api.request("PATCH", p, {"status": {
+                "phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "capacity": {"storage": storage}}}, "application/merge-patch+json")
+        root = os.path.join(self.state_dir, "pvc")
+        for ns in os.listdir(root) if os.path.isdir(root) else []:
+            for name in os.listdir(os.path.join(root, ns)):
+                if (ns, name) not in present:
+                    shutil.rmtree(os.path.join(root, ns, name), ignore_errors=True)
 
     # ---- Prometheus file service discovery --------------------------------------------------
     def write_file_sd(self):
