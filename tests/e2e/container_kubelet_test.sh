@@ -5,7 +5,8 @@
 # or the log with FallbackToLogsOnError), securityContext (non-root user, read-only root, no
 # capabilities, no privilege escalation, runAsNonRoot refusing root), a PVC folder writable only
 # through fsGroup and outliving its pod, an image that is not there (imagePullPolicy Never), and
-# pod deletion: SIGTERM, then SIGKILL after the grace period.
+# pod deletion: SIGTERM (the runner, PID 1 of its container, stops on it), then SIGKILL after
+# the grace period.
 source "$(dirname "$0")/container_lib.sh"
 start_fake_cluster
 start_container_kubelet
@@ -58,6 +59,16 @@ pod term-pod '{"terminationGracePeriodSeconds":20,
   "volumeMounts":[{"name":"o","mountPath":"/out"}]}]}'
 pod stubborn-pod '{"terminationGracePeriodSeconds":2,
   "containers":[{"name":"c","image":"'"$img"'","command":'"$(cmd 'trap "" TERM; while :; do sleep 0.1; done')"'}]}'
+# The runner image's default checkpoint path is writable by its user without any volume.
+pod ckpt-pod '{"containers":[{"name":"c","image":"'"$img"'","command":'"$(cmd 'touch /ckpt/probe && id -u > /dev/termination-log')"'}]}'
+# The real runner as PID 1 of its container (a gang of one): SIGTERM must stop it.
+pod runner-pod '{"terminationGracePeriodSeconds":30,
+  "containers":[{"name":"c","image":"'"$img"'",
+  "args":["--dataset","/usr/share/datasets/fashion-mnist","--epochs","50"],
+  "env":[{"name":"RINGTRAIN_JOB","value":"solo"},{"name":"RINGTRAIN_RANK","value":"0"},
+         {"name":"RINGTRAIN_WORLD_SIZE","value":"1"},{"name":"RINGTRAIN_TOKEN","value":"t"},
+         {"name":"RINGTRAIN_MASTER_ADDR","value":"127.0.0.1"},
+         {"name":"RINGTRAIN_MASTER_PORT","value":"29500"}]}]}'
 
 field() { k get pod "$1" -o "jsonpath=$2"; }
 term() { field "$1" "{.status.containerStatuses[0].state.terminated.$2}"; }
@@ -87,6 +98,10 @@ wait_until 120 "ro-pod Succeeded" phase_is ro-pod Succeeded
 expect "ro-pod message" "$(term ro-pod message | tr '\n' ' ')" \
   "65532 scratch-ok CapEff:0000000000000000 NoNewPrivs:1 "
 
+finished() { phase_is "$1" Succeeded || phase_is "$1" Failed; }
+wait_until 120 "ckpt-pod done" finished ckpt-pod
+expect "ckpt-pod: /ckpt writable by the image's user" "$(term ckpt-pod message)" 65532
+
 wait_until 60 "root-pod refused" waiting_is root-pod CreateContainerConfigError
 phase_is root-pod Pending || fail "root-pod should stay Pending"
 echo "ok: root-pod refused: $(field root-pod '{.status.containerStatuses[0].state.waiting.message}')"
@@ -115,12 +130,16 @@ expect "pvc-reader message" "$(term pvc-reader message)" kept
 # Deletion: SIGTERM first (the pod's handler runs), SIGKILL after the grace period.
 wait_until 120 "term-pod Running" phase_is term-pod Running
 wait_until 120 "stubborn-pod Running" phase_is stubborn-pod Running
-k delete pod term-pod stubborn-pod --wait=false >/dev/null || fail "delete"
+wait_until 120 "runner-pod training" grep -q "epoch 1/" "$WORK/kubelet/logs/default_runner-pod.log"
+k delete pod term-pod stubborn-pod runner-pod --wait=false >/dev/null || fail "delete"
 wait_until 30 "term-pod's SIGTERM handler" grep -q got-SIGTERM "$WORK/hostout/term"
 echo "ok: term-pod got SIGTERM"
 stopped() { grep -q "default/$1: stopped after .* exit code $2" "$WORK/kubelet.log"; }
 wait_until 60 "stubborn-pod SIGKILLed after its grace period" stopped stubborn-pod 137
 wait_until 60 "term-pod stopped" stopped term-pod 0
+# 143: the runner's retryable "stopped by signal", long before the grace period's SIGKILL (137).
+wait_until 60 "the runner stopped by SIGTERM" stopped runner-pod 143
+echo "ok: the runner stopped on SIGTERM: $(grep -o 'runner-pod: stopped after [0-9.]*s' "$WORK/kubelet.log")"
 gone() { [ -z "$(podman ps -aq --filter "label=io.kubernetes.pod.name=$1")" ]; }
 wait_until 60 "term-pod's container removed" gone term-pod
 echo PASS
