@@ -151,6 +151,8 @@ class Pod:
         self.log_path = ""
         self.emptydirs = []
         self.container_id = ""
+        self.failures = 0  # failed starts in a row: the next try backs off (0.5 s .. 10 s)
+        self.next_try = 0.0
 
 
 class Kubelet:
@@ -239,9 +241,13 @@ class Kubelet:
 
     # ---- start ------------------------------------------------------------------------------
     def try_start(self, pod):
+        if time.monotonic() < pod.next_try:
+            return
         try:
             self.start(pod)
         except PodError as e:
+            pod.failures += 1
+            pod.next_try = time.monotonic() + min(10.0, 0.5 * 2 ** (pod.failures - 1))
             if pod.ip and pod.state == "pending":
                 self.used_ips.discard(pod.ip)
                 pod.ip = ""
