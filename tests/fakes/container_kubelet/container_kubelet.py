@@ -103,10 +103,16 @@ class Api:
         return code
 
 
+# conmon (podman 4.3 on cgroup v1) writes an "oom" marker file into its working directory: keep
+# that in the kubelet's state directory, not wherever the kubelet was started.
+PODMAN_CWD = None
+
+
 def podman(args, timeout=PODMAN_TIMEOUT, env=None, check=True):
     cmd = ["podman", "--runtime", "runc"] + args
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                           cwd=PODMAN_CWD)
     except subprocess.TimeoutExpired:
         raise PodError("RunContainerError", "podman %s timed out after %ds" % (args[0], timeout))
     if check and p.returncode != 0:
@@ -187,7 +193,9 @@ class Kubelet:
 
     # ---- the loop ---------------------------------------------------------------------------
     def run(self):
+        global PODMAN_CWD
         os.makedirs(self.state_dir, exist_ok=True)
+        PODMAN_CWD = self.state_dir
         self.ensure_network()
         self.remove_stale_containers()
         log("watching pods on %s (network %s)" % (self.args.server, self.args.network))
