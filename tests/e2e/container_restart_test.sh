@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A rank's container SIGKILLed mid-training, everything in containers (see container_train_test):
+# the kubelet reports exit code 137, the controller restarts the gang as attempt 1, the new
+# rank 0 resumes from the checkpoint that the killed gang's rank 0 wrote (not from step 0) on a
+# volume that outlived its pod, and the job ends Succeeded with restarts 1.
+#
+# The checkpoint volume: when the operator mounts spec.checkpoint.volumeClaim (a PVC per job),
+# the job asks for one; until then the job brings its own PVC through spec.template (with
+# fsGroup 65532, which makes the claim's root-owned folder writable by the image's user).
+source "$(dirname "$0")/container_lib.sh"
+start_fake_cluster
+start_container_kubelet
+start_controller_pod --runner-image "$RUNNER_IMAGE" --progress-interval-ms 500
+
+job=fashion-mnist-mlp
+example_with "$WORK/job.yaml" everySteps 500
+if grep -q persistentVolumeClaim "$SRC/controller/operator/pod_builder.cc"; then
+  mode="spec.checkpoint.volumeClaim"
+  grep -q volumeClaim "$WORK/job.yaml" ||
+    sed -i 's|^\(\s*\)everySteps: 500|&\n\1volumeClaim: {size: 1Gi}|' "$WORK/job.yaml"
+else
+  mode="a PVC in spec.template"
+  claim=$job-ckpt
+  if k api-resources 2>/dev/null | grep -q '^persistentvolumeclaims '; then
+    k apply -f - >/dev/null <<YAML || fail "PVC apply"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {name: $claim}
+spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}
+YAML
+  fi
+  # The pod securityContext of the operator's restricted-compliant pods, and a read-only root.
+  cat >>"$WORK/job.yaml" <<YAML
+  template:
+    spec:
+      automountServiceAccountToken: false
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        fsGroup: 65532
+        seccompProfile: {type: RuntimeDefault}
+      volumes: [{name: ckpt, persistentVolumeClaim: {claimName: $claim}}]
+      containers:
+        - name: runner
+          volumeMounts: [{name: ckpt, mountPath: /ckpt}]
+          securityContext:
+            allowPrivilegeEscalation: false
+            readOnlyRootFilesystem: true
+            capabilities: {drop: [ALL]}
+YAML
+fi
+echo "checkpoint volume: $mode"
+k apply -f "$WORK/job.yaml" >/dev/null || fail "job apply"
+
+# Rank 0's /status, straight from its pod IP on the podman network.
+pod_ip() { k get pod "$1" -o 'jsonpath={.status.podIP}'; }
+step_of() {
+  curl -sf --max-time 2 "http://$(pod_ip "$1"):9400/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])'
+}
+past_checkpoint() { [ "$(step_of $job-a0-0 2>/dev/null || echo 0)" -ge 1100 ]; }
+wait_until 300 "rank 0 of attempt 0 past step 1100 (checkpoints at 500 and 1000)" past_checkpoint
+victim=$(podman ps -q --filter "label=io.kubernetes.pod.name=$job-a0-1" \
+  --filter "label=dev.ringtrain.container-kubelet=$KUBELET_INSTANCE")
+[ -n "$victim" ] || fail "no container for $job-a0-1"
+echo "SIGKILL to rank 1's container at step $(step_of $job-a0-0 || echo ?)"
+podman kill -s KILL "$victim" >/dev/null || fail "podman kill"
+
+wait_job_done "$job" 600
+k get tj "$job" | tee "$WORK/tj.txt"
+[ "$(tj_field $job '{.status.restarts}')" = 1 ] ||
+  fail "restarts $(tj_field $job '{.status.restarts}'), expected 1"
+echo "lastFailure: $(tj_field $job '{.status.lastFailure}')"
+[ "$(tj_field $job '{.status.lastFailure.exitCode}')" = 137 ] || fail "lastFailure.exitCode"
+resumed=$(pod_log "$job-a1-0" | grep -o 'resuming from checkpoint at step [0-9]*' | grep -o '[0-9]*$')
+[ -n "$resumed" ] || fail "attempt 1's rank 0 did not resume from a checkpoint"
+[ "$resumed" -ge 1000 ] || fail "resumed from step $resumed, expected at least 1000"
+echo "attempt 1 resumed from step $resumed"
+acc=$(accuracy_of "$job-a1-0")
+python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.87 else 1)' "${acc:-0}" ||
+  fail "test accuracy '$acc' after the restart"
+echo "test accuracy after the restart: $acc"
+echo PASS
