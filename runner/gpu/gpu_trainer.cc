@@ -111,6 +111,11 @@ struct GpuTrainer::Impl {
     mc.width = deps.train->cols;
     mc.max_batch = config.batch_size;
     mc.seed = config.seed;
+    // The gather kernels trust the data's shape and labels: check them once, here.
+    RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
+    if (deps.test != nullptr) {
+      RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
+    }
     const MathMode math = config.precision == "tf32" ? MathMode::kTf32 : MathMode::kFp32;
     ASSIGN_OR_RETURN(model, GpuModel::Create(mc, math, compute.get()));
     ASSIGN_OR_RETURN(optimizer,

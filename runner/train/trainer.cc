@@ -22,6 +22,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Tr
   mc.width = deps.train->cols;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;
+  // Gather and the model trust the data's shape and labels: check them once, here.
+  RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
+  if (deps.test != nullptr) {
+    RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
+  }
   ASSIGN_OR_RETURN(t->model_, model::Model::Create(mc));
   ASSIGN_OR_RETURN(t->optimizer_,
                    model::Optimizer::Create(config.optimizer, t->model_->params().size()));
