@@ -60,6 +60,7 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"data_wait_seconds", r.data_wait_seconds},
                       {"allreduce_wait_seconds", r.allreduce_wait_seconds},
                       {"resumed", r.resumed}};
+  if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
