@@ -324,7 +324,11 @@ StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size
     auto st = ReadCheckpoint(it->second, num_params, state_size);
     if (st.ok()) return st;
     if (st.status().code() != StatusCode::kDataLoss) return st.status();
-    spdlog::warn("skipping checkpoint: {}", st.status().message());
+    // Moved aside, not deleted: left in place, a corrupt file numbered above the checkpoints
+    // written from now on would keep counting as one of the newest `keep` and evict them.
+    std::filesystem::rename(it->second, it->second + ".corrupt", ec);
+    spdlog::warn("skipping checkpoint{}: {}", ec ? "" : " (kept as " + it->second + ".corrupt)",
+                 st.status().message());
     if (!reasons.empty()) reasons += "; ";
     reasons += st.status().message();
   }

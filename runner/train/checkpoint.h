@@ -49,7 +49,8 @@ Status CheckpointDirError(const std::string& what, int err);
 // The newest readable checkpoint in `dir`:
 //  - NotFound when there is no checkpoint file at all (a fresh start);
 //  - a corrupt, truncated or implausible file is skipped with a warning for the next older
-//    one; every size read from a file is bounded by the file's size and the model's
+//    one and renamed to <name>.corrupt (so it no longer counts among the newest to keep);
+//    every size read from a file is bounded by the file's size and the model's
 //    (`num_params`, `state_size`) before anything is allocated;
 //  - DataLoss naming the files when checkpoints exist but none is readable (the caller starts
 //    from step 0 and must say so);

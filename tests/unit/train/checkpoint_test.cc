@@ -75,6 +75,33 @@ TEST_F(CheckpointTest, HugeStateSizeInTheHeaderFallsBackToTheOlderCheckpoint) {
   auto st = LoadNewestCheckpoint(dir_, kParams, kState);
   ASSERT_TRUE(st.ok()) << st.status().ToString();
   EXPECT_EQ(st->global_step, 1);
+  // Moved aside, so the checkpoints written after resuming are not evicted in its favour.
+  EXPECT_FALSE(std::filesystem::exists(Path(2)));
+  EXPECT_TRUE(std::filesystem::exists(Path(2) + ".corrupt"));
+  ASSERT_TRUE(Write(3, 3.0f).ok());
+  st = LoadNewestCheckpoint(dir_, kParams, kState);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->global_step, 3);
+}
+
+TEST_F(CheckpointTest, CorruptFilesNumberedHigherDoNotEvictNewCheckpoints) {
+  ASSERT_TRUE(Write(500, 1.0f).ok());
+  ASSERT_TRUE(Write(600, 1.0f).ok());
+  std::filesystem::resize_file(Path(500), 20);
+  std::filesystem::resize_file(Path(600), 20);
+  EXPECT_EQ(LoadNewestCheckpoint(dir_, kParams, kState).status().code(), StatusCode::kDataLoss);
+  // A fresh start writes step 100, then 200 (keep 2): both must survive.
+  CheckpointPosition pos;
+  std::vector<float> p(kParams), o(kState);
+  for (std::int64_t step : {100, 200}) {
+    pos.global_step = step;
+    ASSERT_TRUE(WriteCheckpoint(dir_, pos, p, o, /*keep=*/2).ok());
+  }
+  EXPECT_TRUE(std::filesystem::exists(Path(100)));
+  EXPECT_TRUE(std::filesystem::exists(Path(200)));
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 200);
 }
 
 TEST_F(CheckpointTest, EverySizeFieldIsBoundedByTheFile) {
