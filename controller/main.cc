@@ -163,6 +163,11 @@ int Run(const std::vector<std::string>& args) {
                 summary["test_accuracy"].get<double>(), summary["test_loss"].get<double>(),
                 summary["steps"].get<long long>(), summary["samples_per_second"].get<double>());
   }
+  // Rank 0 found checkpoints but could resume from none: the job trained from step 0.
+  if (summary.contains("resume_warning")) {
+    std::printf("  warning: no checkpoint could be resumed: %s\n",
+                summary["resume_warning"].get<std::string>().c_str());
+  }
   if (st.last_failure && st.phase == "Failed") {
     std::printf("  last failure: rank %d exit code %d (%s) %s\n", st.last_failure->rank,
                 st.last_failure->exit_code, st.last_failure->reason.c_str(),

@@ -171,6 +171,12 @@ int RunLocalRanks(const LocalLaunch& launch) {
   }
   if (first_code != 0) WriteLine(launch.termination_log, first_reason);
   if (first_code == 0 && forwarded != 0) first_code = 128 + forwarded;
+  if (first_code == 0 && launch.node_rank == 0) {
+    // Rank 0's final /status (the runner contract) becomes the pod's termination message.
+    std::ifstream in(term_logs[0]);
+    std::string line;
+    if (std::getline(in, line) && !line.empty()) WriteLine(launch.termination_log, line);
+  }
   return first_code;
 }
 

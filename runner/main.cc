@@ -23,6 +23,7 @@
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
+#include "runner/train/checkpoint.h"
 #include "runner/train/config.h"
 #include "runner/train/trainer.h"
 #ifdef RINGTRAIN_WITH_CUDA
@@ -80,6 +81,7 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"data_wait_seconds", r.data_wait_seconds},
                       {"allreduce_wait_seconds", r.allreduce_wait_seconds},
                       {"resumed", r.resumed}};
+  if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -221,6 +223,12 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
   ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
   if (StopRequested()) return StoppedStatus("data loading");
+  RETURN_IF_ERROR(
+      data::ValidateForModel(test_set, train_set.rows, train_set.cols, config.model.classes));
+  // A checkpoint dir that can never work fails now, before the others wait at a rendezvous.
+  if (env.rank == 0 && !config.checkpoint_dir.empty()) {
+    RETURN_IF_ERROR(train::CheckCheckpointDirWritable(config.checkpoint_dir));
+  }
   ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);
@@ -291,6 +299,9 @@ int Main(int argc, char** argv) {
   Outcome outcome;
   Status s = Run(*env, *config, &metrics, outcome);
   if (!s.ok()) return fail(s, env->termination_log, outcome);
+  // The contract: rank 0's final /status is its termination message, so the operator knows the
+  // final step and epoch even when its last poll of /status is seconds old.
+  if (env->rank == 0) WriteTerminationLog(env->termination_log, metrics.FinalStatusJson());
   return 0;
 }
 

@@ -253,7 +253,8 @@ void LocalRun::PrintProgress(bool force) {
     std::snprintf(line, sizeof(line),
                   "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f | %.0f samples/s | "
                   "restarts %d",
-                  st.phase.c_str(), st.attempt, progress_->epoch + 1, job_.spec.train.epochs,
+                  st.phase.c_str(), st.attempt,
+                  std::min(progress_->epoch + 1, job_.spec.train.epochs), job_.spec.train.epochs,
                   static_cast<long long>(progress_->step), progress_->loss,
                   progress_->samples_per_second, st.restarts);
   } else {

@@ -3,7 +3,10 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
+#include <cstdio>
 #include <memory>
 
 namespace ringtrain::data {
@@ -37,13 +40,33 @@ Status ReadExact(gzFile f, void* buf, std::size_t len, const std::string& path, 
   return Status::Ok();
 }
 
-StatusOr<GzFile> Open(const std::string& path) {
+struct OpenedFile {
+  GzFile f;
+  std::uint64_t size = 0;  // bytes on disk
+  bool gzip = false;
+};
+
+StatusOr<OpenedFile> Open(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return NotFound(path + ": no such file");
-  GzFile f(gzopen(path.c_str(), "rb"));
-  if (!f) return NotFound(path + ": cannot open");
-  gzbuffer(f.get(), 1 << 20);
-  return f;
+  if (::stat(path.c_str(), &st) != 0) {
+    // A missing dataset file cannot appear by restarting: NotFound is permanent.
+    return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  }
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  OpenedFile out;
+  out.size = static_cast<std::uint64_t>(st.st_size);
+  if (FILE* raw = std::fopen(path.c_str(), "rb")) {
+    unsigned char m[2] = {0, 0};
+    out.gzip = std::fread(m, 1, 2, raw) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    std::fclose(raw);
+  } else {
+    return ErrnoStatus(errno == EACCES ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
+                       path, errno);
+  }
+  out.f.reset(gzopen(path.c_str(), "rb"));
+  if (!out.f) return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  gzbuffer(out.f.get(), 1 << 20);
+  return out;
 }
 
 // Returns the dimensions after checking the magic (type 0x08 = unsigned byte).
@@ -75,38 +98,87 @@ Status ExpectEnd(gzFile f, const std::string& path) {
   return Status::Ok();
 }
 
+std::string DimsString(const std::vector<std::uint32_t>& dims) {
+  std::string s;
+  for (auto d : dims) s += (s.empty() ? "" : "x") + std::to_string(d);
+  return s;
+}
+
+// The payload size the header announces, checked before anything is allocated: the product
+// must not overflow, must stay under kMaxIdxBytes, and must fit the file (exactly for a plain
+// file; within deflate's best ratio for a gzip one).
+StatusOr<std::uint64_t> PayloadBytes(const OpenedFile& file, const std::vector<std::uint32_t>& dims,
+                                     const std::string& path) {
+  std::uint64_t total = 1;
+  for (auto d : dims) {
+    if (d == 0 || __builtin_mul_overflow(total, std::uint64_t{d}, &total) || total > kMaxIdxBytes) {
+      return DataLoss(path + ": implausible dimensions " + DimsString(dims) +
+                      " (empty, or more than " + std::to_string(kMaxIdxBytes) + " bytes)");
+    }
+  }
+  const std::uint64_t header = 4 * (1 + dims.size());
+  if (!file.gzip) {
+    const std::uint64_t have = file.size - std::min(file.size, header);
+    if (have < total) {
+      return DataLoss(path + ": truncated file: the header announces " + DimsString(dims) + " = " +
+                      std::to_string(total) + " bytes, the file holds " + std::to_string(have));
+    }
+    if (have > total) return DataLoss(path + ": more data than the header announces");
+  } else if (total + header > file.size * kMaxDeflateRatio) {
+    return DataLoss(path + ": truncated or corrupt file: the header announces " + DimsString(dims) +
+                    " = " + std::to_string(total) + " bytes, more than " +
+                    std::to_string(file.size) + " compressed bytes can hold");
+  }
+  return total;
+}
+
+// Reads the announced payload, growing `out` only as bytes arrive, so a header that lies about
+// a compressed file costs at most one chunk beyond what the file really holds.
+Status ReadPayload(gzFile f, std::uint64_t total, std::vector<std::uint8_t>& out,
+                   const std::string& path, const char* what) {
+  constexpr std::uint64_t kChunk = 16u << 20;
+  out.clear();
+  while (out.size() < total) {
+    const std::size_t done = out.size();
+    const std::size_t next =
+        static_cast<std::size_t>(std::min<std::uint64_t>(total, done + kChunk));
+    out.resize(next);
+    RETURN_IF_ERROR(ReadExact(f, out.data() + done, next - done, path, what));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
                           int classes) {
   Dataset ds;
+  ds.images_path = images_path;
+  ds.labels_path = labels_path;
   {
-    ASSIGN_OR_RETURN(GzFile f, Open(images_path));
-    ASSIGN_OR_RETURN(auto dims, ReadHeader(f.get(), images_path, 3));
-    if (dims[0] == 0 || dims[1] == 0 || dims[2] == 0 || dims[1] > 4096 || dims[2] > 4096 ||
-        dims[0] > (1u << 28)) {
-      return DataLoss(images_path + ": implausible dimensions " + std::to_string(dims[0]) + "x" +
-                      std::to_string(dims[1]) + "x" + std::to_string(dims[2]));
+    ASSIGN_OR_RETURN(OpenedFile file, Open(images_path));
+    ASSIGN_OR_RETURN(auto dims, ReadHeader(file.f.get(), images_path, 3));
+    if (dims[1] > 4096 || dims[2] > 4096) {
+      return DataLoss(images_path + ": implausible dimensions " + DimsString(dims) +
+                      " (images larger than 4096x4096)");
     }
+    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims, images_path));
     ds.count = dims[0];
     ds.rows = static_cast<int>(dims[1]);
     ds.cols = static_cast<int>(dims[2]);
-    ds.images.resize(ds.count * static_cast<std::size_t>(ds.rows) * ds.cols);
-    RETURN_IF_ERROR(
-        ReadExact(f.get(), ds.images.data(), ds.images.size(), images_path, "the pixels"));
-    RETURN_IF_ERROR(ExpectEnd(f.get(), images_path));
+    RETURN_IF_ERROR(ReadPayload(file.f.get(), bytes, ds.images, images_path, "the pixels"));
+    RETURN_IF_ERROR(ExpectEnd(file.f.get(), images_path));
   }
   {
-    ASSIGN_OR_RETURN(GzFile f, Open(labels_path));
-    ASSIGN_OR_RETURN(auto dims, ReadHeader(f.get(), labels_path, 1));
+    ASSIGN_OR_RETURN(OpenedFile file, Open(labels_path));
+    ASSIGN_OR_RETURN(auto dims, ReadHeader(file.f.get(), labels_path, 1));
     if (dims[0] != ds.count) {
       return DataLoss(labels_path + ": " + std::to_string(dims[0]) + " labels for " +
                       std::to_string(ds.count) + " images in " + images_path);
     }
-    ds.labels.resize(ds.count);
-    RETURN_IF_ERROR(
-        ReadExact(f.get(), ds.labels.data(), ds.labels.size(), labels_path, "the labels"));
-    RETURN_IF_ERROR(ExpectEnd(f.get(), labels_path));
+    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims, labels_path));
+    RETURN_IF_ERROR(ReadPayload(file.f.get(), bytes, ds.labels, labels_path, "the labels"));
+    RETURN_IF_ERROR(ExpectEnd(file.f.get(), labels_path));
   }
   for (std::size_t i = 0; i < ds.count; ++i) {
     if (ds.labels[i] >= classes) {
@@ -115,6 +187,31 @@ StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& lab
     }
   }
   return ds;
+}
+
+Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
+  const std::string images = ds.images_path.empty() ? "in-memory images" : ds.images_path;
+  const std::string labels = ds.labels_path.empty() ? "in-memory labels" : ds.labels_path;
+  if (ds.count == 0) return InvalidArgument(images + ": no samples");
+  if (ds.rows != rows || ds.cols != cols) {
+    return InvalidArgument(images + ": images are " + std::to_string(ds.rows) + "x" +
+                           std::to_string(ds.cols) + ", the model takes " + std::to_string(rows) +
+                           "x" + std::to_string(cols) + " (the training images' shape)");
+  }
+  if (ds.images.size() != ds.count * static_cast<std::size_t>(ds.sample_size()) ||
+      ds.labels.size() != ds.count) {
+    return InvalidArgument(images + ": " + std::to_string(ds.images.size()) + " pixels and " +
+                           std::to_string(ds.labels.size()) + " labels for " +
+                           std::to_string(ds.count) + " samples");
+  }
+  for (std::size_t i = 0; i < ds.count; ++i) {
+    if (ds.labels[i] >= classes) {
+      return InvalidArgument(labels + ": label " + std::to_string(ds.labels[i]) + " at index " +
+                             std::to_string(i) + " is not below the model's " +
+                             std::to_string(classes) + " classes");
+    }
+  }
+  return Status::Ok();
 }
 
 StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {

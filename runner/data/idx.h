@@ -17,22 +17,39 @@ struct Dataset {
   std::size_t count = 0;
   int rows = 0;
   int cols = 0;
+  std::string images_path;  // where it was read from, for error messages
+  std::string labels_path;
   int sample_size() const { return rows * cols; }
 };
 
+// The most bytes one IDX file may hold (decompressed): the whole dataset stays in memory on
+// every rank, so a header announcing more is rejected before anything is allocated.
+inline constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{4} << 30;
+// deflate's best compression ratio is 1032:1, so a .gz file of c bytes cannot honestly hold
+// more than c × 1032 bytes: a header announcing more is rejected before allocating.
+inline constexpr std::uint64_t kMaxDeflateRatio = 1032;
+
 // Reads an image file (magic 0x803) and its label file (magic 0x801). Truncated or corrupt
 // files are DataLoss, a count mismatch or a label ≥ `classes` is DataLoss; errors name the file.
+// The header's dimensions are checked against the file's size (and kMaxIdxBytes) before any
+// allocation, and memory grows only as bytes actually arrive.
 StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
                           int classes = 10);
 
 // The four standard names under `dir` ("train-images-idx3-ubyte.gz", ...); `.gz` optional.
 StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train);
 
+// Whether `ds` fits a model of rows × cols inputs and `classes` outputs: a test set of another
+// shape than the training set, or a label the model cannot output, is InvalidArgument naming the
+// file (checked once at load, because Gather trusts the shape and the indices).
+Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes);
+
 // Fashion-MNIST training-set statistics, used for every split.
 inline constexpr float kFashionMean = 0.2860f;
 inline constexpr float kFashionStd = 0.3530f;
 
 // Writes samples idx[0..n) as normalized floats into x (n × sample_size) and labels into y.
+// Every idx[i] must be below ds.count (the sampler guarantees it); no checks on this hot path.
 void Gather(const Dataset& ds, const std::size_t* idx, int n, float* x, std::int32_t* y);
 
 }  // namespace ringtrain::data

@@ -15,14 +15,38 @@ StatusOr<std::unique_ptr<PrefetchLoader>> PrefetchLoader::Create(const Dataset& 
   return std::unique_ptr<PrefetchLoader>(new PrefetchLoader(dataset, options));
 }
 
+namespace {
+
+// The global sample position a loader starts at (not negative).
+std::int64_t StartSamples(const LoaderOptions& o) {
+  std::int64_t s = o.start_samples >= 0
+                       ? o.start_samples
+                       : o.start_step * std::int64_t{o.batch_size} * std::int64_t{o.world_size};
+  return std::max<std::int64_t>(0, s);
+}
+
+}  // namespace
+
 PrefetchLoader::PrefetchLoader(const Dataset& dataset, const LoaderOptions& options)
     : dataset_(dataset),
       options_(options),
       sampler_(dataset.count, options.rank, options.world_size, options.seed, options.shuffle),
       steps_per_epoch_(sampler_.steps_per_epoch(options.batch_size)),
-      first_seq_(options.start_epoch * steps_per_epoch_ + options.start_step),
-      end_seq_(options.end_epoch * steps_per_epoch_),
-      consumed_(first_seq_) {
+      start_epoch_(options.start_epoch),
+      start_samples_(StartSamples(options)) {
+  // A position at or past the end of the epoch is the start of the next one.
+  if (start_samples_ >= static_cast<std::int64_t>(dataset.count)) {
+    ++start_epoch_;
+    start_samples_ = 0;
+  }
+  const std::int64_t global_batch = std::int64_t{options.batch_size} * options.world_size;
+  first_steps_ =
+      sampler_.steps_per_epoch(options.batch_size, static_cast<std::size_t>(start_samples_));
+  base_step_ = start_samples_ / global_batch;
+  end_seq_ = start_epoch_ < options.end_epoch
+                 ? first_steps_ + (options.end_epoch - start_epoch_ - 1) * steps_per_epoch_
+                 : 0;
+  consumed_ = 0;
   slots_.resize(static_cast<std::size_t>(options.prefetch));
   const auto bs = static_cast<std::size_t>(options.batch_size);
   for (auto& s : slots_) {
@@ -31,6 +55,13 @@ PrefetchLoader::PrefetchLoader(const Dataset& dataset, const LoaderOptions& opti
     s.idx.reserve(bs);
   }
   for (int w = 0; w < options.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+}
+
+PrefetchLoader::Position PrefetchLoader::Locate(std::int64_t seq) const {
+  if (seq < first_steps_) return {start_epoch_, seq, first_steps_, start_samples_};
+  const std::int64_t rest = seq - first_steps_;
+  return {start_epoch_ + 1 + static_cast<int>(rest / steps_per_epoch_), rest % steps_per_epoch_,
+          steps_per_epoch_, 0};
 }
 
 PrefetchLoader::~PrefetchLoader() {
@@ -45,7 +76,8 @@ PrefetchLoader::~PrefetchLoader() {
 const std::vector<std::size_t>& PrefetchLoader::EpochIndices(int epoch) {
   int k = epoch % 2;
   if (cached_epoch_[k] != epoch) {
-    sampler_.Indices(epoch, cached_indices_[k]);
+    const auto offset = static_cast<std::size_t>(epoch == start_epoch_ ? start_samples_ : 0);
+    sampler_.Indices(epoch, cached_indices_[k], offset);
     cached_epoch_[k] = epoch;
   }
   return cached_indices_[k];
@@ -54,21 +86,27 @@ const std::vector<std::size_t>& PrefetchLoader::EpochIndices(int epoch) {
 void PrefetchLoader::Work(int worker) {
   const auto depth = static_cast<std::int64_t>(slots_.size());
   // Worker w fills batches first_seq + w, + workers, ...; a batch waits for its slot to be freed.
-  for (std::int64_t seq = first_seq_ + worker; seq < end_seq_; seq += options_.workers) {
+  const std::int64_t global_batch = std::int64_t{options_.batch_size} * options_.world_size;
+  const auto dataset_size = static_cast<std::int64_t>(dataset_.count);
+  for (std::int64_t seq = worker; seq < end_seq_; seq += options_.workers) {
     Slot* slot = &slots_[static_cast<std::size_t>(seq % depth)];
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stop_ || seq < consumed_ + depth - 1; });
       if (stop_) return;
-      int epoch = static_cast<int>(seq / steps_per_epoch_);
-      std::int64_t step = seq % steps_per_epoch_;
-      const auto& indices = EpochIndices(epoch);
-      std::size_t begin = static_cast<std::size_t>(step) * options_.batch_size;
+      const Position pos = Locate(seq);
+      const auto& indices = EpochIndices(pos.epoch);
+      std::size_t begin = static_cast<std::size_t>(pos.index) * options_.batch_size;
       std::size_t end = std::min(indices.size(), begin + options_.batch_size);
       slot->idx.assign(indices.begin() + static_cast<std::ptrdiff_t>(begin),
                        indices.begin() + static_cast<std::ptrdiff_t>(end));
-      slot->view.epoch = epoch;
-      slot->view.step = step;
+      slot->view.epoch = pos.epoch;
+      slot->view.step = (pos.epoch == start_epoch_ ? base_step_ : 0) + pos.index;
+      slot->view.last_in_epoch = pos.index + 1 == pos.steps;
+      slot->view.epoch_samples_after =
+          slot->view.last_in_epoch
+              ? dataset_size
+              : std::min(dataset_size, pos.offset + (pos.index + 1) * global_batch);
     }
     int n = static_cast<int>(slot->idx.size());
     Gather(dataset_, slot->idx.data(), n, slot->x.data(), slot->y.data());

@@ -30,7 +30,10 @@ struct LoaderOptions {
   bool shuffle = true;
   int start_epoch = 0;
   std::int64_t start_step = 0;  // within start_epoch, for resuming from a checkpoint
-  int end_epoch = 1;            // exclusive
+  // Samples of start_epoch's permutation already consumed by the whole gang (resuming from a
+  // checkpoint, possibly written by a gang of another size); -1 = start_step × batch × world.
+  std::int64_t start_samples = -1;
+  int end_epoch = 1;  // exclusive
 };
 
 struct BatchView {
@@ -38,7 +41,11 @@ struct BatchView {
   const std::int32_t* y = nullptr;
   int n = 0;
   int epoch = 0;
-  std::int64_t step = 0;  // within the epoch
+  std::int64_t step = 0;       // within the epoch (counted in this world's steps)
+  bool last_in_epoch = false;  // the epoch is done after this batch
+  // Samples of the epoch's permutation consumed by the whole gang after this batch (the
+  // dataset size once the epoch is done): what a checkpoint records.
+  std::int64_t epoch_samples_after = 0;
 };
 
 class PrefetchLoader {
@@ -49,7 +56,11 @@ class PrefetchLoader {
   PrefetchLoader(const PrefetchLoader&) = delete;
   PrefetchLoader& operator=(const PrefetchLoader&) = delete;
 
+  // Steps of a whole epoch; the first epoch of a resumed run may have fewer.
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  // The start position after clamping: (epoch, samples of it consumed).
+  int start_epoch() const { return start_epoch_; }
+  std::int64_t start_samples() const { return start_samples_; }
   // The next batch in order; valid until the following call. NotFound after the last epoch.
   StatusOr<BatchView> Next(Duration timeout = kDefaultBatchTimeout);
   // Seconds the caller spent blocked in Next() because no batch was ready.
@@ -68,12 +79,23 @@ class PrefetchLoader {
   void Work(int worker);
   // The sampler's indices for `epoch`, computed once and shared by the workers.
   const std::vector<std::size_t>& EpochIndices(int epoch);
+  // Where batch `seq` (counted from this loader's start) lies.
+  struct Position {
+    int epoch;
+    std::int64_t index;   // batch within this loader's part of the epoch
+    std::int64_t steps;   // batches in this loader's part of the epoch
+    std::int64_t offset;  // the epoch's global position where that part begins
+  };
+  Position Locate(std::int64_t seq) const;
 
   const Dataset& dataset_;
   LoaderOptions options_;
   DistributedSampler sampler_;
   std::int64_t steps_per_epoch_;
-  std::int64_t first_seq_;
+  int start_epoch_;
+  std::int64_t start_samples_;
+  std::int64_t first_steps_;  // batches left in start_epoch
+  std::int64_t base_step_;    // this world's step number of the first of them
   std::int64_t end_seq_;
 
   std::mutex mu_;

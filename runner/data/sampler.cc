@@ -11,11 +11,16 @@ DistributedSampler::DistributedSampler(std::size_t dataset_size, int rank, int w
       rank_(rank),
       world_size_(world_size),
       seed_(seed),
-      shuffle_(shuffle),
-      num_samples_((dataset_size + static_cast<std::size_t>(world_size) - 1) /
-                   static_cast<std::size_t>(world_size)) {}
+      shuffle_(shuffle) {}
 
-void DistributedSampler::Indices(int epoch, std::vector<std::size_t>& out) const {
+std::size_t DistributedSampler::num_samples(std::size_t offset) const {
+  const std::size_t left = offset < dataset_size_ ? dataset_size_ - offset : 0;
+  const auto world = static_cast<std::size_t>(world_size_);
+  return (left + world - 1) / world;
+}
+
+void DistributedSampler::Indices(int epoch, std::vector<std::size_t>& out,
+                                 std::size_t offset) const {
   std::vector<std::size_t> perm(dataset_size_);
   std::iota(perm.begin(), perm.end(), std::size_t{0});
   if (shuffle_) {
@@ -28,16 +33,17 @@ void DistributedSampler::Indices(int epoch, std::vector<std::size_t>& out) const
     }
   }
   out.clear();
-  const std::size_t total = num_samples_ * static_cast<std::size_t>(world_size_);
-  for (std::size_t i = static_cast<std::size_t>(rank_); i < total;
+  const std::size_t end = offset + num_samples(offset) * static_cast<std::size_t>(world_size_);
+  for (std::size_t i = offset + static_cast<std::size_t>(rank_); i < end;
        i += static_cast<std::size_t>(world_size_)) {
     out.push_back(perm.empty() ? 0 : perm[i % perm.size()]);
   }
 }
 
-std::int64_t DistributedSampler::steps_per_epoch(int batch_size) const {
-  return static_cast<std::int64_t>((num_samples_ + static_cast<std::size_t>(batch_size) - 1) /
-                                   static_cast<std::size_t>(batch_size));
+std::int64_t DistributedSampler::steps_per_epoch(int batch_size, std::size_t offset) const {
+  return static_cast<std::int64_t>(
+      (num_samples(offset) + static_cast<std::size_t>(batch_size) - 1) /
+      static_cast<std::size_t>(batch_size));
 }
 
 }  // namespace ringtrain::data

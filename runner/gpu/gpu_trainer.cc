@@ -48,6 +48,7 @@ struct GpuTrainer::Impl {
   int world = 1;
   int rank = 0;
   bool device_input = true;
+  std::string resume_warning;     // rank 0: checkpoints existed but none was readable
   bool reduce_on_device = false;  // NCCL: all-reduce buckets on the comm stream
   bool want_graph = false;
   bool graph_required = false;
@@ -111,6 +112,11 @@ struct GpuTrainer::Impl {
     mc.width = deps.train->cols;
     mc.max_batch = config.batch_size;
     mc.seed = config.seed;
+    // The gather kernels trust the data's shape and labels: check them once, here.
+    RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
+    if (deps.test != nullptr) {
+      RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
+    }
     const MathMode math = config.precision == "tf32" ? MathMode::kTf32 : MathMode::kFp32;
     ASSIGN_OR_RETURN(model, GpuModel::Create(mc, math, compute.get()));
     ASSIGN_OR_RETURN(optimizer,
@@ -328,13 +334,32 @@ struct GpuTrainer::Impl {
                                                   cudaMemcpyHostToDevice, compute.get()));
         }
         RETURN_IF_ERROR(Drain("restoring the checkpoint"));
+        // The position is kept in samples (train::CheckpointPosition); the device input
+        // continues at a whole step of this world, so after a resize to a world whose global
+        // batch does not divide it, up to one global batch of the epoch is seen twice.
+        const std::int64_t global_batch = std::int64_t{config.batch_size} * world;
+        const std::int64_t samples =
+            ckpt->epoch_samples >= 0 ? ckpt->epoch_samples : ckpt->step_in_epoch * global_batch;
+        std::int64_t ckpt_epoch = ckpt->epoch;
+        std::int64_t step = samples / global_batch;
+        if (samples >= static_cast<std::int64_t>(deps.train->count)) {
+          ++ckpt_epoch;
+          step = 0;
+        }
         header[0] = 1;
         header[1] = ckpt->global_step;
-        header[2] = ckpt->epoch;
-        header[3] = ckpt->step_in_epoch;
+        header[2] = ckpt_epoch;
+        header[3] = step;
         header[4] = ckpt->optimizer_steps;
-        spdlog::info("resuming from checkpoint at step {} (epoch {}, batch {})", ckpt->global_step,
-                     ckpt->epoch, ckpt->step_in_epoch);
+        spdlog::info(
+            "resuming from checkpoint at step {} (epoch {}, {} samples of it seen, batch {} at "
+            "world size {})",
+            ckpt->global_step, ckpt->epoch, samples, step, world);
+      } else if (ckpt.status().code() == StatusCode::kDataLoss) {
+        // Checkpoints exist but none is readable: start over, and say so in the status.
+        resume_warning = "starting from step 0: " + ckpt.status().message();
+        if (resume_warning.size() > 1024) resume_warning.resize(1024);
+        spdlog::error("{}", resume_warning);
       } else if (ckpt.status().code() != StatusCode::kNotFound) {
         return ckpt.status();
       }
@@ -390,8 +415,15 @@ struct GpuTrainer::Impl {
                                               compute.get()));
     }
     RETURN_IF_ERROR(Drain("checkpoint"));
-    RETURN_IF_ERROR(train::WriteCheckpoint(config.checkpoint_dir, global_step, epoch, step_in_epoch,
-                                           optimizer->steps(), params, state)
+    train::CheckpointPosition pos;
+    pos.global_step = global_step;
+    pos.epoch = epoch;
+    pos.step_in_epoch = step_in_epoch;
+    pos.epoch_samples = std::min<std::int64_t>(static_cast<std::int64_t>(deps.train->count),
+                                               step_in_epoch * config.batch_size * world);
+    pos.optimizer_steps = optimizer->steps();
+    pos.world_size = world;
+    RETURN_IF_ERROR(train::WriteCheckpoint(config.checkpoint_dir, pos, params, state)
                         .WithContext("checkpoint"));
     if (deps.metrics) deps.metrics->IncCheckpoints();
     return Status::Ok();
@@ -445,11 +477,14 @@ StatusOr<train::TrainResult> GpuTrainer::Impl::Run() {
   progress.world_size = world;
   progress.state = "running";
   progress.steps_total = lr.total_steps;
+  progress.epoch = epoch;
+  progress.resume_warning = resume_warning;
   if (m) m->SetWorldSize(world);
 
   train::TrainResult result;
   result.world_size = world;
   result.resumed = resumed;
+  result.resume_warning = resume_warning;
   std::int64_t samples_run = 0;
   std::int64_t window_samples = 0;
   std::int64_t loss_steps = 0;
@@ -575,7 +610,7 @@ StatusOr<train::TrainResult> GpuTrainer::Impl::Run() {
     const std::int64_t next_step = epoch_done ? 0 : batch.step + 1;
     epoch = next_epoch;
     step_in_epoch = next_step;
-    progress.epoch = batch.epoch;
+    progress.epoch = next_epoch;  // epochs completed
     evaluated_last = false;
     const bool checkpoint_now = global_step % config.checkpoint_every == 0;
     const bool eval_now = epoch_done && deps.test != nullptr && config.eval_every_epoch;
@@ -625,6 +660,8 @@ StatusOr<train::TrainResult> GpuTrainer::Impl::Run() {
   busy_ratio = train_seconds > 0 ? std::min(1.0, total_gpu_ms / (1000.0 * train_seconds)) : 0;
   if (m) m->SetGpuBusy(busy_ratio);
   progress.state = "succeeded";
+  progress.step = global_step;
+  progress.epoch = epoch;
   progress.test_accuracy = result.test_accuracy;
   progress.samples_per_second = result.samples_per_second;
   if (m) m->UpdateProgress(progress);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/http.h"
+#include "common/runner_contract.h"
 #include "runner/metrics/nvml.h"
 
 namespace ringtrain::metrics {
@@ -233,8 +234,9 @@ std::string RunnerMetrics::RenderText() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-std::string RunnerMetrics::RenderStatusJson() const {
-  Progress p = progress();
+namespace {
+
+nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
   nlohmann::json j = {{"job", labels_.job},
                       {"namespace", labels_.ns},
                       {"rank", labels_.rank},
@@ -248,7 +250,32 @@ std::string RunnerMetrics::RenderStatusJson() const {
                       {"loss", p.loss},
                       {"message", p.message}};
   if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
-  return j.dump() + "\n";
+  if (!p.resume_warning.empty()) {
+    j[std::string(contract::kStatusResumeWarning)] = p.resume_warning;
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string RunnerMetrics::RenderStatusJson() const {
+  return StatusObject(labels_, progress())
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
+}
+
+std::string RunnerMetrics::FinalStatusJson() const {
+  Progress p = progress();
+  // The kubelet keeps 4096 bytes of a termination message: shorten the free-text fields.
+  constexpr std::size_t kMax = 4096;
+  std::string out;
+  for (std::size_t limit : {std::size_t{1024}, std::size_t{256}, std::size_t{0}}) {
+    if (p.message.size() > limit) p.message.resize(limit);
+    if (p.resume_warning.size() > limit) p.resume_warning.resize(limit);
+    out = StatusObject(labels_, p).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    if (out.size() <= kMax) break;
+  }
+  return out;
 }
 
 }  // namespace ringtrain::metrics

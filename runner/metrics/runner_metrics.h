@@ -36,13 +36,15 @@ struct Progress {
   std::string state = "starting";  // starting | running | evaluating | succeeded | failed
   int attempt = 0;
   int world_size = 1;
-  int epoch = 0;
+  int epoch = 0;       // epochs completed (a 10-epoch job ends at 10)
   long long step = 0;  // global optimizer steps
   long long steps_total = 0;
   double samples_per_second = 0;  // whole job: this rank's rate × world size
   double loss = 0;
   double test_accuracy = -1;  // -1 until the first evaluation
   std::string message;
+  // Rank 0: checkpoints existed but none could be resumed from (contract::kStatusResumeWarning).
+  std::string resume_warning;
 };
 
 class RunnerMetrics {
@@ -81,6 +83,9 @@ class RunnerMetrics {
 
   std::string RenderText() const;
   std::string RenderStatusJson() const;
+  // The /status object on one line without a newline, at most contract's 4096 bytes: what
+  // rank 0 writes as its termination message on success (common/runner_contract.h).
+  std::string FinalStatusJson() const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -14,9 +14,23 @@
 namespace ringtrain::train {
 namespace {
 
-constexpr char kMagic[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kMagicV1[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '1'};
+constexpr char kMagicV2[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '2'};
 
-struct Header {
+// The first format (no data position in samples, no world size); still read.
+struct HeaderV1 {
+  char magic[8];
+  std::int64_t global_step;
+  std::int64_t step_in_epoch;
+  std::int64_t optimizer_steps;
+  std::int64_t num_params;
+  std::int64_t state_size;  // bytes 40-47, as in V2
+  std::int32_t epoch;
+  std::uint32_t crc;  // over the header with crc = 0, then the payload
+};
+
+// The current format: V1's first 48 bytes, then the epoch, the world size and the position.
+struct HeaderV2 {
   char magic[8];
   std::int64_t global_step;
   std::int64_t step_in_epoch;
@@ -24,17 +38,55 @@ struct Header {
   std::int64_t num_params;
   std::int64_t state_size;
   std::int32_t epoch;
+  std::int32_t world_size;
+  std::int64_t epoch_samples;
   std::uint32_t crc;  // over the header with crc = 0, then the payload
+  std::uint32_t reserved;
 };
+static_assert(sizeof(HeaderV1) == 56 && sizeof(HeaderV2) == 72);
 
+template <typename Header>
 std::uint32_t Crc(const Header& h, std::span<const float> a, std::span<const float> b) {
   Header copy = h;
   copy.crc = 0;
   uLong c = crc32(0L, Z_NULL, 0);
   c = crc32(c, reinterpret_cast<const Bytef*>(&copy), sizeof(copy));
-  c = crc32(c, reinterpret_cast<const Bytef*>(a.data()), static_cast<uInt>(a.size_bytes()));
-  c = crc32(c, reinterpret_cast<const Bytef*>(b.data()), static_cast<uInt>(b.size_bytes()));
+  // zlib's crc32 takes an unsigned int length: feed large payloads in pieces.
+  auto feed = [&](std::span<const float> v) {
+    const auto* p = reinterpret_cast<const Bytef*>(v.data());
+    std::size_t left = v.size_bytes();
+    while (left > 0) {
+      const auto n = static_cast<uInt>(std::min<std::size_t>(left, 1u << 30));
+      c = crc32(c, p, n);
+      p += n;
+      left -= n;
+    }
+  };
+  feed(a);
+  feed(b);
   return static_cast<std::uint32_t>(c);
+}
+
+// Errors a restart cannot fix are permanent; the rest (EIO, EINTR storms) stay retryable.
+StatusCode CodeForErrno(int err) {
+  switch (err) {
+    case EACCES:
+    case EPERM:
+      return StatusCode::kPermissionDenied;
+    case EROFS:
+    case ENOSPC:
+    case EDQUOT:
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EEXIST:
+    case EFBIG:
+    case ENOENT:  // create_directories made the parents: the file system refuses
+      return StatusCode::kFailedPrecondition;
+    default:
+      return StatusCode::kUnavailable;
+  }
 }
 
 Status WriteAll(int fd, const void* data, std::size_t len, const std::string& path) {
@@ -42,135 +94,247 @@ Status WriteAll(int fd, const void* data, std::size_t len, const std::string& pa
   while (len > 0) {
     ssize_t n = ::write(fd, p, len);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus(StatusCode::kUnavailable, "write " + path, errno);
+    if (n < 0) return CheckpointDirError("write " + path, errno);
+    if (n == 0) return Unavailable("write " + path + ": no progress");
     p += n;
     len -= static_cast<std::size_t>(n);
   }
   return Status::Ok();
 }
 
-std::vector<std::pair<std::int64_t, std::string>> ListCheckpoints(const std::string& dir) {
-  std::vector<std::pair<std::int64_t, std::string>> out;
+Status MakeDir(const std::string& dir) {
   std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return CheckpointDirError("checkpoint dir " + dir, ec.value());
+  return Status::Ok();
+}
+
+std::vector<std::pair<std::int64_t, std::string>> ListCheckpoints(const std::string& dir,
+                                                                  std::error_code& ec) {
+  std::vector<std::pair<std::int64_t, std::string>> out;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::string name = e.path().filename().string();
     if (name.rfind("ckpt-", 0) != 0 || name.size() < 10 || name.substr(name.size() - 4) != ".bin") {
       continue;
     }
     std::string num = name.substr(5, name.size() - 9);
-    if (num.empty() || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
+    if (num.empty() || num.size() > 18 || !std::all_of(num.begin(), num.end(), ::isdigit)) {
+      continue;
+    }
     out.emplace_back(std::stoll(num), e.path().string());
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-StatusOr<CheckpointState> ReadCheckpoint(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(StatusCode::kNotFound, "open " + path, errno);
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Reads one checkpoint. Every size in the header is checked against the file's size before
+// anything is allocated, and against the model's: an intact file of another model is
+// FailedPrecondition, anything inconsistent is DataLoss (skipped by the caller).
+StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t num_params,
+                                         std::size_t state_size) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int err = errno;
+    if (err == EACCES || err == EPERM) return CheckpointDirError("open " + path, err);
+    return ErrnoStatus(StatusCode::kDataLoss, "open " + path, err);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(StatusCode::kDataLoss, "stat " + path, errno);
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
   auto read_all = [&](void* data, std::size_t len) -> Status {
     char* p = static_cast<char*>(data);
     while (len > 0) {
-      ssize_t n = ::read(fd, p, len);
+      ssize_t n = ::read(fd.get(), p, len);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return DataLoss(path + ": truncated checkpoint");
+      if (n < 0) return ErrnoStatus(StatusCode::kDataLoss, "read " + path, errno);
+      if (n == 0) return DataLoss(path + ": truncated checkpoint");
       p += n;
       len -= static_cast<std::size_t>(n);
     }
     return Status::Ok();
   };
-  Header h{};
-  Status s = read_all(&h, sizeof(h));
-  CheckpointState st;
-  if (s.ok() && std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0) {
-    s = DataLoss(path + ": not a ringtrain checkpoint");
+  HeaderV2 h{};
+  bool v2 = false;
+  RETURN_IF_ERROR(read_all(h.magic, sizeof(h.magic)));
+  if (std::memcmp(h.magic, kMagicV2, sizeof(kMagicV2)) == 0) {
+    v2 = true;
+    RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h) + 8, sizeof(HeaderV2) - 8));
+  } else if (std::memcmp(h.magic, kMagicV1, sizeof(kMagicV1)) == 0) {
+    HeaderV1 h1{};
+    std::memcpy(h1.magic, h.magic, sizeof(h1.magic));
+    RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h1) + 8, sizeof(HeaderV1) - 8));
+    h.global_step = h1.global_step;
+    h.step_in_epoch = h1.step_in_epoch;
+    h.optimizer_steps = h1.optimizer_steps;
+    h.num_params = h1.num_params;
+    h.state_size = h1.state_size;
+    h.epoch = h1.epoch;
+    h.world_size = 0;
+    h.epoch_samples = -1;
+    h.crc = h1.crc;
+  } else {
+    return DataLoss(path + ": not a ringtrain checkpoint");
   }
-  if (s.ok() && (h.num_params < 0 || h.state_size < 0 || h.num_params > (1LL << 32) ||
-                 h.state_size > (1LL << 34))) {
-    s = DataLoss(path + ": implausible sizes in header");
+  const std::uint64_t header_bytes = v2 ? sizeof(HeaderV2) : sizeof(HeaderV1);
+  const std::uint64_t payload_bytes = file_size - std::min(file_size, header_bytes);
+  // Both counts are bounded by the file before they are multiplied or allocated.
+  if (h.num_params < 0 || h.state_size < 0 ||
+      static_cast<std::uint64_t>(h.num_params) > payload_bytes / sizeof(float) ||
+      static_cast<std::uint64_t>(h.state_size) > payload_bytes / sizeof(float) ||
+      (static_cast<std::uint64_t>(h.num_params) + static_cast<std::uint64_t>(h.state_size)) *
+              sizeof(float) !=
+          payload_bytes) {
+    return DataLoss(path + ": header announces " + std::to_string(h.num_params) +
+                    " parameters and " + std::to_string(h.state_size) +
+                    " optimizer values, the file holds " + std::to_string(payload_bytes) +
+                    " bytes after the header (truncated or corrupt checkpoint)");
   }
-  if (s.ok()) {
-    st.params.resize(static_cast<std::size_t>(h.num_params));
-    st.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
-    s = read_all(st.params.data(), st.params.size() * sizeof(float));
+  if (h.global_step < 0 || h.epoch < 0 || h.step_in_epoch < 0 || h.optimizer_steps < 0 ||
+      h.world_size < 0 || h.epoch_samples < -1) {
+    return DataLoss(path + ": negative position in header (corrupt checkpoint)");
   }
-  if (s.ok()) s = read_all(st.optimizer_state.data(), st.optimizer_state.size() * sizeof(float));
-  ::close(fd);
-  RETURN_IF_ERROR(s);
-  if (Crc(h, st.params, st.optimizer_state) != h.crc) {
-    return DataLoss(path + ": checksum mismatch (torn or corrupt checkpoint)");
+  const bool same_model = static_cast<std::uint64_t>(h.num_params) == num_params &&
+                          static_cast<std::uint64_t>(h.state_size) == state_size;
+  CheckpointState out;
+  out.params.resize(static_cast<std::size_t>(h.num_params));
+  out.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
+  RETURN_IF_ERROR(read_all(out.params.data(), out.params.size() * sizeof(float)));
+  RETURN_IF_ERROR(read_all(out.optimizer_state.data(), out.optimizer_state.size() * sizeof(float)));
+  std::uint32_t crc = 0;
+  if (v2) {
+    crc = Crc(h, out.params, out.optimizer_state);
+  } else {
+    HeaderV1 h1{};
+    std::memcpy(h1.magic, kMagicV1, sizeof(kMagicV1));
+    h1.global_step = h.global_step;
+    h1.step_in_epoch = h.step_in_epoch;
+    h1.optimizer_steps = h.optimizer_steps;
+    h1.num_params = h.num_params;
+    h1.state_size = h.state_size;
+    h1.epoch = h.epoch;
+    crc = Crc(h1, out.params, out.optimizer_state);
   }
-  st.global_step = h.global_step;
-  st.epoch = h.epoch;
-  st.step_in_epoch = h.step_in_epoch;
-  st.optimizer_steps = h.optimizer_steps;
-  return st;
+  if (crc != h.crc) return DataLoss(path + ": checksum mismatch (torn or corrupt checkpoint)");
+  if (!same_model) {
+    return FailedPrecondition(
+        path + ": written for a different model or optimizer (" + std::to_string(h.num_params) +
+        " parameters and " + std::to_string(h.state_size) + " optimizer values, expected " +
+        std::to_string(num_params) + " and " + std::to_string(state_size) + ")");
+  }
+  out.global_step = h.global_step;
+  out.epoch = h.epoch;
+  out.step_in_epoch = h.step_in_epoch;
+  out.optimizer_steps = h.optimizer_steps;
+  out.epoch_samples = h.epoch_samples;
+  out.world_size = h.world_size;
+  return out;
 }
 
 }  // namespace
 
-Status WriteCheckpoint(const std::string& dir, std::int64_t global_step, std::int32_t epoch,
-                       std::int64_t step_in_epoch, std::int64_t optimizer_steps,
+Status CheckpointDirError(const std::string& what, int err) {
+  return ErrnoStatus(CodeForErrno(err), what, err);
+}
+
+Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Unavailable("checkpoint dir " + dir + ": " + ec.message());
-  Header h{};
-  std::memcpy(h.magic, kMagic, sizeof(kMagic));
-  h.global_step = global_step;
-  h.step_in_epoch = step_in_epoch;
-  h.optimizer_steps = optimizer_steps;
+  RETURN_IF_ERROR(MakeDir(dir));
+  HeaderV2 h{};
+  std::memcpy(h.magic, kMagicV2, sizeof(kMagicV2));
+  h.global_step = position.global_step;
+  h.step_in_epoch = position.step_in_epoch;
+  h.optimizer_steps = position.optimizer_steps;
   h.num_params = static_cast<std::int64_t>(params.size());
   h.state_size = static_cast<std::int64_t>(optimizer_state.size());
-  h.epoch = epoch;
+  h.epoch = position.epoch;
+  h.world_size = position.world_size;
+  h.epoch_samples = position.epoch_samples;
   h.crc = Crc(h, params, optimizer_state);
 
-  std::string final_path = dir + "/ckpt-" + std::to_string(global_step) + ".bin";
+  std::string final_path = dir + "/ckpt-" + std::to_string(position.global_step) + ".bin";
   std::string tmp = final_path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + tmp, errno);
-  Status s = WriteAll(fd, &h, sizeof(h), tmp);
-  if (s.ok()) s = WriteAll(fd, params.data(), params.size_bytes(), tmp);
-  if (s.ok()) s = WriteAll(fd, optimizer_state.data(), optimizer_state.size_bytes(), tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = ErrnoStatus(StatusCode::kUnavailable, "fsync " + tmp, errno);
-  ::close(fd);
+  Status s;
+  {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return CheckpointDirError("checkpoint dir " + dir + ": open " + tmp, errno);
+    s = WriteAll(fd.get(), &h, sizeof(h), tmp);
+    if (s.ok()) s = WriteAll(fd.get(), params.data(), params.size_bytes(), tmp);
+    if (s.ok()) s = WriteAll(fd.get(), optimizer_state.data(), optimizer_state.size_bytes(), tmp);
+    if (s.ok() && ::fsync(fd.get()) != 0) s = CheckpointDirError("fsync " + tmp, errno);
+  }
   if (s.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    s = ErrnoStatus(StatusCode::kUnavailable, "rename " + tmp, errno);
+    s = CheckpointDirError("rename " + tmp, errno);
   }
   if (!s.ok()) {
     ::unlink(tmp.c_str());
     return s;
   }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  {
+    Fd dfd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (dfd.get() >= 0) ::fsync(dfd.get());
   }
-  auto all = ListCheckpoints(dir);
+  std::error_code ec;
+  auto all = ListCheckpoints(dir, ec);
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     std::filesystem::remove(all[i].second, ec);
   }
   return Status::Ok();
 }
 
+Status CheckCheckpointDirWritable(const std::string& dir) {
+  RETURN_IF_ERROR(MakeDir(dir));
+  const std::string probe = dir + "/.ringtrain-write-probe";
+  Status s;
+  {
+    Fd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return CheckpointDirError("checkpoint dir " + dir, errno);
+    // A block, so a full volume (ENOSPC) shows now rather than at the first checkpoint.
+    std::vector<char> block(4096, 0);
+    s = WriteAll(fd.get(), block.data(), block.size(), probe).WithContext("checkpoint dir " + dir);
+    if (s.ok() && ::fsync(fd.get()) != 0) s = CheckpointDirError("checkpoint dir " + dir, errno);
+  }
+  ::unlink(probe.c_str());
+  return s;
+}
+
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
                                                std::size_t state_size) {
-  auto all = ListCheckpoints(dir);
-  for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    auto st = ReadCheckpoint(it->second);
-    if (!st.ok()) {
-      spdlog::warn("skipping checkpoint: {}", st.status().message());
-      continue;
-    }
-    if (st->params.size() != num_params || st->optimizer_state.size() != state_size) {
-      return FailedPrecondition(it->second + ": written for a different model or optimizer (" +
-                                std::to_string(st->params.size()) + " parameters, expected " +
-                                std::to_string(num_params) + ")");
-    }
-    return st;
+  std::error_code ec;
+  auto all = ListCheckpoints(dir, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return CheckpointDirError("checkpoint dir " + dir, ec.value());
   }
-  return NotFound("no checkpoint in " + dir);
+  std::string reasons;
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    auto st = ReadCheckpoint(it->second, num_params, state_size);
+    if (st.ok()) return st;
+    if (st.status().code() != StatusCode::kDataLoss) return st.status();
+    // Moved aside, not deleted: left in place, a corrupt file numbered above the checkpoints
+    // written from now on would keep counting as one of the newest `keep` and evict them.
+    std::filesystem::rename(it->second, it->second + ".corrupt", ec);
+    spdlog::warn("skipping checkpoint{}: {}", ec ? "" : " (kept as " + it->second + ".corrupt)",
+                 st.status().message());
+    if (!reasons.empty()) reasons += "; ";
+    reasons += st.status().message();
+  }
+  if (all.empty()) return NotFound("no checkpoint in " + dir);
+  return DataLoss("none of the " + std::to_string(all.size()) + " checkpoints in " + dir +
+                  " is readable: " + reasons);
 }
 
 }  // namespace ringtrain::train

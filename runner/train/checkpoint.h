@@ -12,24 +12,50 @@
 
 namespace ringtrain::train {
 
-struct CheckpointState {
+// Where training stands. The data position is recorded in samples, not steps, so a job resized
+// by restart (another world size, hence another global batch) continues the epoch at the same
+// sample: the sampler takes the rest of the epoch's permutation from `epoch_samples` on.
+struct CheckpointPosition {
   std::int64_t global_step = 0;  // optimizer steps taken
-  std::int32_t epoch = 0;        // position of the next batch
+  std::int32_t epoch = 0;        // the epoch of the next batch
   std::int64_t step_in_epoch = 0;
+  // Samples of `epoch` consumed by the whole gang (all ranks), in the epoch's permutation
+  // order; -1 in checkpoints of the first format, which knew only step_in_epoch.
+  std::int64_t epoch_samples = -1;
   std::int64_t optimizer_steps = 0;
+  std::int32_t world_size = 0;  // that wrote it; 0 = unknown (first format)
+};
+
+struct CheckpointState : CheckpointPosition {
   std::vector<float> params;
   std::vector<float> optimizer_state;
 };
 
-// Writes <dir>/ckpt-<global_step>.bin and keeps the newest `keep` files.
-Status WriteCheckpoint(const std::string& dir, std::int64_t global_step, std::int32_t epoch,
-                       std::int64_t step_in_epoch, std::int64_t optimizer_steps,
+// Writes <dir>/ckpt-<global_step>.bin and keeps the newest `keep` files. Errors a restart cannot
+// fix (EACCES, EPERM, EROFS, ENOSPC, ENOTDIR, ...) are permanent (PermissionDenied or
+// FailedPrecondition) and name the path with strerror; others (EIO) stay retryable.
+Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep = 2);
 
-// The newest readable checkpoint in `dir`, or NotFound. A corrupt newest file is skipped with a
-// warning in favour of an older one; a checkpoint whose sizes differ from the model's
-// (`num_params`, `state_size`) is a permanent error naming the file.
+// Creates `dir` and proves it writable (creates, writes, fsyncs and removes a probe file), so a
+// checkpoint dir that can never work fails the job at start-up rather than at the first
+// checkpoint. Same error classification as WriteCheckpoint.
+Status CheckCheckpointDirWritable(const std::string& dir);
+
+// The status for an errno from the checkpoint dir: "checkpoint dir /ckpt: Permission denied".
+Status CheckpointDirError(const std::string& what, int err);
+
+// The newest readable checkpoint in `dir`:
+//  - NotFound when there is no checkpoint file at all (a fresh start);
+//  - a corrupt, truncated or implausible file is skipped with a warning for the next older
+//    one and renamed to <name>.corrupt (so it no longer counts among the newest to keep);
+//    every size read from a file is bounded by the file's size and the model's
+//    (`num_params`, `state_size`) before anything is allocated;
+//  - DataLoss naming the files when checkpoints exist but none is readable (the caller starts
+//    from step 0 and must say so);
+//  - FailedPrecondition when an intact checkpoint was written for another model (permanent);
+//  - PermissionDenied when the dir or a file cannot be read (permanent).
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
                                                std::size_t state_size);
 

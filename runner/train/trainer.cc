@@ -22,6 +22,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Tr
   mc.width = deps.train->cols;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;
+  // Gather and the model trust the data's shape and labels: check them once, here.
+  RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
+  if (deps.test != nullptr) {
+    RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
+  }
   ASSIGN_OR_RETURN(t->model_, model::Model::Create(mc));
   ASSIGN_OR_RETURN(t->optimizer_,
                    model::Optimizer::Create(config.optimizer, t->model_->params().size()));
@@ -32,31 +37,70 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Tr
   return t;
 }
 
-Status Trainer::SyncStart(std::int64_t& global_step, int& epoch, std::int64_t& step_in_epoch,
-                          bool& resumed) {
+StatusOr<Trainer::Start> Trainer::SyncStart() {
   comm::Communicator& comm = *deps_.comm;
-  // [resumed, global_step, epoch, step_in_epoch, optimizer_steps]
-  std::int64_t header[5] = {0, 0, 0, 0, 0};
+  // [state (1 resumed, 0 fresh, -1 rank 0 failed), global_step, epoch, epoch_samples,
+  //  optimizer_steps, checkpoint world size, status code of rank 0's failure]
+  std::int64_t header[7] = {0, 0, 0, 0, 0, 0, 0};
+  Start start;
+  Status failure;
   if (comm.rank() == 0 && !config_.checkpoint_dir.empty()) {
-    auto ckpt = LoadNewestCheckpoint(config_.checkpoint_dir, model_->params().size(),
-                                     optimizer_->state().size());
+    // A checkpoint dir that can never work fails the job now, not at the first checkpoint.
+    failure = CheckCheckpointDirWritable(config_.checkpoint_dir);
+    StatusOr<CheckpointState> ckpt = failure;
+    if (failure.ok()) {
+      ckpt = LoadNewestCheckpoint(config_.checkpoint_dir, model_->params().size(),
+                                  optimizer_->state().size());
+    }
     if (ckpt.ok()) {
       std::copy(ckpt->params.begin(), ckpt->params.end(), model_->params().begin());
       std::copy(ckpt->optimizer_state.begin(), ckpt->optimizer_state.end(),
                 optimizer_->state().begin());
+      // The first format knew only the step: it was written by a gang of this size.
+      const std::int64_t samples =
+          ckpt->epoch_samples >= 0
+              ? ckpt->epoch_samples
+              : ckpt->step_in_epoch * std::int64_t{config_.batch_size} * comm.size();
       header[0] = 1;
       header[1] = ckpt->global_step;
       header[2] = ckpt->epoch;
-      header[3] = ckpt->step_in_epoch;
+      header[3] = samples;
       header[4] = ckpt->optimizer_steps;
-      spdlog::info("resuming from checkpoint at step {} (epoch {}, batch {})", ckpt->global_step,
-                   ckpt->epoch, ckpt->step_in_epoch);
+      header[5] = ckpt->world_size;
+      spdlog::info(
+          "resuming from checkpoint at step {} (epoch {}, {} samples of it seen, written at world "
+          "size {}, now {})",
+          ckpt->global_step, ckpt->epoch, samples,
+          ckpt->world_size > 0 ? std::to_string(ckpt->world_size) : std::string("unknown"),
+          comm.size());
+    } else if (ckpt.status().code() == StatusCode::kDataLoss) {
+      // Checkpoints exist but none is readable: starting over is the only way on, and the user
+      // must learn it from the status, not only from a log line.
+      start.warning = "starting from step 0: " + ckpt.status().message();
+      if (start.warning.size() > 1024) start.warning.resize(1024);
+      spdlog::error("{}", start.warning);
+      failure = Status::Ok();
     } else if (ckpt.status().code() != StatusCode::kNotFound) {
-      return ckpt.status();
+      failure = ckpt.status();
+      header[0] = -1;
+      header[6] = static_cast<std::int64_t>(failure.code());
+    } else {
+      failure = Status::Ok();
     }
   }
-  // The same three broadcasts on every rank, in this order.
+  // The same broadcasts on every rank, in this order.
   RETURN_IF_ERROR(comm.Broadcast(header, sizeof(header), 0).WithContext("broadcast resume point"));
+  if (header[0] < 0) {
+    // Every rank fails with rank 0's permanent error, so no rank waits for a peer that is gone.
+    char message[512] = {};
+    if (comm.rank() == 0) {
+      std::snprintf(message, sizeof(message), "%s", failure.message().c_str());
+    }
+    RETURN_IF_ERROR(comm.Broadcast(message, sizeof(message), 0).WithContext("broadcast failure"));
+    message[sizeof(message) - 1] = '\0';
+    if (comm.rank() == 0) return failure;
+    return Status(static_cast<StatusCode>(header[6]), std::string("rank 0: ") + message);
+  }
   auto params = model_->params();
   RETURN_IF_ERROR(
       comm.Broadcast(params.data(), params.size_bytes(), 0).WithContext("broadcast weights"));
@@ -66,11 +110,12 @@ Status Trainer::SyncStart(std::int64_t& global_step, int& epoch, std::int64_t& s
                         .WithContext("broadcast optimizer state"));
     optimizer_->set_steps(header[4]);
   }
-  resumed = header[0] != 0;
-  global_step = header[1];
-  epoch = static_cast<int>(header[2]);
-  step_in_epoch = header[3];
-  return Status::Ok();
+  start.resumed = header[0] != 0;
+  start.global_step = header[1];
+  start.epoch = static_cast<int>(header[2]);
+  start.epoch_samples = header[3];
+  start.checkpoint_world = static_cast<int>(header[5]);
+  return start;
 }
 
 StatusOr<std::pair<double, double>> Trainer::Evaluate() {
@@ -98,11 +143,19 @@ StatusOr<std::pair<double, double>> Trainer::Evaluate() {
   return std::pair<double, double>{sums[1] / sums[2], sums[0] / sums[2]};
 }
 
-Status Trainer::MaybeCheckpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch) {
+Status Trainer::MaybeCheckpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
+                                std::int64_t epoch_samples) {
   if (deps_.comm->rank() != 0 || config_.checkpoint_dir.empty()) return Status::Ok();
-  RETURN_IF_ERROR(WriteCheckpoint(config_.checkpoint_dir, global_step, epoch, step_in_epoch,
-                                  optimizer_->steps(), model_->params(), optimizer_->state())
-                      .WithContext("checkpoint"));
+  CheckpointPosition pos;
+  pos.global_step = global_step;
+  pos.epoch = epoch;
+  pos.step_in_epoch = step_in_epoch;
+  pos.epoch_samples = epoch_samples;
+  pos.optimizer_steps = optimizer_->steps();
+  pos.world_size = deps_.comm->size();
+  RETURN_IF_ERROR(
+      WriteCheckpoint(config_.checkpoint_dir, pos, model_->params(), optimizer_->state())
+          .WithContext("checkpoint"));
   if (deps_.metrics) deps_.metrics->IncCheckpoints();
   return Status::Ok();
 }
@@ -113,11 +166,8 @@ StatusOr<TrainResult> Trainer::Run() {
   const int world = comm.size();
   auto run_start = std::chrono::steady_clock::now();
 
-  std::int64_t global_step = 0;
-  int epoch = 0;
-  std::int64_t step_in_epoch = 0;
-  bool resumed = false;
-  RETURN_IF_ERROR(SyncStart(global_step, epoch, step_in_epoch, resumed));
+  ASSIGN_OR_RETURN(const Start start, SyncStart());
+  std::int64_t global_step = start.global_step;
 
   data::LoaderOptions lo;
   lo.batch_size = config_.batch_size;
@@ -126,11 +176,25 @@ StatusOr<TrainResult> Trainer::Run() {
   lo.rank = comm.rank();
   lo.world_size = world;
   lo.seed = config_.seed;
-  lo.start_epoch = epoch;
-  lo.start_step = step_in_epoch;
+  lo.start_epoch = start.epoch;
+  lo.start_samples = start.epoch_samples;
   lo.end_epoch = config_.epochs;
   ASSIGN_OR_RETURN(auto loader, data::PrefetchLoader::Create(*deps_.train, lo));
   const std::int64_t spe = loader->steps_per_epoch();
+  const std::int64_t global_batch = std::int64_t{config_.batch_size} * world;
+  // The position in the data, in samples: what a checkpoint records, so that it stays valid
+  // for a gang of another size.
+  int epoch = loader->start_epoch();
+  std::int64_t epoch_samples = loader->start_samples();
+  std::int64_t step_in_epoch = epoch_samples / global_batch;
+  if (start.checkpoint_world > 0 && start.checkpoint_world != world && comm.rank() == 0) {
+    spdlog::info("world size changed from {} to {}: continuing epoch {} at sample {}",
+                 start.checkpoint_world, world, epoch, epoch_samples);
+  }
+  // The LR schedule's position in this world's steps (the global step counts the steps of
+  // every world the job ran at, so after a resize it is not the schedule's position).
+  const std::int64_t schedule_start =
+      std::int64_t{epoch} * spe + (epoch_samples + global_batch - 1) / global_batch;
 
   LrSchedule lr;
   lr.base = config_.learning_rate;
@@ -152,11 +216,14 @@ StatusOr<TrainResult> Trainer::Run() {
   progress.world_size = world;
   progress.state = "running";
   progress.steps_total = lr.total_steps;
+  progress.epoch = epoch;
+  progress.resume_warning = start.warning;
   if (m) m->SetWorldSize(world);
 
   TrainResult result;
   result.world_size = world;
-  result.resumed = resumed;
+  result.resumed = start.resumed;
+  result.resume_warning = start.warning;
   double allreduce_wait = 0;
   double last_data_wait = 0;
   std::int64_t samples_run = 0;
@@ -184,19 +251,22 @@ StatusOr<TrainResult> Trainer::Run() {
                                                   std::to_string(global_step)));
     double waited = SecondsSince(wait_start);
     allreduce_wait += waited;
-    optimizer_->Step(model_->params(), model_->grads(), lr.At(global_step));
+    optimizer_->Step(model_->params(), model_->grads(),
+                     lr.At(schedule_start + result.steps_this_run));
     ++global_step;
     ++result.steps_this_run;
     samples_run += batch->n;
+    result.samples_this_run += static_cast<std::int64_t>(batch->n) * world;
     window_samples += batch->n;
     ema_loss = ema_loss < 0 ? loss : 0.9 * ema_loss + 0.1 * loss;
     if (config_.step_sleep_ms > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(config_.step_sleep_ms));
     }
 
-    const bool epoch_done = batch->step + 1 == spe;
+    const bool epoch_done = batch->last_in_epoch;
     const int next_epoch = epoch_done ? batch->epoch + 1 : batch->epoch;
     const std::int64_t next_step = epoch_done ? 0 : batch->step + 1;
+    const std::int64_t next_samples = epoch_done ? 0 : batch->epoch_samples_after;
     if (m) {
       double data_wait = loader->wait_seconds();
       m->ObserveDataWait(data_wait - last_data_wait);
@@ -216,12 +286,12 @@ StatusOr<TrainResult> Trainer::Run() {
       if (m) m->SetSamplesPerSecond(rate);
     }
     progress.step = global_step;
-    progress.epoch = batch->epoch;
+    progress.epoch = next_epoch;  // epochs completed
     progress.loss = ema_loss;
     if (m) m->UpdateProgress(progress);
 
     if (global_step % config_.checkpoint_every == 0) {
-      RETURN_IF_ERROR(MaybeCheckpoint(global_step, next_epoch, next_step));
+      RETURN_IF_ERROR(MaybeCheckpoint(global_step, next_epoch, next_step, next_samples));
     }
     evaluated_last = false;
     if (epoch_done && deps_.test != nullptr && config_.eval_every_epoch) {
@@ -244,6 +314,7 @@ StatusOr<TrainResult> Trainer::Run() {
     }
     epoch = next_epoch;
     step_in_epoch = next_step;
+    epoch_samples = next_samples;
   }
   double train_seconds = SecondsSince(train_start);
 
@@ -254,7 +325,7 @@ StatusOr<TrainResult> Trainer::Run() {
     if (m) m->SetTestAccuracy(acc_loss.first);
   }
   if (global_step % config_.checkpoint_every != 0) {
-    RETURN_IF_ERROR(MaybeCheckpoint(global_step, epoch, step_in_epoch));
+    RETURN_IF_ERROR(MaybeCheckpoint(global_step, epoch, step_in_epoch, epoch_samples));
   }
   RETURN_IF_ERROR(comm.Barrier().WithContext("final barrier"));
 
@@ -266,6 +337,8 @@ StatusOr<TrainResult> Trainer::Run() {
   result.data_wait_seconds = loader->wait_seconds();
   result.allreduce_wait_seconds = allreduce_wait;
   progress.state = "succeeded";
+  progress.step = global_step;
+  progress.epoch = epoch;
   progress.test_accuracy = result.test_accuracy;
   progress.samples_per_second = result.samples_per_second;
   if (m) m->UpdateProgress(progress);

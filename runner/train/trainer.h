@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "runner/comm/communicator.h"
@@ -20,15 +21,18 @@ namespace ringtrain::train {
 struct TrainResult {
   double test_accuracy = 0;
   double test_loss = 0;
-  int epochs = 0;
-  std::int64_t steps = 0;           // global optimizer steps at the end
-  std::int64_t steps_this_run = 0;  // taken by this process (after any resume)
+  int epochs = 0;                     // epochs completed
+  std::int64_t steps = 0;             // global optimizer steps at the end
+  std::int64_t samples_this_run = 0;  // by the whole gang in this process (after any resume)
+  std::int64_t steps_this_run = 0;    // taken by this process (after any resume)
   double wall_seconds = 0;
   double samples_per_second = 0;  // whole job, this run
   int world_size = 1;
   double data_wait_seconds = 0;
   double allreduce_wait_seconds = 0;
   bool resumed = false;
+  // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
+  std::string resume_warning;
 };
 
 struct TrainerDeps {
@@ -49,11 +53,20 @@ class Trainer {
 
  private:
   Trainer(const TrainConfig& config, TrainerDeps deps) : config_(config), deps_(deps) {}
+  // Where a run starts: rank 0's checkpoint (if any), the same on every rank.
+  struct Start {
+    bool resumed = false;
+    std::int64_t global_step = 0;
+    int epoch = 0;
+    std::int64_t epoch_samples = 0;  // of `epoch`, by the whole gang
+    int checkpoint_world = 0;        // 0 = unknown or no checkpoint
+    std::string warning;             // rank 0: why no checkpoint could be used
+  };
   // Restores rank 0's checkpoint (if any) and makes every rank start from rank 0's state.
-  Status SyncStart(std::int64_t& global_step, int& epoch, std::int64_t& step_in_epoch,
-                   bool& resumed);
+  StatusOr<Start> SyncStart();
   StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
-  Status MaybeCheckpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch);
+  Status MaybeCheckpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
+                         std::int64_t epoch_samples);
 
   TrainConfig config_;
   TrainerDeps deps_;

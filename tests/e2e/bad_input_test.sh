@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Bad input gets a clear error and a permanent exit code: truncated or corrupt IDX files, an
+# Bad input gets a clear error and a permanent exit code: truncated or corrupt IDX files, test
+# images of another shape than the training images, a checkpoint dir that cannot be written, an
 # invalid manifest, an unknown flag.
 source "$(dirname "$0")/lib.sh"
 mkdir -p "$WORK/trunc" "$WORK/corrupt"
@@ -22,6 +23,51 @@ for kind in trunc corrupt; do
   grep -q "DATA_LOSS" "$WORK/$kind.term" || fail "$kind data: termination message"
 done
 grep -q "truncated" "$WORK/trunc.log" || fail "truncated file not called truncated"
+
+# Test images of another shape (14x14) than the training images (28x28): refused at load with
+# the file named, never an overflow in the evaluation (issue 10 item 1).
+mkdir -p "$WORK/shape"
+cp "$DATA"/train-*.gz "$WORK/shape/"
+python3 - "$WORK/shape" <<'PY'
+import gzip, struct, sys
+d = sys.argv[1]
+n = 100
+with gzip.open(d + "/t10k-images-idx3-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">IIII", 0x803, n, 14, 14) + bytes(n * 14 * 14))
+with gzip.open(d + "/t10k-labels-idx1-ubyte.gz", "wb") as f:
+    f.write(struct.pack(">II", 0x801, n) + bytes(n))
+PY
+RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/shape.term \
+  "$BIN/ringtrain-runner" --dataset "$WORK/shape" >"$WORK/shape.log" 2>&1 && rc=0 || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "test set of another shape: exit code $rc"
+grep -q "$WORK/shape/t10k-images-idx3-ubyte.gz: images are 14x14" "$WORK/shape.log" ||
+  fail "test set of another shape: file or shape not named"
+grep -q "INVALID_ARGUMENT" "$WORK/shape.term" || fail "test set of another shape: termination"
+
+# A checkpoint dir that can never be written fails at start-up, permanently, with the path and
+# strerror (issue 9 item 11). Root ignores permissions, so: a path under a regular file, and
+# (where setpriv exists) a root-owned dir seen by an unprivileged user.
+touch "$WORK/afile"
+RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/notdir.term \
+  "$BIN/ringtrain-runner" --dataset "$DATA" --checkpoint-dir "$WORK/afile/ckpt" \
+  >"$WORK/notdir.log" 2>&1 && rc=0 || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "checkpoint dir under a file: exit code $rc"
+grep -q "checkpoint dir $WORK/afile/ckpt: Not a directory" "$WORK/notdir.term" ||
+  fail "checkpoint dir under a file: path or strerror not named"
+grep -q "communicator ready" "$WORK/notdir.log" && fail "checkpoint dir checked only after rendezvous"
+if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
+  chmod 755 "$WORK"
+  mkdir -p "$WORK/rootonly" "$WORK/out"
+  chmod 755 "$WORK/rootonly"
+  chmod 1777 "$WORK/out"
+  RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/out/eacces.term \
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+    "$BIN/ringtrain-runner" --dataset "$DATA" --checkpoint-dir "$WORK/rootonly/ckpt" \
+    >"$WORK/eacces.log" 2>&1 && rc=0 || rc=$?
+  [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "unwritable checkpoint dir: exit code $rc"
+  grep -q "PERMISSION_DENIED: checkpoint dir $WORK/rootonly/ckpt: Permission denied" \
+    "$WORK/out/eacces.term" || fail "unwritable checkpoint dir: termination message"
+fi
 
 cat >"$WORK/bad.yaml" <<'YAML'
 apiVersion: ringtrain.dev/v1alpha1

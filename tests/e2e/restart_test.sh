@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Kill -9 one rank mid-training: `ringtrain run` restarts the whole gang from the checkpoint,
-# and the job still succeeds with restarts = 1.
+# and the job still succeeds with restarts = 1. Then every checkpoint corrupt: a fresh start
+# that says so.
 source "$(dirname "$0")/lib.sh"
 example_with "$WORK/job.yaml" epochs 8 everySteps 100
 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/summary.json" \
@@ -24,4 +25,22 @@ cat "$WORK/summary.json" || true
 grep -q "resuming from checkpoint" "$WORK/run/fashion-mnist-mlp-a1-0.log" ||
   fail "rank 0 of attempt 1 did not resume from the checkpoint"
 grep -q "GangRestart" "$WORK/ringtrain.log" || fail "no GangRestart event"
+# Every checkpoint corrupt: training starts over from step 0 and says so — in rank 0's log, in
+# its /status ("resumeWarning") and in the `ringtrain run` summary (issue 10 item 7).
+mkdir -p "$WORK/bad-ckpt"
+for step in 100 200; do
+  head -c 4096 /dev/urandom >"$WORK/bad-ckpt/ckpt-$step.bin"
+done
+example_with "$WORK/corrupt.yaml" epochs 1
+sed -i "s|^\(\s*\)checkpoint:\s*$|\1checkpoint:\n\1  path: $WORK/bad-ckpt|" "$WORK/corrupt.yaml"
+grep -q "path: $WORK/bad-ckpt" "$WORK/corrupt.yaml" || fail "could not set the checkpoint path"
+"$BIN/ringtrain" run "$WORK/corrupt.yaml" --workdir "$WORK/run2" \
+  --summary-json "$WORK/corrupt-summary.json" >"$WORK/corrupt.log" 2>&1 && rc=0 || rc=$?
+[ "$rc" = 0 ] || fail "corrupt checkpoints: ringtrain run exited with $rc"
+[ "$(json_get "$WORK/corrupt-summary.json" resumed)" = False ] || fail "resumed from garbage"
+json_get "$WORK/corrupt-summary.json" resume_warning | grep -q "starting from step 0" ||
+  fail "summary has no resume_warning"
+grep -q "warning: no checkpoint could be resumed" "$WORK/corrupt.log" ||
+  fail "ringtrain run printed no resume warning"
+grep -q "$WORK/bad-ckpt/ckpt-200.bin" "$WORK/run2/"*-a0-0.log || fail "rank 0 log names no file"
 echo PASS

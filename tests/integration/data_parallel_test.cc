@@ -180,5 +180,40 @@ TEST(DataParallel, ResumeFromCheckpointContinuesExactly) {
   std::filesystem::remove_all(dir);
 }
 
+// Issue 9 item 7: resizing by restart. A checkpoint taken at world size 2 resumes at world size
+// 3 at the same number of samples seen: the rest of the epoch is sharded over 3 ranks, and the
+// job finishes its epochs.
+TEST(DataParallel, ResizeByRestartContinuesAtTheSameSample) {
+  openblas_set_num_threads(1);
+  const std::size_t n = 160;
+  data::Dataset ds = SyntheticDataset(n, 9);
+  auto dir = std::filesystem::temp_directory_path() / ("dp_resize_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  TrainConfig c = BaseConfig("mlp", "sgd");
+  c.batch_size = 8;
+  c.epochs = 2;
+  c.checkpoint_dir = dir.string();
+  c.checkpoint_every = 1000;
+  c.max_steps = 3;  // 3 steps × 8 × 2 ranks = 48 samples of epoch 0; the final checkpoint
+  TrainResult first;
+  Train(2, c, ds, &first);
+  EXPECT_EQ(first.samples_this_run, 48);
+
+  c.max_steps = -1;
+  TrainResult resized;
+  Train(3, c, ds, &resized);
+  EXPECT_TRUE(resized.resumed);
+  EXPECT_EQ(resized.world_size, 3);
+  EXPECT_EQ(resized.epochs, 2);
+  // The rest of epoch 0 (160 - 48 = 112 samples, padded to 114 for 3 ranks) and all of epoch 1
+  // (160 padded to 162): every sample of each epoch once, none skipped, none repeated beyond
+  // the padding.
+  EXPECT_EQ(resized.samples_this_run, 114 + 162);
+  // 38 samples per rank at batch 8 = 5 steps, then 54 per rank = 7 steps.
+  EXPECT_EQ(resized.steps_this_run, 5 + 7);
+  EXPECT_EQ(resized.steps, 3 + 5 + 7);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ringtrain::train

@@ -167,6 +167,80 @@ TEST_F(IdxTest, GatherNormalizes) {
   EXPECT_NEAR(x[4], (0 - kFashionMean) / kFashionStd, 1e-5);
 }
 
+// Issue 10 item 3: a header's dimensions are checked against the file before allocating.
+TEST_F(IdxTest, HugeDimensionsAreRejectedBeforeAllocation) {
+  auto lab = Header(1, {1});
+  lab.push_back(0);
+  for (auto dims : {std::vector<std::uint32_t>{1u << 28, 4096, 4096},
+                    std::vector<std::uint32_t>{0xffffffffu, 4096, 4096},
+                    std::vector<std::uint32_t>{0xffffffffu, 0xffffffffu, 0xffffffffu}}) {
+    auto img = Header(3, dims);
+    img.insert(img.end(), {1, 2, 3});
+    for (bool gz : {false, true}) {
+      std::string path = gz ? WriteGz("huge.gz", img) : WriteRaw("huge", img);
+      auto ds = LoadIdx(path, WriteRaw("l", lab));
+      ASSERT_FALSE(ds.ok());
+      EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+      EXPECT_NE(ds.status().message().find(path), std::string::npos);
+      EXPECT_NE(ds.status().message().find("implausible dimensions"), std::string::npos)
+          << ds.status().message();
+    }
+  }
+}
+
+TEST_F(IdxTest, HeaderLargerThanThePlainFileIsTruncationBeforeAllocation) {
+  auto img = Header(3, {2000000, 28, 28});  // 1.6 GB announced, 100 bytes present
+  img.resize(img.size() + 100, 7);
+  auto lab = Header(1, {2000000});
+  std::string path = WriteRaw("lying", img);
+  auto ds = LoadIdx(path, WriteRaw("l", lab));
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ds.status().message().find(path + ": truncated file"), std::string::npos)
+      << ds.status().message();
+  EXPECT_NE(ds.status().message().find("the file holds 100"), std::string::npos)
+      << ds.status().message();
+}
+
+TEST_F(IdxTest, HeaderLargerThanTheGzipCanHoldIsRejectedBeforeAllocation) {
+  auto img = Header(3, {2000000, 28, 28});
+  img.resize(img.size() + 100, 7);
+  std::string path = WriteGz("lying.gz", img);
+  auto ds = LoadIdx(path, WriteRaw("l", Header(1, {2000000})));
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ds.status().message().find("compressed bytes can hold"), std::string::npos)
+      << ds.status().message();
+}
+
+TEST_F(IdxTest, HighlyCompressedButHonestGzipStillLoads) {
+  // 1000 x 64 x 64 zero pixels compress ~1000:1 and are within deflate's ratio: accepted.
+  auto img = Header(3, {1000, 64, 64});
+  img.resize(img.size() + 1000 * 64 * 64, 0);
+  std::vector<unsigned char> lab = Header(1, {1000});
+  lab.resize(lab.size() + 1000, 1);
+  auto ds = LoadIdx(WriteGz("zeros.gz", img), WriteGz("lab.gz", lab));
+  ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+  EXPECT_EQ(ds->images.size(), 1000u * 64 * 64);
+}
+
+// Issue 10 item 1: a test set of another shape than the model's input is refused at load.
+TEST_F(IdxTest, ValidateForModelNamesTheFileOfTheWrongShape) {
+  std::string images, labels;
+  WriteValid(&images, &labels);  // 2x2
+  auto ds = LoadIdx(images, labels);
+  ASSERT_TRUE(ds.ok());
+  EXPECT_TRUE(ValidateForModel(*ds, 2, 2, 10).ok());
+  Status s = ValidateForModel(*ds, 28, 28, 10);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(images + ": images are 2x2, the model takes 28x28"), std::string::npos)
+      << s.message();
+  s = ValidateForModel(*ds, 2, 2, 8);  // label 9 for a model of 8 classes
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(labels + ": label 9 at index 2"), std::string::npos) << s.message();
+  EXPECT_EQ(ExitCodeFor(s), kExitPermanent);
+}
+
 TEST(FashionMnist, ShippedDatasetLoadsWhenInstalled) {
   const char* dir = "/usr/share/datasets/fashion-mnist";
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir << " not installed";

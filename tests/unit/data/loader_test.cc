@@ -82,6 +82,38 @@ TEST(PrefetchLoader, ResumesMidEpoch) {
   EXPECT_EQ(remaining, 5);  // steps 3..7
 }
 
+// A checkpoint of a gang of 2 (batch 5) after 3 steps: 30 samples of epoch 1 seen. Rank 1 of
+// a gang of 3 continues at position 30 of the permutation: 31, 34, 37 (then wraps to pad).
+TEST(PrefetchLoader, ContinuesAtASampleOffsetInAnotherWorld) {
+  Dataset ds = MakeDataset(40);
+  LoaderOptions o;
+  o.batch_size = 2;
+  o.rank = 1;
+  o.world_size = 3;
+  o.start_epoch = 1;
+  o.start_samples = 30;
+  o.end_epoch = 2;
+  auto loader = PrefetchLoader::Create(ds, o);
+  ASSERT_TRUE(loader.ok());
+  std::vector<std::size_t> perm;
+  DistributedSampler(40, 0, 1, o.seed).Indices(1, perm);
+  auto b = (*loader)->Next();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->epoch, 1);
+  EXPECT_EQ(b->n, 2);
+  EXPECT_EQ(SampleOf(b->x), perm[31]);
+  EXPECT_EQ(SampleOf(b->x + 6), perm[34]) << "second sample of the batch";
+  EXPECT_FALSE(b->last_in_epoch);
+  EXPECT_EQ(b->epoch_samples_after, 36);  // 30 + 2 × 3
+  b = (*loader)->Next();                  // ceil(10 / 3) = 4 samples per rank: 2 batches
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE(b->last_in_epoch);
+  EXPECT_EQ(b->epoch_samples_after, 40);
+  EXPECT_EQ(SampleOf(b->x), perm[37]);
+  EXPECT_EQ(SampleOf(b->x + 6), perm[0]) << "padding wraps to the epoch's start";
+  EXPECT_EQ((*loader)->Next().status().code(), StatusCode::kNotFound);
+}
+
 TEST(PrefetchLoader, RejectsBadOptions) {
   Dataset ds = MakeDataset(4);
   LoaderOptions o;

@@ -75,5 +75,44 @@ TEST(DistributedSampler, NoShuffleKeepsOrder) {
   EXPECT_EQ(idx, (std::vector<std::size_t>{1, 3, 5, 7, 9}));
 }
 
+// Issue 9 item 7: a gang of 2 consumed the first part of an epoch; a gang of 3 continues at
+// that global position. Together they see every sample of the epoch, and only the padding of
+// the second part repeats.
+TEST(DistributedSampler, ContinuingAnEpochInAnotherWorldSeesEverySampleOnce) {
+  const std::size_t n = 103;
+  const int b = 4;
+  for (std::size_t steps_done : {0, 1, 3, 12}) {
+    const std::size_t offset = steps_done * b * 2;
+    std::multiset<std::size_t> seen;
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::size_t> idx;
+      DistributedSampler(n, r, 2, 9).Indices(5, idx);
+      seen.insert(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(steps_done * b));
+    }
+    std::size_t second = 0;
+    for (int r = 0; r < 3; ++r) {
+      DistributedSampler s(n, r, 3, 9);
+      std::vector<std::size_t> idx;
+      s.Indices(5, idx, offset);
+      EXPECT_EQ(idx.size(), s.num_samples(offset));
+      EXPECT_EQ(idx.size(), (n - offset + 2) / 3);
+      second += idx.size();
+      seen.insert(idx.begin(), idx.end());
+    }
+    for (std::size_t i = 0; i < n; ++i) EXPECT_GE(seen.count(i), 1u) << "sample " << i;
+    EXPECT_EQ(seen.size(), offset + second);
+    EXPECT_LT(seen.size() - n, 3u) << "only the padding repeats";
+  }
+}
+
+TEST(DistributedSampler, OffsetZeroIsTheWholeEpoch) {
+  DistributedSampler s(50, 1, 3, 4);
+  std::vector<std::size_t> a, b;
+  s.Indices(2, a);
+  s.Indices(2, b, 0);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(s.steps_per_epoch(4, 0), s.steps_per_epoch(4));
+}
+
 }  // namespace
 }  // namespace ringtrain::data

@@ -1,0 +1,149 @@
+// Trainer start-up checks at world size 1: data of the wrong shape is refused before any step
+// (issue 10 item 1), and unreadable checkpoints are said in the status, not silently ignored
+// (issue 10 item 7); /status's epoch counts completed epochs.
+#include <cblas.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/runner_contract.h"
+#include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/train/checkpoint.h"
+#include "runner/train/trainer.h"
+#include "tests/fakes/in_memory_store.h"
+
+namespace ringtrain::train {
+namespace {
+
+data::Dataset Synthetic(std::size_t n, int rows, int cols) {
+  data::Dataset ds;
+  ds.count = n;
+  ds.rows = rows;
+  ds.cols = cols;
+  ds.images_path = "/data/t10k-images-idx3-ubyte.gz";
+  ds.labels_path = "/data/t10k-labels-idx1-ubyte.gz";
+  std::mt19937_64 rng(1);
+  ds.images.resize(n * static_cast<std::size_t>(rows * cols));
+  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
+  ds.labels.resize(n);
+  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
+  return ds;
+}
+
+TrainConfig SmallConfig() {
+  TrainConfig c;
+  c.model.name = "mlp";
+  c.model.hidden = 16;
+  c.optimizer.name = "sgd";
+  c.batch_size = 8;
+  c.epochs = 2;
+  c.warmup_epochs = 0;
+  c.eval_every_epoch = false;
+  return c;
+}
+
+struct OneRank {
+  testing::InMemoryStore store;
+  std::unique_ptr<comm::TcpCommunicator> comm;
+  OneRank() {
+    comm::TcpCommOptions o;
+    o.rank = 0;
+    o.size = 1;
+    auto c = comm::TcpCommunicator::Create(store, o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (c.ok()) comm = std::move(*c);
+  }
+};
+
+TEST(TrainerStart, TestSetOfAnotherShapeIsRefusedNamingTheFile) {
+  openblas_set_num_threads(1);
+  OneRank r;
+  data::Dataset train = Synthetic(32, 28, 28);
+  data::Dataset test = Synthetic(16, 14, 14);  // the reproduction: used to overflow in Evaluate
+  TrainerDeps deps;
+  deps.comm = r.comm.get();
+  deps.train = &train;
+  deps.test = &test;
+  auto t = Trainer::Create(SmallConfig(), deps);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("/data/t10k-images-idx3-ubyte.gz: images are 14x14"),
+            std::string::npos)
+      << t.status().message();
+  EXPECT_EQ(ExitCodeFor(t.status()), kExitPermanent);
+}
+
+TEST(TrainerStart, LabelOutsideTheModelsClassesIsRefused) {
+  OneRank r;
+  data::Dataset train = Synthetic(32, 28, 28);
+  train.labels[5] = 12;
+  TrainerDeps deps;
+  deps.comm = r.comm.get();
+  deps.train = &train;
+  auto t = Trainer::Create(SmallConfig(), deps);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("label 12 at index 5"), std::string::npos);
+}
+
+TEST(TrainerStart, AllCheckpointsCorruptTrainsFromZeroAndSaysSo) {
+  openblas_set_num_threads(1);
+  auto dir =
+      std::filesystem::temp_directory_path() / ("trainer_ckpt_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"ckpt-4.bin", "ckpt-8.bin"}) {
+    std::ofstream(dir / name) << "RTCKPT02 garbage that is no checkpoint";
+  }
+  OneRank r;
+  data::Dataset train = Synthetic(32, 28, 28);
+  metrics::RunnerMetrics metrics({"job", "ns", 0});
+  TrainConfig c = SmallConfig();
+  c.checkpoint_dir = dir.string();
+  TrainerDeps deps;
+  deps.comm = r.comm.get();
+  deps.train = &train;
+  deps.metrics = &metrics;
+  auto t = Trainer::Create(c, deps);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto res = (*t)->Run();
+  ASSERT_TRUE(res.ok()) << res.status().ToString();
+  EXPECT_FALSE(res->resumed);
+  EXPECT_EQ(res->steps, 8);  // 2 epochs of 4 steps: from step 0
+  EXPECT_NE(res->resume_warning.find("starting from step 0"), std::string::npos);
+  EXPECT_NE(res->resume_warning.find((dir / "ckpt-8.bin").string()), std::string::npos);
+
+  auto status = nlohmann::json::parse(metrics.RenderStatusJson());
+  ASSERT_TRUE(status.contains(std::string(contract::kStatusResumeWarning))) << status.dump();
+  EXPECT_EQ(status[std::string(contract::kStatusResumeWarning)], res->resume_warning);
+  EXPECT_EQ(status["epoch"], 2) << "epochs completed";
+  EXPECT_EQ(status["step"], 8);
+  auto final_status = nlohmann::json::parse(metrics.FinalStatusJson());
+  EXPECT_EQ(final_status, status);
+  EXPECT_EQ(metrics.FinalStatusJson().find('\n'), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TrainerStart, FreshStartHasNoResumeWarning) {
+  OneRank r;
+  data::Dataset train = Synthetic(32, 28, 28);
+  metrics::RunnerMetrics metrics({"job", "ns", 0});
+  TrainConfig c = SmallConfig();
+  c.epochs = 1;
+  TrainerDeps deps;
+  deps.comm = r.comm.get();
+  deps.train = &train;
+  deps.metrics = &metrics;
+  auto t = Trainer::Create(c, deps);
+  ASSERT_TRUE(t.ok());
+  ASSERT_TRUE((*t)->Run().ok());
+  auto status = nlohmann::json::parse(metrics.RenderStatusJson());
+  EXPECT_FALSE(status.contains(std::string(contract::kStatusResumeWarning)));
+  EXPECT_EQ(status["epoch"], 1);
+}
+
+}  // namespace
+}  // namespace ringtrain::train
