@@ -23,7 +23,6 @@
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
-#include "runner/train/checkpoint.h"
 #include "runner/train/config.h"
 #include "runner/train/trainer.h"
 #ifdef RINGTRAIN_WITH_CUDA
@@ -225,10 +224,6 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   if (StopRequested()) return StoppedStatus("data loading");
   RETURN_IF_ERROR(
       data::ValidateForModel(test_set, train_set.rows, train_set.cols, config.model.classes));
-  // A checkpoint dir that can never work fails now, before the others wait at a rendezvous.
-  if (env.rank == 0 && !config.checkpoint_dir.empty()) {
-    RETURN_IF_ERROR(train::CheckCheckpointDirWritable(config.checkpoint_dir));
-  }
   ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);

@@ -416,7 +416,9 @@ Plan Planner::Run() {
 
 std::optional<ObservedProgress> ParseRunnerStatus(std::string_view text) {
   auto read = contract::ParseRunnerStatus(text);
-  if (!read.ok()) return std::nullopt;
+  // A final status without a step (an older runner's message, "{}") says nothing: keep the
+  // last poll rather than rewinding the progress to 0.
+  if (!read.ok() || read->step <= 0) return std::nullopt;
   return ObserveRunnerStatus(read);
 }
 

@@ -39,7 +39,12 @@ for name in ("controller", "runner"):
     froms = [l for l in lines if l.upper().startswith("FROM ")]
     if len(froms) < 2 or " AS build" not in froms[0]:
         problems.append(f"{name}: want a multi-stage build whose first stage is `AS build`")
-    if any(":latest" in f or re.match(r"FROM [^:$]+$", f.split(" AS ")[0]) for f in froms):
+    # Stage names (FROM build-cpu, FROM runtime-${FLAVOUR}) and scratch need no tag.
+    stages = {f.split(" AS ")[1].strip() for f in froms if " AS " in f}
+    def external(f):
+        base = f.split(" AS ")[0].split()[1]
+        return base != "scratch" and "$" not in base.split(":")[0] and base not in stages
+    if any(":latest" in f or (external(f) and ":" not in f.split(" AS ")[0]) for f in froms):
         problems.append(f"{name}: base images need explicit tags")
     final = lines[lines.index(froms[-1]):]
     users = [l for l in final if l.upper().startswith("USER ")]
@@ -53,15 +58,34 @@ for name in ("controller", "runner"):
         problems.append(f"{name}: the runtime stage must install the packages runtime-packages.sh found")
     if not any(l.upper().startswith("ENTRYPOINT [") for l in final):
         problems.append(f"{name}: exec-form ENTRYPOINT in the final stage")
-    if name == "runner" and not re.search(r"nvidia/cuda:\S*-runtime-", froms[-1]):
-        problems.append("runner: the runtime base must be NVIDIA's CUDA runtime image")
-    if name == "runner" and not any("libnccl2" in l for l in final):
-        problems.append("runner: the runtime stage must install NCCL (libnccl2)")
+    # The runner's runtime stage is runtime-${FLAVOUR}: the release flavour (cuda) runs on
+    # NVIDIA's CUDA runtime image with NCCL; the cpu flavour (what CI runs) on Debian 12 slim.
+    def stage(label):
+        f = next((f for f in froms if f.endswith(" AS " + label)), None)
+        if f is None:
+            return None, []
+        i = lines.index(f)
+        j = next((k for k in range(i + 1, len(lines)) if lines[k] in froms), len(lines))
+        return f, lines[i:j]
+    if name == "runner":
+        cuda_from, cuda_stage = stage("runtime-cuda")
+        cpu_from, _ = stage("runtime-cpu")
+        if froms[-1] != "FROM runtime-${FLAVOUR}":
+            problems.append("runner: the final stage must be FROM runtime-${FLAVOUR}")
+        if cuda_from is None or not re.search(r"nvidia/cuda:\S*-runtime-", cuda_from):
+            problems.append("runner: the runtime-cuda base must be NVIDIA's CUDA runtime image")
+        if not any("libnccl2" in l for l in cuda_stage):
+            problems.append("runner: the runtime-cuda stage must install NCCL (libnccl2)")
+        if cpu_from is None or "debian:" not in cpu_from or "-slim" not in cpu_from:
+            problems.append("runner: the runtime-cpu base must be debian:12-slim")
     if name == "controller" and "debian:" not in froms[-1] or name == "controller" and "-slim" not in froms[-1]:
         problems.append("controller: the runtime base must be debian:12-slim")
     for l in lines:
         if l.upper().startswith("COPY ") and "--from=" not in l:
             for s in l.split()[1:-1]:
+                # prebuilt/ is the context scripts/images.sh assembles from a host build.
+                if s.startswith("prebuilt/"):
+                    continue
                 if s != "." and (not os.path.exists(f"{src}/{s}") or ignored(s)):
                     problems.append(f"{name}: COPY {s}: not in the build context")
 for p in problems:
