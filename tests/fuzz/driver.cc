@@ -24,6 +24,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size);
 extern "C" __attribute__((weak)) int LLVMFuzzerInitialize(int* argc, char*** argv);
 extern "C" __attribute__((weak)) void __sanitizer_set_death_callback(void (*callback)());
+extern "C" __attribute__((weak)) void __sanitizer_print_stack_trace();
 
 namespace {
 
@@ -62,6 +63,8 @@ void SaveCurrentInput() {
 }
 
 void OnFatalSignal(int sig) {
+  // An uncaught exception ends here: where it was thrown is still on the stack.
+  if (__sanitizer_print_stack_trace) __sanitizer_print_stack_trace();
   SaveCurrentInput();
   ::signal(sig, SIG_DFL);
   ::raise(sig);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -44,7 +45,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(fd >= 0);
   SendAll(fd, std::string_view(reinterpret_cast<const char*>(data), size));
   ::shutdown(fd, SHUT_WR);
-  (void)RecvUntilQuiet(fd, 2000);
+  std::string reply = RecvUntilQuiet(fd, 2000);
   ::close(fd);
+  // RINGTRAIN_FUZZ_VERBOSE=1 shows what the server answered: a check that inputs reach it.
+  static const bool verbose = std::getenv("RINGTRAIN_FUZZ_VERBOSE") != nullptr;
+  if (verbose) {
+    std::fprintf(stderr, "http_fuzz: %zu-byte reply: %.40s\n", reply.size(), reply.c_str());
+  }
   return 0;
 }

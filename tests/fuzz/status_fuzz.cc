@@ -4,6 +4,7 @@
 // rest is the whole raw response (status line, headers, body). A rank is untrusted: any answer
 // must give progress or "none", never a crash or a wait past the fetcher's timeout.
 #include <netinet/in.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,12 +28,15 @@ void Serve(int listener) {
   for (;;) {
     int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    // The request: read until the end of its headers (or a short quiet spell).
+    // The request: read until the end of its headers (or 2 s of silence).
     std::string req;
+    char buf[4096];
     while (req.find("\r\n\r\n") == std::string::npos && req.size() < 65536) {
-      std::string more = ringtrain::fuzz::RecvUntilQuiet(fd, 200, 4096);
-      if (more.empty()) break;
-      req += more;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 2000) <= 0) break;
+      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) break;
+      req.append(buf, static_cast<std::size_t>(n));
     }
     std::string resp;
     {
