@@ -18,7 +18,9 @@ targets=${FUZZ_TARGETS:-manifest store idx checkpoint kubeconfig http status}
 mkdir -p "$artifacts"
 # Any allocation over 2 GiB from an input of at most 64 KiB is a bug (libFuzzer's default).
 export ASAN_OPTIONS="detect_leaks=0:handle_abort=1:allocator_may_return_null=0:max_allocation_size_mb=2048${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
-export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$(pwd)/scripts/sanitizer-suppressions/ubsan.supp"
+# GCC links UBSan as its own runtime, which does not call the driver's death callback: abort
+# instead, so the driver's SIGABRT handler saves the input.
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:suppressions=$(pwd)/scripts/sanitizer-suppressions/ubsan.supp"
 engine=$(sed -n 's/^RINGTRAIN_FUZZ:STRING=//p' "$dir/CMakeCache.txt")
 echo "fuzz: engine $engine, $runs runs per target, seed $seed (FUZZ_SEED=$seed to replay)"
 rc=0
