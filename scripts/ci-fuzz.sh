@@ -4,13 +4,13 @@
 # deterministic mutations). A crash fails the job and leaves the input in $FUZZ_ARTIFACTS.
 # Replay a failure: the same FUZZ_SEED and FUZZ_RUNS, or the saved input as the only argument.
 #   FUZZ_BUILD_DIR  build directory (build-asan); a RINGTRAIN_FUZZ=LIBFUZZER build works too
-#   FUZZ_RUNS       mutations per target (2000)      FUZZ_SEED   mutation seed (1)
+#   FUZZ_RUNS       mutations per target (10000)     FUZZ_SEED   mutation seed (1)
 #   FUZZ_TARGETS    which targets (all)               FUZZ_TIME   seconds cap per target (120)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ci-env.sh
 dir=${FUZZ_BUILD_DIR:-build-asan}
-runs=${FUZZ_RUNS:-2000}
+runs=${FUZZ_RUNS:-10000}
 seed=${FUZZ_SEED:-1}
 cap=${FUZZ_TIME:-120}
 artifacts=${FUZZ_ARTIFACTS:-$dir/fuzz-artifacts}
@@ -21,6 +21,9 @@ export ASAN_OPTIONS="detect_leaks=0:handle_abort=1:allocator_may_return_null=0:m
 # GCC links UBSan as its own runtime, which does not call the driver's death callback: abort
 # instead, so the driver's SIGABRT handler saves the input.
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:abort_on_error=1:suppressions=$(pwd)/scripts/sanitizer-suppressions/ubsan.supp"
+[ -f "$dir/build.ninja" ] ||
+  { echo "fuzz: no build in $dir: run scripts/ci-sanitizers.sh asan first" >&2; exit 1; }
+timed "fuzz build" ninja -C "$dir" -j "$JOBS" fuzz_targets >/dev/null
 engine=$(sed -n 's/^RINGTRAIN_FUZZ:STRING=//p' "$dir/CMakeCache.txt")
 echo "fuzz: engine $engine, $runs runs per target, seed $seed (FUZZ_SEED=$seed to replay)"
 rc=0
