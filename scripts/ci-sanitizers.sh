@@ -46,12 +46,7 @@ case "$job" in
     run comm_test || rc=1
     run rendezvous_test || rc=1
     run kube_client_test --gtest_filter='Informer*:LeaderElection*' || rc=1
-    # Minus the two tests that train Fashion-MNIST to the end in runners built with TSan (10-20x
-    # slower, past the tests' 120 s wait); the runner's threads are covered by comm_test and
-    # rendezvous_test, the operator's by every other test here, which start runners too.
-    run operator_test \
-      --gtest_filter='-OperatorTest.TwoReplicaFashionMnist*:OperatorTest.KilledRankRestarts*' ||
-      rc=1
+    run operator_test || rc=1
     exit $rc
     ;;
   *)
