@@ -1,8 +1,46 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs every test (unit, integration, end to end) with ctest.
-set -euo pipefail
+# CI: every job, one after another, each timed; exits non-zero if any failed (the later jobs
+# still run, so one CI round reports every failure).
+#   main        deps, the Release build (CUDA when nvcc is found) and every test with ctest
+#   asan        ASan+UBSan build, CPU only: unit, integration and fuzz-corpus tests
+#   fuzz        a short bounded run of every fuzz target on the ASan build
+#   tsan        TSan build of the threaded parts: comm, rendezvous, informer, work queue, operator
+# CI_JOBS="main asan" runs a subset. Build directories: BUILD_DIR (build), build-asan, build-tsan.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-build=${BUILD_DIR:-build}
-cd "$build"
-ctest --output-on-failure --timeout 900 -j "${TEST_JOBS:-2}"
+source scripts/ci-env.sh
+
+main_job() {
+  bash scripts/build.sh || return
+  ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure --timeout 900 -j "${TEST_JOBS:-2}"
+}
+
+declare -A result
+order=()
+run_job() {
+  local name=$1 start=$SECONDS rc=0
+  shift
+  echo "=== job $name"
+  "$@" || rc=$?
+  result[$name]="$([ $rc = 0 ] && echo ok || echo "FAILED (exit $rc)") in $((SECONDS - start)) s"
+  order+=("$name")
+  echo "=== job $name: ${result[$name]}"
+}
+
+total=$SECONDS
+for job in ${CI_JOBS:-main asan fuzz tsan}; do
+  case "$job" in
+    main) run_job main main_job ;;
+    asan) run_job asan bash scripts/ci-sanitizers.sh asan ;;
+    fuzz) run_job fuzz bash scripts/ci-fuzz.sh ;;
+    tsan) run_job tsan bash scripts/ci-sanitizers.sh tsan ;;
+    *) echo "unknown CI job $job" >&2; exit 2 ;;
+  esac
+done
+echo "=== summary ($((SECONDS - total)) s in all)"
+failed=0
+for job in "${order[@]}"; do
+  echo "  $job: ${result[$job]}"
+  [[ ${result[$job]} == ok* ]] || failed=1
+done
+exit $failed
