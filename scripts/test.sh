@@ -3,6 +3,8 @@
 # still run, so one CI round reports every failure).
 #   main        deps, the Release build (CUDA when nvcc is found) and every test with ctest
 #   asan        ASan+UBSan build, CPU only: unit, integration and fuzz-corpus tests
+#   containers  the controller and CPU runner images (podman, from the main job's binaries) and
+#               the system in containers end to end (scripts/ci-containers.sh)
 #   fuzz        a short bounded run of every fuzz target on the ASan build
 #   tsan        TSan build of the threaded parts: comm, rendezvous, informer, work queue, operator
 # CI_JOBS="main asan" runs a subset. Build directories: BUILD_DIR (build), build-asan, build-tsan.
@@ -28,9 +30,10 @@ run_job() {
 }
 
 total=$SECONDS
-for job in ${CI_JOBS:-main asan fuzz tsan}; do
+for job in ${CI_JOBS:-main containers asan fuzz tsan}; do
   case "$job" in
     main) run_job main main_job ;;
+    containers) run_job containers bash scripts/ci-containers.sh ;;
     asan) run_job asan bash scripts/ci-sanitizers.sh asan ;;
     fuzz) run_job fuzz bash scripts/ci-fuzz.sh ;;
     tsan) run_job tsan bash scripts/ci-sanitizers.sh tsan ;;
