@@ -16,7 +16,7 @@ job=fashion-mnist-mlp
 example_with "$WORK/job.yaml" everySteps 500
 if grep -q persistentVolumeClaim "$SRC/controller/operator/pod_builder.cc"; then
   mode="spec.checkpoint.volumeClaim"
-  grep -q volumeClaim "$WORK/job.yaml" ||
+  grep -Eq '^\s*volumeClaim:' "$WORK/job.yaml" ||
     sed -i 's|^\(\s*\)everySteps: 500|&\n\1volumeClaim: {size: 1Gi}|' "$WORK/job.yaml"
 else
   mode="a PVC in spec.template"
