@@ -54,7 +54,9 @@ RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/notd
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "checkpoint dir under a file: exit code $rc"
 grep -q "checkpoint dir $WORK/afile/ckpt: Not a directory" "$WORK/notdir.term" ||
   fail "checkpoint dir under a file: path or strerror not named"
-grep -q "communicator ready" "$WORK/notdir.log" && fail "checkpoint dir checked only after rendezvous"
+# Checked right after the rendezvous (so every rank of a gang learns it from rank 0), before
+# the first step: a job never trains up to its first checkpoint to find out.
+grep -q "epoch [0-9]*/" "$WORK/notdir.log" && fail "checkpoint dir checked only after training began"
 if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
   chmod 755 "$WORK"
   mkdir -p "$WORK/rootonly" "$WORK/out"
