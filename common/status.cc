@@ -91,14 +91,14 @@ StatusCode StatusCodeForErrno(int err) {
     case ENAMETOOLONG:
     case EEXIST:
     case EXDEV:
+    case EFBIG:
       return StatusCode::kFailedPrecondition;
     case ENOENT:
       return StatusCode::kNotFound;
-    case EIO:
-      return StatusCode::kDataLoss;
     case EINVAL:
       return StatusCode::kInvalidArgument;
     default:
+      // EIO (a failing disk, a network file system's hiccup: a restart may land elsewhere),
       // EMFILE, ENOMEM, EAGAIN, ESTALE, EBUSY, connection errors: may be gone after a restart.
       return StatusCode::kUnavailable;
   }

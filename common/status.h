@@ -78,8 +78,8 @@ Status ErrnoStatus(StatusCode code, std::string_view what, int err);
 
 // The code for an errno of a file or socket call, by whether a gang restart can heal it:
 // EACCES/EPERM/EROFS → PermissionDenied, ENOSPC/EDQUOT (a full volume stays full) and
-// ENOTDIR/EISDIR/ELOOP/ENAMETOOLONG → FailedPrecondition, ENOENT → NotFound, EIO → DataLoss,
-// all permanent; resource shortage, network and anything else → Unavailable (retryable).
+// ENOTDIR/EISDIR/ELOOP/ENAMETOOLONG/EFBIG → FailedPrecondition, ENOENT → NotFound, all
+// permanent; EIO, resource shortage, network and anything else → Unavailable (retryable).
 StatusCode StatusCodeForErrno(int err);
 // ErrnoStatus with StatusCodeForErrno's code; `what` names the operation and the path, e.g.
 // ErrnoStatus("checkpoint dir /ckpt", EACCES) → PERMISSION_DENIED "checkpoint dir /ckpt:

@@ -67,34 +67,12 @@ std::uint32_t Crc(const Header& h, std::span<const float> a, std::span<const flo
   return static_cast<std::uint32_t>(c);
 }
 
-// Errors a restart cannot fix are permanent; the rest (EIO, EINTR storms) stay retryable.
-StatusCode CodeForErrno(int err) {
-  switch (err) {
-    case EACCES:
-    case EPERM:
-      return StatusCode::kPermissionDenied;
-    case EROFS:
-    case ENOSPC:
-    case EDQUOT:
-    case ENOTDIR:
-    case EISDIR:
-    case ENAMETOOLONG:
-    case ELOOP:
-    case EEXIST:
-    case EFBIG:
-    case ENOENT:  // create_directories made the parents: the file system refuses
-      return StatusCode::kFailedPrecondition;
-    default:
-      return StatusCode::kUnavailable;
-  }
-}
-
 Status WriteAll(int fd, const void* data, std::size_t len, const std::string& path) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
     ssize_t n = ::write(fd, p, len);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return CheckpointDirError("write " + path, errno);
+    if (n < 0) return ErrnoStatus("write " + path, errno);
     if (n == 0) return Unavailable("write " + path + ": no progress");
     p += n;
     len -= static_cast<std::size_t>(n);
@@ -105,7 +83,7 @@ Status WriteAll(int fd, const void* data, std::size_t len, const std::string& pa
 Status MakeDir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return CheckpointDirError("checkpoint dir " + dir, ec.value());
+  if (ec) return ErrnoStatus("checkpoint dir " + dir, ec.value());
   return Status::Ok();
 }
 
@@ -149,7 +127,7 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int err = errno;
-    if (err == EACCES || err == EPERM) return CheckpointDirError("open " + path, err);
+    if (err == EACCES || err == EPERM) return ErrnoStatus("open " + path, err);
     return ErrnoStatus(StatusCode::kDataLoss, "open " + path, err);
   }
   struct stat st {};
@@ -246,10 +224,6 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
 
 }  // namespace
 
-Status CheckpointDirError(const std::string& what, int err) {
-  return ErrnoStatus(CodeForErrno(err), what, err);
-}
-
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep) {
@@ -271,14 +245,14 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   Status s;
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return CheckpointDirError("checkpoint dir " + dir + ": open " + tmp, errno);
+    if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir + ": open " + tmp, errno);
     s = WriteAll(fd.get(), &h, sizeof(h), tmp);
     if (s.ok()) s = WriteAll(fd.get(), params.data(), params.size_bytes(), tmp);
     if (s.ok()) s = WriteAll(fd.get(), optimizer_state.data(), optimizer_state.size_bytes(), tmp);
-    if (s.ok() && ::fsync(fd.get()) != 0) s = CheckpointDirError("fsync " + tmp, errno);
+    if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoStatus("fsync " + tmp, errno);
   }
   if (s.ok() && ::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    s = CheckpointDirError("rename " + tmp, errno);
+    s = ErrnoStatus("rename " + tmp, errno);
   }
   if (!s.ok()) {
     ::unlink(tmp.c_str());
@@ -302,11 +276,11 @@ Status CheckCheckpointDirWritable(const std::string& dir) {
   Status s;
   {
     Fd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return CheckpointDirError("checkpoint dir " + dir, errno);
+    if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir, errno);
     // A block, so a full volume (ENOSPC) shows now rather than at the first checkpoint.
     std::vector<char> block(4096, 0);
     s = WriteAll(fd.get(), block.data(), block.size(), probe).WithContext("checkpoint dir " + dir);
-    if (s.ok() && ::fsync(fd.get()) != 0) s = CheckpointDirError("checkpoint dir " + dir, errno);
+    if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoStatus("checkpoint dir " + dir, errno);
   }
   ::unlink(probe.c_str());
   return s;
@@ -317,7 +291,7 @@ StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size
   std::error_code ec;
   auto all = ListCheckpoints(dir, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
-    return CheckpointDirError("checkpoint dir " + dir, ec.value());
+    return ErrnoStatus("checkpoint dir " + dir, ec.value());
   }
   std::string reasons;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {

@@ -43,9 +43,6 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
 // checkpoint. Same error classification as WriteCheckpoint.
 Status CheckCheckpointDirWritable(const std::string& dir);
 
-// The status for an errno from the checkpoint dir: "checkpoint dir /ckpt: Permission denied".
-Status CheckpointDirError(const std::string& what, int err);
-
 // The newest readable checkpoint in `dir`:
 //  - NotFound when there is no checkpoint file at all (a fresh start);
 //  - a corrupt, truncated or implausible file is skipped with a warning for the next older

@@ -211,13 +211,13 @@ TEST_F(CheckpointTest, CheckpointDirTheKernelRefusesIsPermanent) {
 }
 
 TEST_F(CheckpointTest, PermissionErrorsMapToPermissionDenied) {
-  Status s = CheckpointDirError("checkpoint dir /ckpt", EACCES);
+  Status s = ErrnoStatus("checkpoint dir /ckpt", EACCES);
   EXPECT_EQ(s.ToString(), "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied");
   EXPECT_FALSE(s.retryable());
-  EXPECT_FALSE(CheckpointDirError("x", ENOSPC).retryable());
-  EXPECT_FALSE(CheckpointDirError("x", EROFS).retryable());
-  EXPECT_FALSE(CheckpointDirError("x", EPERM).retryable());
-  EXPECT_TRUE(CheckpointDirError("x", EIO).retryable());
+  EXPECT_FALSE(ErrnoStatus("x", ENOSPC).retryable());
+  EXPECT_FALSE(ErrnoStatus("x", EROFS).retryable());
+  EXPECT_FALSE(ErrnoStatus("x", EPERM).retryable());
+  EXPECT_TRUE(ErrnoStatus("x", EIO).retryable());
 }
 
 TEST_F(CheckpointTest, WritableDirPassesAndLeavesNoProbe) {
