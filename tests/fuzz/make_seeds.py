@@ -107,7 +107,8 @@ def idx():
     write("idx", "trailing-bytes", idx_input(0, images + b"\x00", labels))
 
 
-HEADER = struct.Struct("<8sqqqqqiI")  # runner/train/checkpoint.cc's Header: 56 bytes
+HEADER = struct.Struct("<8sqqqqqiI")  # runner/train/checkpoint.cc's HeaderV1: 56 bytes
+HEADER_V2 = struct.Struct("<8sqqqqqiiqII")  # HeaderV2: 72 bytes (world size, epoch samples)
 
 
 def ckpt(step, params, state, fix_crc=True, epoch=1):
@@ -118,7 +119,20 @@ def ckpt(step, params, state, fix_crc=True, epoch=1):
     return HEADER.pack(b"RTCKPT01", step, 2, step, len(params), len(state), epoch, crc) + body
 
 
+def ckpt_v2(step, params, state, world=2, epoch_samples=64, epoch=1):
+    body = b"".join(struct.pack("<f", x) for x in params) + \
+        b"".join(struct.pack("<f", x) for x in state)
+    fields = (b"RTCKPT02", step, 2, step, len(params), len(state), epoch, world, epoch_samples)
+    crc = zlib.crc32(HEADER_V2.pack(*fields, 0, 0) + body) & 0xFFFFFFFF
+    return HEADER_V2.pack(*fields, crc, 0) + body
+
+
 def checkpoint():
+    good_v2 = ckpt_v2(9, [0.1 * i for i in range(6)], [0.01 * i for i in range(12)])
+    write("checkpoint", "valid-v2", b"\x00" + good_v2)
+    write("checkpoint", "v2-huge-epoch-samples",
+          b"\x01" + ckpt_v2(9, [1.0] * 6, [2.0] * 12, epoch_samples=2**62))
+    write("checkpoint", "v2-negative-world", b"\x01" + ckpt_v2(9, [1.0] * 6, [2.0] * 12, world=-3))
     good = ckpt(9, [0.1 * i for i in range(6)], [0.01 * i for i in range(12)])
     write("checkpoint", "valid", b"\x00" + good)
     write("checkpoint", "valid-fixcrc", b"\x01" + good)
