@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/yaml_guard.h"
 
 namespace ringtrain::api {
 namespace {
@@ -579,6 +580,7 @@ StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::stri
     return InvalidArgument(source + ": larger than the limit of " +
                            std::to_string(kMaxManifestBytes) + " bytes for a manifest");
   }
+  RETURN_IF_ERROR(CheckYamlDocumentShape(yaml, source));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(yaml);

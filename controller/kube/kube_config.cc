@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "common/base64.h"
+#include "common/yaml_guard.h"
 #include "controller/kube/tls_material.h"
 
 namespace ringtrain::kube {
@@ -399,6 +400,7 @@ StatusOr<KubeConfig> ParseKubeconfig(std::string_view text, const std::string& s
   }
   // yaml-cpp reports syntax errors (and its own recursion limit) by throwing; the accessors above
   // never throw, and this catch is the edge for anything yaml-cpp still raises.
+  RETURN_IF_ERROR(CheckYamlDocumentShape(text, "kubeconfig " + source));
   try {
     YAML::Node root = YAML::Load(std::string(text));
     return Parse(r, root);

@@ -1,0 +1,106 @@
+#include "common/yaml_guard.h"
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace ringtrain {
+namespace {
+
+bool IsBlank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+// "---" or "..." at column 0, alone or followed by a blank.
+bool IsDocumentMarker(std::string_view line) {
+  if (!line.starts_with("---") && !line.starts_with("...")) return false;
+  return line.size() == 3 || IsBlank(line[3]);
+}
+
+// A blank line, a comment line or a directive: no content.
+bool IsEmptyLine(std::string_view line) {
+  std::size_t i = 0;
+  while (i < line.size() && IsBlank(line[i])) ++i;
+  return i == line.size() || line[i] == '#' || (i == 0 && line[0] == '%');
+}
+
+// A block mapping key at column 0: a plain scalar (not starting with an indicator) or a quoted
+// one, then ':' followed by a blank or the end of the line.
+bool IsBlockMappingKeyLine(std::string_view line) {
+  if (line.empty()) return false;
+  std::size_t i = 0;
+  if (line[0] == '"' || line[0] == '\'') {
+    const char q = line[0];
+    i = 1;
+    while (i < line.size() && line[i] != q) i += (q == '"' && line[i] == '\\') ? 2 : 1;
+    if (i >= line.size()) return false;
+    ++i;
+  } else {
+    if (std::string_view(",[]{}#&*!|>%@`-?: \t\r").find(line[0]) != std::string_view::npos) {
+      return false;
+    }
+    while (i < line.size() && !(line[i] == ':' && (i + 1 == line.size() || IsBlank(line[i + 1])))) {
+      if (line[i] == '#' && IsBlank(line[i - 1])) return false;
+      ++i;
+    }
+    if (i >= line.size()) return false;
+  }
+  while (i < line.size() && IsBlank(line[i])) ++i;
+  return i < line.size() && line[i] == ':' && (i + 1 == line.size() || IsBlank(line[i + 1]));
+}
+
+// "<source>: <what> (line N): <hint>", so the error starts as yaml-cpp's path would word it.
+Status Refuse(std::string_view source, const std::string& what, std::size_t line,
+              const std::string& hint) {
+  return InvalidArgument(std::string(source) + ": " + what + " (line " + std::to_string(line) +
+                         "): " + hint);
+}
+
+}  // namespace
+
+Status CheckYamlDocumentShape(std::string_view text, std::string_view source) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  bool content = false;
+  bool ended = false;  // a document marker after the content
+  std::size_t number = 0;
+  for (std::size_t pos = 0; pos <= text.size();) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++number;
+    if (!content) {
+      if (IsEmptyLine(line)) continue;
+      if (line == "---" ||
+          (IsDocumentMarker(line) && line.starts_with("---") && IsEmptyLine(line.substr(3)))) {
+        continue;  // the start of the first document
+      }
+      std::size_t i = 0;
+      while (i < line.size() && IsBlank(line[i])) ++i;
+      if (i < line.size() && (line[i] == '{' || line[i] == '[')) {
+        // Flow style at the root is accepted as JSON only (as kubectl takes JSON manifests).
+        if (nlohmann::json::accept(text)) return Status::Ok();
+        return Refuse(source, "not a YAML map", number,
+                      "a document in flow style ('{' or '[') must be valid JSON; write YAML in "
+                      "block style (key: value lines)");
+      }
+      if (!IsBlockMappingKeyLine(line)) {
+        return Refuse(source, "not a YAML map", number,
+                      "the document must be a mapping of keys at column 0 (apiVersion: ..., "
+                      "kind: ...)");
+      }
+      content = true;
+      continue;
+    }
+    if (IsDocumentMarker(line)) {
+      ended = true;
+      if (!IsEmptyLine(line.substr(3))) {
+        return Refuse(source, "a second YAML document", number, "put one in each file");
+      }
+      continue;
+    }
+    if (ended && !IsEmptyLine(line)) {
+      return Refuse(source, "a second YAML document", number, "put one in each file");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ringtrain

@@ -1,0 +1,43 @@
+#include "common/yaml_guard.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace ringtrain {
+namespace {
+
+// Each of these made yaml-cpp 0.7 allocate without bound (found by the manifest fuzz target).
+TEST(YamlGuard, InputsThatHangYamlCppAreRefusedNamingTheLine) {
+  for (const std::string text :
+       {", b\n", "- a\n, b\n", "- a\n a\n a\n, b\n", " , b\n", "\t, b\n", "\xEF\xBB\xBF, b\n",
+        "---\n, b\n", "--- , b\n", "# c\n, b\n", "[a]\n, b\n", "[a] , b\n", "&x , b\n",
+        "!!str , b\n", "\"a\" , b\n", "{x: 1} , b\n", "a: 1\n---\n, b\n", "a: 1\n...\n, b\n",
+        "a: 1\n--- , b\n"}) {
+    Status s = CheckYamlDocumentShape(text, "job.yaml");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(s.message().rfind("job.yaml: ", 0), 0u) << s.message();
+    EXPECT_NE(s.message().find("(line "), std::string::npos) << s.message();
+  }
+}
+
+TEST(YamlGuard, ManifestsAndJsonPass) {
+  for (const std::string text :
+       {"apiVersion: v1\nkind: X\n", "# comment\n\n---\napiVersion: v1\n", "\"a\": 1\n, b\n",
+        "a: 1\n, b\n", "a: 1\n[x] , b\n", "a:\n  - b\n  - c\n", "a: 1\n---\n", "a: 1\n...\n",
+        "a: 1\n--- # end\n\n", "{\"apiVersion\": \"v1\", \"kind\": \"X\"}\n", "[1, 2]", "",
+        "# only a comment\n", "a:b: c\n", "key with spaces: 1\n"}) {
+    EXPECT_TRUE(CheckYamlDocumentShape(text, "job.yaml").ok()) << text;
+  }
+}
+
+TEST(YamlGuard, FlowStyleRootMustBeJsonAndOneDocument) {
+  EXPECT_FALSE(CheckYamlDocumentShape("{a: 1}\n", "x").ok());
+  EXPECT_FALSE(CheckYamlDocumentShape("{\"a\": 1} , b\n", "x").ok());
+  EXPECT_FALSE(CheckYamlDocumentShape("a: 1\n---\nb: 2\n", "x").ok());
+  EXPECT_FALSE(CheckYamlDocumentShape("hello\n", "x").ok());
+  EXPECT_FALSE(CheckYamlDocumentShape("- a\n- b\n", "x").ok());
+}
+
+}  // namespace
+}  // namespace ringtrain
