@@ -57,6 +57,18 @@ Status Refuse(std::string_view source, const std::string& what, std::size_t line
 
 Status CheckYamlDocumentShape(std::string_view text, std::string_view source) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);
+  // yaml-cpp's scanner queues every token before its depth guard (500) trips, about 150 bytes
+  // per bracket: a megabyte of '[' takes hundreds of megabytes. No manifest or kubeconfig nests
+  // flow collections deeply, so count brackets (quotes ignored: a string would need hundreds).
+  int depth = 0;
+  for (char ch : text) {
+    depth += (ch == '[' || ch == '{') - (ch == ']' || ch == '}');
+    if (depth > kMaxFlowDepth) {
+      return InvalidArgument(std::string(source) +
+                             ": flow collections ([ or {) nested deeper than " +
+                             std::to_string(kMaxFlowDepth));
+    }
+  }
   bool content = false;
   bool ended = false;  // a document marker after the content
   std::size_t number = 0;

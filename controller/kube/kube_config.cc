@@ -17,7 +17,6 @@ using Json = nlohmann::json;
 
 constexpr std::size_t kMaxKubeconfigBytes = 16 << 20;
 constexpr int kMaxExtensionDepth = 32;
-constexpr int kMaxFlowDepth = 256;
 constexpr int kMaxExtensionNodes = 10'000;
 
 std::string Trim(std::string s) {
@@ -387,19 +386,6 @@ StatusOr<KubeConfig> ParseKubeconfig(std::string_view text, const std::string& s
                                      const std::filesystem::path& base_dir) {
   Reader r(source, base_dir);
   if (text.size() > kMaxKubeconfigBytes) return r.Fail("larger than 16 MiB");
-  // yaml-cpp's scanner queues every token before its depth guard (500) trips, about 150 bytes
-  // per bracket: 16 MiB of '[' would take gigabytes. No kubeconfig nests flow collections deeply,
-  // so count brackets (quotes ignored: a string would need hundreds of them to trip this).
-  int depth = 0;
-  for (char ch : text) {
-    depth += (ch == '[' || ch == '{') - (ch == ']' || ch == '}');
-    if (depth > kMaxFlowDepth) {
-      return r.Fail("flow collections ([ or {) nested deeper than " +
-                    std::to_string(kMaxFlowDepth));
-    }
-  }
-  // yaml-cpp reports syntax errors (and its own recursion limit) by throwing; the accessors above
-  // never throw, and this catch is the edge for anything yaml-cpp still raises.
   RETURN_IF_ERROR(CheckYamlDocumentShape(text, "kubeconfig " + source));
   try {
     YAML::Node root = YAML::Load(std::string(text));
