@@ -146,13 +146,13 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
     return Status::Ok();
   };
   HeaderV2 h{};
+  HeaderV1 h1{};  // as read, for the CRC of a first-format file
   bool v2 = false;
   RETURN_IF_ERROR(read_all(h.magic, sizeof(h.magic)));
   if (std::memcmp(h.magic, kMagicV2, sizeof(kMagicV2)) == 0) {
     v2 = true;
     RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h) + 8, sizeof(HeaderV2) - 8));
   } else if (std::memcmp(h.magic, kMagicV1, sizeof(kMagicV1)) == 0) {
-    HeaderV1 h1{};
     std::memcpy(h1.magic, h.magic, sizeof(h1.magic));
     RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h1) + 8, sizeof(HeaderV1) - 8));
     h.global_step = h1.global_step;
@@ -192,20 +192,8 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
   out.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
   RETURN_IF_ERROR(read_all(out.params.data(), out.params.size() * sizeof(float)));
   RETURN_IF_ERROR(read_all(out.optimizer_state.data(), out.optimizer_state.size() * sizeof(float)));
-  std::uint32_t crc = 0;
-  if (v2) {
-    crc = Crc(h, out.params, out.optimizer_state);
-  } else {
-    HeaderV1 h1{};
-    std::memcpy(h1.magic, kMagicV1, sizeof(kMagicV1));
-    h1.global_step = h.global_step;
-    h1.step_in_epoch = h.step_in_epoch;
-    h1.optimizer_steps = h.optimizer_steps;
-    h1.num_params = h.num_params;
-    h1.state_size = h.state_size;
-    h1.epoch = h.epoch;
-    crc = Crc(h1, out.params, out.optimizer_state);
-  }
+  const std::uint32_t crc =
+      v2 ? Crc(h, out.params, out.optimizer_state) : Crc(h1, out.params, out.optimizer_state);
   if (crc != h.crc) return DataLoss(path + ": checksum mismatch (torn or corrupt checkpoint)");
   if (!same_model) {
     return FailedPrecondition(

@@ -43,8 +43,8 @@ TEST(YamlGuard, DeepFlowNestingIsRefusedBeforeYamlCppQueuesItsTokens) {
   Status s = CheckYamlDocumentShape("a: " + std::string(1 << 20, '['), "job.yaml");
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("nested deeper than 256"), std::string::npos) << s.message();
-  EXPECT_TRUE(CheckYamlDocumentShape("a: " + std::string(256, '[') + std::string(256, ']'), "x")
-                  .ok());
+  EXPECT_TRUE(
+      CheckYamlDocumentShape("a: " + std::string(256, '[') + std::string(256, ']'), "x").ok());
 }
 
 }  // namespace
