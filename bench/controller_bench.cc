@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "controller/executors/kubernetes/operator.h"
 #include "controller/kube/kube_config.h"
-#include "controller/operator/operator.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
 
 using namespace ringtrain;

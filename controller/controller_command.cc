@@ -1,4 +1,4 @@
-#include "controller/operator/controller_command.h"
+#include "controller/controller_command.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -12,8 +12,8 @@
 #include "common/env.h"
 #include "common/http.h"
 #include "common/logging.h"
+#include "controller/executors/kubernetes/operator.h"
 #include "controller/kube/kube_config.h"
-#include "controller/operator/operator.h"
 
 namespace ringtrain::op {
 namespace {

@@ -16,8 +16,8 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "controller/api/training_job.h"
-#include "controller/executors/local_executor.h"
-#include "controller/operator/controller_command.h"
+#include "controller/controller_command.h"
+#include "controller/executors/local/local_executor.h"
 
 namespace ringtrain {
 namespace {

@@ -1,4 +1,4 @@
-#include "controller/operator/event_recorder.h"
+#include "controller/runtime/event_recorder.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,4 +1,4 @@
-#include "controller/operator/expectations.h"
+#include "controller/runtime/expectations.h"
 
 #include <spdlog/spdlog.h>
 

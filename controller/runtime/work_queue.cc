@@ -1,4 +1,4 @@
-#include "controller/operator/work_queue.h"
+#include "controller/runtime/work_queue.h"
 
 #include <algorithm>
 

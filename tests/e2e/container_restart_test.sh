@@ -14,7 +14,7 @@ start_controller_pod --runner-image "$RUNNER_IMAGE" --progress-interval-ms 500
 
 job=fashion-mnist-mlp
 example_with "$WORK/job.yaml" everySteps 500
-if grep -q persistentVolumeClaim "$SRC/controller/operator/pod_builder.cc"; then
+if grep -q persistentVolumeClaim "$SRC/controller/executors/kubernetes/pod_builder.cc"; then
   mode="spec.checkpoint.volumeClaim"
   grep -Eq '^\s*volumeClaim:' "$WORK/job.yaml" ||
     sed -i 's|^\(\s*\)everySteps: 500|&\n\1volumeClaim: {size: 1Gi}|' "$WORK/job.yaml"

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "controller/operator/reconciler.h"
+#include "controller/executors/kubernetes/reconciler.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "controller/operator/controller_metrics.h"
+#include "controller/executors/kubernetes/controller_metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>

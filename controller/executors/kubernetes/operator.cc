@@ -1,4 +1,4 @@
-#include "controller/operator/operator.h"
+#include "controller/executors/kubernetes/operator.h"
 
 #include <spdlog/spdlog.h>
 

@@ -13,13 +13,13 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/executors/kubernetes/controller_metrics.h"
+#include "controller/executors/kubernetes/reconciler.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/kube_client.h"
 #include "controller/kube/leader_election.h"
-#include "controller/operator/controller_metrics.h"
-#include "controller/operator/event_recorder.h"
-#include "controller/operator/reconciler.h"
-#include "controller/operator/work_queue.h"
+#include "controller/runtime/event_recorder.h"
+#include "controller/runtime/work_queue.h"
 
 namespace ringtrain::op {
 

@@ -1,4 +1,4 @@
-#include "controller/operator/pod_builder.h"
+#include "controller/executors/kubernetes/pod_builder.h"
 
 #include <algorithm>
 #include <random>

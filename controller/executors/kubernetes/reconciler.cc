@@ -1,4 +1,4 @@
-#include "controller/operator/reconciler.h"
+#include "controller/executors/kubernetes/reconciler.h"
 
 #include <spdlog/spdlog.h>
 

@@ -15,12 +15,12 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "controller/executors/kubernetes/controller_metrics.h"
+#include "controller/executors/kubernetes/pod_builder.h"
 #include "controller/kube/kube_client.h"
-#include "controller/operator/controller_metrics.h"
-#include "controller/operator/event_recorder.h"
-#include "controller/operator/expectations.h"
-#include "controller/operator/pod_builder.h"
 #include "controller/reconcile/planner.h"
+#include "controller/runtime/event_recorder.h"
+#include "controller/runtime/expectations.h"
 
 namespace ringtrain::op {
 

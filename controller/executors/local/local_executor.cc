@@ -1,4 +1,4 @@
-#include "controller/executors/local_executor.h"
+#include "controller/executors/local/local_executor.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>

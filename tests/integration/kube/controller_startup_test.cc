@@ -15,7 +15,7 @@
 
 #include "common/http.h"
 #include "common/net.h"
-#include "controller/operator/controller_command.h"
+#include "controller/controller_command.h"
 #include "tests/integration/kube/kube_test_util.h"
 
 namespace ringtrain::kube {

@@ -10,8 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "controller/executors/kubernetes/operator.h"
 #include "controller/kube/kube_config.h"
-#include "controller/operator/operator.h"
 #include "tests/fakes/kubelet/fake_kubelet.h"
 #include "tests/integration/apiserver/fixtures.h"
 

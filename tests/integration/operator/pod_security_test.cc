@@ -6,9 +6,9 @@
 
 #include <set>
 
-#include "controller/operator/event_recorder.h"
-#include "controller/operator/pod_builder.h"
-#include "controller/operator/reconciler.h"
+#include "controller/executors/kubernetes/pod_builder.h"
+#include "controller/executors/kubernetes/reconciler.h"
+#include "controller/runtime/event_recorder.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
 #include "tests/fakes/fake_kube_client.h"
 #include "tests/integration/apiserver/raw_http.h"

@@ -5,10 +5,10 @@
 #include <set>
 
 #include "common/time_format.h"
-#include "controller/operator/event_recorder.h"
-#include "controller/operator/pod_builder.h"
-#include "controller/operator/reconciler.h"
-#include "controller/operator/work_queue.h"
+#include "controller/executors/kubernetes/pod_builder.h"
+#include "controller/executors/kubernetes/reconciler.h"
+#include "controller/runtime/event_recorder.h"
+#include "controller/runtime/work_queue.h"
 #include "tests/fakes/fake_kube_client.h"
 
 namespace ringtrain::op {
