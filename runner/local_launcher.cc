@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -34,12 +33,6 @@ std::string ReadFirstLine(const std::string& path) {
 void WriteLine(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::trunc);
   if (out) out << line << "\n";
-}
-
-int ExitCodeOf(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return 1;
 }
 
 }  // namespace
@@ -83,12 +76,15 @@ int RunLocalRanks(const LocalLaunch& launch) {
   const char* dir = ::mkdtemp(dir_template);
   const std::string logs = dir != nullptr ? dir : "/tmp";
 
-  std::map<pid_t, int> running;  // pid → local rank
+  std::vector<ChildProcess> ranks;  // by local rank
+  ranks.reserve(static_cast<std::size_t>(launch.nproc));
   std::vector<std::string> term_logs(static_cast<std::size_t>(launch.nproc));
   int first_code = 0;
   std::string first_reason;
+  // SIGKILL follows `sig` after kStopGrace (ChildProcess::Poll); a later signal is forwarded
+  // too, but never postpones that kill.
   auto stop_all = [&](int sig) {
-    for (auto& [pid, lr] : running) ::kill(pid, sig);
+    for (auto& r : ranks) r.RequestTerminate(kStopGrace, sig);
   };
   for (int i = 0; i < launch.nproc; ++i) {
     auto env = base;
@@ -104,37 +100,35 @@ int RunLocalRanks(const LocalLaunch& launch) {
     env["RINGTRAIN_TERMINATION_LOG"] = term_logs[static_cast<std::size_t>(i)];
     std::vector<std::string> argv = {launch.self};
     argv.insert(argv.end(), launch.args.begin(), launch.args.end());
-    auto pid = SpawnProcess(argv, env, SpawnOptions{});
-    if (!pid.ok()) {
-      spdlog::error("cannot start local rank {}: {}", i, pid.status().ToString());
+    auto child = ChildProcess::Spawn(argv, env, SpawnOptions{});
+    if (!child.ok()) {
+      spdlog::error("cannot start local rank {}: {}", i, child.status().ToString());
       stop_all(SIGTERM);
-      first_code = ExitCodeFor(pid.status());
-      first_reason = pid.status().ToString();
+      first_code = ExitCodeFor(child.status());
+      first_reason = child.status().ToString();
       break;
     }
-    running[*pid] = i;
+    ranks.push_back(std::move(*child));
   }
-  spdlog::info("started {} local ranks (node {}, ranks {}-{})", running.size(), launch.node_rank,
+  spdlog::info("started {} local ranks (node {}, ranks {}-{})", ranks.size(), launch.node_rank,
                launch.node_rank * launch.nproc, launch.node_rank * launch.nproc + launch.nproc - 1);
 
   bool stopping = first_code != 0;
   int forwarded = 0;
-  auto stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
-  while (!running.empty()) {
+  std::vector<bool> reaped(ranks.size(), false);
+  std::size_t left = ranks.size();
+  while (left > 0) {
     int sig = StopRequested() ? (StopSignal() != 0 ? StopSignal() : SIGTERM) : 0;
     if (sig != 0 && sig != forwarded) {
       forwarded = sig;
       stop_all(sig);
-      if (!stopping) stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
       stopping = true;
     }
-    if (stopping && std::chrono::steady_clock::now() > stop_deadline) {
-      stop_all(SIGKILL);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::hours(1);
+    int lr = -1;
+    for (std::size_t i = 0; i < ranks.size() && lr < 0; ++i) {
+      if (!reaped[i] && ranks[i].Poll()) lr = static_cast<int>(i);
     }
-    int wstatus = 0;
-    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
-    if (pid <= 0) {
+    if (lr < 0) {
       // Cut short by a stop request, which must be forwarded at once; once forwarded, the
       // stop descriptor stays readable, so a plain sleep keeps this loop from spinning.
       if (forwarded != 0) {
@@ -144,11 +138,9 @@ int RunLocalRanks(const LocalLaunch& launch) {
       }
       continue;
     }
-    auto it = running.find(pid);
-    if (it == running.end()) continue;
-    const int lr = it->second;
-    running.erase(it);
-    const int code = ExitCodeOf(wstatus);
+    reaped[static_cast<std::size_t>(lr)] = true;
+    --left;
+    const int code = ranks[static_cast<std::size_t>(lr)].exit_code();
     if (code != 0 && first_code == 0) {
       first_code = code;
       std::string why = ReadFirstLine(term_logs[static_cast<std::size_t>(lr)]);
@@ -165,7 +157,6 @@ int RunLocalRanks(const LocalLaunch& launch) {
       if (!stopping) {
         stopping = true;
         stop_all(SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() + kStopGrace;
       }
     }
   }

@@ -2,8 +2,6 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -30,13 +28,12 @@ struct Process {
   std::string name;
   int rank = 0;
   int attempt = 0;
-  pid_t pid = -1;
+  ChildProcess child;
   bool exited = false;
   WallTime exited_at{};
   int exit_code = 0;
   std::string reason;
   bool deleting = false;
-  SteadyTime kill_at{};
   std::string termination_log;
   int metrics_port = -1;
   int world_size = 0;
@@ -81,7 +78,6 @@ class LocalRun {
   Status Spawn(int rank, int attempt);
   void Reap();
   void Kill(Process& p);
-  void EnforceGrace();
   std::vector<ObservedReplica> Observe() const;
   std::optional<reconcile::ObservedProgress> PollProgress();
   void PrintProgress(bool force);
@@ -163,46 +159,32 @@ Status LocalRun::Spawn(int rank, int attempt) {
   spawn.log_path = log_path;
   // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
   spawn.new_process_group = true;
-  ASSIGN_OR_RETURN(pid_t pid, SpawnProcess(argv, env, spawn));
-  p.pid = pid;
-  spdlog::debug("started {} (pid {}), log {}", p.name, pid, log_path);
+  ASSIGN_OR_RETURN(p.child, ChildProcess::Spawn(argv, env, spawn));
+  spdlog::debug("started {} (pid {}), log {}", p.name, p.child.pid(), log_path);
   procs_[p.name] = std::move(p);
   return Status::Ok();
 }
 
+// Also sends the SIGKILL of a Kill whose grace has passed (ChildProcess::Poll).
 void LocalRun::Reap() {
-  for (;;) {
-    int wstatus = 0;
-    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
-    if (pid <= 0) return;
-    for (auto& [name, p] : procs_) {
-      if (p.pid != pid) continue;
-      p.exited = true;
-      p.exited_at = std::chrono::system_clock::now();
-      if (WIFEXITED(wstatus)) {
-        p.exit_code = WEXITSTATUS(wstatus);
-        p.reason = p.exit_code == 0 ? "Completed" : "Error";
-      } else if (WIFSIGNALED(wstatus)) {
-        p.exit_code = 128 + WTERMSIG(wstatus);
-        p.reason = WTERMSIG(wstatus) == SIGKILL ? "Killed" : "Signaled";
-      }
-      if (p.deleting) p.reason = "Deleted";
+  for (auto& [name, p] : procs_) {
+    if (p.exited || !p.child.Poll()) continue;
+    p.exited = true;
+    p.exited_at = std::chrono::system_clock::now();
+    p.exit_code = p.child.exit_code();
+    if (p.child.term_signal() == 0) {
+      p.reason = p.exit_code == 0 ? "Completed" : "Error";
+    } else {
+      p.reason = p.child.term_signal() == SIGKILL ? "Killed" : "Signaled";
     }
+    if (p.deleting) p.reason = "Deleted";
   }
 }
 
 void LocalRun::Kill(Process& p) {
   if (p.exited || p.deleting) return;
   p.deleting = true;
-  p.kill_at = std::chrono::steady_clock::now() + options_.grace;
-  ::kill(p.pid, SIGTERM);
-}
-
-void LocalRun::EnforceGrace() {
-  auto now = std::chrono::steady_clock::now();
-  for (auto& [name, p] : procs_) {
-    if (p.deleting && !p.exited && now >= p.kill_at) ::kill(p.pid, SIGKILL);
-  }
+  p.child.RequestTerminate(options_.grace);
 }
 
 std::vector<ObservedReplica> LocalRun::Observe() const {
@@ -275,7 +257,6 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   LocalRunResult result;
   for (;;) {
     Reap();
-    EnforceGrace();
     if (interrupted != nullptr && interrupted->load()) {
       if (!result.interrupted) {
         result.interrupted = true;

@@ -1,8 +1,6 @@
 #include "tests/fakes/kubelet/fake_kubelet.h"
 
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -10,7 +8,6 @@
 
 #include "common/base64.h"
 #include "common/net.h"
-#include "common/process.h"
 #include "common/time_format.h"
 #include "tests/fakes/apiserver/wire.h"
 
@@ -65,18 +62,14 @@ void FakeKubelet::Stop() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [uid, p] : procs_) {
-    if (!p.exited) ::kill(p.pid, SIGKILL);
-  }
-  for (auto& [uid, p] : procs_) {
-    if (!p.exited) ::waitpid(p.pid, nullptr, 0);
-    p.exited = true;
+    if (p.child.running()) (void)p.child.Terminate(Duration::zero());
   }
 }
 
 bool FakeKubelet::Signal(const std::string& ns, const std::string& pod, int signal) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& [uid, p] : procs_) {
-    if (p.ns == ns && p.name == pod && !p.exited) return ::kill(p.pid, signal) == 0;
+    if (p.ns == ns && p.name == pod && p.child.running()) return p.child.Signal(signal);
   }
   return false;
 }
@@ -89,7 +82,7 @@ std::set<std::string> FakeKubelet::Started() const {
 int FakeKubelet::Running() const {
   std::lock_guard<std::mutex> lock(mu_);
   int n = 0;
-  for (const auto& [uid, p] : procs_) n += p.exited ? 0 : 1;
+  for (const auto& [uid, p] : procs_) n += p.child.running() ? 1 : 0;
   return n;
 }
 
@@ -120,7 +113,7 @@ void FakeKubelet::Tick() {
     // A pod gone from the API (or being deleted) loses its process, as with a grace period 0.
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [uid, p] : procs_) {
-      if (!p.exited && !live.count(uid)) ::kill(p.pid, SIGKILL);
+      if (p.child.running() && !live.count(uid)) p.child.RequestTerminate(Duration::zero());
     }
   }
   Reap();
@@ -195,12 +188,12 @@ void FakeKubelet::StartPod(const json& pod) {
 
   SpawnOptions spawn;
   spawn.log_path = p.log;
-  auto pid = SpawnProcess(argv, env, spawn);
-  if (!pid.ok()) return;
-  p.pid = *pid;
+  auto child = ChildProcess::Spawn(argv, env, spawn);
+  if (!child.ok()) return;
+  p.child = std::move(*child);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    procs_[uid] = p;
+    procs_[uid] = std::move(p);
     started_.insert(name);
   }
   const std::string now = FormatRfc3339(std::chrono::system_clock::now());
@@ -216,24 +209,22 @@ void FakeKubelet::StartPod(const json& pod) {
 }
 
 void FakeKubelet::Reap() {
-  for (;;) {
-    int wstatus = 0;
-    pid_t pid = ::waitpid(-1, &wstatus, WNOHANG);
-    if (pid <= 0) return;
-    Proc p;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      bool found = false;
-      for (auto& [uid, proc] : procs_) {
-        if (proc.pid == pid) {
-          proc.exited = true;
-          p = proc;
-          found = true;
-        }
-      }
-      if (!found) continue;
+  struct Exited {
+    std::string ns, name, uid, termination_log, log;
+    int code = 0;
+  };
+  std::vector<Exited> exited;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [uid, proc] : procs_) {
+      if (!proc.child.running() || !proc.child.Poll()) continue;
+      exited.push_back(
+          {proc.ns, proc.name, proc.uid, proc.termination_log, proc.log, proc.child.exit_code()});
     }
-    int code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  }
+  // The API is written outside the lock: Signal and Running never wait on the server.
+  for (const Exited& p : exited) {
+    const int code = p.code;
     std::string message = LastLines(ReadFile(p.termination_log), 4096);
     if (message.empty() && code != 0) message = LastLines(ReadFile(p.log), 2048);
     auto pod = server_->GetObject(kPods, p.ns, p.name);

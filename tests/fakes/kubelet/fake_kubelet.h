@@ -13,8 +13,6 @@
 //  - a pod whose Secret is missing waits (as CreateContainerConfigError would).
 #pragma once
 
-#include <sys/types.h>
-
 #include <atomic>
 #include <map>
 #include <memory>
@@ -23,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "common/process.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
 
 namespace ringtrain::fake {
@@ -55,8 +54,7 @@ class FakeKubelet {
     std::string ns;
     std::string name;
     std::string uid;
-    pid_t pid = -1;
-    bool exited = false;
+    ChildProcess child;
     std::string termination_log;
     std::string log;
   };

@@ -1,0 +1,281 @@
+// ChildProcess, the one supervisor of `ringtrain run`, the runner's local launcher and the test
+// kubelet: the exit code the gang logic sees (a signal n reads 128 + n, an exec failure 127),
+// termination that escalates to SIGKILL, and no child left running or unreaped. The waits are
+// bounded far above what a healthy run needs, so a broken escalation fails by its status
+// (DeadlineExceeded) rather than by a clock assertion.
+#include "common/process.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/stop.h"
+
+namespace ringtrain {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kBound = std::chrono::seconds(60);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// True when the pid is neither running nor a zombie of ours: waitpid has nothing to reap and
+// no process answers to it.
+bool Gone(pid_t pid) {
+  errno = 0;
+  const bool unreapable = ::waitpid(pid, nullptr, WNOHANG) < 0 && errno == ECHILD;
+  errno = 0;
+  const bool no_process = ::kill(pid, 0) < 0 && errno == ESRCH;
+  return unreapable && no_process;
+}
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ResetStopForTest();
+    char dir[] = "/tmp/process_test-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  void TearDown() override {
+    if (stopper_.joinable()) stopper_.join();
+    ResetStopForTest();
+    std::string cmd = "rm -rf " + dir_;
+    (void)std::system(cmd.c_str());
+  }
+
+  ChildProcess Shell(const std::string& script, std::map<std::string, std::string> env = {}) {
+    SpawnOptions options;
+    options.log_path = Log();
+    auto child = ChildProcess::Spawn({"/bin/sh", "-c", script}, env, options);
+    EXPECT_TRUE(child.ok()) << child.status().ToString();
+    return child.ok() ? std::move(*child) : ChildProcess();
+  }
+  std::string Log() const { return dir_ + "/child.log"; }
+  // Waits until the child has logged `line` (it has set up what the test relies on).
+  bool Logged(const std::string& line) const {
+    for (int i = 0; i < 6000; ++i) {
+      if (ReadFile(Log()).find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+
+  std::string dir_;
+  std::thread stopper_;
+};
+
+TEST_F(ProcessTest, ExitCodeOfANormalExit) {
+  ChildProcess child = Shell("exit 3");
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_TRUE(child.exited());
+  EXPECT_FALSE(child.running());
+  EXPECT_EQ(child.exit_code(), 3);
+  EXPECT_EQ(child.term_signal(), 0);
+}
+
+TEST_F(ProcessTest, ExitCodeZero) {
+  ChildProcess child = Shell("exit 0");
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 0);
+}
+
+TEST_F(ProcessTest, DeathBySignalReads128PlusTheSignal) {
+  ChildProcess child = Shell("exec sleep 60");
+  ASSERT_TRUE(child.Signal(SIGUSR1));
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 128 + SIGUSR1);
+  EXPECT_EQ(child.term_signal(), SIGUSR1);
+}
+
+TEST_F(ProcessTest, ExitCodeFromWaitStatus) {
+  EXPECT_EQ(ExitCodeFromWaitStatus(0), 0);
+  EXPECT_EQ(ExitCodeFromWaitStatus(42 << 8), 42);
+  EXPECT_EQ(ExitCodeFromWaitStatus(SIGKILL), 137);
+  EXPECT_EQ(ExitCodeFromWaitStatus(SIGTERM), 143);
+}
+
+TEST_F(ProcessTest, ExecFailureExits127AndSaysWhy) {
+  SpawnOptions options;
+  options.log_path = Log();
+  auto child = ChildProcess::Spawn({dir_ + "/no-such-binary"}, {}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_TRUE(child->Wait(kBound).ok());
+  EXPECT_EQ(child->exit_code(), 127);
+  EXPECT_NE(ReadFile(Log()).find("cannot execute " + dir_ + "/no-such-binary"), std::string::npos)
+      << ReadFile(Log());
+}
+
+TEST_F(ProcessTest, EmptyCommandIsAnError) {
+  auto child = ChildProcess::Spawn({}, {}, SpawnOptions{});
+  EXPECT_EQ(child.status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ProcessTest, UnwritableLogIsAnErrorNamingIt) {
+  SpawnOptions options;
+  options.log_path = dir_ + "/missing-dir/child.log";
+  auto child = ChildProcess::Spawn({"/bin/true"}, {}, options);
+  ASSERT_FALSE(child.ok());
+  EXPECT_NE(child.status().message().find(options.log_path), std::string::npos);
+}
+
+TEST_F(ProcessTest, EnvironmentIsExactlyTheOneGiven) {
+  ASSERT_EQ(::setenv("PROCESS_TEST_PARENT_ONLY", "leaked", 1), 0);
+  ChildProcess child =
+      Shell("echo \"foo=[$FOO] parent=[$PROCESS_TEST_PARENT_ONLY]\"", {{"FOO", "bar baz"}});
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  ::unsetenv("PROCESS_TEST_PARENT_ONLY");
+  const std::string out = ReadFile(Log());
+  EXPECT_NE(out.find("foo=[bar baz]"), std::string::npos) << out;
+  EXPECT_NE(out.find("parent=[]"), std::string::npos) << out;
+}
+
+TEST_F(ProcessTest, LogIsTruncatedAndTakesStdoutAndStderr) {
+  {
+    std::ofstream old(Log());
+    old << "left over from an earlier attempt\n";
+  }
+  ChildProcess child = Shell("echo out; echo err >&2");
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(ReadFile(Log()), "out\nerr\n");
+}
+
+TEST_F(ProcessTest, PollDoesNotBlockAndReapsOnceExited) {
+  ChildProcess sleeper = Shell("exec sleep 60");
+  EXPECT_FALSE(sleeper.Poll());
+  EXPECT_TRUE(sleeper.running());
+  ASSERT_TRUE(sleeper.Signal(SIGTERM));
+  ASSERT_TRUE(sleeper.Wait(kBound).ok());
+  EXPECT_TRUE(sleeper.Poll());
+  EXPECT_EQ(sleeper.exit_code(), 128 + SIGTERM);
+}
+
+TEST_F(ProcessTest, SignalAfterReapIsRefused) {
+  ChildProcess child = Shell("exit 0");
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_FALSE(child.Signal(SIGTERM));  // the pid may already be someone else's
+}
+
+TEST_F(ProcessTest, TerminateStopsAChildThatHonoursSigterm) {
+  ChildProcess child = Shell("exec sleep 60");
+  ASSERT_TRUE(child.Terminate(kBound).ok());
+  EXPECT_TRUE(child.terminating());
+  EXPECT_EQ(child.term_signal(), SIGTERM);
+  EXPECT_EQ(child.exit_code(), 143);
+}
+
+TEST_F(ProcessTest, TerminateEscalatesToSigkillForAChildIgnoringSigterm) {
+  // An ignored signal stays ignored across exec, so `sleep` itself ignores SIGTERM.
+  ChildProcess child = Shell("trap '' TERM; echo ready; exec sleep 60");
+  ASSERT_TRUE(Logged("ready"));
+  const pid_t pid = child.pid();
+  ASSERT_TRUE(child.Terminate(Duration(200)).ok());
+  EXPECT_EQ(child.term_signal(), SIGKILL);
+  EXPECT_EQ(child.exit_code(), 137);
+  EXPECT_TRUE(Gone(pid));
+}
+
+TEST_F(ProcessTest, RequestTerminateEscalatesOnPoll) {
+  ChildProcess child = Shell("trap '' TERM; echo ready; exec sleep 60");
+  ASSERT_TRUE(Logged("ready"));
+  child.RequestTerminate(Duration(100));
+  EXPECT_TRUE(child.terminating());
+  // Wait honours the SIGKILL deadline: without the escalation it would run out its bound.
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.term_signal(), SIGKILL);
+}
+
+TEST_F(ProcessTest, ASecondRequestResendsButKeepsTheFirstDeadline) {
+  ChildProcess child = Shell(
+      "trap 'echo got-int' INT; trap '' TERM; echo ready; "
+      "while :; do sleep 0.05; done");
+  ASSERT_TRUE(Logged("ready"));
+  child.RequestTerminate(Duration(100));
+  child.RequestTerminate(std::chrono::hours(1), SIGINT);
+  ASSERT_TRUE(Logged("got-int"));
+  ASSERT_TRUE(child.Wait(kBound).ok());  // the first, short deadline still kills it
+  EXPECT_EQ(child.term_signal(), SIGKILL);
+}
+
+TEST_F(ProcessTest, WaitTimesOutWithoutKilling) {
+  ChildProcess child = Shell("exec sleep 60");
+  Status s = child.Wait(Duration(50));
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_TRUE(child.running());
+  ASSERT_TRUE(child.Terminate(kBound).ok());
+}
+
+TEST_F(ProcessTest, WaitWakesOnStopRequest) {
+  ChildProcess child = Shell("exec sleep 600");
+  stopper_ = std::thread([] {
+    std::this_thread::sleep_for(100ms);
+    RequestStop(SIGTERM);
+  });
+  Status s = child.Wait(std::chrono::hours(1));
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_TRUE(child.running());
+  // Terminate is the stopping process's own cleanup: a stop request must not cut it short.
+  ASSERT_TRUE(child.Terminate(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 143);
+}
+
+TEST_F(ProcessTest, DestructorKillsAndReapsARunningChild) {
+  pid_t pid;
+  {
+    ChildProcess child = Shell("trap '' TERM; echo ready; exec sleep 60");
+    ASSERT_TRUE(Logged("ready"));
+    pid = child.pid();
+  }
+  EXPECT_TRUE(Gone(pid));
+}
+
+TEST_F(ProcessTest, ReapedChildLeavesNoZombie) {
+  ChildProcess child = Shell("exit 5");
+  const pid_t pid = child.pid();
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_TRUE(Gone(pid));
+}
+
+TEST_F(ProcessTest, MoveTransfersOwnership) {
+  ChildProcess a = Shell("exec sleep 60");
+  const pid_t pid = a.pid();
+  ChildProcess b = std::move(a);
+  EXPECT_EQ(b.pid(), pid);
+  EXPECT_EQ(a.pid(), -1);  // NOLINT(bugprone-use-after-move): the moved-from state is the point
+  EXPECT_FALSE(a.running());
+  ChildProcess c;
+  c = std::move(b);
+  EXPECT_TRUE(c.running());
+  ASSERT_TRUE(c.Terminate(kBound).ok());
+  EXPECT_TRUE(Gone(pid));
+}
+
+TEST_F(ProcessTest, ChildDiesWithTheThreadThatSpawnedIt) {
+  // PR_SET_PDEATHSIG: a supervisor thread that ends (the test kubelet's loop) takes its
+  // children with it instead of leaving them running.
+  ChildProcess child;
+  std::thread spawner([&] {
+    child = Shell("echo ready; exec sleep 60");
+    // The child sets PR_SET_PDEATHSIG before exec: past "ready" it is armed for this thread.
+    EXPECT_TRUE(Logged("ready"));
+  });
+  spawner.join();
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.term_signal(), SIGKILL);
+}
+
+}  // namespace
+}  // namespace ringtrain
