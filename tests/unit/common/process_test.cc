@@ -249,6 +249,14 @@ TEST_F(ProcessTest, ReapedChildLeavesNoZombie) {
   EXPECT_TRUE(Gone(pid));
 }
 
+TEST_F(ProcessTest, AChildReapedBehindItsBackReadsAsARetryableFailure) {
+  // Someone else's waitpid took the status: it is lost, and a success must not be invented.
+  ChildProcess child = Shell("exit 0");
+  ASSERT_EQ(::waitpid(child.pid(), nullptr, 0), child.pid());
+  EXPECT_TRUE(child.Poll());
+  EXPECT_EQ(child.exit_code(), 128 + SIGKILL);
+}
+
 TEST_F(ProcessTest, MoveTransfersOwnership) {
   ChildProcess a = Shell("exec sleep 60");
   const pid_t pid = a.pid();
