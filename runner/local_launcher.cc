@@ -115,7 +115,6 @@ int RunLocalRanks(const LocalLaunch& launch) {
 
   bool stopping = first_code != 0;
   int forwarded = 0;
-  std::vector<bool> reaped(ranks.size(), false);
   std::size_t left = ranks.size();
   while (left > 0) {
     int sig = StopRequested() ? (StopSignal() != 0 ? StopSignal() : SIGTERM) : 0;
@@ -126,7 +125,7 @@ int RunLocalRanks(const LocalLaunch& launch) {
     }
     int lr = -1;
     for (std::size_t i = 0; i < ranks.size() && lr < 0; ++i) {
-      if (!reaped[i] && ranks[i].Poll()) lr = static_cast<int>(i);
+      if (ranks[i].running() && ranks[i].Poll()) lr = static_cast<int>(i);  // it just ended
     }
     if (lr < 0) {
       // Cut short by a stop request, which must be forwarded at once; once forwarded, the
@@ -138,7 +137,6 @@ int RunLocalRanks(const LocalLaunch& launch) {
       }
       continue;
     }
-    reaped[static_cast<std::size_t>(lr)] = true;
     --left;
     const int code = ranks[static_cast<std::size_t>(lr)].exit_code();
     if (code != 0 && first_code == 0) {
