@@ -2,6 +2,7 @@
 // with and without bucketed all-reduce overlapped with backward. Reports samples/s and the
 // fraction of step time spent waiting for all-reduce and for data. Not a test: numbers only.
 //   bench/train_bench [--model mlp|cnn] [--steps N] [--batch B] [--ranks 1,2,4]
+//                     [--bucket-cap BYTES]
 #include <cblas.h>
 
 #include <cstdio>
@@ -25,6 +26,9 @@ struct Row {
   double allreduce_fraction = 0;
   double data_fraction = 0;
   double seconds = 0;
+  // Of the time the collectives took, the share the step waited for after backward (1 = none
+  // hidden by backward, 0 = all hidden).
+  double unhidden = 0;
 };
 
 Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
@@ -58,11 +62,13 @@ Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
   const auto& r0 = results[0];
   row.samples_per_second = r0.samples_per_second;
   row.seconds = r0.wall_seconds;
-  double ar = 0, dw = 0;
+  double ar = 0, dw = 0, total = 0;
   for (const auto& r : results) {
     ar += r.allreduce_wait_seconds;
     dw += r.data_wait_seconds;
+    total += r.allreduce_seconds;
   }
+  row.unhidden = total > 0 ? ar / total : 0;
   row.allreduce_fraction = ar / world / r0.wall_seconds;
   row.data_fraction = dw / world / r0.wall_seconds;
   return row;
@@ -74,6 +80,7 @@ int main(int argc, char** argv) {
   std::string model = "mlp", ranks = "1,2,4", dataset = "/usr/share/datasets/fashion-mnist";
   long steps = 300;
   int batch = 64;
+  std::size_t bucket_cap = train::TrainConfig{}.bucket_cap_bytes;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model"))
       model = argv[i + 1];
@@ -83,6 +90,8 @@ int main(int argc, char** argv) {
       batch = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--ranks"))
       ranks = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--bucket-cap"))
+      bucket_cap = std::strtoul(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--dataset"))
       dataset = argv[i + 1];
   }
@@ -92,10 +101,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", ds.status().ToString().c_str());
     return 1;
   }
-  std::printf("# model %s, per-rank batch %d, %ld steps per rank, %u cores\n", model.c_str(), batch,
-              steps, std::thread::hardware_concurrency());
-  std::printf("%6s %8s %12s %14s %10s %8s\n", "ranks", "overlap", "samples/s", "allreduce_wait",
-              "data_wait", "seconds");
+  std::printf("# model %s, per-rank batch %d, %ld steps per rank, bucket cap %zu bytes, %u cores\n",
+              model.c_str(), batch, steps, bucket_cap, std::thread::hardware_concurrency());
+  std::printf("%6s %8s %12s %14s %10s %9s %8s\n", "ranks", "overlap", "samples/s", "allreduce_wait",
+              "data_wait", "unhidden", "seconds");
   std::stringstream ss(ranks);
   std::string tok;
   while (std::getline(ss, tok, ',')) {
@@ -109,10 +118,11 @@ int main(int argc, char** argv) {
       c.epochs = 100;
       c.eval_every_epoch = false;
       c.overlap = overlap;
+      c.bucket_cap_bytes = bucket_cap;
       Row row = Run(*ds, world, c);
-      std::printf("%6d %8s %12.0f %13.1f%% %9.1f%% %8.2f\n", world, overlap ? "yes" : "no",
+      std::printf("%6d %8s %12.0f %13.1f%% %9.1f%% %9.2f %8.2f\n", world, overlap ? "yes" : "no",
                   row.samples_per_second, 100 * row.allreduce_fraction, 100 * row.data_fraction,
-                  row.seconds);
+                  row.unhidden, row.seconds);
       std::fflush(stdout);
     }
   }

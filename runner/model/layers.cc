@@ -29,6 +29,17 @@ void InitLikeTorch(std::mt19937_64& rng, std::size_t fan_in, float* w, std::size
 
 }  // namespace
 
+std::vector<ParamRange> Layer::GradSlices(std::size_t /*max_slice*/) const {
+  if (num_params() == 0) return {};
+  return {ParamRange{0, num_params()}};
+}
+
+void Layer::BackwardSliced(const float* x, const float* dy, float* dx, int n,
+                           std::size_t /*max_slice*/, const SliceReadyFn& ready) {
+  Backward(x, dy, dx, n);
+  if (num_params() > 0 && ready) ready(ParamRange{0, num_params()});
+}
+
 Linear::Linear(int in_features, int out_features)
     : Layer(Shape{in_features, 1, 1}, Shape{out_features, 1, 1}),
       in_(in_features),
@@ -54,13 +65,49 @@ void Linear::Forward(const float* x, float* y, int n) {
               out_);
 }
 
+int Linear::RowsPerSlice(std::size_t max_slice) const {
+  const std::size_t weights = static_cast<std::size_t>(out_) * in_;
+  if (max_slice == 0 || weights <= max_slice) return out_;
+  const std::size_t slices = (weights + max_slice - 1) / max_slice;
+  return static_cast<int>((static_cast<std::size_t>(out_) + slices - 1) / slices);
+}
+
+std::vector<ParamRange> Linear::GradSlices(std::size_t max_slice) const {
+  const int rows = RowsPerSlice(max_slice);
+  std::vector<ParamRange> slices;
+  for (int r = 0; r < out_; r += rows) {
+    const int end = std::min(out_, r + rows);
+    std::size_t count = static_cast<std::size_t>(end - r) * in_;
+    if (end == out_) count += static_cast<std::size_t>(out_);  // the bias rides with the last rows
+    slices.push_back({static_cast<std::size_t>(r) * in_, count});
+  }
+  return slices;
+}
+
 void Linear::Backward(const float* x, const float* dy, float* dx, int n) {
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_, in_, n, 1.0f, dy, out_, x, in_, 0.0f,
-              dw_, in_);
+  BackwardSliced(x, dy, dx, n, 0, nullptr);
+}
+
+void Linear::BackwardSliced(const float* x, const float* dy, float* dx, int n,
+                            std::size_t max_slice, const SliceReadyFn& ready) {
   std::fill(db_, db_ + out_, 0.0f);
   for (int i = 0; i < n; ++i) {
     const float* row = dy + static_cast<std::size_t>(i) * out_;
     for (int o = 0; o < out_; ++o) db_[o] += row[o];
+  }
+  // dW[r0:r1, :] = dy[:, r0:r1]ᵀ · x, one row block at a time from the last, each reported as
+  // soon as it is written so its all-reduce overlaps the blocks still to come.
+  const int rows = RowsPerSlice(max_slice);
+  const int last_begin = ((out_ - 1) / rows) * rows;
+  for (int r0 = last_begin; r0 >= 0; r0 -= rows) {
+    const int r1 = std::min(out_, r0 + rows);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in_, n, 1.0f, dy + r0, out_, x,
+                in_, 0.0f, dw_ + static_cast<std::size_t>(r0) * in_, in_);
+    if (ready) {
+      std::size_t count = static_cast<std::size_t>(r1 - r0) * in_;
+      if (r1 == out_) count += static_cast<std::size_t>(out_);
+      ready(ParamRange{static_cast<std::size_t>(r0) * in_, count});
+    }
   }
   if (dx != nullptr) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_, out_, 1.0f, dy, out_, w_, in_,

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -39,6 +40,16 @@ class Layer {
   // first layer), which skips that half of the work. x is the input Forward last saw.
   virtual void Backward(const float* x, const float* dy, float* dx, int n) = 0;
 
+  // [offset, offset+count) of this layer's parameters whose gradients are final.
+  using SliceReadyFn = std::function<void(const ParamRange&)>;
+  // The ranges BackwardSliced reports for `max_slice` (0 = no limit), in offset order; they
+  // tile [0, num_params()). By default the whole layer.
+  virtual std::vector<ParamRange> GradSlices(std::size_t max_slice) const;
+  // Backward that calls `ready` for each of GradSlices(max_slice) as soon as it is final. The
+  // math is Backward's; by default it is Backward, then the whole layer.
+  virtual void BackwardSliced(const float* x, const float* dy, float* dx, int n,
+                              std::size_t max_slice, const SliceReadyFn& ready);
+
  private:
   Shape in_;
   Shape out_;
@@ -53,8 +64,15 @@ class Linear final : public Layer {
   void Init(std::mt19937_64& rng) override;
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
+  // Slices are blocks of whole rows of W (output features), evenly sized; the block holding the
+  // last rows also holds the bias. Reported from the last block to the first.
+  std::vector<ParamRange> GradSlices(std::size_t max_slice) const override;
+  void BackwardSliced(const float* x, const float* dy, float* dx, int n, std::size_t max_slice,
+                      const SliceReadyFn& ready) override;
 
  private:
+  int RowsPerSlice(std::size_t max_slice) const;
+
   int in_;
   int out_;
   float* w_ = nullptr;

@@ -33,12 +33,18 @@ constexpr int kCnnDense = 128;
 class Sequential final : public Model {
  public:
   Sequential(std::vector<std::unique_ptr<Layer>> layers, const ModelConfig& config)
-      : layers_(std::move(layers)), max_batch_(config.max_batch), classes_(config.classes) {
+      : layers_(std::move(layers)),
+        max_batch_(config.max_batch),
+        classes_(config.classes),
+        max_grad_slice_(config.max_grad_slice) {
     std::size_t total = 0;
     for (const auto& layer : layers_) {
       const std::size_t count = layer->num_params();
       range_of_layer_.push_back(count == 0 ? -1 : static_cast<int>(ranges_.size()));
       if (count > 0) ranges_.push_back({total, count});
+      for (const ParamRange& s : layer->GradSlices(max_grad_slice_)) {
+        grad_ranges_.push_back({total + s.offset, s.count});
+      }
       total += count;
     }
     params_.resize(total);
@@ -62,6 +68,7 @@ class Sequential final : public Model {
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
   const std::vector<ParamRange>& layer_ranges() const override { return ranges_; }
+  const std::vector<ParamRange>& grad_ranges() const override { return grad_ranges_; }
 
   float ForwardBackward(const float* x, const std::int32_t* y, int n,
                         const GradReadyFn& on_ready) override {
@@ -73,8 +80,15 @@ class Sequential final : public Model {
     float* dx = dx_.data();
     for (std::size_t i = layers_.size(); i-- > 0;) {
       const float* input = i == 0 ? x : activations_[i - 1].data();
-      layers_[i]->Backward(input, dy, i == 0 ? nullptr : dx, n);
-      if (range_of_layer_[i] >= 0 && on_ready) on_ready(ranges_[range_of_layer_[i]]);
+      if (range_of_layer_[i] < 0 || !on_ready) {
+        layers_[i]->Backward(input, dy, i == 0 ? nullptr : dx, n);
+      } else {
+        const std::size_t base = ranges_[range_of_layer_[i]].offset;
+        layers_[i]->BackwardSliced(input, dy, i == 0 ? nullptr : dx, n, max_grad_slice_,
+                                   [&](const ParamRange& s) {
+                                     on_ready(ParamRange{base + s.offset, s.count});
+                                   });
+      }
       std::swap(dy, dx);
     }
     return static_cast<float>(loss.loss_sum / n);
@@ -106,10 +120,12 @@ class Sequential final : public Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   int max_batch_;
   int classes_;
+  std::size_t max_grad_slice_;
   std::vector<float> params_;
   std::vector<float> grads_;
   std::vector<ParamRange> ranges_;
-  std::vector<int> range_of_layer_;  // index into ranges_, or -1 for a layer without parameters
+  std::vector<int> range_of_layer_;      // index into ranges_, or -1 for a layer without parameters
+  std::vector<ParamRange> grad_ranges_;  // what backward reports: ranges_ or slices of them
   std::vector<std::vector<float>> activations_;  // [i]: output of layer i, kept for backward
   // d(loss)/d(activation) for the layer being differentiated and the one below it.
   std::vector<float> dy_;

@@ -25,6 +25,10 @@ struct ModelConfig {
   int hidden = 256;         // mlp hidden width
   int max_batch = 256;      // activations are allocated once for this many samples
   std::uint64_t seed = 42;  // initial weights (rank 0's are broadcast anyway)
+  // Backward reports a weight gradient bigger than this many floats in slices of at most this
+  // size (rows of the weight matrix), so its all-reduce can start before the layer is done;
+  // 0 = a layer at a time. Only the step engine's bucketing depends on it, never the math.
+  std::size_t max_grad_slice = 0;
 };
 
 // [offset, offset+count) of one layer's parameters in the flat buffers.
@@ -38,7 +42,7 @@ struct EvalResult {
   std::int64_t correct = 0;
 };
 
-// Called during backward once a layer's gradients are final, last layer first.
+// Called during backward once the gradients of one of grad_ranges() are final, last layer first.
 using GradReadyFn = std::function<void(const ParamRange&)>;
 
 class Model {
@@ -50,6 +54,9 @@ class Model {
   virtual std::span<float> grads() = 0;
   // One entry per parameterized layer, in forward order; together they tile params().
   virtual const std::vector<ParamRange>& layer_ranges() const = 0;
+  // What ForwardBackward reports to on_ready, each exactly once per call, in offset order;
+  // together they tile params(). Whole layers, or slices of them (ModelConfig::max_grad_slice).
+  virtual const std::vector<ParamRange>& grad_ranges() const = 0;
 
   // x: n×C×H×W floats, y: n labels in [0, classes). Overwrites grads() with the gradient of the
   // mean loss over the n samples and returns that mean loss. n ≤ max_batch.

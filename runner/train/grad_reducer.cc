@@ -1,40 +1,30 @@
 #include "runner/train/grad_reducer.h"
 
 #include <algorithm>
+#include <string>
 
 #include "common/clock.h"
 
 namespace ringtrain::train {
 
 StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
-    comm::Communicator* comm, std::span<float> grads, const std::vector<model::ParamRange>& layers,
+    comm::Communicator* comm, std::span<float> grads, const std::vector<model::ParamRange>& ranges,
     ReducerOptions options) {
-  if (layers.empty()) return InvalidArgument("model has no parameters to reduce");
-  std::unique_ptr<GradReducer> r(new GradReducer(comm, grads, std::move(options)));
-  for (const auto& l : layers) r->layer_offsets_.push_back(l.offset);
-  r->bucket_of_layer_.resize(layers.size());
-  const std::size_t cap = std::max<std::size_t>(r->options_.bucket_cap_bytes / sizeof(float), 1);
-  if (!r->options_.overlap) {
-    // One bucket of everything, reduced after backward completes.
-    r->buckets_.push_back({0, grads.size(), static_cast<int>(layers.size()), 0});
-  } else {
-    for (std::size_t i = layers.size(); i-- > 0;) {
-      if (r->buckets_.empty() || r->buckets_.back().count >= cap) r->buckets_.push_back({});
-      Bucket& b = r->buckets_.back();
-      // Walking backwards, each layer extends the bucket towards the start of the buffer.
-      b.offset = layers[i].offset;
-      b.count += layers[i].count;
-      ++b.layers;
-      r->bucket_of_layer_[i] = r->buckets_.size() - 1;
-    }
+  ASSIGN_OR_RETURN(
+      BucketPlan plan,
+      BucketPlan::Create(ranges, options.bucket_cap_bytes / sizeof(float), options.overlap));
+  if (plan.total() != grads.size()) {
+    return InvalidArgument("gradient ranges cover " + std::to_string(plan.total()) + " of " +
+                           std::to_string(grads.size()) + " floats");
   }
-  for (auto& b : r->buckets_) b.pending = b.layers;
+  std::unique_ptr<GradReducer> r(new GradReducer(comm, grads, std::move(plan), std::move(options)));
   r->thread_ = std::thread([p = r.get()] { p->Loop(); });
   return r;
 }
 
-GradReducer::GradReducer(comm::Communicator* comm, std::span<float> grads, ReducerOptions options)
-    : comm_(comm), grads_(grads), options_(std::move(options)) {}
+GradReducer::GradReducer(comm::Communicator* comm, std::span<float> grads, BucketPlan plan,
+                         ReducerOptions options)
+    : comm_(comm), grads_(grads), plan_(std::move(plan)), options_(std::move(options)) {}
 
 GradReducer::~GradReducer() {
   {
@@ -45,21 +35,16 @@ GradReducer::~GradReducer() {
   thread_.join();
 }
 
-void GradReducer::OnLayerReady(const model::ParamRange& range) {
-  if (comm_->size() == 1) return;  // averaging over one rank is the identity
-  auto it = std::lower_bound(layer_offsets_.begin(), layer_offsets_.end(), range.offset);
-  std::size_t layer = static_cast<std::size_t>(it - layer_offsets_.begin());
-  std::size_t b = options_.overlap ? bucket_of_layer_[layer] : 0;
+void GradReducer::OnRangeReady(const model::ParamRange& range) {
   std::lock_guard<std::mutex> lock(mu_);
-  --buckets_[b].pending;
-  // Launch in bucket order only: a later bucket that completes first waits for its turn.
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Launch(next_launch_++);
+  auto launch = plan_.MarkReady(range);
+  if (!launch.ok()) {
+    if (plan_error_.ok()) plan_error_ = launch.status();
+    return;
   }
-}
-
-void GradReducer::Launch(std::size_t bucket) {
-  queue_.push_back(bucket);
+  // Averaging over one rank is the identity: the plan still checks the reports.
+  if (comm_->size() == 1 || launch->first == launch->second) return;
+  for (std::size_t b = launch->first; b < launch->second; ++b) queue_.push_back(b);
   cv_.notify_all();
 }
 
@@ -78,7 +63,7 @@ void GradReducer::Loop() {
         continue;
       }
     }
-    const Bucket& bucket = buckets_[b];
+    const GradBucket bucket = plan_.buckets()[b];  // immutable after Create
     auto start = std::chrono::steady_clock::now();
     Status s =
         comm_->AllReduce(grads_.data() + bucket.offset, bucket.count, comm::ReduceOp::kAverage);
@@ -96,17 +81,28 @@ void GradReducer::Loop() {
 }
 
 Status GradReducer::Finish() {
-  if (comm_->size() == 1) return Status::Ok();
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, options_.finish_timeout, [&] { return done_ == buckets_.size(); })) {
-    comm_->Abort();
-    return DeadlineExceeded("gradient buckets not reduced within " +
-                            std::to_string(options_.finish_timeout.count()) + " ms");
+  Status s = plan_error_;
+  if (s.ok() && !plan_.complete()) {
+    s = Internal("backward finished with " +
+                 std::to_string(plan_.buckets().size() - plan_.launched()) +
+                 " gradient bucket(s) not ready");
   }
-  Status s = error_;
+  if (comm_->size() > 1) {
+    // Every bucket handed to the comm thread is waited for, even after an error: the thread
+    // must not touch the gradients while the optimizer or the next step does.
+    const std::size_t launched = plan_.launched();
+    if (!cv_.wait_for(lock, options_.finish_timeout, [&] { return done_ == launched; })) {
+      comm_->Abort();
+      return DeadlineExceeded("gradient buckets not reduced within " +
+                              std::to_string(options_.finish_timeout.count()) + " ms");
+    }
+    if (s.ok()) s = error_;
+  }
   done_ = 0;
-  next_launch_ = 0;
-  for (auto& b : buckets_) b.pending = b.layers;
+  error_ = Status::Ok();
+  plan_error_ = Status::Ok();
+  plan_.Reset();
   return s;
 }
 

@@ -1,7 +1,6 @@
 // Gradient buckets all-reduced on a communication thread while backward still runs (DDP's
-// reducer): deciding which bucket is ready is kept apart from doing the collective. Buckets are
-// contiguous ranges of the flat gradient buffer, formed from the last layer backwards, and are
-// launched strictly in bucket order, so the order of collectives is identical on every rank.
+// reducer): deciding which bucket is ready (BucketPlan, shared with the CUDA engine) is kept
+// apart from doing the collective, which this class runs on its own thread.
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +16,7 @@
 #include "common/status.h"
 #include "runner/comm/communicator.h"
 #include "runner/model/model.h"
+#include "runner/train/bucket_plan.h"
 
 namespace ringtrain::train {
 
@@ -31,45 +31,39 @@ struct ReducerOptions {
 
 class GradReducer {
  public:
+  // `ranges`: what backward reports (Model::grad_ranges()), tiling `grads`.
   static StatusOr<std::unique_ptr<GradReducer>> Create(comm::Communicator* comm,
                                                        std::span<float> grads,
-                                                       const std::vector<model::ParamRange>& layers,
+                                                       const std::vector<model::ParamRange>& ranges,
                                                        ReducerOptions options);
   ~GradReducer();
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  // Called from backward when a layer's gradients are final.
-  void OnLayerReady(const model::ParamRange& range);
+  // Called from backward when a range's gradients are final. A range the plan does not know,
+  // or one reported twice, fails this step's Finish.
+  void OnRangeReady(const model::ParamRange& range);
   // Waits until every bucket of this step is averaged across ranks; resets for the next step.
   Status Finish();
-  std::size_t num_buckets() const { return buckets_.size(); }
+  std::size_t num_buckets() const { return plan_.buckets().size(); }
+  const BucketPlan& plan() const { return plan_; }
 
  private:
-  struct Bucket {
-    std::size_t offset = 0;
-    std::size_t count = 0;
-    int layers = 0;
-    int pending = 0;
-  };
-
-  GradReducer(comm::Communicator* comm, std::span<float> grads, ReducerOptions options);
+  GradReducer(comm::Communicator* comm, std::span<float> grads, BucketPlan plan,
+              ReducerOptions options);
   void Loop();
-  void Launch(std::size_t bucket);  // requires mu_
 
   comm::Communicator* comm_;
   std::span<float> grads_;
+  BucketPlan plan_;  // guarded by mu_
   ReducerOptions options_;
-  std::vector<Bucket> buckets_;
-  std::vector<std::size_t> bucket_of_layer_;  // indexed by layer ordinal (offset order)
-  std::vector<std::size_t> layer_offsets_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::size_t> queue_;
-  std::size_t next_launch_ = 0;
   std::size_t done_ = 0;
-  Status error_;
+  Status error_;       // the step's first collective failure
+  Status plan_error_;  // the step's first bad report from backward
   bool stop_ = false;
   std::thread thread_;
 };

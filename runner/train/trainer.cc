@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "runner/data/loader.h"
+#include "runner/train/bucket_plan.h"
 #include "runner/train/checkpoint.h"
 #include "runner/train/grad_reducer.h"
 #include "runner/train/lr_schedule.h"
@@ -22,6 +23,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainConfig& config, Tr
   mc.width = deps.train->cols;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;
+  mc.max_grad_slice = GradSliceFloats(config.bucket_cap_bytes, config.overlap);
   // Gather and the model trust the data's shape and labels: check them once, here.
   RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
   if (deps.test != nullptr) {
@@ -207,8 +209,13 @@ StatusOr<TrainResult> Trainer::Run() {
   ro.bucket_cap_bytes = config_.bucket_cap_bytes;
   ro.overlap = config_.overlap;
   ro.finish_timeout = 2 * deps_.collective_timeout + std::chrono::seconds(10);
-  if (m) ro.on_allreduce = [m](double s, std::size_t bytes) { m->ObserveAllReduce(s, bytes); };
-  ASSIGN_OR_RETURN(auto reducer, GradReducer::Create(&comm, model_->grads(), model_->layer_ranges(),
+  // Summed on the comm thread, read after the final Finish (which orders it).
+  double allreduce_seconds = 0;
+  ro.on_allreduce = [m, &allreduce_seconds](double s, std::size_t bytes) {
+    allreduce_seconds += s;
+    if (m) m->ObserveAllReduce(s, bytes);
+  };
+  ASSIGN_OR_RETURN(auto reducer, GradReducer::Create(&comm, model_->grads(), model_->grad_ranges(),
                                                      std::move(ro)));
 
   metrics::Progress progress;
@@ -232,7 +239,7 @@ StatusOr<TrainResult> Trainer::Run() {
   auto train_start = window_start;
   double ema_loss = -1;
   bool evaluated_last = false;
-  auto on_ready = [&](const model::ParamRange& r) { reducer->OnLayerReady(r); };
+  auto on_ready = [&](const model::ParamRange& r) { reducer->OnRangeReady(r); };
 
   for (;;) {
     if (config_.max_steps >= 0 && result.steps_this_run >= config_.max_steps) break;
@@ -336,6 +343,7 @@ StatusOr<TrainResult> Trainer::Run() {
       train_seconds > 0 ? static_cast<double>(samples_run) * world / train_seconds : 0;
   result.data_wait_seconds = loader->wait_seconds();
   result.allreduce_wait_seconds = allreduce_wait;
+  result.allreduce_seconds = allreduce_seconds;
   progress.state = "succeeded";
   progress.step = global_step;
   progress.epoch = epoch;

@@ -29,7 +29,8 @@ struct TrainResult {
   double samples_per_second = 0;  // whole job, this run
   int world_size = 1;
   double data_wait_seconds = 0;
-  double allreduce_wait_seconds = 0;
+  double allreduce_wait_seconds = 0;  // the step waited for gradients after backward
+  double allreduce_seconds = 0;       // the collectives took, hidden or not
   bool resumed = false;
   // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
   std::string resume_warning;

@@ -274,6 +274,71 @@ TEST_F(ModelTest, HotPathDoesNotAllocate) {
   }
 }
 
+// Slicing changes only when gradients are reported, never what they are: sliced ranges tile
+// the buffer, come from the last layer (and the last rows) first, are final when reported, and
+// equal the unsliced gradients.
+TEST_F(ModelTest, SlicedGradientsTileAreFinalWhenReportedAndEqualUnsliced) {
+  for (ModelConfig config : {TinyMlp(), TinyCnn()}) {
+    auto whole = MustCreate(config);
+    config.max_grad_slice = 20;  // the tiny MLP's first layer has 8×16 weights: 7 slices
+    auto sliced = MustCreate(config);
+    ASSERT_EQ(whole->params().size(), sliced->params().size());
+    std::copy(whole->params().begin(), whole->params().end(), sliced->params().begin());
+    EXPECT_EQ(whole->grad_ranges().size(), whole->layer_ranges().size()) << config.name;
+    ASSERT_GT(sliced->grad_ranges().size(), sliced->layer_ranges().size()) << config.name;
+    std::size_t next = 0;
+    for (const ParamRange& r : sliced->grad_ranges()) {
+      EXPECT_EQ(r.offset, next) << config.name;
+      next += r.count;
+    }
+    EXPECT_EQ(next, sliced->params().size());
+
+    const Batch batch = RandomBatch(config, 8, 23);
+    std::vector<ParamRange> reported;
+    std::vector<std::vector<float>> at_report;
+    const GradReadyFn on_ready = [&](const ParamRange& r) {
+      reported.push_back(r);
+      auto g = sliced->grads().subspan(r.offset, r.count);
+      at_report.emplace_back(g.begin(), g.end());
+    };
+    // Stale values in the buffer must not survive into the reported slices.
+    std::fill(sliced->grads().begin(), sliced->grads().end(), 1e9f);
+    const float loss_sliced = sliced->ForwardBackward(batch.x.data(), batch.y.data(), 8, on_ready);
+    const float loss_whole = whole->ForwardBackward(batch.x.data(), batch.y.data(), 8, {});
+    EXPECT_EQ(loss_sliced, loss_whole);
+
+    ASSERT_EQ(reported.size(), sliced->grad_ranges().size()) << config.name;
+    for (std::size_t i = 1; i < reported.size(); ++i) {
+      EXPECT_LT(reported[i].offset, reported[i - 1].offset) << config.name << " report " << i;
+    }
+    for (std::size_t i = 0; i < reported.size(); ++i) {
+      for (std::size_t j = 0; j < reported[i].count; ++j) {
+        const std::size_t k = reported[i].offset + j;
+        EXPECT_EQ(at_report[i][j], sliced->grads()[k]) << "changed after its report at " << k;
+        EXPECT_NEAR(sliced->grads()[k], whole->grads()[k],
+                    1e-6 * (1 + std::fabs(whole->grads()[k])))
+            << config.name << " gradient " << k;
+      }
+    }
+  }
+}
+
+TEST_F(ModelTest, LinearSlicesAreEvenRowBlocksWithTheBiasLast) {
+  ModelConfig config;  // 784-256-10
+  config.max_grad_slice = 65536;
+  auto model = MustCreate(config);
+  const auto& r = model->grad_ranges();
+  // 784·256 weights in ⌈200704/65536⌉ = 4 blocks of 64 rows; the last block carries the bias.
+  ASSERT_EQ(r.size(), 5u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r[i].offset, 64u * 784 * i);
+    EXPECT_EQ(r[i].count, 64u * 784);
+  }
+  EXPECT_EQ(r[3].count, 64u * 784 + 256);
+  EXPECT_EQ(r[4].offset, 784u * 256 + 256);
+  EXPECT_EQ(r[4].count, 256u * 10 + 10);
+}
+
 TEST_F(ModelTest, UnknownOrInvalidConfigIsInvalidArgument) {
   ModelConfig config;
   config.name = "resnet";
