@@ -1,0 +1,145 @@
+#include "runner/train/cpu_engine.h"
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "runner/train/bucket_plan.h"
+
+namespace ringtrain::train {
+
+StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config,
+                                                       CpuEngineDeps deps) {
+  if (deps.comm == nullptr || deps.train == nullptr) {
+    return InvalidArgument("trainer needs a communicator and a training set");
+  }
+  std::unique_ptr<CpuEngine> e(new CpuEngine(config, deps));
+  model::ModelConfig mc = config.model;
+  mc.height = deps.train->rows;
+  mc.width = deps.train->cols;
+  mc.max_batch = config.batch_size;
+  mc.seed = config.seed;
+  mc.max_grad_slice = GradSliceFloats(config.bucket_cap_bytes, config.overlap);
+  // Gather and the model trust the data's shape and labels: check them once, here.
+  RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
+  if (deps.test != nullptr) {
+    RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
+  }
+  ASSIGN_OR_RETURN(e->model_, model::Model::Create(mc));
+  ASSIGN_OR_RETURN(e->optimizer_,
+                   model::Optimizer::Create(config.optimizer, e->model_->params().size()));
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = config.bucket_cap_bytes;
+  ro.overlap = config.overlap;
+  ro.finish_timeout = 2 * deps.collective_timeout + std::chrono::seconds(10);
+  ro.on_allreduce = [p = e.get()](double s, std::size_t bytes) {
+    p->step_allreduce_seconds_ += s;
+    if (p->deps_.metrics) p->deps_.metrics->ObserveAllReduce(s, bytes);
+  };
+  ASSIGN_OR_RETURN(e->reducer_, GradReducer::Create(deps.comm, e->model_->grads(),
+                                                    e->model_->grad_ranges(), std::move(ro)));
+  const auto bs = static_cast<std::size_t>(config.batch_size);
+  e->eval_x_.resize(bs * static_cast<std::size_t>(deps.train->sample_size()));
+  e->eval_y_.resize(bs);
+  e->eval_idx_.resize(bs);
+  return e;
+}
+
+Status CpuEngine::Restore(const CheckpointState& checkpoint) {
+  std::copy(checkpoint.params.begin(), checkpoint.params.end(), model_->params().begin());
+  std::copy(checkpoint.optimizer_state.begin(), checkpoint.optimizer_state.end(),
+            optimizer_->state().begin());
+  return Status::Ok();
+}
+
+Status CpuEngine::BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) {
+  auto params = model_->params();
+  RETURN_IF_ERROR(deps_.comm->Broadcast(params.data(), params.size_bytes(), 0)
+                      .WithContext("broadcast weights"));
+  if (optimizer_too) {
+    auto state = optimizer_->state();
+    RETURN_IF_ERROR(deps_.comm->Broadcast(state.data(), state.size_bytes(), 0)
+                        .WithContext("broadcast optimizer state"));
+    optimizer_->set_steps(optimizer_steps);
+  }
+  return Status::Ok();
+}
+
+Status CpuEngine::Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
+                           std::int64_t& optimizer_steps) {
+  params.assign(model_->params().begin(), model_->params().end());
+  optimizer_state.assign(optimizer_->state().begin(), optimizer_->state().end());
+  optimizer_steps = optimizer_->steps();
+  return Status::Ok();
+}
+
+StatusOr<InputStart> CpuEngine::OpenInput(int epoch, std::int64_t epoch_samples) {
+  data::LoaderOptions lo;
+  lo.batch_size = config_.batch_size;
+  lo.workers = config_.loader_workers;
+  lo.prefetch = config_.prefetch;
+  lo.rank = deps_.comm->rank();
+  lo.world_size = deps_.comm->size();
+  lo.seed = config_.seed;
+  lo.start_epoch = epoch;
+  lo.start_samples = epoch_samples;
+  lo.end_epoch = config_.epochs;
+  ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(*deps_.train, lo));
+  return InputStart{loader_->steps_per_epoch(), loader_->start_epoch(), loader_->start_samples()};
+}
+
+StatusOr<std::optional<EngineBatch>> CpuEngine::NextBatch() {
+  auto batch = loader_->Next();
+  if (!batch.ok()) {
+    if (batch.status().code() == StatusCode::kNotFound) return std::optional<EngineBatch>();
+    return batch.status();
+  }
+  batch_ = *batch;
+  return std::optional<EngineBatch>(EngineBatch{batch_.epoch, batch_.step, batch_.n,
+                                                batch_.last_in_epoch, batch_.epoch_samples_after});
+}
+
+StatusOr<std::optional<StepStats>> CpuEngine::Step(double lr) {
+  step_allreduce_seconds_ = 0;
+  GradReducer* reducer = reducer_.get();
+  const float loss =
+      model_->ForwardBackward(batch_.x, batch_.y, batch_.n,
+                              [reducer](const model::ParamRange& r) { reducer->OnRangeReady(r); });
+  const auto wait_start = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(reducer_->Finish().WithContext("gradient all-reduce"));
+  StepStats stats;
+  stats.n = batch_.n;
+  stats.allreduce_wait_seconds = SecondsSince(wait_start);
+  stats.allreduce_seconds = step_allreduce_seconds_;
+  optimizer_->Step(model_->params(), model_->grads(), lr);
+  loss_sum_ += loss;
+  ++loss_steps_;
+  return std::optional<StepStats>(stats);
+}
+
+StatusOr<std::pair<double, std::int64_t>> CpuEngine::TakeLoss() {
+  std::pair<double, std::int64_t> out{loss_sum_, loss_steps_};
+  loss_sum_ = 0;
+  loss_steps_ = 0;
+  return out;
+}
+
+StatusOr<EvalSums> CpuEngine::EvaluateShard() {
+  EvalSums sums;
+  if (deps_.test == nullptr) return sums;
+  const data::Dataset& ds = *deps_.test;
+  // Disjoint shards without padding: rank r takes r, r+world, ...
+  std::size_t i = static_cast<std::size_t>(deps_.comm->rank());
+  const auto stride = static_cast<std::size_t>(deps_.comm->size());
+  while (i < ds.count) {
+    int n = 0;
+    for (; n < config_.batch_size && i < ds.count; ++n, i += stride) eval_idx_[n] = i;
+    data::Gather(ds, eval_idx_.data(), n, eval_x_.data(), eval_y_.data());
+    auto r = model_->Evaluate(eval_x_.data(), eval_y_.data(), n);
+    sums.loss_sum += r.loss_sum;
+    sums.correct += static_cast<double>(r.correct);
+    sums.count += n;
+  }
+  return sums;
+}
+
+}  // namespace ringtrain::train

@@ -1,0 +1,68 @@
+// The CPU step engine: model and optimizer in host memory (runner/model), input from the
+// prefetching loader, gradient buckets all-reduced by GradReducer's comm thread while backward
+// still runs. Every step completes before Step returns.
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "runner/comm/communicator.h"
+#include "runner/data/idx.h"
+#include "runner/data/loader.h"
+#include "runner/metrics/runner_metrics.h"
+#include "runner/model/model.h"
+#include "runner/model/optimizer.h"
+#include "runner/train/config.h"
+#include "runner/train/grad_reducer.h"
+#include "runner/train/step_engine.h"
+
+namespace ringtrain::train {
+
+struct CpuEngineDeps {
+  comm::Communicator* comm = nullptr;
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;        // may be null: no evaluation
+  metrics::RunnerMetrics* metrics = nullptr;  // may be null: all-reduce observations
+  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
+};
+
+class CpuEngine final : public StepEngine {
+ public:
+  static StatusOr<std::unique_ptr<CpuEngine>> Create(const TrainConfig& config, CpuEngineDeps deps);
+
+  std::size_t num_params() const override { return model_->params().size(); }
+  std::size_t optimizer_state_size() const override { return optimizer_->state().size(); }
+  Status Restore(const CheckpointState& checkpoint) override;
+  Status BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) override;
+  Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
+                  std::int64_t& optimizer_steps) override;
+  StatusOr<InputStart> OpenInput(int epoch, std::int64_t epoch_samples) override;
+  StatusOr<std::optional<EngineBatch>> NextBatch() override;
+  double data_wait_seconds() const override { return loader_ ? loader_->wait_seconds() : 0; }
+  StatusOr<std::optional<StepStats>> Step(double lr) override;
+  StatusOr<std::optional<StepStats>> Flush() override { return std::optional<StepStats>(); }
+  StatusOr<std::pair<double, std::int64_t>> TakeLoss() override;
+  StatusOr<EvalSums> EvaluateShard() override;
+
+  model::Model& model() { return *model_; }
+
+ private:
+  CpuEngine(const TrainConfig& config, CpuEngineDeps deps) : config_(config), deps_(deps) {}
+
+  TrainConfig config_;
+  CpuEngineDeps deps_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::Optimizer> optimizer_;
+  std::unique_ptr<GradReducer> reducer_;
+  std::unique_ptr<data::PrefetchLoader> loader_;
+  data::BatchView batch_;
+  // Written on the reducer's comm thread, read after Finish (which orders the two).
+  double step_allreduce_seconds_ = 0;
+  double loss_sum_ = 0;
+  std::int64_t loss_steps_ = 0;
+  std::vector<float> eval_x_;
+  std::vector<std::int32_t> eval_y_;
+  std::vector<std::size_t> eval_idx_;
+};
+
+}  // namespace ringtrain::train

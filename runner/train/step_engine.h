@@ -1,0 +1,93 @@
+// The seam between the training loop (train::TrainingLoop: resume, schedule, cadence, metrics,
+// epilogue — written once) and where a step runs: the CPU engine (runner/train/cpu_engine.h:
+// model and optimizer in host memory, gradient buckets all-reduced on a comm thread) or the CUDA
+// engine (runner/train/cuda/cuda_engine.h: the step on a GPU, NCCL on a comm stream, CUDA
+// graphs, one step of host lag). An engine owns the model, the optimizer and the training input;
+// it never decides when to checkpoint, evaluate or stop.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "runner/train/checkpoint.h"
+
+namespace ringtrain::train {
+
+// Where a batch sits in the data, counted in this world's steps.
+struct EngineBatch {
+  int epoch = 0;
+  std::int64_t step = 0;  // within the epoch
+  int n = 0;              // samples on this rank
+  bool last_in_epoch = false;
+  // Samples of the epoch's permutation consumed by the whole gang after this batch: what a
+  // checkpoint records, so that it stays valid for a gang of another size.
+  std::int64_t epoch_samples_after = 0;
+};
+
+// Where the input really starts (a device-resident input starts at a whole step).
+struct InputStart {
+  std::int64_t steps_per_epoch = 0;
+  int epoch = 0;
+  std::int64_t epoch_samples = 0;
+};
+
+// A step that has completed (its gradients averaged and its update applied).
+struct StepStats {
+  int n = 0;
+  // Time the step waited for the gradient all-reduce after its backward was done.
+  double allreduce_wait_seconds = 0;
+  double allreduce_seconds = 0;  // the step's gradient collectives took, hidden or not
+  double device_seconds = 0;     // time the accelerator spent on the step (0 without one)
+};
+
+// This rank's shard of the test set, not yet summed across ranks.
+struct EvalSums {
+  double loss_sum = 0;
+  double correct = 0;
+  double count = 0;
+};
+
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+
+  virtual std::size_t num_params() const = 0;
+  virtual std::size_t optimizer_state_size() const = 0;
+  // Rank 0 at resume: the checkpoint's weights and optimizer state (sizes already checked).
+  virtual Status Restore(const CheckpointState& checkpoint) = 0;
+  // Collective: every rank takes rank 0's weights, and its optimizer state and step count when
+  // `optimizer_too` (a resume).
+  virtual Status BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) = 0;
+  // Host copies of the state for a checkpoint; waits for any step in flight.
+  virtual Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
+                          std::int64_t& optimizer_steps) = 0;
+
+  // Opens the training input at `epoch`, after `epoch_samples` samples of it consumed by the
+  // gang (a resume), up to the configured last epoch.
+  virtual StatusOr<InputStart> OpenInput(int epoch, std::int64_t epoch_samples) = 0;
+  // The next batch, or nullopt after the last epoch. The engine keeps its data for Step.
+  virtual StatusOr<std::optional<EngineBatch>> NextBatch() = 0;
+  // Seconds the loop spent blocked waiting for input, since OpenInput.
+  virtual double data_wait_seconds() const = 0;
+
+  // Runs (or enqueues) one step on the batch NextBatch returned last, at learning rate `lr`.
+  // Returns the step that completed during the call, if any: the CPU engine completes every
+  // step before returning, the CUDA engine the one before (the host runs one step ahead).
+  virtual StatusOr<std::optional<StepStats>> Step(double lr) = 0;
+  // Waits for the step in flight, if any, and returns it.
+  virtual StatusOr<std::optional<StepStats>> Flush() = 0;
+  // The sum of the training losses (each the mean over its batch) of the steps completed since
+  // the last call, and how many steps that is. The CUDA engine reads a device accumulator (a
+  // pipeline bubble), so the loop calls it once per report, not once per step.
+  virtual StatusOr<std::pair<double, std::int64_t>> TakeLoss() = 0;
+  // Evaluates this rank's shard of the test set (samples rank, rank+world, ...).
+  virtual StatusOr<EvalSums> EvaluateShard() = 0;
+  // An accelerator runs the steps: the loop then reports its busy fraction.
+  virtual bool has_device() const { return false; }
+};
+
+}  // namespace ringtrain::train

@@ -1,0 +1,72 @@
+// The synchronous data-parallel training driver, written once for every step engine: identical
+// start on every rank (rank 0's checkpoint or weights broadcast), the learning-rate schedule,
+// the epoch/step/sample bookkeeping that checkpoints record, evaluation and checkpoint cadence,
+// progress and metrics with one meaning whatever the engine, and the epilogue. The step itself
+// is the engine's (runner/train/step_engine.h). Owns no sockets, processes or devices.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "common/status.h"
+#include "runner/comm/communicator.h"
+#include "runner/metrics/runner_metrics.h"
+#include "runner/train/config.h"
+#include "runner/train/step_engine.h"
+
+namespace ringtrain::train {
+
+struct TrainResult {
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int epochs = 0;                     // epochs completed
+  std::int64_t steps = 0;             // global optimizer steps at the end
+  std::int64_t samples_this_run = 0;  // by the whole gang in this process (after any resume)
+  std::int64_t steps_this_run = 0;    // taken by this process (after any resume)
+  double wall_seconds = 0;
+  double samples_per_second = 0;  // whole job, this run
+  int world_size = 1;
+  double data_wait_seconds = 0;
+  double allreduce_wait_seconds = 0;  // the steps waited for gradients after backward
+  double allreduce_seconds = 0;       // the gradient collectives took, hidden or not
+  double device_busy = 0;             // fraction of training time the accelerator was busy
+  bool resumed = false;
+  // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
+  std::string resume_warning;
+};
+
+struct LoopDeps {
+  comm::Communicator* comm = nullptr;
+  StepEngine* engine = nullptr;
+  bool evaluate = false;                      // the engine has a test set
+  metrics::RunnerMetrics* metrics = nullptr;  // may be null
+  const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
+  int attempt = 0;
+};
+
+class TrainingLoop {
+ public:
+  TrainingLoop(const TrainConfig& config, LoopDeps deps) : config_(config), deps_(deps) {}
+  StatusOr<TrainResult> Run();
+  void set_max_steps(std::int64_t max_steps) { config_.max_steps = max_steps; }
+
+ private:
+  // Where a run starts: rank 0's checkpoint (if any), the same on every rank.
+  struct Start {
+    bool resumed = false;
+    std::int64_t global_step = 0;
+    int epoch = 0;
+    std::int64_t epoch_samples = 0;  // of `epoch`, by the whole gang
+    int checkpoint_world = 0;        // 0 = unknown or no checkpoint
+    std::string warning;             // rank 0: why no checkpoint could be used
+  };
+  StatusOr<Start> SyncStart();
+  StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
+  Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
+                    std::int64_t epoch_samples);
+
+  TrainConfig config_;
+  LoopDeps deps_;
+};
+
+}  // namespace ringtrain::train
