@@ -17,8 +17,8 @@
 
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/data/idx.h"
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/gpu_trainer.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/train/cuda/cuda_engine.h"
 #include "runner/metrics/gpu_monitor.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/train/config.h"

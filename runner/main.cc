@@ -26,8 +26,8 @@
 #include "runner/train/config.h"
 #include "runner/train/trainer.h"
 #ifdef RINGTRAIN_WITH_CUDA
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/gpu_run.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/train/cuda/gpu_run.h"
 #endif
 
 namespace ringtrain {

@@ -61,6 +61,8 @@ class RunnerMetrics {
   void ObserveDataWait(double seconds);
   void ObserveAllReduce(double seconds, std::size_t bytes);
   void ObserveAllReduceWait(double seconds);
+  // The mean training loss of the steps in the last report window (train::TrainingLoop: at least
+  // 1 s, or to an epoch end), whatever the step engine.
   void SetLoss(double loss);
   void SetEpoch(int epoch);
   void SetStep(long long step);

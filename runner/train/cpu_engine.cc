@@ -8,7 +8,7 @@
 namespace ringtrain::train {
 
 StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config,
-                                                       CpuEngineDeps deps) {
+                                                       TrainerDeps deps) {
   if (deps.comm == nullptr || deps.train == nullptr) {
     return InvalidArgument("trainer needs a communicator and a training set");
   }

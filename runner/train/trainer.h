@@ -2,29 +2,12 @@
 // Owns no sockets or processes: the communicator, datasets and metrics are injected.
 #pragma once
 
-#include <atomic>
 #include <memory>
 
-#include "common/status.h"
-#include "runner/comm/communicator.h"
-#include "runner/data/idx.h"
-#include "runner/metrics/runner_metrics.h"
-#include "runner/model/model.h"
-#include "runner/train/config.h"
 #include "runner/train/cpu_engine.h"
 #include "runner/train/training_loop.h"
 
 namespace ringtrain::train {
-
-struct TrainerDeps {
-  comm::Communicator* comm = nullptr;
-  const data::Dataset* train = nullptr;
-  const data::Dataset* test = nullptr;        // may be null: no evaluation
-  metrics::RunnerMetrics* metrics = nullptr;  // may be null
-  const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
-  int attempt = 0;
-  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
-};
 
 class Trainer {
  public:

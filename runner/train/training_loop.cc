@@ -271,6 +271,9 @@ StatusOr<TrainResult> TrainingLoop::Run() {
             acc_loss.second, progress.samples_per_second);
       }
     }
+    // A step's time runs from the previous step's completion: not through a checkpoint or an
+    // evaluation (nothing is in flight after them).
+    if (checkpoint_now || eval_now) last_done = std::chrono::steady_clock::now();
   }
   ASSIGN_OR_RETURN(const std::optional<StepStats> last, engine.Flush());
   on_done(last);

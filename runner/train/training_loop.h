@@ -44,6 +44,19 @@ struct LoopDeps {
   int attempt = 0;
 };
 
+// The loop's part of a trainer's dependencies (any struct with these fields).
+template <typename Deps>
+LoopDeps LoopDepsFor(const Deps& deps, StepEngine* engine) {
+  LoopDeps d;
+  d.comm = deps.comm;
+  d.engine = engine;
+  d.evaluate = deps.test != nullptr;
+  d.metrics = deps.metrics;
+  d.stop = deps.stop;
+  d.attempt = deps.attempt;
+  return d;
+}
+
 class TrainingLoop {
  public:
   TrainingLoop(const TrainConfig& config, LoopDeps deps) : config_(config), deps_(deps) {}

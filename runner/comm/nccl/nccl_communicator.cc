@@ -12,7 +12,7 @@
 #include <thread>
 #include <utility>
 
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 
 namespace ringtrain::comm {
 namespace {

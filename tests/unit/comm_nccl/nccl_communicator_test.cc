@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runner/comm/nccl/nccl_communicator.h"
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 #include "tests/fakes/in_memory_store.h"
 #include "tests/unit/comm_nccl/nccl_test_util.h"
 

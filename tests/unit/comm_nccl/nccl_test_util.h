@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 #include "runner/rendezvous/store.h"
 
 // NCCL needs a device: without one the test is reported as skipped, not passed.

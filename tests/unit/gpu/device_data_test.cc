@@ -2,7 +2,7 @@
 // functions too, so those tests run everywhere; the device tests check that the GPU computes
 // exactly the host's permutation, that shards follow DistributedSampler's padding, that Gather
 // equals data::Gather bit for bit, and that PinnedInput delivers PrefetchLoader's batches.
-#include "runner/gpu/device_data.h"
+#include "runner/data/cuda/device_data.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "runner/data/sampler.h"
-#include "runner/gpu/shard.h"
+#include "runner/cuda/shard.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 
 namespace ringtrain::gpu {

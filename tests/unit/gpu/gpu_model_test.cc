@@ -2,7 +2,7 @@
 // inputs for every check, gradients poisoned before each step, ‖gpu − cpu‖ / ‖cpu‖ per weight
 // and bias array, printed and checked against the bounds in model_test_data.h (which also
 // explains the two kinds of random data used).
-#include "runner/gpu/gpu_model.h"
+#include "runner/model/cuda/gpu_model.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>

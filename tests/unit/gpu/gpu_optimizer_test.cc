@@ -2,7 +2,7 @@
 // steps with changing learning rates and fresh gradients, weight decay on. The kernels round
 // each operation like the CPU loop, so the results should be bit-identical; the check is the
 // brief's ‖gpu − cpu‖ / ‖cpu‖ ≤ 1e-5 (and the measured error and bitwise equality are printed).
-#include "runner/gpu/gpu_optimizer.h"
+#include "runner/model/cuda/gpu_optimizer.h"
 
 #include <gtest/gtest.h>
 

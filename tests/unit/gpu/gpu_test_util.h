@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 
 // Every test that touches the device starts with this: on a machine without a CUDA device (or
 // driver) it is reported as skipped, never as passed.

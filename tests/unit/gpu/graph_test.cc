@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "runner/gpu/device_data.h"
-#include "runner/gpu/gpu_model.h"
-#include "runner/gpu/gpu_optimizer.h"
+#include "runner/data/cuda/device_data.h"
+#include "runner/model/cuda/gpu_model.h"
+#include "runner/model/cuda/gpu_optimizer.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 
 namespace ringtrain::gpu {

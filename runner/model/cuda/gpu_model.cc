@@ -14,7 +14,7 @@
 // pool, two gradient scratch buffers, one cuDNN workspace sized for every batch size up to
 // max_batch, and a cuBLAS workspace set with cublasSetWorkspace); ForwardBackward and Evaluate
 // only set host-side cuDNN descriptors and enqueue work on the stream.
-#include "runner/gpu/gpu_model.h"
+#include "runner/model/cuda/gpu_model.h"
 
 #include <cublas_v2.h>
 #include <cudnn.h>
@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/kernels.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/cuda/kernels.h"
 #include "runner/model/layers.h"
 
 namespace ringtrain::gpu {

@@ -1,13 +1,11 @@
-// The synchronous data-parallel training loop on one GPU per rank. Same contract as
-// train::Trainer (identical start from rank 0's weights or checkpoint, DistributedSampler
-// shards, averaged gradients, rank-0 checkpoints in the same file format, sharded evaluation)
-// with the step on the device:
+// The CUDA step engine under train::TrainingLoop: one GPU per rank, the same contract as the
+// CPU engine (runner/train/cpu_engine.h) with the step on the device:
 //  - input gathered and normalized on the GPU (dataset resident) or copied from pinned buffers;
-//  - gradient buckets (last layer first, bucket_cap_bytes) all-reduced by NCCL on a dedicated
-//    stream, each ordered after its bucket's backward by a CUDA event, so communication
-//    overlaps the rest of backward; the optimizer waits for the last bucket;
-//  - the whole step (gather, forward, backward, all-reduces, fused optimizer) captured once in
-//    a CUDA graph and replayed (--cuda-graph), leaving the host one step ahead of the GPU;
+//  - gradient buckets (train::BucketPlan, the CPU engine's plan) all-reduced by NCCL on a
+//    dedicated stream, each ordered after its bucket's backward by a CUDA event, so
+//    communication overlaps the rest of backward; the optimizer waits for the last bucket;
+//  - the whole step (gather, forward, backward, all-reduces, fused optimizer) captured in a CUDA
+//    graph and replayed (--cuda-graph), leaving the host one step ahead of the GPU;
 //  - every wait on the GPU is bounded (NCCL watchdog or event polling), never a blocking sync.
 // With a host communicator (--backend tcp) gradients are staged through host memory after
 // backward, without overlap.
@@ -21,7 +19,8 @@
 #include "runner/data/idx.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/train/config.h"
-#include "runner/train/trainer.h"
+#include "runner/train/step_engine.h"
+#include "runner/train/training_loop.h"
 
 namespace ringtrain::comm {
 class NcclCommunicator;
@@ -41,6 +40,9 @@ struct GpuTrainerDeps {
   Duration collective_timeout = comm::kDefaultCollectiveTimeout;
 };
 
+class CudaEngine;
+
+// The GPU trainer: train::TrainingLoop over the CUDA engine.
 class GpuTrainer {
  public:
   static StatusOr<std::unique_ptr<GpuTrainer>> Create(const train::TrainConfig& config,
@@ -54,13 +56,14 @@ class GpuTrainer {
   // starts at the first batch again unless a checkpoint says otherwise).
   StatusOr<train::TrainResult> Run(std::int64_t max_steps);
   // Fraction of wall time the GPU spent executing this rank's steps (CUDA events), last run.
-  double busy_ratio() const;
+  double busy_ratio() const { return busy_ratio_; }
   bool graph_used() const;
 
  private:
-  struct Impl;
-  explicit GpuTrainer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  GpuTrainer(std::unique_ptr<CudaEngine> engine, train::TrainingLoop loop);
+  std::unique_ptr<CudaEngine> engine_;
+  train::TrainingLoop loop_;
+  double busy_ratio_ = 0;
 };
 
 }  // namespace ringtrain::gpu

@@ -1,12 +1,12 @@
-#include "runner/gpu/gpu_run.h"
+#include "runner/train/cuda/gpu_run.h"
 
 #include <spdlog/spdlog.h>
 
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/comm/tcp/tcp_communicator.h"
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/gpu_trainer.h"
+#include "runner/cuda/cuda_util.h"
 #include "runner/metrics/gpu_monitor.h"
+#include "runner/train/cuda/cuda_engine.h"
 
 namespace ringtrain::gpu {
 

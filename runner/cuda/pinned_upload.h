@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 
 namespace ringtrain::gpu {
 

@@ -4,14 +4,14 @@
 // exactly as optimizer.cc computes them and copied into a small device struct by SetStep (from
 // a ring of pinned slots, see pinned_upload.h); Step only launches the kernel, which reads
 // them, so it can sit in a CUDA graph.
-#include "runner/gpu/gpu_optimizer.h"
+#include "runner/model/cuda/gpu_optimizer.h"
 
 #include <cmath>
 #include <string>
 
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/kernels.h"
-#include "runner/gpu/pinned_upload.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/cuda/kernels.h"
+#include "runner/cuda/pinned_upload.h"
 
 namespace ringtrain::gpu {
 namespace {

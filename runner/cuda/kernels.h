@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runner/gpu/shard.h"
+#include "runner/cuda/shard.h"
 
 namespace ringtrain::gpu::kernels {
 

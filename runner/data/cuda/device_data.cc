@@ -13,7 +13,7 @@
 // point recorded at the start of call k − 1: by the header's contract batch k − 3 may be used
 // until call k − 1 is made, so everything reading it was enqueued before that point. The copy of
 // batch k thus overlaps the compute of step k − 1.
-#include "runner/gpu/device_data.h"
+#include "runner/data/cuda/device_data.h"
 
 #include <climits>
 #include <cstring>
@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "runner/gpu/cuda_util.h"
-#include "runner/gpu/kernels.h"
-#include "runner/gpu/pinned_upload.h"
-#include "runner/gpu/shard.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/cuda/kernels.h"
+#include "runner/cuda/pinned_upload.h"
+#include "runner/cuda/shard.h"
 
 namespace ringtrain::gpu {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runner/gpu/kernels.h"
+#include "runner/cuda/kernels.h"
 
 namespace ringtrain::gpu::kernels {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 
-#include "runner/gpu/kernels.h"
+#include "runner/cuda/kernels.h"
 
 namespace ringtrain::gpu::kernels {
 namespace {

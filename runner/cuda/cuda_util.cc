@@ -1,4 +1,4 @@
-#include "runner/gpu/cuda_util.h"
+#include "runner/cuda/cuda_util.h"
 
 #include <cstdio>
 #include <thread>

@@ -1,0 +1,236 @@
+// The training loop is written once for every step engine, so what it reports must not depend on
+// the engine: a CPU-like engine (every step completes inside Step) and a CUDA-like one (the host
+// runs one step ahead; losses are read from an accumulator that includes the step in flight)
+// must drive the same metric series to the same values, the same learning rates, and never a
+// checkpoint or evaluation while a step is in flight. The real CPU engine runs through the same
+// checks.
+#include "runner/train/training_loop.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/metrics/runner_metrics.h"
+#include "runner/train/trainer.h"
+#include "tests/fakes/in_memory_store.h"
+
+namespace ringtrain::train {
+namespace {
+
+// A world of one that needs no sockets.
+class SoloComm final : public comm::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status AllReduce(float*, std::size_t, comm::ReduceOp) override { return Status::Ok(); }
+  Status Broadcast(void*, std::size_t, int) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+  Status AllGather(const void* in, std::size_t bytes, void* out) override {
+    std::memcpy(out, in, bytes);
+    return Status::Ok();
+  }
+  void Abort() override {}
+};
+
+// Step i (from 0) has loss i + 1 and `batch` samples; `lag` 1 completes each step one call late.
+class FakeEngine final : public StepEngine {
+ public:
+  FakeEngine(int lag, int steps_per_epoch, int epochs, int batch)
+      : lag_(lag), spe_(steps_per_epoch), epochs_(epochs), batch_(batch) {}
+
+  std::size_t num_params() const override { return 4; }
+  std::size_t optimizer_state_size() const override { return 0; }
+  Status Restore(const CheckpointState&) override { return Status::Ok(); }
+  Status BroadcastFromRank0(bool, std::int64_t) override { return Status::Ok(); }
+  Status Snapshot(std::vector<float>& params, std::vector<float>& state,
+                  std::int64_t& steps) override {
+    if (in_flight_) return Internal("snapshot with a step in flight");
+    params.assign(4, 0.0f);
+    state.clear();
+    steps = enqueued_;
+    ++snapshots_;
+    return Status::Ok();
+  }
+  StatusOr<InputStart> OpenInput(int epoch, std::int64_t samples) override {
+    epoch_ = epoch;
+    step_ = samples / batch_;
+    return InputStart{spe_, epoch, samples};
+  }
+  StatusOr<std::optional<EngineBatch>> NextBatch() override {
+    if (epoch_ >= epochs_) return std::optional<EngineBatch>();
+    EngineBatch b{epoch_, step_, batch_, step_ + 1 == spe_, (step_ + 1) * batch_};
+    if (++step_ == spe_) {
+      ++epoch_;
+      step_ = 0;
+    }
+    return std::optional<EngineBatch>(b);
+  }
+  double data_wait_seconds() const override { return 0; }
+  StatusOr<std::optional<StepStats>> Step(double lr) override {
+    lrs_.push_back(lr);
+    loss_sum_ += static_cast<double>(enqueued_ + 1);
+    ++loss_steps_;
+    ++enqueued_;
+    StepStats s{batch_, 0.001, 0.002, lag_ ? 0.0005 : 0.0};
+    if (lag_ == 0) return std::optional<StepStats>(s);
+    std::optional<StepStats> prev = in_flight_;
+    in_flight_ = s;
+    return prev;
+  }
+  StatusOr<std::optional<StepStats>> Flush() override {
+    std::optional<StepStats> prev = in_flight_;
+    in_flight_.reset();
+    return prev;
+  }
+  StatusOr<std::pair<double, std::int64_t>> TakeLoss() override {
+    std::pair<double, std::int64_t> out{loss_sum_, loss_steps_};
+    loss_sum_ = 0;
+    loss_steps_ = 0;
+    return out;
+  }
+  StatusOr<EvalSums> EvaluateShard() override {
+    if (in_flight_) return Internal("evaluation with a step in flight");
+    return EvalSums{10.0, 7.0, 10.0};
+  }
+  bool has_device() const override { return lag_ > 0; }
+
+  std::vector<double> lrs_;
+  int snapshots_ = 0;
+
+ private:
+  int lag_;
+  std::int64_t spe_;
+  int epochs_;
+  int batch_;
+  int epoch_ = 0;
+  std::int64_t step_ = 0;
+  std::int64_t enqueued_ = 0;
+  double loss_sum_ = 0;
+  std::int64_t loss_steps_ = 0;
+  std::optional<StepStats> in_flight_;
+};
+
+// name (without labels) → value, for the series of one rank.
+std::map<std::string, double> Scrape(const metrics::RunnerMetrics& m) {
+  std::map<std::string, double> out;
+  std::istringstream in(m.RenderText());
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    const auto name_end = line.find_first_of("{ ");
+    const auto value_at = line.rfind(' ');
+    std::string name = line.substr(0, name_end);
+    if (name.rfind("ringtrain_gpu", 0) == 0) continue;  // device series: by design not on CPU
+    // Timings differ from run to run: histogram buckets and sums, rates.
+    if (line.find("le=\"") != std::string::npos) continue;
+    if (name == "ringtrain_step_duration_seconds_sum" || name == "ringtrain_samples_per_second") {
+      continue;
+    }
+    out[name] = std::stod(line.substr(value_at + 1));
+  }
+  return out;
+}
+
+TrainConfig LoopConfig() {
+  TrainConfig c;
+  c.epochs = 2;
+  c.batch_size = 8;
+  c.checkpoint_every = 3;
+  c.checkpoint_dir = ::testing::TempDir() + "loop_ckpt_" +
+                     ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                     std::to_string(std::random_device{}());
+  c.learning_rate = 0.01;
+  c.warmup_epochs = 0.5;
+  return c;
+}
+
+struct LoopRun {
+  TrainResult result;
+  std::map<std::string, double> series;
+  std::vector<double> lrs;
+  int snapshots = 0;
+};
+
+LoopRun RunFake(int lag) {
+  SoloComm comm;
+  FakeEngine engine(lag, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
+  LoopDeps deps;
+  deps.comm = &comm;
+  deps.engine = &engine;
+  deps.evaluate = true;
+  deps.metrics = &m;
+  TrainingLoop loop(LoopConfig(), deps);
+  auto r = loop.Run();
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return LoopRun{r.ok() ? *r : TrainResult{}, Scrape(m), engine.lrs_, engine.snapshots_};
+}
+
+TEST(TrainingLoop, EnginesWithAndWithoutHostLagReportTheSame) {
+  const LoopRun now = RunFake(0);
+  const LoopRun lagged = RunFake(1);
+  EXPECT_EQ(now.series, lagged.series);
+  EXPECT_EQ(now.lrs, lagged.lrs);
+  EXPECT_EQ(now.snapshots, lagged.snapshots);
+  EXPECT_EQ(now.snapshots, 3);  // steps 3 and 6, and the final one at 8
+  EXPECT_EQ(now.series.at("ringtrain_steps_total"), 8);
+  EXPECT_EQ(now.series.at("ringtrain_samples_total"), 64);
+  EXPECT_EQ(now.series.at("ringtrain_step_duration_seconds_count"), 8);
+  EXPECT_EQ(now.series.at("ringtrain_allreduce_wait_seconds_total"), 8 * 0.001);
+  EXPECT_EQ(now.series.at("ringtrain_checkpoints_total"), 3);
+  // ringtrain_loss: the mean step loss over the last report window. Each epoch end reports;
+  // the second epoch's steps had losses 5, 6, 7, 8.
+  EXPECT_DOUBLE_EQ(now.series.at("ringtrain_loss"), 6.5);
+  EXPECT_EQ(now.result.allreduce_seconds, lagged.result.allreduce_seconds);
+  EXPECT_NEAR(now.result.test_accuracy, 0.7, 1e-6);
+  EXPECT_EQ(now.result.steps, 8);
+  EXPECT_EQ(lagged.result.steps, 8);
+  EXPECT_GT(lagged.result.device_busy, 0);
+  EXPECT_EQ(now.result.device_busy, 0);
+}
+
+// The real CPU engine through the same loop reports the same loop-driven series.
+TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
+  data::Dataset ds;
+  ds.count = 32;
+  ds.rows = 28;
+  ds.cols = 28;
+  std::mt19937_64 rng(5);
+  ds.images.resize(ds.count * 28 * 28);
+  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
+  ds.labels.resize(ds.count);
+  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
+
+  SoloComm comm;
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
+  TrainerDeps deps;
+  deps.comm = &comm;
+  deps.train = &ds;
+  deps.test = &ds;
+  deps.metrics = &m;
+  auto trainer = Trainer::Create(LoopConfig(), deps);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto r = (*trainer)->Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto cpu = Scrape(m);
+  const LoopRun fake = RunFake(1);
+  // Same families and series (values differ where the models differ).
+  std::vector<std::string> cpu_names, fake_names;
+  for (const auto& [k, v] : cpu) cpu_names.push_back(k);
+  for (const auto& [k, v] : fake.series) fake_names.push_back(k);
+  EXPECT_EQ(cpu_names, fake_names);
+  for (const char* same : {"ringtrain_steps_total", "ringtrain_samples_total",
+                           "ringtrain_step_duration_seconds_count", "ringtrain_checkpoints_total",
+                           "ringtrain_step", "ringtrain_epoch", "ringtrain_world_size"}) {
+    EXPECT_EQ(cpu.at(same), fake.series.at(same)) << same;
+  }
+  EXPECT_GT(cpu.at("ringtrain_loss"), 0);
+  EXPECT_EQ(r->steps, 8);
+}
+
+}  // namespace
+}  // namespace ringtrain::train
