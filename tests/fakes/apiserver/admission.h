@@ -1,7 +1,8 @@
 // What kube-apiserver's admission and core validation refuse that the operator's children can
-// run into on a real cluster, with the real messages (shared/kube-api/t3-*): the Pod Security
-// Standard "restricted" (t3-03), a ResourceQuota on pods (t3-04), DNS-1035 Service names (t3-02)
-// and the PersistentVolumeClaim rules (t3-05). Pure functions on JSON; no storage, no HTTP.
+// run into on a real cluster, with the real messages (tests/fakes/apiserver/transcripts/t3-*): the
+// Pod Security Standard "restricted" (t3-03), a ResourceQuota on pods (t3-04), DNS-1035 Service
+// names (t3-02) and the PersistentVolumeClaim rules (t3-05). Pure functions on JSON; no storage, no
+// HTTP.
 #pragma once
 
 #include <cstdint>

@@ -1,11 +1,11 @@
 // A fake kube-apiserver for tests: HTTP/1.1 on 127.0.0.1 (port 0), JSON only, answering the way
-// the transcripts in shared/kube-api/ show (Status bodies, resourceVersion, 409/410/422, the
-// status subresource, chunked watch streams with BOOKMARKs, Table output, CRD-served resources
-// with their schema and x-kubernetes-validations rules, DNS-1035 Service names, PodSecurity
-// "restricted" namespaces (label pod-security.kubernetes.io/enforce=restricted), ResourceQuota
-// on pods, PersistentVolumeClaims). It owns no controller logic: no scheduler, kubelet or
-// garbage collector, like the recording; only pvc-protection's release of an unused deleted
-// claim is stood in for, so that a job's claim can go.
+// the transcripts in tests/fakes/apiserver/transcripts/ show (Status bodies, resourceVersion,
+// 409/410/422, the status subresource, chunked watch streams with BOOKMARKs, Table output,
+// CRD-served resources with their schema and x-kubernetes-validations rules, DNS-1035 Service
+// names, PodSecurity "restricted" namespaces (label pod-security.kubernetes.io/enforce=restricted),
+// ResourceQuota on pods, PersistentVolumeClaims). It owns no controller logic: no scheduler,
+// kubelet or garbage collector, like the recording; only pvc-protection's release of an unused
+// deleted claim is stood in for, so that a job's claim can go.
 #pragma once
 
 #include <chrono>

@@ -4,7 +4,7 @@
 It polls the pods of an API server (the project's fake, plain HTTP on loopback) and runs each
 new pod's first container with podman on one user-defined network, then reports the pod's life
 through PATCH pods/NAME/status (merge-patch, as a kubelet does: see
-../shared/kube-api/t2-08-pod-status-patch-kubelet.txt). The fast tests keep the process-based
+tests/fakes/apiserver/transcripts/t2-08-pod-status-patch-kubelet.txt). The fast tests keep the process-based
 kubelet in tests/fakes/kubelet; this one exercises what only a container shows: the image, its
 user, its filesystem, the pod's securityContext, volumes, the Secret-fed env, DNS names and the
 termination message path.

@@ -1,8 +1,13 @@
 // What a real cluster refuses that the operator's children and jobs can run into, answered as
-// kube-apiserver v1.28.7 answered (shared/kube-api/t3-*): CEL rules of a CRD (t3-01), DNS-1035
-// Service names (t3-02), a PodSecurity "restricted" namespace (t3-03), a ResourceQuota on pods
-// (t3-04) and PersistentVolumeClaims (t3-05). Status bodies compared byte for byte.
+// kube-apiserver v1.28.7 answered (tests/fakes/apiserver/transcripts/t3-*): CEL rules of a CRD
+// (t3-01), DNS-1035 Service names (t3-02), a PodSecurity "restricted" namespace (t3-03), a
+// ResourceQuota on pods (t3-04) and PersistentVolumeClaims (t3-05). Status bodies compared byte for
+// byte.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -15,7 +20,8 @@ namespace {
 
 using nlohmann::json;
 
-// Bodies recorded from kube-apiserver v1.28.7 (shared/kube-api/t3-*), byte for byte.
+// Bodies recorded from kube-apiserver v1.28.7 (tests/fakes/apiserver/transcripts/t3-*), byte
+// for byte: RecordedBodies.AreInTheVendoredTranscripts proves each is there.
 // The t3-01 CRD (a demo with our CRD's rules), as POSTed.
 constexpr char kCelDemoCrd[] =
     R"rec({"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition","metadata":{"name":"celdemos.ringtrain.dev"},
@@ -46,6 +52,41 @@ constexpr char kPvcNoStorage[] =
     R"rec({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"PersistentVolumeClaim \"bad-pvc\" is invalid: spec.resources[storage]: Required value","reason":"Invalid","details":{"name":"bad-pvc","kind":"PersistentVolumeClaim","causes":[{"reason":"FieldValueRequired","message":"Required value","field":"spec.resources[storage]"}]},"code":422})rec";
 constexpr char kPvcImmutable[] =
     R"rec({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"PersistentVolumeClaim \"ckpt-job-checkpoints\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests for bound claims\n  core.PersistentVolumeClaimSpec{\n  \tAccessModes: {\"ReadWriteOnce\"},\n  \tSelector:    nil,\n  \tResources: core.ResourceRequirements{\n  \t\tLimits: nil,\n- \t\tRequests: core.ResourceList{\n- \t\t\ts\"storage\": {i: resource.int64Amount{value: 1073741824}, s: \"1Gi\", Format: \"BinarySI\"},\n- \t\t},\n+ \t\tRequests: core.ResourceList{\n+ \t\t\ts\"storage\": {i: resource.int64Amount{value: 2147483648}, s: \"2Gi\", Format: \"BinarySI\"},\n+ \t\t},\n  \t\tClaims: nil,\n  \t},\n  \tVolumeName:       \"\",\n  \tStorageClassName: nil,\n  \t... // 3 identical fields\n  }\n","reason":"Invalid","details":{"name":"ckpt-job-checkpoints","kind":"PersistentVolumeClaim","causes":[{"reason":"FieldValueForbidden","message":"Forbidden: spec is immutable after creation except resources.requests for bound claims\n  core.PersistentVolumeClaimSpec{\n  \tAccessModes: {\"ReadWriteOnce\"},\n  \tSelector:    nil,\n  \tResources: core.ResourceRequirements{\n  \t\tLimits: nil,\n- \t\tRequests: core.ResourceList{\n- \t\t\ts\"storage\": {i: resource.int64Amount{value: 1073741824}, s: \"1Gi\", Format: \"BinarySI\"},\n- \t\t},\n+ \t\tRequests: core.ResourceList{\n+ \t\t\ts\"storage\": {i: resource.int64Amount{value: 2147483648}, s: \"2Gi\", Format: \"BinarySI\"},\n+ \t\t},\n  \t\tClaims: nil,\n  \t},\n  \tVolumeName:       \"\",\n  \tStorageClassName: nil,\n  \t... // 3 identical fields\n  }\n","field":"spec"}]},"code":422})rec";
+
+// The transcripts are part of the repository, so a clone alone can check the fake against them.
+std::string AllTranscripts() {
+  std::string all;
+  const std::filesystem::path dir =
+      std::filesystem::path(RINGTRAIN_SOURCE_DIR) / "tests/fakes/apiserver/transcripts";
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() != ".txt") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    all += text.str();
+  }
+  return all;
+}
+
+TEST(RecordedBodies, AreInTheVendoredTranscripts) {
+  const std::string all = AllTranscripts();
+  ASSERT_GT(all.size(), 100000u) << "transcripts missing under tests/fakes/apiserver/transcripts";
+  const std::pair<const char*, const char*> bodies[] = {
+      {"kCelDemoCrd", kCelDemoCrd},
+      {"kCelNameRefused", kCelNameRefused},
+      {"kCelNcclRefused", kCelNcclRefused},
+      {"kCelBothRefused", kCelBothRefused},
+      {"kCelImmutable", kCelImmutable},
+      {"kServiceNameRefused", kServiceNameRefused},
+      {"kRestrictedRefused", kRestrictedRefused},
+      {"kQuotaRefused", kQuotaRefused},
+      {"kPvcNoStorage", kPvcNoStorage},
+      {"kPvcImmutable", kPvcImmutable},
+  };
+  for (const auto& [name, body] : bodies) {
+    EXPECT_NE(all.find(body), std::string::npos) << name << " is not a recorded body";
+  }
+}
 
 constexpr char kCrds[] = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions";
 constexpr char kCelDemos[] = "/apis/ringtrain.dev/v1alpha1/namespaces/default/celdemos";

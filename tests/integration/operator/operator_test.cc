@@ -56,7 +56,7 @@ class RecordingClient final : public KubeClient {
     if (r.plural == "pods" && name.ends_with("-1") && refuse_rank1_pods > 0) {
       --refuse_rank1_pods;
       // The real answer when a ResourceQuota lets rank 0 in and not rank 1
-      // (../shared/kube-api/t3-04-resourcequota-partial-gang.txt).
+      // (tests/fakes/apiserver/transcripts/t3-04-resourcequota-partial-gang.txt).
       return Status(StatusCode::kPermissionDenied,
                     "pods \"" + name +
                         "\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: "
