@@ -12,6 +12,7 @@
 #include "common/env.h"
 #include "common/http.h"
 #include "common/logging.h"
+#include "common/random.h"
 #include "controller/executors/kubernetes/operator.h"
 #include "controller/kube/kube_config.h"
 

@@ -14,6 +14,7 @@
 
 #include "common/env.h"
 #include "common/logging.h"
+#include "common/random.h"
 #include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
@@ -52,15 +53,6 @@ void Resolve(rendezvous::Store& store, const train::RankEnv& env, const Status& 
              Outcome& outcome) {
   if (s.ok() || outcome || env.world_size == 1) return;
   outcome = rendezvous::ResolveFailure(store, env.rank, s, OwnExitCode(s));
-}
-
-// A gang of one never meets another process: its store needs no shared secret.
-std::string RandomToken() {
-  unsigned char b[16];
-  if (RAND_bytes(b, sizeof(b)) != 1) return "single-rank";
-  std::string out;
-  for (unsigned char c : b) out += std::to_string(c) + ".";
-  return out;
 }
 
 void WriteTerminationLog(const std::string& path, const std::string& line) {

@@ -375,11 +375,4 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   return r;
 }
 
-std::string RandomToken() {
-  std::random_device rd;
-  std::ostringstream o;
-  for (int i = 0; i < 8; ++i) o << std::hex << rd();
-  return o.str();
-}
-
 }  // namespace ringtrain::op

@@ -62,7 +62,4 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod);
 // Whether the pod is owned by the job with this uid (ownerReferences, controller: true).
 bool OwnedBy(const Json& pod, const std::string& uid);
 
-// A fresh random token (hex), for the rendezvous.
-std::string RandomToken();
-
 }  // namespace ringtrain::op

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/random.h"
 #include "common/runner_status.h"
 #include "common/time_format.h"
 #include "controller/reconcile/observe_status.h"

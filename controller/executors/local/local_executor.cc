@@ -12,6 +12,7 @@
 
 #include "common/net.h"
 #include "common/process.h"
+#include "common/random.h"
 #include "common/runner_status.h"
 #include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
@@ -43,13 +44,6 @@ struct Process {
 StatusOr<int> FreePort() {
   ASSIGN_OR_RETURN(net::Socket s, net::Listen("127.0.0.1", 0));
   return net::LocalPort(s);
-}
-
-std::string RandomToken() {
-  std::random_device rd;
-  std::ostringstream o;
-  for (int i = 0; i < 4; ++i) o << std::hex << rd();
-  return o.str();
 }
 
 std::string ReadFirstLine(const std::string& path) {
