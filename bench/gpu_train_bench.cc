@@ -16,12 +16,12 @@
 #include <vector>
 
 #include "runner/comm/nccl/nccl_communicator.h"
-#include "runner/data/idx.h"
 #include "runner/cuda/cuda_util.h"
-#include "runner/train/cuda/cuda_engine.h"
+#include "runner/data/idx.h"
 #include "runner/metrics/gpu_monitor.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/train/config.h"
+#include "runner/train/cuda/cuda_engine.h"
 #include "tests/fakes/in_memory_store.h"
 
 using namespace ringtrain;

@@ -2,7 +2,7 @@
 # Installs everything ringtrain needs to build, test and run on Debian 12 (root or sudo).
 set -euo pipefail
 packages=(
-  build-essential cmake ninja-build ccache pkg-config clang-format curl ca-certificates
+  build-essential cmake ninja-build ccache pkg-config clang-format clang-tidy curl ca-certificates
   libcpprest-dev libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev libboost-system-dev googletest libgtest-dev libgmock-dev
   libopenblas-dev dataset-fashion-mnist prometheus python3 python3-yaml procps unzip

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CI: every job, one after another, each timed; exits non-zero if any failed (the later jobs
 # still run, so one CI round reports every failure).
+#   lint        clang-format check and clang-tidy (.clang-tidy) over the tree (scripts/ci-lint.sh)
 #   main        deps, the Release build (CUDA when nvcc is found) and every test with ctest
 #   asan        ASan+UBSan build, CPU only: unit, integration and fuzz-corpus tests
 #   containers  the controller and CPU runner images (podman, from the main job's binaries) and
@@ -30,8 +31,9 @@ run_job() {
 }
 
 total=$SECONDS
-for job in ${CI_JOBS:-main containers asan fuzz tsan}; do
+for job in ${CI_JOBS:-lint main containers asan fuzz tsan}; do
   case "$job" in
+    lint) run_job lint bash -c 'bash scripts/deps.sh && bash scripts/ci-lint.sh' ;;
     main) run_job main main_job ;;
     containers) run_job containers bash scripts/ci-containers.sh ;;
     asan) run_job asan bash scripts/ci-sanitizers.sh asan ;;

@@ -96,7 +96,9 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                          .Add(l);
   loss_ = &prometheus::BuildGauge()
                .Name("ringtrain_loss")
-               .Help("Mean training loss of this rank's steps in the last report window (1 s, or to an epoch end)")
+               .Help(
+                   "Mean training loss of this rank's steps in the last report window (1 s, or to "
+                   "an epoch end)")
                .Register(r)
                .Add(l);
   epoch_ =

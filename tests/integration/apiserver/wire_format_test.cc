@@ -1,5 +1,6 @@
-// The fake API server's answers, byte for byte where the transcripts in tests/fakes/apiserver/transcripts/ fix
-// them (Status bodies, watch lines, framing), checked over raw HTTP/1.1.
+// The fake API server's answers, byte for byte where the transcripts in
+// tests/fakes/apiserver/transcripts/ fix them (Status bodies, watch lines, framing), checked over
+// raw HTTP/1.1.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

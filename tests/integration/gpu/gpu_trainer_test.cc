@@ -14,9 +14,9 @@
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/cuda/cuda_util.h"
-#include "runner/train/cuda/gpu_run.h"
-#include "runner/train/cuda/cuda_engine.h"
 #include "runner/train/checkpoint.h"
+#include "runner/train/cuda/cuda_engine.h"
+#include "runner/train/cuda/gpu_run.h"
 #include "runner/train/trainer.h"
 #include "tests/fakes/in_memory_store.h"
 

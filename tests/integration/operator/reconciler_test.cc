@@ -202,7 +202,8 @@ TEST_F(ReconcilerTest, GpusPerReplicaMakeOnePodPerReplica) {
   EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
 }
 
-// The recorded answers of a real kube-apiserver v1.28 (tests/fakes/apiserver/transcripts/t3-03, t3-04).
+// The recorded answers of a real kube-apiserver v1.28 (tests/fakes/apiserver/transcripts/t3-03,
+// t3-04).
 // clang-format off
 const char kPodSecurity403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"psa-job-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"runner\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"runner\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"runner\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"runner\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")","reason":"Forbidden","details":{"name":"psa-job-a0-0","kind":"pods"},"code":403})json";
 const char kQuota403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"quota-job-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1","reason":"Forbidden","details":{"name":"quota-job-a0-1","kind":"pods"},"code":403})json";

@@ -171,9 +171,9 @@ TEST_F(IdxTest, GatherNormalizes) {
 TEST_F(IdxTest, HugeDimensionsAreRejectedBeforeAllocation) {
   auto lab = Header(1, {1});
   lab.push_back(0);
-  for (auto dims : {std::vector<std::uint32_t>{1u << 28, 4096, 4096},
-                    std::vector<std::uint32_t>{0xffffffffu, 4096, 4096},
-                    std::vector<std::uint32_t>{0xffffffffu, 0xffffffffu, 0xffffffffu}}) {
+  for (const auto& dims : {std::vector<std::uint32_t>{1u << 28, 4096, 4096},
+                           std::vector<std::uint32_t>{0xffffffffu, 4096, 4096},
+                           std::vector<std::uint32_t>{0xffffffffu, 0xffffffffu, 0xffffffffu}}) {
     auto img = Header(3, dims);
     img.insert(img.end(), {1, 2, 3});
     for (bool gz : {false, true}) {

@@ -12,8 +12,8 @@
 #include <set>
 #include <vector>
 
-#include "runner/data/sampler.h"
 #include "runner/cuda/shard.h"
+#include "runner/data/sampler.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 
 namespace ringtrain::gpu {

@@ -24,7 +24,7 @@
 
 #define RT_ASSERT_OK(expr)                                                            \
   do {                                                                                \
-    const ::ringtrain::Status rt_test_status_ = (expr);                               \
+    const ::ringtrain::Status& rt_test_status_ = (expr);                              \
     ASSERT_TRUE(rt_test_status_.ok()) << #expr << ": " << rt_test_status_.ToString(); \
   } while (0)
 
