@@ -1,5 +1,8 @@
 #include "common/status.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include <cerrno>
 #include <cstring>
 
@@ -111,6 +114,12 @@ Status ErrnoStatus(std::string_view what, int err) {
 int ExitCodeFor(const Status& status) {
   if (status.ok()) return kExitOk;
   return status.retryable() ? kExitRetryable : kExitPermanent;
+}
+
+void DieOnValueOfError(const Status& status) {
+  std::fprintf(stderr, "StatusOr::value() on an error: %s\n", status.ToString().c_str());
+  std::fflush(stderr);
+  std::_Exit(kExitPermanent);
 }
 
 }  // namespace ringtrain

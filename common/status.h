@@ -92,6 +92,10 @@ constexpr int kExitPermanent = 1;
 constexpr int kExitRetryable = 128 + 10;  // 138: peer lost / timeout, distinct from signals
 int ExitCodeFor(const Status& status);
 
+// StatusOr's value() on an error: prints "StatusOr::value() on an error: <status>" to stderr
+// and exits with kExitPermanent (a bug a restart cannot heal).
+[[noreturn]] void DieOnValueOfError(const Status& status);
+
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
@@ -102,15 +106,26 @@ class [[nodiscard]] StatusOr {
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
+  // The value; on an error these print the status and exit permanently (a caller's bug, never
+  // undefined behaviour).
+  T& value() & { return Checked(); }
+  const T& value() const& { return Checked(); }
+  T&& value() && { return std::move(Checked()); }
+  T& operator*() & { return Checked(); }
+  const T& operator*() const& { return Checked(); }
+  T* operator->() { return &Checked(); }
+  const T* operator->() const { return &Checked(); }
 
  private:
+  T& Checked() {
+    if (!value_) DieOnValueOfError(status_);
+    return *value_;
+  }
+  const T& Checked() const {
+    if (!value_) DieOnValueOfError(status_);
+    return *value_;
+  }
+
   Status status_;
   std::optional<T> value_;
 };

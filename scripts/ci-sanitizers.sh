@@ -4,7 +4,8 @@
 #         target (the fuzz targets with the seeded driver included) and runs the unit and
 #         integration tests plus the fuzz corpora (ctest; e2e and delivery tests are left to the
 #         Release job, a trained MNIST under ASan costs minutes for no new code).
-#   tsan: ThreadSanitizer on the threaded parts only: comm, rendezvous, informer, work queue and
+#   tsan: ThreadSanitizer on the threaded parts only: comm, rendezvous, gradient reducer and
+#         training loop (2 ranks as threads), informer, work queue and
 #         operator tests, and the runner the operator tests start.
 # Usage: scripts/ci-sanitizers.sh asan|tsan   (ASAN_BUILD_DIR / TSAN_BUILD_DIR to move them)
 set -euo pipefail
@@ -39,7 +40,7 @@ case "$job" in
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
     timed "tsan configure" configure "$dir" thread
     timed "tsan build" ninja -C "$dir" -j "$JOBS" comm_test rendezvous_test kube_client_test \
-      operator_test ringtrain-runner
+      operator_test ringtrain-runner train_test data_parallel_test
     # The binaries directly, not ctest: only these targets exist in this build directory.
     run() { timed "tsan $1" "$dir/bin/$1" --gtest_brief=1 "${@:2}"; }
     rc=0
@@ -47,6 +48,8 @@ case "$job" in
     run rendezvous_test || rc=1
     run kube_client_test --gtest_filter='Informer*:LeaderElection*' || rc=1
     run operator_test || rc=1
+    run train_test || rc=1  # GradReducer's comm thread, the training loop
+    run data_parallel_test || rc=1
     exit $rc
     ;;
   *)

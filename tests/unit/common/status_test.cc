@@ -54,5 +54,16 @@ TEST(StatusTest, TransientErrnosAreRetryable) {
   }
 }
 
+TEST(StatusOrDeathTest, ValueOfAnErrorExitsPermanentlyWithTheStatus) {
+  StatusOr<int> bad = NotFound("no checkpoint in /ckpt");
+  EXPECT_EXIT((void)bad.value(), ::testing::ExitedWithCode(kExitPermanent),
+              "StatusOr::value\\(\\) on an error: .*no checkpoint in /ckpt");
+  EXPECT_EXIT((void)*bad, ::testing::ExitedWithCode(kExitPermanent), "on an error");
+  StatusOr<std::string> bad_string = Unavailable("peer lost");
+  EXPECT_EXIT((void)bad_string->size(), ::testing::ExitedWithCode(kExitPermanent), "peer lost");
+  StatusOr<int> good = 7;
+  EXPECT_EQ(good.value(), 7);
+}
+
 }  // namespace
 }  // namespace ringtrain
