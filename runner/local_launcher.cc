@@ -14,6 +14,7 @@
 #include "common/env.h"
 #include "common/process.h"
 #include "common/runner_contract.h"
+#include "common/runner_env.h"
 #include "common/stop.h"
 
 extern char** environ;
@@ -39,24 +40,26 @@ void WriteLine(const std::string& path, const std::string& line) {
 
 StatusOr<LocalLaunch> LocalLaunchFromEnvironment(const std::vector<std::string>& args) {
   LocalLaunch l;
-  if (GetEnv("RINGTRAIN_LOCAL_WORKER").value_or("") == "1") return l;  // a launched rank
-  const char* name =
-      GetEnv("RINGTRAIN_NPROC_PER_NODE") ? "RINGTRAIN_NPROC_PER_NODE" : "LOCAL_WORLD_SIZE";
+  if (GetEnv(contract::kEnvLocalWorker).value_or("") == "1") return l;  // a launched rank
+  const char* name = GetEnv(contract::kEnvNprocPerNode) ? contract::kEnvNprocPerNode
+                                                        : contract::kEnvTorchLocalWorldSize;
   ASSIGN_OR_RETURN(auto nproc, GetEnvInt(name, 1, 1, 64));
   l.nproc = static_cast<int>(nproc);
   if (l.nproc == 1) return l;
   ASSIGN_OR_RETURN(auto world,
-                   GetEnvInt(GetEnv("RINGTRAIN_WORLD_SIZE") ? "RINGTRAIN_WORLD_SIZE" : "WORLD_SIZE",
+                   GetEnvInt(GetEnv(contract::kEnvWorldSize) ? contract::kEnvWorldSize
+                                                             : contract::kEnvTorchWorldSize,
                              1, 1, 1 << 16));
   if (world % l.nproc != 0) {
     return InvalidArgument(std::string(name) + ": " + std::to_string(l.nproc) +
                            " ranks per node do not divide the world size " + std::to_string(world));
   }
-  ASSIGN_OR_RETURN(auto node, GetEnvInt("RINGTRAIN_NODE_RANK", 0, 0, world / l.nproc - 1));
+  ASSIGN_OR_RETURN(auto node, GetEnvInt(contract::kEnvNodeRank, 0, 0, world / l.nproc - 1));
   l.node_rank = static_cast<int>(node);
-  ASSIGN_OR_RETURN(auto port, GetEnvInt("RINGTRAIN_METRICS_PORT", 9400, -1, 65535));
+  ASSIGN_OR_RETURN(auto port,
+                   GetEnvInt(contract::kEnvMetricsPort, contract::kMetricsPort, -1, 65535));
   l.metrics_port = static_cast<int>(port);
-  l.termination_log = GetEnv("RINGTRAIN_TERMINATION_LOG").value_or(l.termination_log);
+  l.termination_log = GetEnv(contract::kEnvTerminationLog).value_or(l.termination_log);
   char self[4096] = {};
   ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return Internal("cannot find the runner binary (/proc/self/exe)");
@@ -89,15 +92,16 @@ int RunLocalRanks(const LocalLaunch& launch) {
   for (int i = 0; i < launch.nproc; ++i) {
     auto env = base;
     const int rank = launch.node_rank * launch.nproc + i;
-    env["RINGTRAIN_LOCAL_WORKER"] = "1";
-    env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank);
-    env["LOCAL_RANK"] = std::to_string(i);
-    env["LOCAL_WORLD_SIZE"] = env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(launch.nproc);
+    env[contract::kEnvLocalWorker] = "1";
+    env[contract::kEnvRank] = env[contract::kEnvTorchRank] = std::to_string(rank);
+    env[contract::kEnvTorchLocalRank] = std::to_string(i);
+    env[contract::kEnvTorchLocalWorldSize] = env[contract::kEnvNprocPerNode] =
+        std::to_string(launch.nproc);
     if (launch.metrics_port > 0) {
-      env["RINGTRAIN_METRICS_PORT"] = std::to_string(launch.metrics_port + i);
+      env[contract::kEnvMetricsPort] = std::to_string(launch.metrics_port + i);
     }
     term_logs[static_cast<std::size_t>(i)] = logs + "/rank-" + std::to_string(i) + ".termination";
-    env["RINGTRAIN_TERMINATION_LOG"] = term_logs[static_cast<std::size_t>(i)];
+    env[contract::kEnvTerminationLog] = term_logs[static_cast<std::size_t>(i)];
     std::vector<std::string> argv = {launch.self};
     argv.insert(argv.end(), launch.args.begin(), launch.args.end());
     auto child = ChildProcess::Spawn(argv, env, SpawnOptions{});

@@ -8,11 +8,12 @@
 #include <cstdint>
 
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 
 namespace ringtrain::comm {
 
-inline constexpr Duration kDefaultCollectiveTimeout{std::chrono::seconds(60)};
+inline constexpr Duration kDefaultCollectiveTimeout = contract::kCollectiveTimeout;
 
 enum class ReduceOp { kSum, kAverage };
 

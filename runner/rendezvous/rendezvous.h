@@ -3,12 +3,13 @@
 #pragma once
 
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 #include "runner/rendezvous/store.h"
 
 namespace ringtrain::rendezvous {
 
-inline constexpr Duration kDefaultRendezvousTimeout{std::chrono::seconds(300)};
+inline constexpr Duration kDefaultRendezvousTimeout = contract::kRendezvousTimeout;
 
 // Sets "arrived/<rank>" and blocks until all `world_size` ranks have. On timeout the error
 // names the ranks that never arrived: "rendezvous timed out after 30s waiting for ranks 2, 3

@@ -6,47 +6,6 @@
 #include "common/env.h"
 
 namespace ringtrain::train {
-namespace {
-
-StatusOr<int> EnvInt(const char* primary, const char* fallback, int def, int min, int max) {
-  if (GetEnv(primary) || fallback == nullptr) {
-    ASSIGN_OR_RETURN(std::int64_t v, GetEnvInt(primary, def, min, max));
-    return static_cast<int>(v);
-  }
-  ASSIGN_OR_RETURN(std::int64_t v, GetEnvInt(fallback, def, min, max));
-  return static_cast<int>(v);
-}
-
-}  // namespace
-
-StatusOr<RankEnv> RankEnvFromEnvironment() {
-  RankEnv e;
-  e.job = GetEnv("RINGTRAIN_JOB").value_or(e.job);
-  e.ns = GetEnv("RINGTRAIN_NAMESPACE").value_or(e.ns);
-  ASSIGN_OR_RETURN(e.world_size, EnvInt("RINGTRAIN_WORLD_SIZE", "WORLD_SIZE", 1, 1, 1 << 16));
-  ASSIGN_OR_RETURN(e.rank, EnvInt("RINGTRAIN_RANK", "RANK", 0, 0, e.world_size - 1));
-  ASSIGN_OR_RETURN(e.local_world_size,
-                   EnvInt("LOCAL_WORLD_SIZE", "RINGTRAIN_NPROC_PER_NODE", 1, 1, 1 << 10));
-  ASSIGN_OR_RETURN(e.local_rank, EnvInt("LOCAL_RANK", nullptr, 0, 0, 1 << 16));
-  ASSIGN_OR_RETURN(e.attempt, EnvInt("RINGTRAIN_ATTEMPT", nullptr, 0, 0, 1 << 30));
-  e.master_addr =
-      GetEnv("RINGTRAIN_MASTER_ADDR").value_or(GetEnv("MASTER_ADDR").value_or(e.master_addr));
-  ASSIGN_OR_RETURN(e.master_port, EnvInt("RINGTRAIN_MASTER_PORT", "MASTER_PORT", 29500, 1, 65535));
-  const bool loopback = e.master_addr == "localhost" || e.master_addr.starts_with("127.");
-  e.bind_addr = GetEnv("RINGTRAIN_BIND_ADDR").value_or(loopback ? "127.0.0.1" : "0.0.0.0");
-  e.token = GetEnv("RINGTRAIN_TOKEN").value_or("");
-  if (e.token.empty() && e.world_size > 1) {
-    return InvalidArgument("RINGTRAIN_TOKEN: required when RINGTRAIN_WORLD_SIZE > 1");
-  }
-  ASSIGN_OR_RETURN(e.metrics_port, EnvInt("RINGTRAIN_METRICS_PORT", nullptr, 9400, -1, 65535));
-  e.termination_log = GetEnv("RINGTRAIN_TERMINATION_LOG").value_or(e.termination_log);
-  ASSIGN_OR_RETURN(auto rdzv, GetEnvInt("RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", 300, 1, 86400));
-  e.rendezvous_timeout = std::chrono::seconds(rdzv);
-  ASSIGN_OR_RETURN(auto coll, GetEnvInt("RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", 60, 1, 86400));
-  e.collective_timeout = std::chrono::seconds(coll);
-  return e;
-}
-
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
   TrainConfig c;
   using Setter = std::function<Status(const std::string&, const std::string&)>;

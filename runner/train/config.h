@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 #include "runner/model/model.h"
 #include "runner/model/optimizer.h"
@@ -43,27 +44,9 @@ struct TrainConfig {
   std::string cuda_graph = "auto";  // auto | on | off: capture the training step in a graph
 };
 
-struct RankEnv {
-  std::string job = "local";
-  std::string ns = "default";
-  int rank = 0;
-  int world_size = 1;
-  int local_rank = 0;
-  int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE / RINGTRAIN_NPROC_PER_NODE)
-  int attempt = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string token;  // required only when world_size > 1
-  // Where this rank listens (store, ring, metrics): RINGTRAIN_BIND_ADDR, else loopback for a
-  // gang on loopback (nothing off this host may reach it), else every interface.
-  std::string bind_addr = "0.0.0.0";
-  int metrics_port = 9400;  // -1 = off
-  std::string termination_log = "/dev/termination-log";
-  Duration rendezvous_timeout{std::chrono::seconds(300)};
-  Duration collective_timeout{std::chrono::seconds(60)};
-};
-
-StatusOr<RankEnv> RankEnvFromEnvironment();
+// The rank's identity and rendezvous (common/runner_env.h: one builder, one parser).
+using RankEnv = contract::RankEnv;
+inline StatusOr<RankEnv> RankEnvFromEnvironment() { return contract::RankEnvFromEnvironment(); }
 // --flag=value or --flag value; unknown flags are errors naming the flag.
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args);
 std::string TrainFlagsHelp();

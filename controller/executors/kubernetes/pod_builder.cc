@@ -44,33 +44,32 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
     c["args"] = api::RunnerArgs(spec, ckpt);
   }
   const std::string master = MasterAddr(job, attempt);
-  const std::string port = std::to_string(kMasterPort);
-  const std::string world = std::to_string(spec.world_size());
   // With several GPUs per pod the runner starts one rank per GPU (its local launcher): this
   // pod is node `rank` and its ranks are rank×gpus ... rank×gpus+gpus-1.
   const int first_rank = rank * gpus;
-  Json env = Json::array({
-      EnvValue("RINGTRAIN_JOB", job.metadata.name),
-      EnvValue("RINGTRAIN_NAMESPACE", job.metadata.ns),
-      EnvValue("RINGTRAIN_RANK", std::to_string(first_rank)),
-      EnvValue("RINGTRAIN_NODE_RANK", std::to_string(rank)),
-      EnvValue("RINGTRAIN_NPROC_PER_NODE", std::to_string(gpus)),
-      EnvValue("RINGTRAIN_WORLD_SIZE", world),
-      EnvValue("RINGTRAIN_MASTER_ADDR", master),
-      EnvValue("RINGTRAIN_MASTER_PORT", port),
-      EnvValue("RINGTRAIN_ATTEMPT", std::to_string(attempt)),
-      {{"name", "RINGTRAIN_TOKEN"},
+  contract::RankEnv rank_env;
+  rank_env.job = job.metadata.name;
+  rank_env.ns = job.metadata.ns;
+  rank_env.rank = first_rank;
+  rank_env.node_rank = rank;
+  rank_env.local_world_size = gpus;
+  rank_env.world_size = spec.world_size();
+  rank_env.master_addr = master;
+  rank_env.master_port = kMasterPort;
+  rank_env.attempt = attempt;
+  rank_env.metrics_port = kMetricsPort;
+  rank_env.termination_log = "/dev/termination-log";
+  Json env = Json::array();
+  for (const auto& [name, value] : contract::RankEnvVars(rank_env)) {
+    env.push_back(EnvValue(name, value));
+  }
+  // The token from the job's Secret, never in the pod spec; the pod's IP from the kubelet.
+  env.push_back(
+      {{"name", contract::kEnvToken},
        {"valueFrom",
-        {{"secretKeyRef", {{"name", TokenSecretName(job.metadata.name)}, {"key", kTokenKey}}}}}},
-      EnvValue("MASTER_ADDR", master),
-      EnvValue("MASTER_PORT", port),
-      EnvValue("WORLD_SIZE", world),
-      EnvValue("RANK", std::to_string(first_rank)),
-      EnvValue("LOCAL_RANK", "0"),
-      EnvValue("RINGTRAIN_METRICS_PORT", std::to_string(kMetricsPort)),
-      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-      EnvValue("RINGTRAIN_TERMINATION_LOG", "/dev/termination-log"),
-  });
+        {{"secretKeyRef", {{"name", TokenSecretName(job.metadata.name)}, {"key", kTokenKey}}}}}});
+  env.push_back(
+      {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
   c["env"] = MergeEnv(env, c.value("env", Json::array()));
   Json ports = Json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}},
                             {{"name", "metrics"}, {"containerPort", kMetricsPort}}});

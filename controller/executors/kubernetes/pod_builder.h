@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "common/runner_env.h"
 #include "controller/api/training_job.h"
 #include "controller/reconcile/planner.h"
 
@@ -24,8 +25,8 @@ inline constexpr char kNprocLabel[] = "ringtrain.dev/nproc-per-node";
 inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";
 inline constexpr char kContainerName[] = "runner";
 inline constexpr char kTokenKey[] = "token";
-inline constexpr int kMasterPort = 29500;
-inline constexpr int kMetricsPort = 9400;
+inline constexpr int kMasterPort = contract::kMasterPort;
+inline constexpr int kMetricsPort = contract::kMetricsPort;
 // The runner image's non-root user; also the group that owns mounted volumes (fsGroup).
 inline constexpr int kRunnerUid = 65532;
 inline constexpr char kCheckpointVolume[] = "ringtrain-checkpoints";

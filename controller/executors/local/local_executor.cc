@@ -13,6 +13,7 @@
 #include "common/net.h"
 #include "common/process.h"
 #include "common/random.h"
+#include "common/runner_env.h"
 #include "common/runner_status.h"
 #include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
@@ -116,25 +117,27 @@ Status LocalRun::Spawn(int rank, int attempt) {
     auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  const std::string port = std::to_string(master_port_[attempt]);
-  env["RINGTRAIN_JOB"] = job_.metadata.name;
-  env["RINGTRAIN_NAMESPACE"] = job_.metadata.ns;
   // One process per replica; with several GPUs it starts one rank per GPU (local launcher).
-  env["RINGTRAIN_RANK"] = env["RANK"] = std::to_string(rank * gpus);
-  env["RINGTRAIN_NODE_RANK"] = std::to_string(rank);
-  env["RINGTRAIN_NPROC_PER_NODE"] = std::to_string(gpus);
-  env["RINGTRAIN_WORLD_SIZE"] = env["WORLD_SIZE"] = std::to_string(spec.world_size());
+  contract::RankEnv rank_env;
+  rank_env.job = job_.metadata.name;
+  rank_env.ns = job_.metadata.ns;
+  rank_env.rank = rank * gpus;
+  rank_env.node_rank = rank;
+  rank_env.local_world_size = gpus;
+  rank_env.world_size = spec.world_size();
+  rank_env.master_addr = "127.0.0.1";
+  // A local gang listens on loopback only (store, ring, metrics): nothing off this host joins.
+  rank_env.bind_addr = "127.0.0.1";
+  rank_env.master_port = master_port_[attempt];
+  rank_env.attempt = attempt;
+  rank_env.token = token_;
+  rank_env.metrics_port = metrics_port;
+  rank_env.termination_log = p.termination_log;
+  for (const auto& [name, value] : contract::RankEnvVars(rank_env, /*with_bind_addr=*/true)) {
+    env[name] = value;
+  }
   p.world_size = spec.world_size();
   p.nproc_per_node = gpus;
-  env["LOCAL_RANK"] = "0";
-  env["RINGTRAIN_MASTER_ADDR"] = env["MASTER_ADDR"] = "127.0.0.1";
-  // A local gang listens on loopback only (store, ring, metrics): nothing off this host joins.
-  env["RINGTRAIN_BIND_ADDR"] = "127.0.0.1";
-  env["RINGTRAIN_MASTER_PORT"] = env["MASTER_PORT"] = port;
-  env["RINGTRAIN_ATTEMPT"] = std::to_string(attempt);
-  env["RINGTRAIN_TOKEN"] = token_;
-  env["RINGTRAIN_METRICS_PORT"] = std::to_string(metrics_port);
-  env["RINGTRAIN_TERMINATION_LOG"] = p.termination_log;
 
   std::vector<std::string> argv;
   if (!spec.command.empty()) {

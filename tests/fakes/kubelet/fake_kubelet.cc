@@ -8,6 +8,7 @@
 
 #include "common/base64.h"
 #include "common/net.h"
+#include "common/runner_env.h"
 #include "common/time_format.h"
 #include "tests/fakes/apiserver/wire.h"
 
@@ -163,16 +164,16 @@ void FakeKubelet::StartPod(const json& pod) {
     master_port = master_ports_[port_key];
   }
   const int metrics_port = FreePort();
-  env["MASTER_ADDR"] = env["RINGTRAIN_MASTER_ADDR"] = "127.0.0.1";
-  env["MASTER_PORT"] = env["RINGTRAIN_MASTER_PORT"] = std::to_string(master_port);
-  env["RINGTRAIN_METRICS_PORT"] = std::to_string(metrics_port);
+  env[contract::kEnvTorchMasterAddr] = env[contract::kEnvMasterAddr] = "127.0.0.1";
+  env[contract::kEnvTorchMasterPort] = env[contract::kEnvMasterPort] = std::to_string(master_port);
+  env[contract::kEnvMetricsPort] = std::to_string(metrics_port);
   Proc p;
   p.ns = ns;
   p.name = name;
   p.uid = uid;
   p.termination_log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".termination-log";
   p.log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".log";
-  env["RINGTRAIN_TERMINATION_LOG"] = p.termination_log;
+  env[contract::kEnvTerminationLog] = p.termination_log;
 
   std::vector<std::string> argv;
   for (const auto& a : c.value("command", json::array())) argv.push_back(a.get<std::string>());

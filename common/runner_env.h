@@ -1,0 +1,82 @@
+// The rank environment: how a supervisor (the operator's pod builder, `ringtrain run`'s local
+// executor, the runner's own local launcher) tells a runner process who it is, and how the runner
+// reads it back. One builder and one parser, so the two binaries cannot drift; torchrun's names
+// (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are written beside
+// ours and accepted in their place.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/status.h"
+
+namespace ringtrain::contract {
+
+// Ports and timeouts both binaries assume.
+inline constexpr int kMasterPort = 29500;  // rank 0's rendezvous store
+inline constexpr int kMetricsPort = 9400;  // /metrics, /status, /healthz (local rank i: +i)
+inline constexpr Duration kRendezvousTimeout{std::chrono::seconds(300)};
+inline constexpr Duration kCollectiveTimeout{std::chrono::seconds(60)};
+
+// Variable names.
+inline constexpr char kEnvJob[] = "RINGTRAIN_JOB";
+inline constexpr char kEnvNamespace[] = "RINGTRAIN_NAMESPACE";
+inline constexpr char kEnvRank[] = "RINGTRAIN_RANK";
+inline constexpr char kEnvNodeRank[] = "RINGTRAIN_NODE_RANK";
+inline constexpr char kEnvNprocPerNode[] = "RINGTRAIN_NPROC_PER_NODE";
+inline constexpr char kEnvWorldSize[] = "RINGTRAIN_WORLD_SIZE";
+inline constexpr char kEnvMasterAddr[] = "RINGTRAIN_MASTER_ADDR";
+inline constexpr char kEnvMasterPort[] = "RINGTRAIN_MASTER_PORT";
+inline constexpr char kEnvBindAddr[] = "RINGTRAIN_BIND_ADDR";
+inline constexpr char kEnvAttempt[] = "RINGTRAIN_ATTEMPT";
+inline constexpr char kEnvToken[] = "RINGTRAIN_TOKEN";
+inline constexpr char kEnvMetricsPort[] = "RINGTRAIN_METRICS_PORT";
+inline constexpr char kEnvTerminationLog[] = "RINGTRAIN_TERMINATION_LOG";
+inline constexpr char kEnvLocalWorker[] = "RINGTRAIN_LOCAL_WORKER";  // "1": a launched local rank
+inline constexpr char kEnvRendezvousTimeout[] = "RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS";
+inline constexpr char kEnvCollectiveTimeout[] = "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS";
+inline constexpr char kEnvTorchRank[] = "RANK";
+inline constexpr char kEnvTorchWorldSize[] = "WORLD_SIZE";
+inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
+inline constexpr char kEnvTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kEnvTorchMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kEnvTorchMasterPort[] = "MASTER_PORT";
+
+struct RankEnv {
+  std::string job = "local";
+  std::string ns = "default";
+  int rank = 0;  // global; a pod with several GPUs gets its first rank
+  int world_size = 1;
+  int node_rank = 0;  // which pod or process of the gang
+  int local_rank = 0;
+  int local_world_size = 1;  // ranks on this node (LOCAL_WORLD_SIZE / RINGTRAIN_NPROC_PER_NODE)
+  int attempt = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = kMasterPort;
+  std::string token;  // required only when world_size > 1
+  // Where this rank listens (store, ring, metrics): RINGTRAIN_BIND_ADDR, else loopback for a
+  // gang on loopback (nothing off this host may reach it), else every interface.
+  std::string bind_addr = "0.0.0.0";
+  int metrics_port = kMetricsPort;  // -1 = off
+  std::string termination_log = "/dev/termination-log";
+  Duration rendezvous_timeout = kRendezvousTimeout;
+  Duration collective_timeout = kCollectiveTimeout;
+};
+
+// The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is
+// left out when empty (a pod takes it from a Secret); the bind address only when `bind_addr`
+// is set explicitly (with_bind_addr); the timeouts only when they differ from the defaults.
+std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& env,
+                                                             bool with_bind_addr = false);
+
+using EnvLookup = std::function<std::optional<std::string>(const char* name)>;
+// Reads a rank's environment; errors name the variable. Ours win over torchrun's names.
+StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup);
+// ParseRankEnv over this process's environment.
+StatusOr<RankEnv> RankEnvFromEnvironment();
+
+}  // namespace ringtrain::contract
