@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   config->eval_every_epoch = false;
   config->checkpoint_dir.clear();
   config->warmup_epochs = 0;
-  config->lr_schedule = "constant";
+  config->lr_schedule = contract::LrSchedule::kConstant;
   const int devices = gpu::VisibleDeviceCount();
   if (devices == 0) return Fail(json_path, "no CUDA device visible: nothing to measure", 0);
 
@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
   nlohmann::json j = {{"model", config->model.name},
                       {"batch_size", config->batch_size},
                       {"optimizer", config->optimizer.name},
-                      {"precision", config->precision},
-                      {"input", config->input},
+                      {"precision", std::string(contract::NameOf(config->precision))},
+                      {"input", std::string(contract::NameOf(config->input))},
                       {"cuda_graph", (*trainer)->graph_used()},
                       {"steps", res->steps_this_run},
                       {"samples_per_second", sps},

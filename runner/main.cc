@@ -143,14 +143,14 @@ struct Placement {
 StatusOr<Placement> ChoosePlacement(const train::RankEnv& env, const train::TrainConfig& config) {
   Placement p;
 #ifdef RINGTRAIN_WITH_CUDA
-  const int visible = config.device == "cpu" ? 0 : gpu::VisibleDeviceCount();
+  const int visible = config.device == contract::Device::kCpu ? 0 : gpu::VisibleDeviceCount();
   ASSIGN_OR_RETURN(p.gpu,
                    gpu::ChoosePlacement(config, env.local_rank, env.local_world_size, visible));
   p.cuda = p.gpu.cuda;
   if (!p.cuda) spdlog::info("computing on the CPU ({})", p.gpu.reason);
 #else
   (void)env;
-  if (config.device == "cuda" || config.backend == "nccl") {
+  if (config.device == contract::Device::kCuda || config.backend == contract::Backend::kNccl) {
     return FailedPrecondition(
         "--device cuda / --backend nccl: this runner was built without "
         "CUDA (configure with nvcc available, RINGTRAIN_CUDA=ON)");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/runner_flags.h"
 #include "common/yaml_guard.h"
 
 namespace ringtrain::api {
@@ -297,17 +298,17 @@ class Fields {
 
 Status ParseTrain(const json& j, TrainSpec* t) {
   Fields f(j, "spec.train");
-  RETURN_IF_ERROR(f.Enum("model", {"mlp", "cnn"}, &t->model));
+  RETURN_IF_ERROR(f.Enum("model", contract::ModelNames(), &t->model));
   RETURN_IF_ERROR(f.String("dataset", &t->dataset));
   RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
   RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));
-  RETURN_IF_ERROR(f.Enum("optimizer", {"sgd", "adam"}, &t->optimizer));
+  RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
   RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
   RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
   RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
-  RETURN_IF_ERROR(f.Enum("lrScaling", {"linear", "none"}, &t->lr_scaling));
+  RETURN_IF_ERROR(f.Enum("lrScaling", contract::NamesOf<contract::LrScaling>(), &t->lr_scaling));
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
-  RETURN_IF_ERROR(f.Enum("lrSchedule", {"constant", "cosine"}, &t->lr_schedule));
+  RETURN_IF_ERROR(f.Enum("lrSchedule", contract::NamesOf<contract::LrSchedule>(), &t->lr_schedule));
   RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
   if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
   return f.NoUnknown();
@@ -426,7 +427,7 @@ Status ParseSpec(const json& j, JobSpec* s) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
   RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
-  RETURN_IF_ERROR(f.Enum("backend", {"auto", "nccl", "tcp"}, &s->backend));
+  RETURN_IF_ERROR(f.Enum("backend", contract::NamesOf<contract::Backend>(), &s->backend));
   RETURN_IF_ERROR(f.String("image", &s->image));
   ASSIGN_OR_RETURN(const json* train, f.Object("train"));
   if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
@@ -671,7 +672,10 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
       "--lr-schedule", t.lr_schedule, "--seed", std::to_string(t.seed), "--checkpoint-every",
       std::to_string(spec.checkpoint.every_steps),
       // gpusPerReplica 0 = CPU; otherwise every rank owns a GPU.
-      "--device", spec.gpus_per_replica > 0 ? "cuda" : "cpu", "--backend", spec.backend};
+      "--device",
+      std::string(contract::NameOf(spec.gpus_per_replica > 0 ? contract::Device::kCuda
+                                                             : contract::Device::kCpu)),
+      "--backend", spec.backend};
   if (!checkpoint_dir.empty()) {
     args.push_back("--checkpoint-dir");
     args.push_back(checkpoint_dir);

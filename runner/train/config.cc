@@ -2,13 +2,18 @@
 
 #include <functional>
 #include <map>
+#include <type_traits>
 
 #include "common/env.h"
 
 namespace ringtrain::train {
-StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
-  TrainConfig c;
-  using Setter = std::function<Status(const std::string&, const std::string&)>;
+namespace {
+
+using Setter = std::function<Status(const std::string&, const std::string&)>;
+
+// Every runner flag, by name, writing into `c`: the one list the parser, the help test and the
+// controller's RunnerArgs test agree on.
+std::map<std::string, Setter> Flags(TrainConfig& c) {
   auto str = [](std::string* out) -> Setter {
     return [out](const std::string&, const std::string& v) {
       *out = v;
@@ -56,18 +61,30 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
       return InvalidArgument("--" + f + ": '" + v + "' is not one of " + list);
     };
   };
-  std::map<std::string, Setter> flags = {
-      {"model", one_of(&c.model.name, {"mlp", "cnn"})},
+  // A mode: parsed here once into its enum, by the names flags and manifests share.
+  auto mode = [one_of](auto* out) -> Setter {
+    using E = std::remove_pointer_t<decltype(out)>;
+    return [out, one_of](const std::string& f, const std::string& v) {
+      if (auto e = contract::EnumFromName<E>(v)) {
+        *out = *e;
+        return Status::Ok();
+      }
+      std::string ignored;
+      return one_of(&ignored, contract::NamesOf<E>())(f, v);
+    };
+  };
+  return {
+      {"model", one_of(&c.model.name, contract::ModelNames())},
       {"dataset", str(&c.dataset)},
       {"epochs", integer(&c.epochs, 1)},
       {"batch-size", integer(&c.batch_size, 1)},
-      {"optimizer", one_of(&c.optimizer.name, {"sgd", "adam"})},
+      {"optimizer", one_of(&c.optimizer.name, contract::OptimizerNames())},
       {"learning-rate", number(&c.learning_rate, 0)},
       {"momentum", number(&c.optimizer.momentum, 0)},
       {"weight-decay", number(&c.optimizer.weight_decay, 0)},
-      {"lr-scaling", one_of(&c.lr_scaling, {"linear", "none"})},
+      {"lr-scaling", mode(&c.lr_scaling)},
       {"warmup-epochs", number(&c.warmup_epochs, 0)},
-      {"lr-schedule", one_of(&c.lr_schedule, {"constant", "cosine"})},
+      {"lr-schedule", mode(&c.lr_schedule)},
       {"seed", integer(&c.seed, 0)},
       {"checkpoint-dir", str(&c.checkpoint_dir)},
       {"checkpoint-every", integer(&c.checkpoint_every, 1)},
@@ -79,12 +96,26 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
       {"eval-every-epoch", boolean(&c.eval_every_epoch)},
       {"result-file", str(&c.result_file)},
       {"step-sleep-ms", integer(&c.step_sleep_ms, 0)},
-      {"device", one_of(&c.device, {"auto", "cpu", "cuda"})},
-      {"backend", one_of(&c.backend, {"auto", "nccl", "tcp"})},
-      {"precision", one_of(&c.precision, {"fp32", "tf32"})},
-      {"input", one_of(&c.input, {"device", "host"})},
-      {"cuda-graph", one_of(&c.cuda_graph, {"auto", "on", "off"})},
+      {"device", mode(&c.device)},
+      {"backend", mode(&c.backend)},
+      {"precision", mode(&c.precision)},
+      {"input", mode(&c.input)},
+      {"cuda-graph", mode(&c.cuda_graph)},
   };
+}
+
+}  // namespace
+
+std::vector<std::string> TrainFlagNames() {
+  TrainConfig ignored;
+  std::vector<std::string> names;
+  for (const auto& [name, setter] : Flags(ignored)) names.push_back(name);
+  return names;
+}
+
+StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
+  TrainConfig c;
+  const std::map<std::string, Setter> flags = Flags(c);
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'");
@@ -112,6 +143,7 @@ std::string TrainFlagsHelp() {
          "  [--lr-schedule constant|cosine] [--seed N] [--checkpoint-dir DIR]\n"
          "  [--checkpoint-every STEPS] [--bucket-cap-bytes N] [--overlap true|false]\n"
          "  [--loader-workers N] [--prefetch N] [--max-steps N] [--result-file PATH]\n"
+         "  [--eval-every-epoch true|false] [--step-sleep-ms N (testing aid)]\n"
          "  [--device auto|cpu|cuda] [--backend auto|nccl|tcp] [--precision fp32|tf32]\n"
          "  [--input device|host] [--cuda-graph auto|on|off]\n"
          "Rank and rendezvous come from RINGTRAIN_* (or torchrun's RANK, WORLD_SIZE,\n"

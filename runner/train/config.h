@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/runner_env.h"
+#include "common/runner_flags.h"
 #include "common/status.h"
 #include "runner/model/model.h"
 #include "runner/model/optimizer.h"
@@ -21,9 +22,9 @@ struct TrainConfig {
   int epochs = 10;
   int batch_size = 64;  // per replica; the global batch is batch_size × world size
   double learning_rate = 0.001;
-  std::string lr_scaling = "linear";   // linear | none: lr × world size (Goyal et al.)
-  double warmup_epochs = 1;            // ramp from lr to the scaled lr
-  std::string lr_schedule = "cosine";  // constant | cosine (decay to 0 after warmup)
+  contract::LrScaling lr_scaling = contract::LrScaling::kLinear;  // lr × world size (Goyal)
+  double warmup_epochs = 1;                                       // ramp from lr to the scaled lr
+  contract::LrSchedule lr_schedule = contract::LrSchedule::kCosine;  // decay to 0 after warmup
   std::uint64_t seed = 42;
   std::string checkpoint_dir;  // empty = no checkpoints
   std::int64_t checkpoint_every = 500;
@@ -37,11 +38,11 @@ struct TrainConfig {
   std::int64_t step_sleep_ms = 0;  // testing aid: slow each step so faults can be injected
 
   // Where and how to compute (GPU runner, issue 4).
-  std::string device = "auto";      // auto (cuda when a GPU is visible) | cpu | cuda
-  std::string backend = "auto";     // auto (nccl on GPUs, one per rank) | nccl | tcp
-  std::string precision = "fp32";   // fp32 | tf32: GEMM/convolution math on the GPU
-  std::string input = "device";     // device (dataset resident on the GPU) | host (pinned copies)
-  std::string cuda_graph = "auto";  // auto | on | off: capture the training step in a graph
+  contract::Device device = contract::Device::kAuto;           // auto: cuda when a GPU is visible
+  contract::Backend backend = contract::Backend::kAuto;        // auto: nccl on GPUs, one per rank
+  contract::Precision precision = contract::Precision::kFp32;  // GEMM/conv math on the GPU
+  contract::Input input = contract::Input::kDevice;  // dataset resident on the GPU, or pinned
+  contract::CudaGraph cuda_graph = contract::CudaGraph::kAuto;  // capture the step in a graph
 };
 
 // The rank's identity and rendezvous (common/runner_env.h: one builder, one parser).
@@ -50,5 +51,7 @@ inline StatusOr<RankEnv> RankEnvFromEnvironment() { return contract::RankEnvFrom
 // --flag=value or --flag value; unknown flags are errors naming the flag.
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args);
 std::string TrainFlagsHelp();
+// The names of every flag ParseTrainFlags accepts (without "--").
+std::vector<std::string> TrainFlagNames();
 
 }  // namespace ringtrain::train

@@ -145,10 +145,11 @@ StatusOr<TrainResult> TrainingLoop::Run() {
 
   LrSchedule lr;
   lr.base = config_.learning_rate;
-  lr.peak = config_.learning_rate * (config_.lr_scaling == "linear" ? world : 1);
+  lr.peak =
+      config_.learning_rate * (config_.lr_scaling == contract::LrScaling::kLinear ? world : 1);
   lr.warmup_steps = static_cast<std::int64_t>(config_.warmup_epochs * static_cast<double>(spe));
   lr.total_steps = spe * config_.epochs;
-  lr.cosine = config_.lr_schedule == "cosine";
+  lr.cosine = config_.lr_schedule == contract::LrSchedule::kCosine;
 
   metrics::Progress progress;
   progress.attempt = deps_.attempt;

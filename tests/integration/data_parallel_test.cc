@@ -34,9 +34,9 @@ TrainConfig BaseConfig(const std::string& model, const std::string& optimizer) {
   c.model.name = model;
   c.optimizer.name = optimizer;
   c.learning_rate = optimizer == "adam" ? 0.002 : 0.05;
-  c.lr_scaling = "none";  // the global batch is the same in both runs
+  c.lr_scaling = contract::LrScaling::kNone;  // the global batch is the same in both runs
   c.warmup_epochs = 0;
-  c.lr_schedule = "constant";
+  c.lr_schedule = contract::LrSchedule::kConstant;
   c.epochs = 1;
   c.seed = 3;
   c.eval_every_epoch = false;

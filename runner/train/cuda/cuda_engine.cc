@@ -44,7 +44,7 @@ class CudaEngine final : public train::StepEngine {
   CudaEngine(const train::TrainConfig& config, GpuTrainerDeps deps) : config_(config), deps_(deps) {
     world_ = deps.comm->size();
     rank_ = deps.comm->rank();
-    device_input_ = config.input == "device";
+    device_input_ = config.input == contract::Input::kDevice;
     reduce_on_device_ = deps.nccl != nullptr;
   }
   ~CudaEngine() override {
@@ -172,7 +172,8 @@ Status CudaEngine::Setup(bool want_graph, bool graph_required) {
   if (deps_.test != nullptr) {
     RETURN_IF_ERROR(data::ValidateForModel(*deps_.test, mc.height, mc.width, mc.classes));
   }
-  const MathMode math = config_.precision == "tf32" ? MathMode::kTf32 : MathMode::kFp32;
+  const MathMode math =
+      config_.precision == contract::Precision::kTf32 ? MathMode::kTf32 : MathMode::kFp32;
   ASSIGN_OR_RETURN(model_, GpuModel::Create(mc, math, compute_.get()));
   ASSIGN_OR_RETURN(optimizer_,
                    GpuOptimizer::Create(config_.optimizer, model_->num_params(), compute_.get()));
@@ -576,14 +577,14 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const train::TrainConfi
     return InvalidArgument("GPU trainer needs a communicator and a training set");
   }
   const bool graphable = deps.nccl != nullptr || deps.comm->size() == 1;
-  if (config.cuda_graph == "on" && !graphable) {
+  if (config.cuda_graph == contract::CudaGraph::kOn && !graphable) {
     return InvalidArgument(
         "--cuda-graph: 'on' needs the nccl backend or world size 1 (the tcp backend reduces "
         "gradients on the host between backward and the optimizer)");
   }
   auto engine = std::make_unique<CudaEngine>(config, deps);
-  RETURN_IF_ERROR(
-      engine->Setup(config.cuda_graph != "off" && graphable, config.cuda_graph == "on"));
+  RETURN_IF_ERROR(engine->Setup(config.cuda_graph != contract::CudaGraph::kOff && graphable,
+                                config.cuda_graph == contract::CudaGraph::kOn));
   train::TrainingLoop loop(config, train::LoopDepsFor(deps, engine.get()));
   return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(engine), std::move(loop)));
 }

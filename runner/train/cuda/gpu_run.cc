@@ -13,13 +13,14 @@ namespace ringtrain::gpu {
 StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_rank,
                                     int local_world_size, int visible_devices) {
   Placement p;
-  if (config.device == "cpu" || (config.device == "auto" && visible_devices == 0)) {
-    if (config.backend == "nccl") {
-      return InvalidArgument(config.device == "cpu"
+  if (config.device == contract::Device::kCpu ||
+      (config.device == contract::Device::kAuto && visible_devices == 0)) {
+    if (config.backend == contract::Backend::kNccl) {
+      return InvalidArgument(config.device == contract::Device::kCpu
                                  ? "--backend: nccl needs --device cuda"
                                  : "--backend: nccl needs a GPU, and no CUDA device is visible");
     }
-    p.reason = config.device == "cpu" ? "--device cpu" : "no CUDA device visible";
+    p.reason = config.device == contract::Device::kCpu ? "--device cpu" : "no CUDA device visible";
     return p;
   }
   if (visible_devices == 0) {
@@ -27,16 +28,17 @@ StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_
   }
   p.cuda = true;
   const bool own_gpu = comm::NcclUsable(visible_devices, local_world_size);
-  if (config.backend == "nccl" && !own_gpu) {
+  if (config.backend == contract::Backend::kNccl && !own_gpu) {
     return FailedPrecondition("--backend: nccl needs one GPU per rank, but " +
                               std::to_string(local_world_size) + " ranks share " +
                               std::to_string(visible_devices) +
                               " visible GPU(s) on this node (NCCL refuses two ranks on one GPU)");
   }
-  if (config.backend == "tcp" || (config.backend == "auto" && !own_gpu)) {
+  if (config.backend == contract::Backend::kTcp ||
+      (config.backend == contract::Backend::kAuto && !own_gpu)) {
     p.backend = "tcp";
     p.device = local_rank % visible_devices;
-    p.reason = config.backend == "tcp"
+    p.reason = config.backend == contract::Backend::kTcp
                    ? "--backend tcp"
                    : std::to_string(local_world_size) + " ranks share " +
                          std::to_string(visible_devices) + " GPU(s): NCCL needs one GPU per rank";

@@ -25,8 +25,8 @@ namespace {
 
 train::TrainConfig Config(const std::string& device, const std::string& backend) {
   train::TrainConfig c;
-  c.device = device;
-  c.backend = backend;
+  c.device = *contract::EnumFromName<contract::Device>(device);
+  c.backend = *contract::EnumFromName<contract::Backend>(backend);
   return c;
 }
 
@@ -133,8 +133,8 @@ TEST_F(GpuTrainerTest, EagerAndPinnedHostInputTrainToo) {
   for (const char* input : {"device", "host"}) {
     train::TrainConfig c;
     c.epochs = 1;
-    c.input = input;
-    c.cuda_graph = "off";
+    c.input = *contract::EnumFromName<contract::Input>(input);
+    c.cuda_graph = contract::CudaGraph::kOff;
     bool graph = true;
     auto r = RunNccl(c, &graph);
     ASSERT_TRUE(r.ok()) << input << ": " << r.status().ToString();

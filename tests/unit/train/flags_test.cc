@@ -1,0 +1,97 @@
+// The runner's flags: errors name the flag, the help lists every flag, and whatever the
+// controller writes for a valid TrainingJob (api::RunnerArgs) the runner parses back to the same
+// values, so the two binaries cannot drift.
+#include <gtest/gtest.h>
+
+#include "controller/api/training_job.h"
+#include "runner/train/config.h"
+
+namespace ringtrain::train {
+namespace {
+
+TEST(TrainFlags, ErrorsNameTheFlag) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--epochs", "0"}, "--epochs"},
+      {{"--epochs=ten"}, "--epochs"},
+      {{"--lr-scaling", "sqrt"}, "--lr-scaling"},
+      {{"--device", "tpu"}, "--device"},
+      {{"--overlap", "maybe"}, "--overlap"},
+      {{"--no-such-flag", "1"}, "--no-such-flag"},
+      {{"--batch-size"}, "--batch-size"},
+      {{"stray"}, "stray"},
+  };
+  for (const auto& [args, names] : cases) {
+    auto c = ParseTrainFlags(args);
+    ASSERT_FALSE(c.ok()) << names;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(names), std::string::npos) << c.status().ToString();
+  }
+}
+
+TEST(TrainFlags, ModesAreParsedOnceIntoEnums) {
+  auto c = ParseTrainFlags({"--lr-scaling=none", "--lr-schedule", "constant", "--device", "cuda",
+                            "--backend", "tcp", "--precision", "tf32", "--input", "host",
+                            "--cuda-graph", "off"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->lr_scaling, contract::LrScaling::kNone);
+  EXPECT_EQ(c->lr_schedule, contract::LrSchedule::kConstant);
+  EXPECT_EQ(c->device, contract::Device::kCuda);
+  EXPECT_EQ(c->backend, contract::Backend::kTcp);
+  EXPECT_EQ(c->precision, contract::Precision::kTf32);
+  EXPECT_EQ(c->input, contract::Input::kHost);
+  EXPECT_EQ(c->cuda_graph, contract::CudaGraph::kOff);
+}
+
+TEST(TrainFlags, HelpListsEveryFlag) {
+  const std::string help = TrainFlagsHelp();
+  for (const std::string& name : TrainFlagNames()) {
+    EXPECT_NE(help.find("--" + name + " "), std::string::npos) << "--" << name << " not in help";
+  }
+}
+
+TEST(TrainFlags, WhatTheControllerWritesTheRunnerReadsBack) {
+  api::JobSpec spec;
+  spec.train.model = "cnn";
+  spec.train.epochs = 3;
+  spec.train.batch_size_per_replica = 32;
+  spec.train.optimizer = "sgd";
+  spec.train.learning_rate = 0.0125;
+  spec.train.momentum = 0.8;
+  spec.train.weight_decay = 1e-4;
+  spec.train.lr_scaling = "none";
+  spec.train.warmup_epochs = 0.5;
+  spec.train.lr_schedule = "constant";
+  spec.train.seed = 7;
+  spec.backend = "tcp";
+  spec.gpus_per_replica = 0;
+  auto c = ParseTrainFlags(api::RunnerArgs(spec, "/ckpt"));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.name, "cnn");
+  EXPECT_EQ(c->epochs, 3);
+  EXPECT_EQ(c->batch_size, 32);
+  EXPECT_EQ(c->optimizer.name, "sgd");
+  EXPECT_EQ(c->learning_rate, 0.0125);
+  EXPECT_EQ(c->optimizer.momentum, 0.8);
+  EXPECT_EQ(c->optimizer.weight_decay, 1e-4);
+  EXPECT_EQ(c->lr_scaling, contract::LrScaling::kNone);
+  EXPECT_EQ(c->warmup_epochs, 0.5);
+  EXPECT_EQ(c->lr_schedule, contract::LrSchedule::kConstant);
+  EXPECT_EQ(c->seed, 7u);
+  EXPECT_EQ(c->backend, contract::Backend::kTcp);
+  EXPECT_EQ(c->device, contract::Device::kCpu);
+  EXPECT_EQ(c->checkpoint_dir, "/ckpt");
+  // Defaults agree too: an empty TrainingJob's train section means the runner's defaults.
+  auto d = ParseTrainFlags(api::RunnerArgs(api::JobSpec{}, ""));
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  const TrainConfig runner_defaults;
+  EXPECT_EQ(d->model.name, runner_defaults.model.name);
+  EXPECT_EQ(d->optimizer.name, runner_defaults.optimizer.name);
+  EXPECT_EQ(d->learning_rate, runner_defaults.learning_rate);
+  EXPECT_EQ(d->lr_scaling, runner_defaults.lr_scaling);
+  EXPECT_EQ(d->lr_schedule, runner_defaults.lr_schedule);
+  EXPECT_EQ(d->epochs, runner_defaults.epochs);
+  EXPECT_EQ(d->batch_size, runner_defaults.batch_size);
+}
+
+}  // namespace
+}  // namespace ringtrain::train
