@@ -1,5 +1,6 @@
-// Time as an injected dependency: a Clock interface, the real one, and deadline helpers.
-// Tests use tests/fakes/fake_clock.h; nothing here sleeps.
+// Time as an injected dependency: a Clock interface (wall time for timestamps, monotonic time for
+// intervals, timeouts and backoff), the real one, and deadline helpers. Tests use
+// tests/fakes/fake_clock.h, which moves both only when told to; nothing here sleeps.
 #pragma once
 
 #include <chrono>
@@ -15,12 +16,21 @@ class Clock {
  public:
   virtual ~Clock() = default;
   virtual WallTime Now() const = 0;
+  // Monotonic: what every interval, expiry and backoff is measured on.
+  virtual SteadyTime SteadyNow() const = 0;
 };
 
 class RealClock final : public Clock {
  public:
   WallTime Now() const override { return std::chrono::system_clock::now(); }
+  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
 };
+
+// The process's real clock, for components given no other.
+inline const Clock& SystemClock() {
+  static const RealClock clock;
+  return clock;
+}
 
 inline SteadyTime DeadlineAfter(Duration d) { return std::chrono::steady_clock::now() + d; }
 

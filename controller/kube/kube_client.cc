@@ -15,9 +15,11 @@
 #include <thread>
 
 #include "common/backoff.h"
+#include "common/stop.h"
 #include "controller/kube/json_fields.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/tls_material.h"
+#include "controller/kube/token_bucket.h"
 
 namespace ringtrain::kube {
 namespace {
@@ -142,46 +144,6 @@ std::string PercentEncode(const std::string& s) {
   return out;
 }
 
-// Token bucket for writes: `burst` tokens, refilled at `qps` per second.
-class TokenBucket {
- public:
-  TokenBucket(double qps, int burst)
-      : qps_(qps), burst_(std::max(1, burst)), tokens_(burst_), last_(Now()) {}
-
-  Status Acquire(Duration max_wait) {
-    if (qps_ <= 0) return Status::Ok();
-    std::unique_lock<std::mutex> lock(mu_);
-    // Reserve a token now (possibly going negative) and sleep until it is ours: FIFO-fair.
-    Refill();
-    tokens_ -= 1;
-    if (tokens_ >= 0) return Status::Ok();
-    auto wait = std::chrono::duration<double>(-tokens_ / qps_);
-    if (wait > max_wait) {
-      tokens_ += 1;
-      return DeadlineExceeded("client-side rate limit: a write would wait " +
-                              std::to_string(wait.count()) + " s");
-    }
-    lock.unlock();
-    std::this_thread::sleep_for(wait);
-    return Status::Ok();
-  }
-
- private:
-  static std::chrono::steady_clock::time_point Now() { return std::chrono::steady_clock::now(); }
-  void Refill() {
-    auto now = Now();
-    tokens_ = std::min<double>(burst_,
-                               tokens_ + qps_ * std::chrono::duration<double>(now - last_).count());
-    last_ = now;
-  }
-
-  const double qps_;
-  const int burst_;
-  std::mutex mu_;
-  double tokens_;
-  std::chrono::steady_clock::time_point last_;
-};
-
 // One watch: a reader thread turns the chunked body into events; Next() takes them off a queue.
 class RestWatchStream final : public WatchStream {
  public:
@@ -303,9 +265,9 @@ class RestKubeClient final : public KubeClient {
       : config_(std::move(config)),
         options_(std::move(options)),
         clock_(options_.clock != nullptr ? options_.clock : &real_clock_),
-        limiter_(options_.qps, options_.burst),
+        limiter_(options_.qps, options_.burst, clock_),
         file_token_(config_.token),
-        file_token_read_(std::chrono::steady_clock::now()) {
+        file_token_read_(clock_->SteadyNow()) {
     if (config_.exec && config_.token.empty() && config_.client_cert_file.empty() &&
         config_.client_cert_data.empty()) {
       exec_ = std::make_unique<ExecAuthenticator>(*config_.exec, clock_, options_.stop);
@@ -434,7 +396,7 @@ class RestKubeClient final : public KubeClient {
     }
     if (config_.token_file.empty()) return Auth{config_.token, nullptr};
     std::lock_guard<std::mutex> lock(token_mu_);
-    if (std::chrono::steady_clock::now() - file_token_read_ >= kTokenFileRefresh) {
+    if (clock_->SteadyNow() - file_token_read_ >= kTokenFileRefresh) {
       ReadTokenFileLocked();
     }
     return Auth{file_token_, nullptr};
@@ -443,7 +405,7 @@ class RestKubeClient final : public KubeClient {
   // Keeps the last good token when the file is briefly missing or empty (the kubelet replaces it
   // with a rename, but a reader may still race a non-atomic writer).
   void ReadTokenFileLocked() {
-    file_token_read_ = std::chrono::steady_clock::now();
+    file_token_read_ = clock_->SteadyNow();
     auto text = ReadSmallFile(config_.token_file, 1 << 20);
     std::string token = text.ok() ? *text : "";
     while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) {
@@ -549,7 +511,11 @@ class RestKubeClient final : public KubeClient {
     Backoff backoff(BackoffOptions{Duration(200), Duration(5'000), 2.0});
     bool refreshed = false;
     for (int attempt = 0;; ++attempt) {
-      if (write) RETURN_IF_ERROR(limiter_.Acquire(options_.max_throttle_wait).WithContext(what));
+      if (write) {
+        auto wait = limiter_.Reserve(options_.max_throttle_wait);
+        if (!wait.ok()) return wait.status().WithContext(what);
+        if (wait->count() > 0 && !SleepOrStop(*wait)) return StoppedStatus(what);
+      }
       std::optional<Duration> retry_after;
       Status error;
       auto auth = CurrentAuth();

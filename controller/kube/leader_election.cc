@@ -85,6 +85,10 @@ WallTime LeaderElector::Now() const {
   return config_.clock != nullptr ? config_.clock->Now() : real_clock_.Now();
 }
 
+SteadyTime LeaderElector::SteadyNow() const {
+  return config_.clock != nullptr ? config_.clock->SteadyNow() : real_clock_.SteadyNow();
+}
+
 bool LeaderElector::SleepUnlessStopped(Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
   return !cv_.wait_for(lock, d, [&] { return stopping_; });
@@ -213,7 +217,7 @@ void LeaderElector::Run() {
     SetLeader(true);
     // Lead: renew every retry period; step down when another holder shows up or when no renewal
     // succeeded for renew_deadline.
-    auto last_renew = std::chrono::steady_clock::now();
+    auto last_renew = SteadyNow();
     bool stopping = false;
     for (;;) {
       if (!SleepUnlessStopped(config_.retry_period)) {
@@ -222,12 +226,12 @@ void LeaderElector::Run() {
       }
       Status s = TryAcquireOrRenew();
       if (s.ok()) {
-        last_renew = std::chrono::steady_clock::now();
+        last_renew = SteadyNow();
         continue;
       }
       spdlog::warn("leader election: renew failed: {}", s.ToString());
       if (s.code() == StatusCode::kFailedPrecondition) break;
-      if (std::chrono::steady_clock::now() - last_renew >= config_.renew_deadline) break;
+      if (SteadyNow() - last_renew >= config_.renew_deadline) break;
     }
     SetLeader(false);
     if (stopping) {

@@ -57,6 +57,7 @@ class LeaderElector {
   void SetLeader(bool leader);
   bool SleepUnlessStopped(Duration d);
   WallTime Now() const;
+  SteadyTime SteadyNow() const;
 
   KubeClient* const client_;
   const LeaderElectionConfig config_;

@@ -24,7 +24,7 @@ void Expectations::ExpectCreate(const std::string& key, const std::string& name)
   Entry& e = entries_[key];
   e.creates.insert(name);
   e.deletes.erase(name);
-  e.since = std::chrono::steady_clock::now();
+  e.since = clock_->SteadyNow();
 }
 
 void Expectations::ExpectDelete(const std::string& key, const std::string& name) {
@@ -32,7 +32,7 @@ void Expectations::ExpectDelete(const std::string& key, const std::string& name)
   Entry& e = entries_[key];
   e.deletes.insert(name);
   e.creates.erase(name);
-  e.since = std::chrono::steady_clock::now();
+  e.since = clock_->SteadyNow();
 }
 
 void Expectations::Lower(const std::string& key, const std::string& name) {
@@ -47,7 +47,7 @@ void Expectations::ExpectJobVersion(const std::string& key, const std::string& r
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entries_[key];
   e.job_version = resource_version;
-  e.since = std::chrono::steady_clock::now();
+  e.since = clock_->SteadyNow();
 }
 
 bool Expectations::Satisfied(const std::string& key, const std::map<std::string, bool>& present,
@@ -68,7 +68,7 @@ bool Expectations::Satisfied(const std::string& key, const std::map<std::string,
     entries_.erase(it);
     return true;
   }
-  if (std::chrono::steady_clock::now() - e.since > timeout_) {
+  if (clock_->SteadyNow() - e.since > timeout_) {
     spdlog::warn(
         "expectations of {} expired unmet ({} creates, {} deletes, status {}): "
         "planning from the cache as it is",

@@ -16,7 +16,9 @@ namespace ringtrain::op {
 
 class Expectations {
  public:
-  explicit Expectations(Duration timeout = Duration(30'000)) : timeout_(timeout) {}
+  // An expectation not met within `timeout` (on `clock`, which must outlive this) is dropped.
+  explicit Expectations(Duration timeout = Duration(30'000), const Clock* clock = &SystemClock())
+      : timeout_(timeout), clock_(clock) {}
 
   void ExpectCreate(const std::string& key, const std::string& name);
   void ExpectDelete(const std::string& key, const std::string& name);
@@ -39,6 +41,7 @@ class Expectations {
     SteadyTime since{};
   };
   const Duration timeout_;
+  const Clock* clock_;
   std::mutex mu_;
   std::map<std::string, Entry> entries_;
 };

@@ -22,7 +22,7 @@ void WorkQueue::AddAfter(const std::string& key, Duration delay) {
   if (delay <= Duration(0)) return Add(key);
   std::lock_guard<std::mutex> lock(mu_);
   if (shutdown_) return;
-  const SteadyTime at = std::chrono::steady_clock::now() + delay;
+  const SteadyTime at = clock_->SteadyNow() + delay;
   auto [it, inserted] = waiting_.emplace(key, at);
   if (!inserted && at < it->second) it->second = at;
   // A sleeping Get() may need to wake earlier than it planned.
@@ -64,26 +64,36 @@ void WorkQueue::PromoteDueLocked(SteadyTime now) {
   }
 }
 
+std::optional<std::string> WorkQueue::TakeLocked() {
+  PromoteDueLocked(clock_->SteadyNow());
+  if (queue_.empty()) return std::nullopt;
+  std::string key = std::move(queue_.front());
+  queue_.pop_front();
+  dirty_.erase(key);
+  processing_.insert(key);
+  return key;
+}
+
 std::optional<std::string> WorkQueue::Get() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (shutdown_) return std::nullopt;
-    PromoteDueLocked(std::chrono::steady_clock::now());
-    if (!queue_.empty()) {
-      std::string key = std::move(queue_.front());
-      queue_.pop_front();
-      dirty_.erase(key);
-      processing_.insert(key);
-      return key;
-    }
+    if (auto key = TakeLocked()) return key;
     if (waiting_.empty()) {
       cv_.wait(lock);
     } else {
       SteadyTime next = SteadyTime::max();
       for (const auto& [k, at] : waiting_) next = std::min(next, at);
-      cv_.wait_until(lock, next);
+      // The wait itself is in real time; the clock says how long until the next key is due.
+      cv_.wait_for(lock, next - clock_->SteadyNow());
     }
   }
+}
+
+std::optional<std::string> WorkQueue::TryGet() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return std::nullopt;
+  return TakeLocked();
 }
 
 void WorkQueue::Done(const std::string& key) {

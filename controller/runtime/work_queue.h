@@ -22,7 +22,9 @@ struct WorkQueueOptions {
 
 class WorkQueue {
  public:
-  explicit WorkQueue(WorkQueueOptions options = {}) : options_(options) {}
+  // `clock` (must outlive the queue) times delayed adds and backoff.
+  explicit WorkQueue(WorkQueueOptions options = {}, const Clock* clock = &SystemClock())
+      : options_(options), clock_(clock) {}
 
   void Add(const std::string& key);
   // Adds the key once `delay` has passed; an earlier pending time for the key wins.
@@ -34,6 +36,8 @@ class WorkQueue {
 
   // Blocks until a key is ready; nullopt once shut down. Pair every key with Done(key).
   std::optional<std::string> Get();
+  // The next key that is ready now (delayed ones whose time has come included), without waiting.
+  std::optional<std::string> TryGet();
   void Done(const std::string& key);
   void ShutDown();
   std::size_t Len() const;
@@ -41,8 +45,10 @@ class WorkQueue {
  private:
   void AddLocked(const std::string& key);
   void PromoteDueLocked(SteadyTime now);
+  std::optional<std::string> TakeLocked();
 
   const WorkQueueOptions options_;
+  const Clock* clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::string> queue_;

@@ -119,7 +119,7 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
       options_(std::move(options)),
       metrics_(metrics),
       clock_(clock != nullptr ? clock : &real_clock_),
-      queue_(options_.queue) {
+      queue_(options_.queue, clock_) {
   cache_ = std::make_unique<Cache>(&jobs_);
   events_ = std::make_unique<EventRecorder>(
       client_, "ringtrain-controller",
@@ -217,7 +217,7 @@ void Operator::Worker() {
     const auto slash = key->find('/');
     const std::string ns = key->substr(0, slash);
     const std::string name = key->substr(slash + 1);
-    const SteadyTime start = std::chrono::steady_clock::now();
+    const SteadyTime start = clock_->SteadyNow();
     StatusOr<ReconcileResult> result = Internal("not reconciled");
     try {
       result = reconciler_->Reconcile(ns, name);
@@ -226,7 +226,10 @@ void Operator::Worker() {
       // shape) becomes a retried error for this key, never a crashed controller.
       result = Internal(std::string("reconcile threw: ") + e.what());
     }
-    if (metrics_ != nullptr) metrics_->ObserveReconcile(SecondsSince(start));
+    if (metrics_ != nullptr) {
+      metrics_->ObserveReconcile(
+          std::chrono::duration<double>(clock_->SteadyNow() - start).count());
+    }
     if (!result.ok()) {
       if (metrics_ != nullptr) metrics_->IncReconcileErrors();
       if (result.status().code() == StatusCode::kAborted) {

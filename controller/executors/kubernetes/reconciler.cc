@@ -100,7 +100,7 @@ Reconciler::Reconciler(kube::KubeClient* client, const ClusterCache* cache, cons
       metrics_(metrics),
       options_(std::move(options)),
       fetch_(std::move(fetch)),
-      expectations_(options_.expectations_timeout) {}
+      expectations_(options_.expectations_timeout, clock_) {}
 
 Reconciler::JobMemory& Reconciler::Memory(const std::string& key) {
   std::lock_guard<std::mutex> lock(memory_mu_);
@@ -294,7 +294,7 @@ Status Reconciler::FailedCreate(const std::string& key, const Json& latest,
   Duration delay = options_.create_retry_base;
   for (int i = 1; i < memory.failed_creates && delay < options_.create_retry_max; ++i) delay *= 2;
   delay = std::min(delay, options_.create_retry_max);
-  memory.create_retry_at = std::chrono::steady_clock::now() + delay;
+  memory.create_retry_at = clock_->SteadyNow() + delay;
 
   api::JobStatus next = status;
   reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
@@ -382,7 +382,7 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   for (const auto& r : replicas) {
     any_running = any_running || (r.attempt == attempt && r.phase == ReplicaPhase::kRunning);
   }
-  const auto steady_now = std::chrono::steady_clock::now();
+  const auto steady_now = clock_->SteadyNow();
   if (auto it = pod_by_name.find(reconcile::ReplicaName(name, attempt, 0));
       it != pod_by_name.end() && steady_now - memory.last_poll >= options_.progress_interval) {
     const Json& pod = *it->second;

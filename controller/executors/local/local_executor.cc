@@ -167,7 +167,7 @@ void LocalRun::Reap() {
   for (auto& [name, p] : procs_) {
     if (p.exited || !p.child.Poll()) continue;
     p.exited = true;
-    p.exited_at = std::chrono::system_clock::now();
+    p.exited_at = options_.clock->Now();
     p.exit_code = p.child.exit_code();
     if (p.child.term_signal() == 0) {
       p.reason = p.exit_code == 0 ? "Completed" : "Error";
@@ -210,7 +210,7 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
 }
 
 std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
-  auto now = std::chrono::steady_clock::now();
+  auto now = options_.clock->SteadyNow();
   if (now < next_poll_) return std::nullopt;
   next_poll_ = now + std::chrono::seconds(1);
   const std::string rank0 = reconcile::ReplicaName(job_.metadata.name, state_.status.attempt, 0);
@@ -223,7 +223,7 @@ std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
 }
 
 void LocalRun::PrintProgress(bool force) {
-  auto now = std::chrono::steady_clock::now();
+  auto now = options_.clock->SteadyNow();
   if (!force && now < next_print_) return;
   next_print_ = now + (options_.tty ? std::chrono::milliseconds(500) : std::chrono::seconds(10));
   const auto& st = state_.status;
@@ -249,7 +249,7 @@ void LocalRun::PrintProgress(bool force) {
 }
 
 StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
-  auto start = std::chrono::steady_clock::now();
+  const SteadyTime start = options_.clock->SteadyNow();
   state_ = job_;
   LocalRunResult result;
   for (;;) {
@@ -267,7 +267,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     in.job = &state_;
     in.progress = PollProgress();  // this pass's read only: the planner judges each read once
     in.replicas = Observe();
-    in.now = std::chrono::system_clock::now();
+    in.now = options_.clock->Now();
     reconcile::Plan plan = reconcile::PlanReconcile(in);
     if (plan.status.attempt != state_.status.attempt) progress_.reset();
     state_.status = plan.status;
@@ -314,7 +314,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   }
   if (options_.tty) std::fputs("\n", stdout);
   result.status = state_.status;
-  result.wall_seconds = SecondsSince(start);
+  result.wall_seconds = std::chrono::duration<double>(options_.clock->SteadyNow() - start).count();
   result.result_json = ReadFile(options_.workdir + "/result-attempt-" +
                                 std::to_string(state_.status.attempt) + ".json");
   return result;

@@ -19,6 +19,9 @@ struct LocalRunOptions {
   bool tty = false;         // redraw one progress line instead of printing a line every 10 s
   Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   Duration poll{std::chrono::milliseconds(100)};
+  // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
+  // run's wall time); must outlive the run.
+  const Clock* clock = &SystemClock();
 };
 
 struct LocalRunResult {

@@ -221,12 +221,17 @@ TEST_F(KubectlTest, GetPodsWatchPrintsChanges) {
   r = Kubectl("get pods");
   EXPECT_NE(r.output.find("probe"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("Pending"), std::string::npos) << r.output;
-  // `kubectl get -w` ends when the server ends the watch.
+  // `kubectl get -w` ends when the server ends the watch. Ordered by state, not by sleeps: the
+  // change is made once kubectl's watch is open, and the server's watch loop writes every logged
+  // event before it honours a close, so the change always reaches kubectl before the end.
   std::thread closer([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    ASSERT_TRUE(
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (server_->OpenWatchCount() == 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(server_->OpenWatchCount(), 1u) << "kubectl never opened its watch";
+    EXPECT_TRUE(
         server_->PatchStatus({"", "pods"}, "default", "probe", {{"phase", "Running"}}).ok());
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     server_->CloseAllWatches();
   });
   r = Kubectl("get pods -w --request-timeout=10s");

@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 class TestClock final : public Clock {
  public:
   WallTime Now() const override { return WallTime(std::chrono::seconds(now_.load())); }
+  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
   void Set(const std::string& rfc3339) {
     std::tm tm{};
     ::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);

@@ -222,6 +222,7 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
 class FixedClock final : public Clock {
  public:
   WallTime Now() const override { return WallTime(std::chrono::seconds(1'800'000'000)); }
+  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
 };
 
 class OneJobCache final : public ClusterCache {

@@ -34,6 +34,7 @@ class SnapshotCache final : public ClusterCache {
 class FixedClock final : public Clock {
  public:
   WallTime Now() const override { return WallTime(std::chrono::seconds(1'800'000'000)); }
+  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
 };
 
 Json Job(int replicas, Json extra = Json::object()) {
