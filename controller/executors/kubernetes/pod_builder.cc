@@ -13,13 +13,39 @@ Json EnvValue(const std::string& name, const std::string& value) {
   return {{"name", name}, {"value", value}};
 }
 
+// Lenient readers of the user's template: a field of the wrong type reads as absent (the API
+// server refuses such a pod with its own message), never as a JSON exception in the operator.
+std::string StringAt(const Json& obj, const char* key) {
+  if (!obj.is_object()) return "";
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get<std::string>() : "";
+}
+long long IntAt(const Json& obj, const char* key) {
+  if (!obj.is_object()) return 0;
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_number_integer() ? it->get<long long>() : 0;
+}
+// The array at obj[key], made one (replacing a value of another type) so we can append to it.
+Json& ArrayAt(Json& obj, const char* key) {
+  Json& v = obj[key];
+  if (!v.is_array()) v = Json::array();
+  return v;
+}
+// The object at obj[key], made one (replacing a value of another type) so we can write into it.
+Json& ObjectAt(Json& obj, const char* key) {
+  Json& v = obj[key];
+  if (!v.is_object()) v = Json::object();
+  return v;
+}
+
 // Our env entries replace the user's of the same name; the user's others are kept after ours.
 Json MergeEnv(const Json& ours, const Json& theirs) {
   Json out = ours;
   if (!theirs.is_array()) return out;
   for (const auto& e : theirs) {
     bool shadowed = false;
-    for (const auto& o : ours) shadowed = shadowed || o["name"] == e.value("name", "");
+    const std::string name = StringAt(e, "name");
+    for (const auto& o : ours) shadowed = shadowed || StringAt(o, "name") == name;
     if (!shadowed) out.push_back(e);
   }
   return out;
@@ -70,7 +96,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
         {{"secretKeyRef", {{"name", TokenSecretName(job.metadata.name)}, {"key", kTokenKey}}}}}});
   env.push_back(
       {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
-  c["env"] = MergeEnv(env, c.value("env", Json::array()));
+  c["env"] = MergeEnv(env, c.contains("env") ? c["env"] : Json::array());
   Json ports = Json::array({{{"name", "rendezvous"}, {"containerPort", kMasterPort}},
                             {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
   // Local rank i serves its metrics on kMetricsPort + i.
@@ -80,7 +106,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   }
   if (c.contains("ports") && c["ports"].is_array()) {
     for (const auto& p : c["ports"]) {
-      const int cp = p.value("containerPort", 0);
+      const long long cp = IntAt(p, "containerPort");
       if (cp != kMasterPort && (cp < kMetricsPort || cp >= kMetricsPort + gpus)) {
         ports.push_back(p);
       }
@@ -88,7 +114,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   }
   c["ports"] = ports;
   if (spec.gpus_per_replica > 0) {
-    c["resources"]["limits"]["nvidia.com/gpu"] = spec.gpus_per_replica;
+    ObjectAt(ObjectAt(c, "resources"), "limits")["nvidia.com/gpu"] = spec.gpus_per_replica;
   }
   c["terminationMessagePath"] = "/dev/termination-log";
   c["terminationMessagePolicy"] = "FallbackToLogsOnError";
@@ -102,17 +128,21 @@ bool HasKey(const Json& obj, const char* key) { return obj.is_object() && obj.co
 void ApplyResources(const api::JobSpec& spec, const Json& user_runner, Json* runner) {
   if (HasKey(user_runner, "resources") && user_runner["resources"].is_object()) {
     const Json& r = user_runner["resources"];
-    if (!r.value("requests", Json::object()).empty() ||
-        !r.value("limits", Json::object()).empty()) {
+    auto non_empty = [&r](const char* k) {
+      auto it = r.find(k);
+      return it != r.end() && it->is_object() && !it->empty();
+    };
+    if (non_empty("requests") || non_empty("limits")) {
       return;
     }
   }
   const api::ResourceSpec resources = spec.resources.value_or(api::DefaultResources());
-  Json& out = (*runner)["resources"];
+  Json& out = ObjectAt(*runner, "resources");
   for (auto [kind, list] :
        {std::pair{"requests", &resources.requests}, {"limits", &resources.limits}}) {
+    Json& target = ObjectAt(out, kind);
     for (const auto& [name, quantity] : *list) {
-      if (!out[kind].contains(name)) out[kind][name] = quantity;
+      if (!target.contains(name)) target[name] = quantity;
     }
   }
 }
@@ -157,7 +187,8 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
     volume["persistentVolumeClaim"] = {{"claimName", CheckpointClaimName(job.metadata.name)}};
     for (const auto& m : ckpt.volume_claim->access_modes) mount = mount || m == "ReadWriteMany";
   } else if (!ckpt.volume_json.empty()) {
-    volume.update(Json::parse(ckpt.volume_json));
+    const Json source = Json::parse(ckpt.volume_json, nullptr, false);
+    if (source.is_object()) volume.update(source);
   } else {
     volume["emptyDir"] = Json::object();
   }
@@ -171,8 +202,8 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
   for (const auto& m : runner->value("volumeMounts", Json::array())) {
     if (m.is_object() && m.contains("mountPath") && m["mountPath"] == path) return;
   }
-  (*pod_spec)["volumes"].push_back(volume);
-  (*runner)["volumeMounts"].push_back({{"name", kCheckpointVolume}, {"mountPath", path}});
+  ArrayAt(*pod_spec, "volumes").push_back(volume);
+  ArrayAt(*runner, "volumeMounts").push_back({{"name", kCheckpointVolume}, {"mountPath", path}});
 }
 
 }  // namespace
@@ -225,6 +256,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   const std::string name = reconcile::ReplicaName(job.metadata.name, attempt, rank);
   Json pod_meta = {{"name", name}, {"namespace", job.metadata.ns}};
   Json labels = meta.value("labels", Json::object());
+  if (!labels.is_object()) labels = Json::object();
   labels[kJobLabel] = job.metadata.name;
   labels[kRankLabel] = std::to_string(rank);
   labels[kAttemptLabel] = std::to_string(attempt);
@@ -232,6 +264,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   labels[kNprocLabel] = std::to_string(std::max(1, job.spec.gpus_per_replica));
   pod_meta["labels"] = labels;
   Json annotations = meta.value("annotations", Json::object());
+  if (!annotations.is_object()) annotations = Json::object();
   annotations[kMetricsPortAnnotation] = std::to_string(kMetricsPort);
   pod_meta["annotations"] = annotations;
   pod_meta["ownerReferences"] = Json::array({OwnerReference(job)});
@@ -240,7 +273,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   Json others = Json::array();
   if (spec.contains("containers") && spec["containers"].is_array()) {
     for (const auto& c : spec["containers"]) {
-      if (c.is_object() && c.value("name", "") == kContainerName) {
+      if (StringAt(c, "name") == kContainerName) {
         user_runner = c;
       } else {
         others.push_back(c);

@@ -44,6 +44,43 @@ Json WithoutSecurityDefaults(Json pod) {
 constexpr char kRecordedRefusal[] =
     R"rec({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"psa-job-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"runner\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"runner\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"runner\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"runner\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")","reason":"Forbidden","details":{"name":"psa-job-a0-0","kind":"pods"},"code":403})rec";
 
+// A template whose fields have the wrong types (the CRD keeps the template as free-form JSON)
+// must not throw out of the pod builder: such fields read as absent, and the pod still carries
+// everything the runner needs.
+TEST(PodBuilderTest, WrongTypedTemplateFieldsNeverThrow) {
+  const Json hostile_runners[] = {
+      {{"name", "runner"}, {"env", {"x", 5, {{"name", 7}}, {{"name", "RANK"}, {"value", "9"}}}}},
+      {{"name", "runner"}, {"ports", {"p", 3, {{"containerPort", "9400"}}}}},
+      {{"name", "runner"}, {"resources", "lots"}},
+      {{"name", "runner"}, {"resources", {{"requests", "1"}, {"limits", 5}}}},
+      {{"name", "runner"}, {"securityContext", "privileged"}},
+      {{"name", "runner"}, {"volumeMounts", "none"}},
+      {{"name", 42}},
+  };
+  for (const Json& runner : hostile_runners) {
+    for (int gpus : {0, 2}) {
+      Json tmpl_spec = {{"containers", Json::array({runner, "sidecar"})}, {"volumes", "none"}};
+      Json tmpl = {{"metadata", {{"labels", "x"}, {"annotations", 3}}}, {"spec", tmpl_spec}};
+      Json spec = {{"replicas", 2}, {"gpusPerReplica", gpus}, {"template", tmpl}};
+      if (gpus > 0) spec["backend"] = "nccl";
+      api::TrainingJob job = ParseJob("hostile", "default", spec);
+      Json pod;
+      ASSERT_NO_THROW(pod = BuildPod(job, 0, 1, PodOptions{})) << runner.dump();
+      const Json& c = pod["spec"]["containers"][0];
+      EXPECT_EQ(c["name"], "runner");
+      bool has_rank = false;
+      for (const auto& e : c["env"]) {
+        if (e.is_object() && e.value("name", Json()) == "RANK") {
+          EXPECT_EQ(e["value"], std::to_string(gpus > 0 ? gpus : 1)) << "ours wins";
+          has_rank = true;
+        }
+      }
+      EXPECT_TRUE(has_rank) << runner.dump();
+      EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/rank"], "1");
+    }
+  }
+}
+
 TEST(PodSecurityTest, DefaultPodIsAdmittedInARestrictedNamespaceWhereTheOldOneWasRefused) {
   auto server = fake::FakeApiServer::Create();
   ASSERT_TRUE(server->Start().ok());
