@@ -2,7 +2,7 @@
 // with and without bucketed all-reduce overlapped with backward. Reports samples/s and the
 // fraction of step time spent waiting for all-reduce and for data. Not a test: numbers only.
 //   bench/train_bench [--model mlp|cnn] [--steps N] [--batch B] [--ranks 1,2,4]
-//                     [--bucket-cap BYTES]
+//                     [--bucket-cap BYTES] [--slices on|off]
 #include <cblas.h>
 
 #include <cstdio>
@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   long steps = 300;
   int batch = 64;
   std::size_t bucket_cap = train::TrainConfig{}.bucket_cap_bytes;
+  bool slices = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model"))
       model = argv[i + 1];
@@ -90,6 +91,8 @@ int main(int argc, char** argv) {
       batch = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--ranks"))
       ranks = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--slices"))
+      slices = std::strcmp(argv[i + 1], "off") != 0;
     else if (!std::strcmp(argv[i], "--bucket-cap"))
       bucket_cap = std::strtoul(argv[i + 1], nullptr, 10);
     else if (!std::strcmp(argv[i], "--dataset"))
@@ -101,8 +104,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", ds.status().ToString().c_str());
     return 1;
   }
-  std::printf("# model %s, per-rank batch %d, %ld steps per rank, bucket cap %zu bytes, %u cores\n",
-              model.c_str(), batch, steps, bucket_cap, std::thread::hardware_concurrency());
+  std::printf(
+      "# model %s, per-rank batch %d, %ld steps per rank, bucket cap %zu bytes, slices %s, %u "
+      "cores\n",
+      model.c_str(), batch, steps, bucket_cap, slices ? "on" : "off",
+      std::thread::hardware_concurrency());
   std::printf("%6s %8s %12s %14s %10s %9s %8s\n", "ranks", "overlap", "samples/s", "allreduce_wait",
               "data_wait", "unhidden", "seconds");
   std::stringstream ss(ranks);
@@ -119,6 +125,7 @@ int main(int argc, char** argv) {
       c.eval_every_epoch = false;
       c.overlap = overlap;
       c.bucket_cap_bytes = bucket_cap;
+      c.slice_gradients = slices;
       Row row = Run(*ds, world, c);
       std::printf("%6d %8s %12.0f %13.1f%% %9.1f%% %9.2f %8.2f\n", world, overlap ? "yes" : "no",
                   row.samples_per_second, 100 * row.allreduce_fraction, 100 * row.data_fraction,

@@ -90,6 +90,7 @@ std::map<std::string, Setter> Flags(TrainConfig& c) {
       {"checkpoint-every", integer(&c.checkpoint_every, 1)},
       {"bucket-cap-bytes", integer(&c.bucket_cap_bytes, 4)},
       {"overlap", boolean(&c.overlap)},
+      {"slice-gradients", boolean(&c.slice_gradients)},
       {"loader-workers", integer(&c.loader_workers, 1)},
       {"prefetch", integer(&c.prefetch, 2)},
       {"max-steps", integer(&c.max_steps, -1)},
@@ -142,6 +143,7 @@ std::string TrainFlagsHelp() {
          "  [--momentum X] [--weight-decay X] [--lr-scaling linear|none] [--warmup-epochs X]\n"
          "  [--lr-schedule constant|cosine] [--seed N] [--checkpoint-dir DIR]\n"
          "  [--checkpoint-every STEPS] [--bucket-cap-bytes N] [--overlap true|false]\n"
+         "  [--slice-gradients true|false]\n"
          "  [--loader-workers N] [--prefetch N] [--max-steps N] [--result-file PATH]\n"
          "  [--eval-every-epoch true|false] [--step-sleep-ms N (testing aid)]\n"
          "  [--device auto|cpu|cuda] [--backend auto|nccl|tcp] [--precision fp32|tf32]\n"

@@ -30,6 +30,9 @@ struct TrainConfig {
   std::int64_t checkpoint_every = 500;
   std::size_t bucket_cap_bytes = 256 * 1024;
   bool overlap = true;  // all-reduce buckets during backward, on the comm thread
+  // Big weight gradients produced and all-reduced in row slices (train/bucket_plan.h), so even
+  // the layer backward reaches last overlaps its own all-reduce.
+  bool slice_gradients = true;
   int loader_workers = 1;
   int prefetch = 4;
   std::int64_t max_steps = -1;  // stop early (tests, benchmarks); -1 = all epochs

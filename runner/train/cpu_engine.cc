@@ -18,7 +18,8 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   mc.width = deps.train->cols;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;
-  mc.max_grad_slice = GradSliceFloats(config.bucket_cap_bytes, config.overlap);
+  mc.max_grad_slice =
+      GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
   // Gather and the model trust the data's shape and labels: check them once, here.
   RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
   if (deps.test != nullptr) {

@@ -140,6 +140,7 @@ void ApplyResources(const api::JobSpec& spec, const Json& user_runner, Json* run
   Json& out = ObjectAt(*runner, "resources");
   for (auto [kind, list] :
        {std::pair{"requests", &resources.requests}, {"limits", &resources.limits}}) {
+    if (list->empty()) continue;
     Json& target = ObjectAt(out, kind);
     for (const auto& [name, quantity] : *list) {
       if (!target.contains(name)) target[name] = quantity;

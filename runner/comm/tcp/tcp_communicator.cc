@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "common/stop.h"
+#include "runner/comm/tcp/reduce.h"
 #include "runner/rendezvous/failure.h"
 
 namespace ringtrain::comm {
@@ -74,14 +75,6 @@ std::string SocketError(int err) {
 Status LostPeer(const char* op, int peer, const std::string& why) {
   return Unavailable(std::string(op) + ": lost peer rank " + std::to_string(peer) + " (" + why +
                      ")");
-}
-
-void Reduce(float* __restrict dst, const float* __restrict src, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
-void ReduceScale(float* __restrict dst, const float* __restrict src, std::size_t n, float scale) {
-  for (std::size_t i = 0; i < n; ++i) dst[i] = (dst[i] + src[i]) * scale;
 }
 
 }  // namespace
@@ -282,9 +275,9 @@ Status TcpCommunicator::RunRing(const char* op, std::size_t n_spans, std::size_t
           auto* dst = reinterpret_cast<float*>(sp.data + ro);
           const float* src = scratch_.get();
           if (sp.mode == Mode::kReduce) {
-            Reduce(dst, src, whole / sizeof(float));
+            ReduceSum(dst, src, whole / sizeof(float));
           } else {
-            ReduceScale(dst, src, whole / sizeof(float), scale);
+            ReduceSumScale(dst, src, whole / sizeof(float), scale);
           }
           ro += whole;
           recv_done += whole;
