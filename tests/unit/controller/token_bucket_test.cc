@@ -36,7 +36,8 @@ TEST(TokenBucket, AWaitLongerThanTheLimitTakesNoToken) {
   auto refused = bucket.Reserve(milliseconds(100));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kDeadlineExceeded);
-  EXPECT_NE(refused.status().message().find("10s"), std::string::npos) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("10s"), std::string::npos)
+      << refused.status().ToString();
   // The refusal did not go into debt: after 10 s one token is there.
   clock.Advance(std::chrono::seconds(10));
   EXPECT_EQ(*bucket.Reserve(milliseconds(100)), milliseconds(0));
