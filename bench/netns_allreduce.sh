@@ -38,7 +38,11 @@ br=rtbench0
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for i in $(seq 0 $((max_ranks - 1))); do ip netns del "rtb$i" 2>/dev/null || true; done
+  for i in $(seq 0 $((max_ranks - 1))); do
+    ip netns del "rtb$i" 2>/dev/null || true
+    # A namespace kept alive by a straggler keeps its veth: remove the host end ourselves.
+    ip link del "rtbv$i" 2>/dev/null || true
+  done
   ip link del "$br" 2>/dev/null || true
 }
 trap cleanup EXIT
