@@ -3,7 +3,18 @@
 // the same sizes as the baseline. Prints numbers; asserts nothing.
 //
 //   allreduce_bench [--chunk=BYTES] [--max-bytes=BYTES] [WORLD_SIZE...]   (default: 2 4 8)
+//
+// One rank of a multi-process run (bench/netns_allreduce.sh runs one per network namespace):
+//
+//   allreduce_bench --rank=R --world=N --master=HOST:PORT --addr=MY_IP [--chunk=BYTES]
+//                   [--sizes=BYTES,BYTES,...] [--iters=K]
+//
+// Rank 0 hosts the store at --master. Rank 0 prints one line per size:
+//   size_bytes seconds_per_op busbw_gbit_s cpu_ns_per_byte
+// where cpu is this process's getrusage user+sys over the timed iterations divided by the
+// bytes all-reduced, and busbw = 2(n-1)/n * bytes / time, as nccl-tests and the Gloo script.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -151,11 +162,99 @@ void BenchBaseline(const std::vector<std::size_t>& sizes) {
   std::fflush(stdout);
 }
 
+double CpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
+struct RankArgs {
+  int rank = -1;
+  int world = 0;
+  std::string master;  // host:port of rank 0's store
+  std::string addr;    // this rank's address, bound and advertised
+  std::vector<std::size_t> sizes;
+  int iters = 0;  // 0: ItersFor(size)
+};
+
+// Parses a comma-separated list of byte counts; false on anything else.
+bool ParseSizes(const std::string& list, std::vector<std::size_t>* out) {
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    std::size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    std::string item = list.substr(pos, end - pos);
+    char* rest = nullptr;
+    unsigned long long v = std::strtoull(item.c_str(), &rest, 10);
+    if (item.empty() || *rest != '\0' || v < sizeof(float)) return false;
+    out->push_back(static_cast<std::size_t>(v));
+    pos = end + 1;
+  }
+  return !out->empty();
+}
+
+int RunRank(const RankArgs& a, std::size_t chunk) {
+  auto colon = a.master.rfind(':');
+  std::string host = a.master.substr(0, colon);
+  int port = std::atoi(a.master.c_str() + colon + 1);
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
+  if (a.rank == 0) {
+    auto s = rendezvous::TcpStoreServer::Create(host, port, "bench-token");
+    if (!s.ok()) Die(s.status(), "store");
+    server = std::move(s).value();
+  }
+  auto client = rendezvous::TcpStoreClient::Create({host, port, "bench-token", 120s, 120s});
+  if (!client.ok()) Die(client.status(), "store client");
+  comm::TcpCommOptions o;
+  o.rank = a.rank;
+  o.size = a.world;
+  o.bind_host = a.addr;
+  o.advertise_host = a.addr;
+  o.chunk_bytes = chunk;
+  o.collective_timeout = 300s;
+  auto c = comm::TcpCommunicator::Create(**client, o);
+  if (!c.ok()) Die(c.status(), "communicator");
+  std::size_t max_bytes = *std::max_element(a.sizes.begin(), a.sizes.end());
+  std::vector<float> buf(max_bytes / sizeof(float), 1.0f);
+  for (std::size_t bytes : a.sizes) {
+    std::size_t count = bytes / sizeof(float);
+    int iters = a.iters > 0 ? a.iters : std::clamp(ItersFor(bytes), kMinIters, 20);
+    for (int w = 0; w < 2; ++w) {
+      if (Status s = (*c)->AllReduce(buf.data(), count, comm::ReduceOp::kSum); !s.ok()) {
+        Die(s, "warm-up");
+      }
+    }
+    if (Status s = (*c)->Barrier(); !s.ok()) Die(s, "barrier");
+    double cpu0 = CpuSeconds();
+    auto t0 = Clock::now();
+    for (int it = 0; it < iters; ++it) {
+      if (Status s = (*c)->AllReduce(buf.data(), count, comm::ReduceOp::kAverage); !s.ok()) {
+        Die(s, "all-reduce");
+      }
+    }
+    // The barrier makes rank 0's time the collective's: it ends when the slowest rank is done.
+    if (Status s = (*c)->Barrier(); !s.ok()) Die(s, "barrier");
+    double t = std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+    double cpu = CpuSeconds() - cpu0;
+    double busbw = static_cast<double>(count * sizeof(float)) / t * 2.0 * (a.world - 1) / a.world;
+    if (a.rank == 0) {
+      std::printf("%zu %.6f %.4f %.3f\n", count * sizeof(float), t, busbw * 8 / 1e9,
+                  cpu * 1e9 / (static_cast<double>(count * sizeof(float)) * iters));
+      std::fflush(stdout);
+    }
+  }
+  // Rank 0's store must outlive the others' last barrier.
+  if (Status s = (*c)->Barrier(); !s.ok()) Die(s, "final barrier");
+  return 0;
+}
+
 }  // namespace
 }  // namespace ringtrain
 
 int main(int argc, char** argv) {
   std::size_t chunk = ringtrain::comm::kDefaultChunkBytes;
+  ringtrain::RankArgs rank_args;
   std::size_t max_bytes = std::size_t{64} << 20;
   std::vector<int> worlds;
   for (int i = 1; i < argc; ++i) {
@@ -164,6 +263,22 @@ int main(int argc, char** argv) {
       chunk = std::strtoull(a.c_str() + 8, nullptr, 10);
     } else if (a.rfind("--max-bytes=", 0) == 0) {
       max_bytes = std::strtoull(a.c_str() + 12, nullptr, 10);
+    } else if (a.rfind("--rank=", 0) == 0) {
+      rank_args.rank = std::atoi(a.c_str() + 7);
+    } else if (a.rfind("--world=", 0) == 0) {
+      rank_args.world = std::atoi(a.c_str() + 8);
+    } else if (a.rfind("--master=", 0) == 0) {
+      rank_args.master = a.substr(9);
+    } else if (a.rfind("--addr=", 0) == 0) {
+      rank_args.addr = a.substr(7);
+    } else if (a.rfind("--iters=", 0) == 0) {
+      rank_args.iters = std::atoi(a.c_str() + 8);
+    } else if (a.rfind("--sizes=", 0) == 0) {
+      if (!ringtrain::ParseSizes(a.substr(8), &rank_args.sizes)) {
+        std::fprintf(stderr, "--sizes: want comma-separated byte counts >= 4, got '%s'\n",
+                     a.c_str() + 8);
+        return 2;
+      }
     } else if (int n = std::atoi(a.c_str()); n >= 1) {
       worlds.push_back(n);
     } else {
@@ -171,6 +286,27 @@ int main(int argc, char** argv) {
                    argv[0]);
       return 2;
     }
+  }
+  if (chunk < sizeof(float)) {
+    std::fprintf(stderr, "--chunk: want a byte count >= 4\n");
+    return 2;
+  }
+  if (rank_args.rank >= 0 || rank_args.world > 0) {
+    const auto& r = rank_args;
+    std::string why;
+    if (r.world < 2) why = "--world: want 2 or more ranks";
+    if (why.empty() && (r.rank < 0 || r.rank >= r.world)) why = "--rank: want 0 <= rank < world";
+    if (why.empty() && r.master.rfind(':') == std::string::npos) {
+      why = "--master: want HOST:PORT";
+    }
+    if (why.empty() && r.addr.empty()) why = "--addr: want this rank's IP address";
+    if (!why.empty()) {
+      std::fprintf(stderr, "%s\n", why.c_str());
+      return 2;
+    }
+    if (rank_args.sizes.empty()) rank_args.sizes = {1u << 20, 4u << 20, 64u << 20, 256u << 20};
+    spdlog::set_level(spdlog::level::warn);
+    return ringtrain::RunRank(rank_args, chunk);
   }
   if (worlds.empty()) worlds = {2, 4, 8};
   spdlog::set_level(spdlog::level::warn);

@@ -20,3 +20,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -q
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+# Benchmarks only (bench/netns_allreduce.sh): the wire's limit and the Gloo peer. Opt in with
+# RINGTRAIN_BENCH_DEPS=1; the build and the tests never need them.
+if [ "${RINGTRAIN_BENCH_DEPS:-0}" = 1 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
+    iperf3 iproute2 python3-torch
+fi

@@ -13,7 +13,6 @@
 #include <cstring>
 
 #include "common/stop.h"
-#include "runner/comm/tcp/reduce.h"
 #include "runner/rendezvous/failure.h"
 
 namespace ringtrain::comm {
@@ -103,6 +102,9 @@ StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(rendezvous::S
   c->spans_.resize(2 * static_cast<std::size_t>(options.size));
   c->scratch_bytes_ = options.chunk_bytes / sizeof(float) * sizeof(float);
   c->scratch_ = std::make_unique<float[]>(c->scratch_bytes_ / sizeof(float));
+  c->kernels_ = BestReduceKernels();
+  spdlog::debug("tcp communicator rank {}: reduce kernels {}", options.rank,
+                ReduceIsaName(c->kernels_.isa));
   c->barrier_in_.assign(1, 1);
   c->barrier_out_.assign(static_cast<std::size_t>(options.size), 0);
   if (options.size > 1) RETURN_IF_ERROR(c->Connect().WithContext("tcp communicator"));
@@ -275,9 +277,9 @@ Status TcpCommunicator::RunRing(const char* op, std::size_t n_spans, std::size_t
           auto* dst = reinterpret_cast<float*>(sp.data + ro);
           const float* src = scratch_.get();
           if (sp.mode == Mode::kReduce) {
-            ReduceSum(dst, src, whole / sizeof(float));
+            kernels_.sum(dst, src, whole / sizeof(float));
           } else {
-            ReduceSumScale(dst, src, whole / sizeof(float), scale);
+            kernels_.sum_scale(dst, src, whole / sizeof(float), scale);
           }
           ro += whole;
           recv_done += whole;

@@ -12,6 +12,7 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "runner/comm/communicator.h"
+#include "runner/comm/tcp/reduce_kernels.h"
 #include "runner/rendezvous/store.h"
 
 namespace ringtrain::comm {
@@ -104,6 +105,9 @@ class TcpCommunicator final : public Communicator {
   std::vector<Span> spans_;
   std::unique_ptr<float[]> scratch_;
   std::size_t scratch_bytes_ = 0;
+  // Chosen from CPUID once: the reduce runs on each chunk right after its recv, while the
+  // chunk is still in cache.
+  ReduceKernels kernels_;
   std::vector<char> barrier_in_;
   std::vector<char> barrier_out_;
 };
