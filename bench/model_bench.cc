@@ -1,13 +1,13 @@
 // Single-threaded samples/s of Model::ForwardBackward (and one optimizer step per batch) for the
 // built-in models on MNIST-shaped random data. Reports numbers only; nothing here is asserted.
-#include <cblas.h>
-
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "runner/model/gemm.h"
 #include "runner/model/model.h"
 #include "runner/model/optimizer.h"
 
@@ -61,8 +61,25 @@ int Run(const char* name, int batch, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  openblas_set_num_threads(1);
+  namespace model = ringtrain::model;
+  model::SetKernelThreads(1);
+  // RINGTRAIN_GEMM=openblas|onednn picks the matrix-product backend, as in the runner.
+  if (const char* name = std::getenv("RINGTRAIN_GEMM"); name != nullptr) {
+    auto backend = model::GemmBackendFromName(name);
+    if (!backend) {
+      std::fprintf(stderr, "RINGTRAIN_GEMM: unknown backend '%s' (onednn, openblas)\n", name);
+      return 2;
+    }
+    model::SetGemmBackend(*backend);
+  }
+  std::printf("gemm backend: %s\n",
+              std::string(model::NameOf(model::CurrentGemmBackend())).c_str());
   const int batch = argc > 1 ? std::atoi(argv[1]) : 64;
   const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
-  return Run("mlp", batch, seconds) | Run("cnn", batch, seconds);
+  const std::string only = argc > 3 ? argv[3] : "";  // mlp or cnn; both when absent
+  int rc = 0;
+  for (const char* name : {"mlp", "cnn"}) {
+    if (only.empty() || only == name) rc |= Run(name, batch, seconds);
+  }
+  return rc;
 }

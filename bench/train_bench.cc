@@ -3,7 +3,6 @@
 // fraction of step time spent waiting for all-reduce and for data. Not a test: numbers only.
 //   bench/train_bench [--model mlp|cnn] [--steps N] [--batch B] [--ranks 1,2,4]
 //                     [--bucket-cap BYTES] [--slices on|off]
-#include <cblas.h>
 
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@
 
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
+#include "runner/model/gemm.h"
 #include "runner/train/trainer.h"
 #include "tests/fakes/in_memory_store.h"
 
@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dataset"))
       dataset = argv[i + 1];
   }
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   auto ds = data::LoadFashionMnist(dataset, true);
   if (!ds.ok()) {
     std::fprintf(stderr, "%s\n", ds.status().ToString().c_str());

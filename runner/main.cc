@@ -1,7 +1,6 @@
 // ringtrain-runner: one rank of a data-parallel job. Reads the env contract (DESIGN.md), joins
 // the rendezvous, forms the communicator, trains, and exits 0, 1-127 (permanent) or 128-255
 // (retryable) with a one-line reason in the termination log.
-#include <cblas.h>
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include "runner/data/idx.h"
 #include "runner/local_launcher.h"
 #include "runner/metrics/runner_metrics.h"
+#include "runner/model/gemm.h"
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
@@ -275,7 +275,17 @@ int Main(int argc, char** argv) {
   // One BLAS thread per rank: ranks already fill the cores, and oversubscription is slower.
   auto blas_threads = GetEnvInt("RINGTRAIN_BLAS_THREADS", 1, 1, 256);
   if (!blas_threads.ok()) return fail(blas_threads.status(), env->termination_log);
-  openblas_set_num_threads(static_cast<int>(*blas_threads));
+  model::SetKernelThreads(static_cast<int>(*blas_threads));
+  // RINGTRAIN_GEMM=openblas|onednn overrides the matrix-product backend (default onednn).
+  if (auto gemm = GetEnv("RINGTRAIN_GEMM"); gemm && !gemm->empty()) {
+    auto backend = model::GemmBackendFromName(*gemm);
+    if (!backend) {
+      return fail(
+          InvalidArgument("RINGTRAIN_GEMM: unknown backend '" + *gemm + "' (onednn, openblas)"),
+          env->termination_log);
+    }
+    model::SetGemmBackend(*backend);
+  }
 
   metrics::RunnerMetrics metrics({env->job, env->ns, env->rank});
   if (env->metrics_port >= 0) {

@@ -5,7 +5,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config clang-format clang-tidy curl ca-certificates
   libcpprest-dev libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev libboost-system-dev googletest libgtest-dev libgmock-dev
-  libopenblas-dev dataset-fashion-mnist prometheus python3 python3-yaml procps unzip
+  libopenblas-dev libdnnl-dev dataset-fashion-mnist prometheus python3 python3-yaml procps unzip
 )
 # Helm comes from the npm registry (scripts/install-helm.sh); keep a NodeSource npm if present.
 command -v npm >/dev/null || packages+=(npm)
@@ -26,5 +26,5 @@ if [ "${RINGTRAIN_BENCH_DEPS:-0}" = 1 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends \
-    iperf3 iproute2 python3-torch
+    iperf3 iproute2 python3-torch libblis-dev
 fi

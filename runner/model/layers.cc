@@ -1,6 +1,6 @@
 #include "runner/model/layers.h"
 
-#include <cblas.h>
+#include "runner/model/gemm.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +26,57 @@ void InitLikeTorch(std::mt19937_64& rng, std::size_t fan_in, float* w, std::size
   FillUniform(rng, bound, w, w_count);
   FillUniform(rng, bound, b, b_count);
 }
+
+// The elementwise kernels are compiled for AVX-512, AVX2 and the baseline, and the loader picks
+// the best the CPU has (no -march in the binary). Their loads are unconditional so that the
+// selects vectorize.
+#define RINGTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
+RINGTRAIN_CLONES void ReluForwardKernel(const float* x, float* y, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float v = x[i];
+    y[i] = v > 0.0f ? v : 0.0f;
+  }
+}
+
+RINGTRAIN_CLONES void ReluBackwardKernel(const float* x, const float* dy, float* dx,
+                                         std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const float g = dy[i];
+    dx[i] = x[i] > 0.0f ? g : 0.0f;
+  }
+}
+
+// One output row of a 2x2/2 max pool over input rows `row` and `row + w` of plane x. First
+// maximum wins and NaN propagates, as in torch's CPU kernel; selects, not branches, since the
+// winner is unpredictable on real activations.
+RINGTRAIN_CLONES void MaxPoolRowKernel(const float* x, int row, int w, int out_w, float* y,
+                                       std::int32_t* arg) {
+  const float* top = x + row;
+  const float* bottom = top + w;
+  for (int ow = 0; ow < out_w; ++ow) {
+    const int at = row + 2 * ow;
+    const float a = top[2 * ow];
+    const float b = top[2 * ow + 1];
+    const float c = bottom[2 * ow];
+    const float d = bottom[2 * ow + 1];
+    int best = at;
+    float max = a;
+    bool take = (b > max) | (b != b);
+    best = take ? at + 1 : best;
+    max = take ? b : max;
+    take = (c > max) | (c != c);
+    best = take ? at + w : best;
+    max = take ? c : max;
+    take = (d > max) | (d != d);
+    best = take ? at + w + 1 : best;
+    max = take ? d : max;
+    y[ow] = max;
+    arg[ow] = best;
+  }
+}
+
+#undef RINGTRAIN_CLONES
 
 }  // namespace
 
@@ -61,8 +112,7 @@ void Linear::Init(std::mt19937_64& rng) {
 
 void Linear::Forward(const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) std::copy(b_, b_ + out_, y + static_cast<std::size_t>(i) * out_);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out_, in_, 1.0f, x, in_, w_, in_, 1.0f, y,
-              out_);
+  Sgemm(Transpose::kNo, Transpose::kYes, n, out_, in_, 1.0f, x, in_, w_, in_, 1.0f, y, out_);
 }
 
 int Linear::RowsPerSlice(std::size_t max_slice) const {
@@ -101,8 +151,8 @@ void Linear::BackwardSliced(const float* x, const float* dy, float* dx, int n,
   const int last_begin = ((out_ - 1) / rows) * rows;
   for (int r0 = last_begin; r0 >= 0; r0 -= rows) {
     const int r1 = std::min(out_, r0 + rows);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in_, n, 1.0f, dy + r0, out_, x,
-                in_, 0.0f, dw_ + static_cast<std::size_t>(r0) * in_, in_);
+    Sgemm(Transpose::kYes, Transpose::kNo, r1 - r0, in_, n, 1.0f, dy + r0, out_, x, in_, 0.0f,
+          dw_ + static_cast<std::size_t>(r0) * in_, in_);
     if (ready) {
       std::size_t count = static_cast<std::size_t>(r1 - r0) * in_;
       if (r1 == out_) count += static_cast<std::size_t>(out_);
@@ -110,20 +160,17 @@ void Linear::BackwardSliced(const float* x, const float* dy, float* dx, int n,
     }
   }
   if (dx != nullptr) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in_, out_, 1.0f, dy, out_, w_, in_,
-                0.0f, dx, in_);
+    Sgemm(Transpose::kNo, Transpose::kNo, n, in_, out_, 1.0f, dy, out_, w_, in_, 0.0f, dx, in_);
   }
 }
 
 void ReLU::Forward(const float* x, float* y, int n) {
-  const std::size_t count = in_shape().size() * n;
-  for (std::size_t i = 0; i < count; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  ReluForwardKernel(x, y, in_shape().size() * n);
 }
 
 void ReLU::Backward(const float* x, const float* dy, float* dx, int n) {
   if (dx == nullptr) return;
-  const std::size_t count = in_shape().size() * n;
-  for (std::size_t i = 0; i < count; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  ReluBackwardKernel(x, dy, dx, in_shape().size() * n);
 }
 
 Conv2d::Conv2d(Shape in, int out_channels, int kernel, int padding)
@@ -213,8 +260,8 @@ void Conv2d::Forward(const float* x, float* y, int n) {
     Im2Col(x + in_shape().size() * i);
     float* yi = y + out_shape().size() * i;
     for (int o = 0; o < out_c; ++o) std::fill(yi + o * pixels, yi + (o + 1) * pixels, b_[o]);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, out_c, pixels, patch_, 1.0f, w_, patch_,
-                col_.data(), pixels, 1.0f, yi, pixels);
+    Sgemm(Transpose::kNo, Transpose::kNo, out_c, pixels, patch_, 1.0f, w_, patch_, col_.data(),
+          pixels, 1.0f, yi, pixels);
   }
 }
 
@@ -225,8 +272,8 @@ void Conv2d::Backward(const float* x, const float* dy, float* dx, int n) {
   for (int i = 0; i < n; ++i) {
     const float* dyi = dy + out_shape().size() * i;
     Im2Col(x + in_shape().size() * i);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, out_c, patch_, pixels, 1.0f, dyi, pixels,
-                col_.data(), pixels, i == 0 ? 0.0f : 1.0f, dw_, patch_);
+    Sgemm(Transpose::kNo, Transpose::kYes, out_c, patch_, pixels, 1.0f, dyi, pixels, col_.data(),
+          pixels, i == 0 ? 0.0f : 1.0f, dw_, patch_);
     for (int o = 0; o < out_c; ++o) {
       float sum = 0.0f;
       for (int p = 0; p < pixels; ++p) sum += dyi[o * pixels + p];
@@ -234,8 +281,8 @@ void Conv2d::Backward(const float* x, const float* dy, float* dx, int n) {
     }
     if (dx == nullptr) continue;
     // The columns are no longer needed once dW has them, so their gradient reuses the buffer.
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, patch_, pixels, out_c, 1.0f, w_, patch_,
-                dyi, pixels, 0.0f, col_.data(), pixels);
+    Sgemm(Transpose::kYes, Transpose::kNo, patch_, pixels, out_c, 1.0f, w_, patch_, dyi, pixels,
+          0.0f, col_.data(), pixels);
     Col2Im(dx + in_shape().size() * i);
   }
 }
@@ -251,22 +298,9 @@ void MaxPool2d::Forward(const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) {
     const float* xi = x + in.size() * i;
     for (int c = 0; c < in.c; ++c) {
-      for (int oh = 0; oh < out.h; ++oh) {
+      for (int oh = 0; oh < out.h; ++oh, y += out.w, arg += out.w) {
         const int row = (c * in.h + 2 * oh) * in.w;
-        for (int ow = 0; ow < out.w; ++ow, ++y, ++arg) {
-          // First maximum wins and NaN propagates, as in torch's CPU kernel. Bitwise | and
-          // selects instead of branches: on real activations the winner is unpredictable.
-          int best = row + 2 * ow;
-          float max = xi[best];
-          for (const int at : {best + 1, best + in.w, best + in.w + 1}) {
-            const float v = xi[at];
-            const bool take = (v > max) | (v != v);
-            best = take ? at : best;
-            max = take ? v : max;
-          }
-          *y = max;
-          *arg = best;
-        }
+        MaxPoolRowKernel(xi, row, in.w, out.w, y, arg);
       }
     }
   }

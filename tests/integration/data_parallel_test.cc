@@ -1,7 +1,6 @@
 // The invariant the product rests on: N ranks with per-rank batch B/N reach, step for step, the
 // parameters of one rank with batch B. Ranks are threads sharing an in-memory store and talking
 // over a real TCP ring on loopback.
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <thread>
 
 #include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/model/gemm.h"
 #include "runner/train/trainer.h"
 #include "tests/fakes/in_memory_store.h"
 
@@ -108,7 +108,7 @@ struct Case {
 
 class DataParallelEquivalence : public ::testing::TestWithParam<Case> {
  protected:
-  static void SetUpTestSuite() { openblas_set_num_threads(1); }
+  static void SetUpTestSuite() { model::SetKernelThreads(1); }
 };
 
 TEST_P(DataParallelEquivalence, MatchesOneRankWithTheGlobalBatch) {
@@ -145,7 +145,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DataParallelEquivalence,
                          });
 
 TEST(DataParallel, NoOverlapGivesTheSameResult) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   data::Dataset ds = SyntheticDataset(120, 5);
   TrainConfig c = BaseConfig("mlp", "adam");
   c.batch_size = 10;
@@ -157,7 +157,7 @@ TEST(DataParallel, NoOverlapGivesTheSameResult) {
 }
 
 TEST(DataParallel, ResumeFromCheckpointContinuesExactly) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   data::Dataset ds = SyntheticDataset(160, 7);
   auto dir = std::filesystem::temp_directory_path() / ("dp_resume_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
@@ -184,7 +184,7 @@ TEST(DataParallel, ResumeFromCheckpointContinuesExactly) {
 // 3 at the same number of samples seen: the rest of the epoch is sharded over 3 ranks, and the
 // job finishes its epochs.
 TEST(DataParallel, ResizeByRestartContinuesAtTheSameSample) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   const std::size_t n = 160;
   data::Dataset ds = SyntheticDataset(n, 9);
   auto dir = std::filesystem::temp_directory_path() / ("dp_resize_" + std::to_string(::getpid()));

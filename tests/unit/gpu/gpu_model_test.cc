@@ -4,7 +4,6 @@
 // explains the two kinds of random data used).
 #include "runner/model/cuda/gpu_model.h"
 
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "runner/model/gemm.h"
 #include "runner/model/model.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 #include "tests/unit/gpu/model_test_data.h"
@@ -75,7 +75,7 @@ std::vector<Case> ForwardBackwardCases() {
 
 class GpuModelTest : public ::testing::Test {
  protected:
-  void SetUp() override { openblas_set_num_threads(1); }
+  void SetUp() override { model::SetKernelThreads(1); }
 };
 
 void RunForwardBackward(const Case& c, std::uint64_t seed) {

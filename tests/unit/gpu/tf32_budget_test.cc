@@ -6,7 +6,6 @@
 // model stay within the bounds gpu_model_test.cc applies, whether the hardware rounds its TF32
 // operands to nearest or truncates them (truncation biases every rounded operand the same way,
 // so its errors add up along the backward chain: ~2e-3 at the cnn's first layer).
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "runner/model/gemm.h"
 #include "runner/model/layers.h"
 #include "runner/model/model.h"
 #include "tests/unit/gpu/gpu_test_util.h"
@@ -122,7 +122,7 @@ class EmulatedModel {
 };
 
 TEST(Tf32Budget, ExactForwardDataKeepsDecisionsAndErrorsWithinBounds) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   struct Mode {
     const char* name;
     Convert convert;

@@ -1,6 +1,5 @@
 #include "runner/model/layers.h"
 
-#include <cblas.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "runner/model/gemm.h"
 #include "tests/unit/model/grad_check.h"
 
 namespace ringtrain::model {
@@ -18,7 +18,7 @@ constexpr double kTolerance = 1e-2;
 
 class LayerGradientTest : public ::testing::Test {
  protected:
-  void SetUp() override { openblas_set_num_threads(1); }
+  void SetUp() override { model::SetKernelThreads(1); }
 
   std::vector<float> Uniform(std::size_t count, float lo, float hi) {
     std::uniform_real_distribution<float> dist(lo, hi);

@@ -1,7 +1,6 @@
 // Trainer start-up checks at world size 1: data of the wrong shape is refused before any step
 // (issue 10 item 1), and unreadable checkpoints are said in the status, not silently ignored
 // (issue 10 item 7); /status's epoch counts completed epochs.
-#include <cblas.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 
 #include "common/runner_contract.h"
 #include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/model/gemm.h"
 #include "runner/train/checkpoint.h"
 #include "runner/train/trainer.h"
 #include "tests/fakes/in_memory_store.h"
@@ -60,7 +60,7 @@ struct OneRank {
 };
 
 TEST(TrainerStart, TestSetOfAnotherShapeIsRefusedNamingTheFile) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   OneRank r;
   data::Dataset train = Synthetic(32, 28, 28);
   data::Dataset test = Synthetic(16, 14, 14);  // the reproduction: used to overflow in Evaluate
@@ -90,7 +90,7 @@ TEST(TrainerStart, LabelOutsideTheModelsClassesIsRefused) {
 }
 
 TEST(TrainerStart, AllCheckpointsCorruptTrainsFromZeroAndSaysSo) {
-  openblas_set_num_threads(1);
+  model::SetKernelThreads(1);
   auto dir =
       std::filesystem::temp_directory_path() / ("trainer_ckpt_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
