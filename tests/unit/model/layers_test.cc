@@ -167,6 +167,71 @@ TEST(MaxPoolTest, TiedWindowRoutesGradientToFirstMaximum) {
   EXPECT_EQ(dx, (std::vector<float>{0.0f, 2.0f, 0.0f, 0.0f}));
 }
 
+// Rows long enough for the AVX-512 and AVX2 clones (35 windows per row) and values drawn from
+// {0, 1, 2, NaN}, so most windows tie or hold a NaN: output and gradient routing must equal a
+// scalar scan in row-major order (first maximum wins; a NaN wins and the last NaN wins).
+TEST(MaxPoolTest, WideRowsMatchARowMajorScanWithTiesAndNaN) {
+  const Shape in{3, 6, 71};  // the odd last column is dropped
+  const int batch = 2;
+  MaxPool2d layer(in, batch);
+  const Shape out = layer.out_shape();
+  ASSERT_EQ(out.w, 35);
+  std::mt19937 rng(5);
+  std::vector<float> x(in.size() * batch);
+  for (float& v : x) {
+    const unsigned pick = rng() % 4;
+    v = pick == 3 ? std::nanf("") : static_cast<float>(pick);
+  }
+  std::vector<float> y(out.size() * batch);
+  layer.Forward(x.data(), y.data(), batch);
+  std::vector<float> dy(y.size());
+  for (std::size_t j = 0; j < dy.size(); ++j) dy[j] = static_cast<float>(j + 1);
+  std::vector<float> dx(x.size(), -1.0f);
+  layer.Backward(x.data(), dy.data(), dx.data(), batch);
+
+  std::vector<float> want_dx(x.size(), 0.0f);
+  std::size_t j = 0;
+  for (int i = 0; i < batch; ++i) {
+    for (int c = 0; c < in.c; ++c) {
+      for (int oh = 0; oh < out.h; ++oh) {
+        for (int ow = 0; ow < out.w; ++ow, ++j) {
+          const std::size_t top = ((static_cast<std::size_t>(i) * in.c + c) * in.h + 2 * oh) * in.w;
+          std::size_t best = top + 2 * ow;
+          for (const std::size_t at :
+               {top + 2 * ow + 1, top + in.w + 2 * ow, top + in.w + 2 * ow + 1}) {
+            if (x[at] > x[best] || std::isnan(x[at])) best = at;
+          }
+          if (std::isnan(x[best])) {
+            EXPECT_TRUE(std::isnan(y[j])) << "output " << j;
+          } else {
+            EXPECT_EQ(y[j], x[best]) << "output " << j;
+          }
+          want_dx[best] = dy[j];
+        }
+      }
+    }
+  }
+  EXPECT_EQ(dx, want_dx);
+}
+
+TEST(ReLUTest, WideBuffersZeroNegativesAndNaNAndGateTheGradient) {
+  ReLU layer(Shape{1000, 1, 1});
+  std::vector<float> x(1000);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    x[i] = i % 7 == 0 ? std::nanf("") : static_cast<float>(static_cast<int>(i % 5) - 2);
+  }
+  std::vector<float> y(x.size(), -9.0f);
+  layer.Forward(x.data(), y.data(), 1);
+  std::vector<float> dy(x.size(), 3.0f);
+  std::vector<float> dx(x.size(), -9.0f);
+  layer.Backward(x.data(), dy.data(), dx.data(), 1);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const bool pass = x[i] > 0.0f;
+    EXPECT_EQ(y[i], pass ? x[i] : 0.0f) << i;
+    EXPECT_EQ(dx[i], pass ? 3.0f : 0.0f) << i;
+  }
+}
+
 TEST(SoftmaxCrossEntropyTest, MatchesHandComputedLossAndAccuracy) {
   // Row 0: logits (2, 0), label 0 → loss log(1 + e⁻²), correct.
   // Row 1: logits (0, 3), label 0 → loss log(1 + e³), wrong.
