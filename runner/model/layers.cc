@@ -1,9 +1,10 @@
 #include "runner/model/layers.h"
 
-#include "runner/model/gemm.h"
-
 #include <algorithm>
 #include <cmath>
+
+#include "runner/model/clones.h"
+#include "runner/model/gemm.h"
 
 namespace ringtrain::model {
 namespace {
@@ -27,20 +28,17 @@ void InitLikeTorch(std::mt19937_64& rng, std::size_t fan_in, float* w, std::size
   FillUniform(rng, bound, b, b_count);
 }
 
-// The elementwise kernels are compiled for AVX-512, AVX2 and the baseline, and the loader picks
-// the best the CPU has (no -march in the binary). Their loads are unconditional so that the
-// selects vectorize.
-#define RINGTRAIN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-
-RINGTRAIN_CLONES void ReluForwardKernel(const float* x, float* y, std::size_t count) {
+// The elementwise kernels are target clones (clones.h); their loads are unconditional so that
+// the selects vectorize.
+RINGTRAIN_TARGET_CLONES void ReluForwardKernel(const float* x, float* y, std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     const float v = x[i];
     y[i] = v > 0.0f ? v : 0.0f;
   }
 }
 
-RINGTRAIN_CLONES void ReluBackwardKernel(const float* x, const float* dy, float* dx,
-                                         std::size_t count) {
+RINGTRAIN_TARGET_CLONES void ReluBackwardKernel(const float* x, const float* dy, float* dx,
+                                                std::size_t count) {
   for (std::size_t i = 0; i < count; ++i) {
     const float g = dy[i];
     dx[i] = x[i] > 0.0f ? g : 0.0f;
@@ -50,8 +48,8 @@ RINGTRAIN_CLONES void ReluBackwardKernel(const float* x, const float* dy, float*
 // One output row of a 2x2/2 max pool over input rows `row` and `row + w` of plane x. First
 // maximum wins and NaN propagates, as in torch's CPU kernel; selects, not branches, since the
 // winner is unpredictable on real activations.
-RINGTRAIN_CLONES void MaxPoolRowKernel(const float* x, int row, int w, int out_w, float* y,
-                                       std::int32_t* arg) {
+RINGTRAIN_TARGET_CLONES void MaxPoolRowKernel(const float* x, int row, int w, int out_w, float* y,
+                                              std::int32_t* arg) {
   const float* top = x + row;
   const float* bottom = top + w;
   for (int ow = 0; ow < out_w; ++ow) {
@@ -75,8 +73,6 @@ RINGTRAIN_CLONES void MaxPoolRowKernel(const float* x, int row, int w, int out_w
     arg[ow] = best;
   }
 }
-
-#undef RINGTRAIN_CLONES
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runner/model/clones.h"
+
 namespace ringtrain::model {
 namespace {
 
@@ -21,11 +23,14 @@ void CheckSizes(std::span<float> params, std::span<const float> grads, std::size
 
 // The update kernels take __restrict parameters (GCC ignores it on local pointers): params,
 // grads and state never alias, and saying so lets the loops vectorize without overlap checks.
+// They are target clones (clones.h): every element goes through the same IEEE operations in
+// every clone, so replicas on CPUs of different generations apply bit-identical updates.
 
 // torch.optim.SGD (dampening 0, no Nesterov): buf = m·buf + g; p −= lr·buf. Its first step sets
 // buf = g, which is what m·0 + g gives with the zero-initialized buffer.
-void SgdUpdate(float* __restrict p, const float* __restrict g, float* __restrict buf,
-               std::size_t count, float momentum, float weight_decay, float lr) {
+RINGTRAIN_TARGET_CLONES void SgdUpdate(float* __restrict p, const float* __restrict g,
+                                       float* __restrict buf, std::size_t count, float momentum,
+                                       float weight_decay, float lr) {
   for (std::size_t i = 0; i < count; ++i) {
     buf[i] = momentum * buf[i] + (g[i] + weight_decay * p[i]);
     p[i] -= lr * buf[i];
@@ -42,8 +47,9 @@ struct AdamCoefficients {
   float weight_decay;
 };
 
-void AdamUpdate(float* __restrict p, const float* __restrict grad, float* __restrict m,
-                float* __restrict v, std::size_t count, const AdamCoefficients c) {
+RINGTRAIN_TARGET_CLONES void AdamUpdate(float* __restrict p, const float* __restrict grad,
+                                        float* __restrict m, float* __restrict v, std::size_t count,
+                                        const AdamCoefficients c) {
   for (std::size_t i = 0; i < count; ++i) {
     const float g = grad[i] + c.weight_decay * p[i];
     m[i] += c.one_minus_b1 * (g - m[i]);
