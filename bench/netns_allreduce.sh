@@ -68,7 +68,18 @@ ip netns exec rtb1 iperf3 -s -1 -B "$(addr 1)" >/dev/null 2>&1 &
 sleep 0.5
 wire=$(ip netns exec rtb0 iperf3 -c "$(addr 1)" -t 5 -J | python3 -c \
   'import json,sys; print("%.4f" % (json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"]/1e9))')
-echo "# rate $rate, iperf3 wire ${wire} Gbit/s, load: $(cut -d' ' -f1-3 /proc/loadavg)"
+# A ring rank sends and receives at once, so the wire it can reach is the duplex one: iperf3
+# --bidir, the slower direction. On veth every byte costs CPU on both ends, so on a small machine
+# the duplex figure falls below the one-way one well before the shaper's rate does.
+ip netns exec rtb1 iperf3 -s -1 -B "$(addr 1)" >/dev/null 2>&1 &
+sleep 0.5
+duplex=$(ip netns exec rtb0 iperf3 -c "$(addr 1)" -t 5 --bidir -J | python3 -c '
+import json, sys
+end = json.load(sys.stdin)["end"]
+print("%.4f" % (min(end["sum_received"]["bits_per_second"],
+                    end["sum_received_bidir_reverse"]["bits_per_second"]) / 1e9))')
+echo "# rate $rate, iperf3 wire ${wire} Gbit/s one way, ${duplex} Gbit/s each way duplex," \
+  "load: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Debian's python3-torch lives under /usr/bin/python3, which a pyenv python3 on PATH hides.
 have_torch=0
@@ -106,8 +117,8 @@ gloo_rank() {
 export -f ring_rank gloo_rank
 export bench sizes chunk here python
 
-printf "%5s %10s %12s %10s %10s %10s %14s %14s %s\n" ranks size_MiB ring_Gbit/s wire ring/wire \
-  ring/gloo ring_cpu_ns/B gloo_cpu_ns/B load
+printf "%5s %10s %12s %10s %10s %11s %10s %14s %14s %s\n" ranks size_MiB ring_Gbit/s wire ring/wire \
+  ring/duplex ring/gloo ring_cpu_ns/B gloo_cpu_ns/B load
 port=29600
 for n in $ranks; do
   port=$((port + 1))
@@ -124,8 +135,9 @@ for n in $ranks; do
       read -r _ _ gbw gcpu <<<"$(grep "^$bytes " <<<"$gloo")"
       ratio_g=$(python3 -c "print('%.2f' % ($bw / $gbw))")
     fi
-    printf "%5s %10s %12s %10s %10s %10s %14s %14s %s\n" "$n" \
+    printf "%5s %10s %12s %10s %10s %11s %10s %14s %14s %s\n" "$n" \
       "$(python3 -c "print('%g' % ($bytes / 2**20))")" "$bw" "$wire" \
-      "$(python3 -c "print('%.3f' % ($bw / $wire))")" "$ratio_g" "$cpu" "$gcpu" "$load"
+      "$(python3 -c "print('%.3f' % ($bw / $wire))")" \
+      "$(python3 -c "print('%.3f' % ($bw / $duplex))")" "$ratio_g" "$cpu" "$gcpu" "$load"
   done <<<"$ring"
 done
