@@ -249,37 +249,42 @@ void Conv2d::Col2Im(float* dx) const {
   }
 }
 
-void Conv2d::Forward(const float* x, float* y, int n) {
+void Conv2d::ForwardSample(const float* x, float* y) {
   const int out_c = out_shape().c;
   const int pixels = out_shape().h * out_shape().w;
-  for (int i = 0; i < n; ++i) {
-    Im2Col(x + in_shape().size() * i);
-    float* yi = y + out_shape().size() * i;
-    for (int o = 0; o < out_c; ++o) std::fill(yi + o * pixels, yi + (o + 1) * pixels, b_[o]);
-    Sgemm(Transpose::kNo, Transpose::kNo, out_c, pixels, patch_, 1.0f, w_, patch_, col_.data(),
-          pixels, 1.0f, yi, pixels);
+  Im2Col(x);
+  for (int o = 0; o < out_c; ++o) std::fill(y + o * pixels, y + (o + 1) * pixels, b_[o]);
+  Sgemm(Transpose::kNo, Transpose::kNo, out_c, pixels, patch_, 1.0f, w_, patch_, col_.data(),
+        pixels, 1.0f, y, pixels);
+}
+
+void Conv2d::Forward(const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i) ForwardSample(x + in_shape().size() * i, y + out_shape().size() * i);
+}
+
+void Conv2d::BackwardSample(const float* x, const float* dy, float* dx, bool first) {
+  const int out_c = out_shape().c;
+  const int pixels = out_shape().h * out_shape().w;
+  if (first) std::fill(db_, db_ + out_c, 0.0f);
+  Im2Col(x);
+  Sgemm(Transpose::kNo, Transpose::kYes, out_c, patch_, pixels, 1.0f, dy, pixels, col_.data(),
+        pixels, first ? 0.0f : 1.0f, dw_, patch_);
+  for (int o = 0; o < out_c; ++o) {
+    float sum = 0.0f;
+    for (int p = 0; p < pixels; ++p) sum += dy[o * pixels + p];
+    db_[o] += sum;
   }
+  if (dx == nullptr) return;
+  // The columns are no longer needed once dW has them, so their gradient reuses the buffer.
+  Sgemm(Transpose::kYes, Transpose::kNo, patch_, pixels, out_c, 1.0f, w_, patch_, dy, pixels, 0.0f,
+        col_.data(), pixels);
+  Col2Im(dx);
 }
 
 void Conv2d::Backward(const float* x, const float* dy, float* dx, int n) {
-  const int out_c = out_shape().c;
-  const int pixels = out_shape().h * out_shape().w;
-  std::fill(db_, db_ + out_c, 0.0f);
   for (int i = 0; i < n; ++i) {
-    const float* dyi = dy + out_shape().size() * i;
-    Im2Col(x + in_shape().size() * i);
-    Sgemm(Transpose::kNo, Transpose::kYes, out_c, patch_, pixels, 1.0f, dyi, pixels, col_.data(),
-          pixels, i == 0 ? 0.0f : 1.0f, dw_, patch_);
-    for (int o = 0; o < out_c; ++o) {
-      float sum = 0.0f;
-      for (int p = 0; p < pixels; ++p) sum += dyi[o * pixels + p];
-      db_[o] += sum;
-    }
-    if (dx == nullptr) continue;
-    // The columns are no longer needed once dW has them, so their gradient reuses the buffer.
-    Sgemm(Transpose::kYes, Transpose::kNo, patch_, pixels, out_c, 1.0f, w_, patch_, dyi, pixels,
-          0.0f, col_.data(), pixels);
-    Col2Im(dx + in_shape().size() * i);
+    BackwardSample(x + in_shape().size() * i, dy + out_shape().size() * i,
+                   dx == nullptr ? nullptr : dx + in_shape().size() * i, i == 0);
   }
 }
 
@@ -287,31 +292,64 @@ MaxPool2d::MaxPool2d(Shape in, int max_batch)
     : Layer(in, Shape{in.c, in.h / 2, in.w / 2}),
       argmax_(out_shape().size() * static_cast<std::size_t>(max_batch)) {}
 
-void MaxPool2d::Forward(const float* x, float* y, int n) {
+void MaxPool2d::ForwardSample(int i, const float* x, float* y) {
   const Shape& in = in_shape();
   const Shape& out = out_shape();
-  std::int32_t* arg = argmax_.data();
-  for (int i = 0; i < n; ++i) {
-    const float* xi = x + in.size() * i;
-    for (int c = 0; c < in.c; ++c) {
-      for (int oh = 0; oh < out.h; ++oh, y += out.w, arg += out.w) {
-        const int row = (c * in.h + 2 * oh) * in.w;
-        MaxPoolRowKernel(xi, row, in.w, out.w, y, arg);
-      }
+  std::int32_t* arg = argmax_.data() + out.size() * i;
+  for (int c = 0; c < in.c; ++c) {
+    for (int oh = 0; oh < out.h; ++oh, y += out.w, arg += out.w) {
+      MaxPoolRowKernel(x, (c * in.h + 2 * oh) * in.w, in.w, out.w, y, arg);
     }
   }
 }
 
+void MaxPool2d::Forward(const float* x, float* y, int n) {
+  for (int i = 0; i < n; ++i)
+    ForwardSample(i, x + in_shape().size() * i, y + out_shape().size() * i);
+}
+
 // Windows do not overlap, so each input pixel receives at most one output's gradient.
+void MaxPool2d::BackwardSample(int i, const float* dy, float* dx) const {
+  const std::size_t out_size = out_shape().size();
+  std::fill(dx, dx + in_shape().size(), 0.0f);
+  const std::int32_t* arg = argmax_.data() + out_size * i;
+  for (std::size_t j = 0; j < out_size; ++j) dx[arg[j]] = dy[j];
+}
+
 void MaxPool2d::Backward(const float* /*x*/, const float* dy, float* dx, int n) {
   if (dx == nullptr) return;
-  const std::size_t in_size = in_shape().size();
-  const std::size_t out_size = out_shape().size();
-  std::fill(dx, dx + in_size * n, 0.0f);
-  const std::int32_t* arg = argmax_.data();
   for (int i = 0; i < n; ++i) {
-    float* dxi = dx + in_size * i;
-    for (std::size_t j = 0; j < out_size; ++j, ++dy, ++arg) dxi[*arg] = *dy;
+    BackwardSample(i, dy + out_shape().size() * i, dx + in_shape().size() * i);
+  }
+}
+
+ConvReluPool::ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch)
+    : Layer(in, Shape{out_channels, (in.h + 2 * padding - kernel + 1) / 2,
+                      (in.w + 2 * padding - kernel + 1) / 2}),
+      conv_(in, out_channels, kernel, padding),
+      pool_(conv_.out_shape(), max_batch),
+      relu_out_(conv_.out_shape().size() * static_cast<std::size_t>(max_batch)),
+      grad_(conv_.out_shape().size()) {}
+
+void ConvReluPool::Forward(const float* x, float* y, int n) {
+  const std::size_t mid = conv_.out_shape().size();
+  for (int i = 0; i < n; ++i) {
+    float* act = relu_out_.data() + mid * i;
+    conv_.ForwardSample(x + in_shape().size() * i, act);
+    ReluForwardKernel(act, act, mid);
+    pool_.ForwardSample(i, act, y + out_shape().size() * i);
+  }
+}
+
+// The ReLU's gradient gate reads its output: y > 0 exactly where its input x > 0 (a NaN input
+// gives 0, closed either way).
+void ConvReluPool::Backward(const float* x, const float* dy, float* dx, int n) {
+  const std::size_t mid = conv_.out_shape().size();
+  for (int i = 0; i < n; ++i) {
+    pool_.BackwardSample(i, dy + out_shape().size() * i, grad_.data());
+    ReluBackwardKernel(relu_out_.data() + mid * i, grad_.data(), grad_.data(), mid);
+    conv_.BackwardSample(x + in_shape().size() * i, grad_.data(),
+                         dx == nullptr ? nullptr : dx + in_shape().size() * i, i == 0);
   }
 }
 

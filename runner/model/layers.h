@@ -100,6 +100,11 @@ class Conv2d final : public Layer {
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 
+  // One sample of Forward / Backward. Backward's per-sample calls must run for samples 0..n-1
+  // in order, `first` on sample 0: they accumulate dW and db (and dx may be null).
+  void ForwardSample(const float* x, float* y);
+  void BackwardSample(const float* x, const float* dy, float* dx, bool first);
+
  private:
   void Im2Col(const float* x);
   void Col2Im(float* dx) const;
@@ -122,8 +127,33 @@ class MaxPool2d final : public Layer {
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 
+  // Sample i of Forward / Backward (Backward's dx for the sample: zeroed, then routed).
+  void ForwardSample(int i, const float* x, float* y);
+  void BackwardSample(int i, const float* dy, float* dx) const;
+
  private:
   std::vector<std::int32_t> argmax_;  // per output element: offset within the sample's input
+};
+
+// Conv2d → ReLU → MaxPool2d run one sample at a time, so a sample's activations are still in
+// the core's cache when the next stage reads them (the batch-wide stages streamed 6 MB tensors
+// through memory three times each way). Every element goes through exactly the operations, in
+// the order, of the three layers run one after the other, so outputs and gradients are
+// bit-identical to them, and the parameters are the convolution's (same checkpoint layout).
+class ConvReluPool final : public Layer {
+ public:
+  ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch);
+  std::size_t num_params() const override { return conv_.num_params(); }
+  void Bind(float* params, float* grads) override { conv_.Bind(params, grads); }
+  void Init(std::mt19937_64& rng) override { conv_.Init(rng); }
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  Conv2d conv_;
+  MaxPool2d pool_;
+  std::vector<float> relu_out_;  // per sample, the ReLU's output, kept for backward
+  std::vector<float> grad_;      // one sample's gradient at the convolution's output
 };
 
 class Flatten final : public Layer {

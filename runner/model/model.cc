@@ -149,9 +149,7 @@ std::vector<std::unique_ptr<Layer>> BuildCnn(const ModelConfig& config) {
     layers.push_back(std::move(layer));
   };
   for (const int channels : {kCnnConv1Channels, kCnnConv2Channels}) {
-    add(std::make_unique<Conv2d>(shape, channels, kCnnKernel, kCnnPadding));
-    add(std::make_unique<ReLU>(shape));
-    add(std::make_unique<MaxPool2d>(shape, config.max_batch));
+    add(std::make_unique<ConvReluPool>(shape, channels, kCnnKernel, kCnnPadding, config.max_batch));
   }
   add(std::make_unique<Flatten>(shape));
   add(std::make_unique<Linear>(shape.c, kCnnDense));

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -229,6 +230,63 @@ TEST(ReLUTest, WideBuffersZeroNegativesAndNaNAndGateTheGradient) {
     const bool pass = x[i] > 0.0f;
     EXPECT_EQ(y[i], pass ? x[i] : 0.0f) << i;
     EXPECT_EQ(dx[i], pass ? 3.0f : 0.0f) << i;
+  }
+}
+
+// The fused block must be the three layers it replaces, bit for bit: outputs, input gradient
+// and parameter gradients (including the odd edges the pool drops, and a NaN in the input).
+TEST(ConvReluPoolTest, IsBitIdenticalToConvThenReLUThenMaxPool) {
+  struct Case {
+    Shape in;
+    int out_c, kernel, padding, batch;
+  };
+  for (const Case& k : {Case{{1, 28, 28}, 8, 3, 1, 3}, Case{{3, 7, 9}, 5, 3, 1, 4},
+                        Case{{2, 10, 11}, 4, 5, 2, 2}, Case{{4, 9, 8}, 6, 3, 0, 3}}) {
+    Conv2d conv(k.in, k.out_c, k.kernel, k.padding);
+    ReLU relu(conv.out_shape());
+    MaxPool2d pool(conv.out_shape(), k.batch);
+    ConvReluPool fused(k.in, k.out_c, k.kernel, k.padding, k.batch);
+    ASSERT_EQ(fused.out_shape().size(), pool.out_shape().size());
+    ASSERT_EQ(fused.num_params(), conv.num_params());
+
+    std::mt19937 rng(11);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> params(conv.num_params());
+    for (float& v : params) v = dist(rng);
+    std::vector<float> params2 = params;
+    std::vector<float> grads(params.size(), -1.0f);
+    std::vector<float> grads2(params.size(), -2.0f);
+    conv.Bind(params.data(), grads.data());
+    fused.Bind(params2.data(), grads2.data());
+
+    std::vector<float> x(k.in.size() * k.batch);
+    for (float& v : x) v = dist(rng);
+    x[5] = std::nanf("");
+    std::vector<float> c_out(conv.out_shape().size() * k.batch);
+    std::vector<float> r_out(c_out.size());
+    std::vector<float> y(pool.out_shape().size() * k.batch);
+    conv.Forward(x.data(), c_out.data(), k.batch);
+    relu.Forward(c_out.data(), r_out.data(), k.batch);
+    pool.Forward(r_out.data(), y.data(), k.batch);
+    std::vector<float> y2(y.size());
+    fused.Forward(x.data(), y2.data(), k.batch);
+
+    std::vector<float> dy(y.size());
+    for (float& v : dy) v = dist(rng);
+    std::vector<float> d_pool(r_out.size()), d_relu(c_out.size()), dx(x.size());
+    pool.Backward(r_out.data(), dy.data(), d_pool.data(), k.batch);
+    relu.Backward(c_out.data(), d_pool.data(), d_relu.data(), k.batch);
+    conv.Backward(x.data(), d_relu.data(), dx.data(), k.batch);
+    std::vector<float> dx2(x.size(), 7.0f);
+    fused.Backward(x.data(), dy.data(), dx2.data(), k.batch);
+
+    auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    };
+    EXPECT_TRUE(same_bits(y, y2)) << "outputs, in " << k.in.c << "x" << k.in.h << "x" << k.in.w;
+    EXPECT_TRUE(same_bits(dx, dx2)) << "dx, in " << k.in.c << "x" << k.in.h << "x" << k.in.w;
+    EXPECT_TRUE(same_bits(grads, grads2))
+        << "grads, in " << k.in.c << "x" << k.in.h << "x" << k.in.w;
   }
 }
 
