@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "runner/model/clones.h"
 #include "runner/model/gemm.h"
 
@@ -73,6 +77,59 @@ RINGTRAIN_TARGET_CLONES void MaxPoolRowKernel(const float* x, int row, int w, in
     arg[ow] = best;
   }
 }
+
+#if defined(__x86_64__)
+// MaxPoolRowKernel in AVX-512, 16 windows per step: the CNN's rows are 14 and 7 windows wide,
+// too short for the compiler's vector loop, whose scalar remainder then branches on every
+// compare. Masked loads and stores cover the tail; even and odd columns are split with one
+// permute each. Same comparisons in the same order as the scalar kernel.
+__attribute__((target("avx512f"))) void MaxPoolRowAvx512(const float* x, int row, int w, int out_w,
+                                                         float* y, std::int32_t* arg) {
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i lane2 =
+      _mm512_slli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), 1);
+  const float* top = x + row;
+  const float* bottom = top + w;
+  for (int ow = 0; ow < out_w; ow += 16) {
+    const int left = out_w - ow < 16 ? out_w - ow : 16;
+    const __mmask16 out_mask = static_cast<__mmask16>((1u << left) - 1u);
+    const int in_lo = 2 * left < 16 ? 2 * left : 16;
+    const int in_hi = 2 * left - in_lo;
+    const __mmask16 lo_mask = static_cast<__mmask16>((1u << in_lo) - 1u);
+    const __mmask16 hi_mask = static_cast<__mmask16>((1u << in_hi) - 1u);
+    const __m512 t0 = _mm512_maskz_loadu_ps(lo_mask, top + 2 * ow);
+    const __m512 t1 = _mm512_maskz_loadu_ps(hi_mask, top + 2 * ow + 16);
+    const __m512 b0 = _mm512_maskz_loadu_ps(lo_mask, bottom + 2 * ow);
+    const __m512 b1 = _mm512_maskz_loadu_ps(hi_mask, bottom + 2 * ow + 16);
+    const __m512 a = _mm512_permutex2var_ps(t0, even, t1);
+    const __m512 b = _mm512_permutex2var_ps(t0, odd, t1);
+    const __m512 c = _mm512_permutex2var_ps(b0, even, b1);
+    const __m512 d = _mm512_permutex2var_ps(b0, odd, b1);
+    const __m512i at = _mm512_add_epi32(_mm512_set1_epi32(row + 2 * ow), lane2);
+    __m512 max = a;
+    __m512i best = at;
+    __mmask16 take =
+        _mm512_cmp_ps_mask(b, max, _CMP_GT_OQ) | _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+    max = _mm512_mask_blend_ps(take, max, b);
+    best = _mm512_mask_blend_epi32(take, best, _mm512_add_epi32(at, _mm512_set1_epi32(1)));
+    take = _mm512_cmp_ps_mask(c, max, _CMP_GT_OQ) | _mm512_cmp_ps_mask(c, c, _CMP_UNORD_Q);
+    max = _mm512_mask_blend_ps(take, max, c);
+    best = _mm512_mask_blend_epi32(take, best, _mm512_add_epi32(at, _mm512_set1_epi32(w)));
+    take = _mm512_cmp_ps_mask(d, max, _CMP_GT_OQ) | _mm512_cmp_ps_mask(d, d, _CMP_UNORD_Q);
+    max = _mm512_mask_blend_ps(take, max, d);
+    best = _mm512_mask_blend_epi32(take, best, _mm512_add_epi32(at, _mm512_set1_epi32(w + 1)));
+    _mm512_mask_storeu_ps(y + ow, out_mask, max);
+    _mm512_mask_storeu_epi32(arg + ow, out_mask, best);
+  }
+}
+
+using MaxPoolRowFn = void (*)(const float*, int, int, int, float*, std::int32_t*);
+const MaxPoolRowFn kMaxPoolRow =
+    __builtin_cpu_supports("avx512f") ? MaxPoolRowAvx512 : MaxPoolRowKernel;
+#else
+constexpr auto kMaxPoolRow = MaxPoolRowKernel;
+#endif
 
 }  // namespace
 
@@ -210,14 +267,16 @@ void Conv2d::Im2Col(const float* x) {
         const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
         for (int oh = 0; oh < oh_count; ++oh, dst += ow_count) {
           const int ih = oh + ki - padding_;
+          // Rows are a few dozen floats: inline loops, not memset/memmove calls (layers.cc is
+          // built with -fno-tree-loop-distribute-patterns so they stay loops).
           if (ih < 0 || ih >= in.h) {
-            std::fill(dst, dst + ow_count, 0.0f);
+            for (int ow = 0; ow < ow_count; ++ow) dst[ow] = 0.0f;
             continue;
           }
-          std::fill(dst, dst + ow_begin, 0.0f);
-          std::copy(plane + ih * in.w + ow_begin + shift, plane + ih * in.w + ow_end + shift,
-                    dst + ow_begin);
-          std::fill(dst + ow_end, dst + ow_count, 0.0f);
+          const float* src = plane + ih * in.w + shift;
+          for (int ow = 0; ow < ow_begin; ++ow) dst[ow] = 0.0f;
+          for (int ow = ow_begin; ow < ow_end; ++ow) dst[ow] = src[ow];
+          for (int ow = ow_end; ow < ow_count; ++ow) dst[ow] = 0.0f;
         }
       }
     }
@@ -298,7 +357,7 @@ void MaxPool2d::ForwardSample(int i, const float* x, float* y) {
   std::int32_t* arg = argmax_.data() + out.size() * i;
   for (int c = 0; c < in.c; ++c) {
     for (int oh = 0; oh < out.h; ++oh, y += out.w, arg += out.w) {
-      MaxPoolRowKernel(x, (c * in.h + 2 * oh) * in.w, in.w, out.w, y, arg);
+      kMaxPoolRow(x, (c * in.h + 2 * oh) * in.w, in.w, out.w, y, arg);
     }
   }
 }

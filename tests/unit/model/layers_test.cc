@@ -168,15 +168,12 @@ TEST(MaxPoolTest, TiedWindowRoutesGradientToFirstMaximum) {
   EXPECT_EQ(dx, (std::vector<float>{0.0f, 2.0f, 0.0f, 0.0f}));
 }
 
-// Rows long enough for the AVX-512 and AVX2 clones (35 windows per row) and values drawn from
-// {0, 1, 2, NaN}, so most windows tie or hold a NaN: output and gradient routing must equal a
-// scalar scan in row-major order (first maximum wins; a NaN wins and the last NaN wins).
-TEST(MaxPoolTest, WideRowsMatchARowMajorScanWithTiesAndNaN) {
-  const Shape in{3, 6, 71};  // the odd last column is dropped
-  const int batch = 2;
+// Values drawn from {0, 1, 2, NaN}, so most windows tie or hold a NaN: output and gradient
+// routing must equal a scalar scan in row-major order (first maximum wins; a NaN wins and the
+// last NaN wins), whichever code path (AVX-512, AVX2, scalar) the row width takes.
+void CheckMaxPoolAgainstScan(const Shape& in, int batch) {
   MaxPool2d layer(in, batch);
   const Shape out = layer.out_shape();
-  ASSERT_EQ(out.w, 35);
   std::mt19937 rng(5);
   std::vector<float> x(in.size() * batch);
   for (float& v : x) {
@@ -213,6 +210,15 @@ TEST(MaxPoolTest, WideRowsMatchARowMajorScanWithTiesAndNaN) {
     }
   }
   EXPECT_EQ(dx, want_dx);
+}
+
+TEST(MaxPoolTest, RowsOfEveryWidthMatchARowMajorScanWithTiesAndNaN) {
+  // 1, 7 and 14 windows (the CNN's), 16 (one full vector), 35 (two and a tail), 71 → 35 with
+  // the odd last column dropped.
+  for (const int width : {2, 14, 28, 32, 70, 71}) {
+    SCOPED_TRACE("input width " + std::to_string(width));
+    CheckMaxPoolAgainstScan(Shape{3, 6, width}, 2);
+  }
 }
 
 TEST(ReLUTest, WideBuffersZeroNegativesAndNaNAndGateTheGradient) {
