@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input gets a clear error and a permanent exit code: truncated or corrupt IDX files, test
 # images of another shape than the training images, a checkpoint dir that cannot be written, an
-# invalid manifest, an unknown flag.
+# invalid manifest, an unknown flag, an unknown kernel backend.
 source "$(dirname "$0")/lib.sh"
 mkdir -p "$WORK/trunc" "$WORK/corrupt"
 cp "$DATA"/*.gz "$WORK/trunc/"
@@ -89,4 +89,15 @@ grep -q "bad.yaml: spec.replicas: must be at least 1, got 0" "$WORK/bad.log" ||
 RINGTRAIN_METRICS_PORT=-1 "$BIN/ringtrain-runner" --epoch 3 >"$WORK/flag.log" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || fail "unknown flag: exit code $rc"
 grep -q -- "--epoch: unknown flag" "$WORK/flag.log" || fail "unknown flag not named"
+
+# An unknown kernel backend is refused before any work, naming the variable and the choices.
+RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/gemm.term \
+  RINGTRAIN_GEMM=mkl "$BIN/ringtrain-runner" --dataset "$DATA" >"$WORK/gemm.log" 2>&1 && rc=0 || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "unknown RINGTRAIN_GEMM: exit code $rc"
+grep -q "RINGTRAIN_GEMM: unknown backend 'mkl' (onednn, openblas)" "$WORK/gemm.term" ||
+  fail "unknown RINGTRAIN_GEMM: variable or choices not named"
+# The alternative backend trains (a few steps) to the same contract.
+RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_GEMM=openblas \
+  "$BIN/ringtrain-runner" --dataset "$DATA" --max-steps 20 >"$WORK/openblas.log" 2>&1 ||
+  fail "RINGTRAIN_GEMM=openblas: $(tail -3 "$WORK/openblas.log")"
 echo PASS
