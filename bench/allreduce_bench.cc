@@ -7,7 +7,9 @@
 // One rank of a multi-process run (bench/netns_allreduce.sh runs one per network namespace):
 //
 //   allreduce_bench --rank=R --world=N --master=HOST:PORT --addr=MY_IP [--chunk=BYTES]
-//                   [--sizes=BYTES,BYTES,...] [--iters=K]
+//                   [--sizes=BYTES,BYTES,...] [--iters=K] [--sockbuf=BYTES]
+//
+// --sockbuf sets SO_SNDBUF/SO_RCVBUF of the ring connections (0, the default: autotuning).
 //
 // Rank 0 hosts the store at --master. Rank 0 prints one line per size:
 //   size_bytes seconds_per_op busbw_gbit_s cpu_ns_per_byte
@@ -175,7 +177,8 @@ struct RankArgs {
   std::string master;  // host:port of rank 0's store
   std::string addr;    // this rank's address, bound and advertised
   std::vector<std::size_t> sizes;
-  int iters = 0;  // 0: ItersFor(size)
+  int iters = 0;            // 0: ItersFor(size)
+  std::size_t sockbuf = 0;  // SO_SNDBUF/SO_RCVBUF of the ring; 0: autotuning
 };
 
 // Parses a comma-separated list of byte counts; false on anything else.
@@ -212,6 +215,7 @@ int RunRank(const RankArgs& a, std::size_t chunk) {
   o.bind_host = a.addr;
   o.advertise_host = a.addr;
   o.chunk_bytes = chunk;
+  o.socket_buffer_bytes = a.sockbuf;
   o.collective_timeout = 300s;
   auto c = comm::TcpCommunicator::Create(**client, o);
   if (!c.ok()) Die(c.status(), "communicator");
@@ -271,6 +275,8 @@ int main(int argc, char** argv) {
       rank_args.master = a.substr(9);
     } else if (a.rfind("--addr=", 0) == 0) {
       rank_args.addr = a.substr(7);
+    } else if (a.rfind("--sockbuf=", 0) == 0) {
+      rank_args.sockbuf = std::strtoull(a.c_str() + 10, nullptr, 10);
     } else if (a.rfind("--iters=", 0) == 0) {
       rank_args.iters = std::atoi(a.c_str() + 8);
     } else if (a.rfind("--sizes=", 0) == 0) {

@@ -6,13 +6,15 @@
 # iperf3. Not part of the test suite (root, minutes).
 #
 #   sudo bash bench/netns_allreduce.sh [--rate 2gbit] [--ranks "2 4"] [--sizes B,B,...]
-#                                      [--chunk BYTES] [--bench build/bin/allreduce_bench]
+#                                      [--chunk BYTES] [--sockbuf BYTES]
+#                                      [--bench build/bin/allreduce_bench]
 set -euo pipefail
 
 rate=2gbit
 ranks="2 4"
 sizes=1048576,4194304,67108864,268435456
 chunk=""
+sockbuf=""
 bench=build/bin/allreduce_bench
 here=$(cd "$(dirname "$0")" && pwd)
 while [ $# -gt 0 ]; do
@@ -21,8 +23,9 @@ while [ $# -gt 0 ]; do
     --ranks) ranks=$2; shift 2 ;;
     --sizes) sizes=$2; shift 2 ;;
     --chunk) chunk=$2; shift 2 ;;
+    --sockbuf) sockbuf=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    *) echo "usage: $0 [--rate R] [--ranks \"2 4\"] [--sizes B,..] [--chunk B] [--bench PATH]" >&2
+    *) echo "usage: $0 [--rate R] [--ranks \"2 4\"] [--sizes B,..] [--chunk B] [--sockbuf B] [--bench PATH]" >&2
        exit 2 ;;
   esac
 done
@@ -106,7 +109,7 @@ ring_rank() {
   # allreduce_bench takes --flag=value; translate the gang's "--flag value" pairs.
   local args=()
   while [ $# -gt 0 ]; do args+=("$1=$2"); shift 2; done
-  exec "$bench" --sizes="$sizes" ${chunk:+--chunk=$chunk} "${args[@]}"
+  exec "$bench" --sizes="$sizes" ${chunk:+--chunk=$chunk} ${sockbuf:+--sockbuf=$sockbuf} "${args[@]}"
 }
 gloo_rank() {
   local args=()
@@ -115,7 +118,7 @@ gloo_rank() {
   GLOO_SOCKET_IFNAME=eth0 exec "$python" "$here/gloo_allreduce.py" --sizes "$sizes" "${args[@]}"
 }
 export -f ring_rank gloo_rank
-export bench sizes chunk here python
+export bench sizes chunk sockbuf here python
 
 printf "%5s %10s %12s %10s %10s %11s %10s %14s %14s %s\n" ranks size_MiB ring_Gbit/s wire ring/wire \
   ring/duplex ring/gloo ring_cpu_ns/B gloo_cpu_ns/B load

@@ -167,6 +167,16 @@ Status TcpCommunicator::Connect() {
   RETURN_IF_ERROR(RecvHello(*right, right_, size_, key, deadline)
                       .WithContext("hello from rank " + std::to_string(right_) + " at " + *addr));
   to_right_ = std::move(right).value();
+  if (options_.socket_buffer_bytes > 0) {
+    const int bytes =
+        static_cast<int>(std::min<std::size_t>(options_.socket_buffer_bytes, 1 << 30));
+    for (const net::Socket* s : {&to_right_, &from_left_}) {
+      if (setsockopt(s->fd(), SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes)) != 0 ||
+          setsockopt(s->fd(), SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes)) != 0) {
+        return Internal(std::string("setting socket buffers: ") + std::strerror(errno));
+      }
+    }
+  }
   spdlog::debug("tcp communicator rank {}/{}: ring connected (left {}, right {})", rank_, size_,
                 left_, right_);
   return Status::Ok();

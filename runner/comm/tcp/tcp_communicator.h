@@ -37,6 +37,10 @@ struct TcpCommOptions {
   // How long a collective may go without moving a byte before the communicator aborts.
   Duration collective_timeout = kDefaultCollectiveTimeout;
   std::size_t chunk_bytes = kDefaultChunkBytes;
+  // SO_SNDBUF and SO_RCVBUF of the two ring connections; 0 leaves them to the kernel's
+  // autotuning (tcp_wmem/tcp_rmem), which measured best (bench/README.md). A set size is capped
+  // by net.core.wmem_max/rmem_max and turns autotuning off.
+  std::size_t socket_buffer_bytes = 0;
 };
 
 // Ring over TCP: rank r sends to (r+1)%n and receives from (r-1)%n, on two connections even

@@ -112,6 +112,17 @@ TEST(TcpCommunicatorTest, TinyChunksSplitFloatsAcrossReads) {
   RunAllReduce(gang, 4099, ReduceOp::kAverage);
 }
 
+TEST(TcpCommunicatorTest, SmallSocketBuffersStillReduceExactly) {
+  // 64 KiB kernel buffers under 256 KiB chunks: every send and receive is partial, and both
+  // directions must keep streaming without a deadlock.
+  testing::InMemoryStore store;
+  TcpCommOptions o;
+  o.socket_buffer_bytes = 64 * 1024;
+  auto gang = MakeGang(store, 3, o);
+  RunAllReduce(gang, 1 << 20, ReduceOp::kSum);
+  RunAllReduce(gang, 4099, ReduceOp::kAverage);
+}
+
 TEST(TcpCommunicatorTest, ManyCollectivesInSequenceStayAligned) {
   constexpr int n = 4;
   testing::InMemoryStore store;
