@@ -267,16 +267,14 @@ void Conv2d::Im2Col(const float* x) {
         const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
         for (int oh = 0; oh < oh_count; ++oh, dst += ow_count) {
           const int ih = oh + ki - padding_;
-          // Rows are a few dozen floats: inline loops, not memset/memmove calls (layers.cc is
-          // built with -fno-tree-loop-distribute-patterns so they stay loops).
           if (ih < 0 || ih >= in.h) {
-            for (int ow = 0; ow < ow_count; ++ow) dst[ow] = 0.0f;
+            std::fill(dst, dst + ow_count, 0.0f);
             continue;
           }
-          const float* src = plane + ih * in.w + shift;
-          for (int ow = 0; ow < ow_begin; ++ow) dst[ow] = 0.0f;
-          for (int ow = ow_begin; ow < ow_end; ++ow) dst[ow] = src[ow];
-          for (int ow = ow_end; ow < ow_count; ++ow) dst[ow] = 0.0f;
+          std::fill(dst, dst + ow_begin, 0.0f);
+          std::copy(plane + ih * in.w + ow_begin + shift, plane + ih * in.w + ow_end + shift,
+                    dst + ow_begin);
+          std::fill(dst + ow_end, dst + ow_count, 0.0f);
         }
       }
     }
