@@ -70,6 +70,10 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
   if (e.collective_timeout != kCollectiveTimeout) {
     out.emplace_back(kEnvCollectiveTimeout, seconds(e.collective_timeout));
   }
+  if (!e.gang_gate.empty()) out.emplace_back(kEnvGangGate, e.gang_gate);
+  if (!e.gang_gate.empty() && e.gang_gate_timeout != kGangGateTimeout) {
+    out.emplace_back(kEnvGangGateTimeout, seconds(e.gang_gate_timeout));
+  }
   return out;
 }
 
@@ -99,6 +103,12 @@ StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   e.rendezvous_timeout = std::chrono::seconds(rdzv);
   ASSIGN_OR_RETURN(int coll, Int(lookup, kEnvCollectiveTimeout, nullptr, 60, 1, 86400));
   e.collective_timeout = std::chrono::seconds(coll);
+  e.gang_gate = Str(lookup, kEnvGangGate, nullptr, "");
+  constexpr int kDefaultGate =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(kGangGateTimeout).count());
+  ASSIGN_OR_RETURN(int gate,
+                   Int(lookup, kEnvGangGateTimeout, nullptr, kDefaultGate, 1, 30 * 86400));
+  e.gang_gate_timeout = std::chrono::seconds(gate);
   return e;
 }
 

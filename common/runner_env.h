@@ -21,6 +21,9 @@ inline constexpr int kMasterPort = 29500;  // rank 0's rendezvous store
 inline constexpr int kMetricsPort = 9400;  // /metrics, /status, /healthz (local rank i: +i)
 inline constexpr Duration kRendezvousTimeout{std::chrono::seconds(300)};
 inline constexpr Duration kCollectiveTimeout{std::chrono::seconds(60)};
+// How long a rank waits at the gang gate when its supervisor gives no bound: the operator's
+// runPolicy.schedulingTimeoutSeconds ends a wait first (and sets the variable from it).
+inline constexpr Duration kGangGateTimeout{std::chrono::hours(24)};
 
 // Variable names.
 inline constexpr char kEnvJob[] = "RINGTRAIN_JOB";
@@ -39,6 +42,11 @@ inline constexpr char kEnvTerminationLog[] = "RINGTRAIN_TERMINATION_LOG";
 inline constexpr char kEnvLocalWorker[] = "RINGTRAIN_LOCAL_WORKER";  // "1": a launched local rank
 inline constexpr char kEnvRendezvousTimeout[] = "RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS";
 inline constexpr char kEnvCollectiveTimeout[] = "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS";
+// The gang gate: a file that stays empty until the whole gang is placed and running (in a pod,
+// a downward-API projection of the pod annotation the operator sets then). A rank waits for it
+// before it starts its rendezvous clock, so a scheduling wait never times a rendezvous out.
+inline constexpr char kEnvGangGate[] = "RINGTRAIN_GANG_GATE";
+inline constexpr char kEnvGangGateTimeout[] = "RINGTRAIN_GANG_GATE_TIMEOUT_SECONDS";
 inline constexpr char kEnvTorchRank[] = "RANK";
 inline constexpr char kEnvTorchWorldSize[] = "WORLD_SIZE";
 inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
@@ -65,6 +73,8 @@ struct RankEnv {
   std::string termination_log = "/dev/termination-log";
   Duration rendezvous_timeout = kRendezvousTimeout;
   Duration collective_timeout = kCollectiveTimeout;
+  std::string gang_gate;  // "" = no gate (a local gang starts together)
+  Duration gang_gate_timeout = kGangGateTimeout;
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

@@ -21,6 +21,7 @@
 #include "runner/metrics/runner_metrics.h"
 #include "runner/model/gemm.h"
 #include "runner/rendezvous/failure.h"
+#include "runner/rendezvous/gang_gate.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
@@ -219,6 +220,12 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);
+
+  // The rendezvous clock starts once the whole gang is placed: a scheduling wait (a peer
+  // unschedulable, pulling its image) is the operator's to bound, not a rendezvous timeout.
+  if (!env.gang_gate.empty()) {
+    RETURN_IF_ERROR(rendezvous::WaitForGangGate(env.gang_gate, env.gang_gate_timeout));
+  }
 
   // A gang of one has no peer to reach its store: loopback, any free port, a throwaway token
   // (the contract asks for RINGTRAIN_TOKEN only when the world size is above 1).

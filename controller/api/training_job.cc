@@ -323,6 +323,20 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
   RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
   RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
+  RETURN_IF_ERROR(f.Int("schedulingTimeoutSeconds", 0, INT64_MAX, &p->scheduling_timeout_seconds));
+  ASSIGN_OR_RETURN(const json* group, f.Object("podGroup"));
+  if (group != nullptr) {
+    Fields g(*group, "spec.runPolicy.podGroup");
+    PodGroupSpec out;
+    if (g.Find("type") == nullptr) return InvalidArgument(g.Path("type") + ": required");
+    RETURN_IF_ERROR(g.Enum("type", {"coscheduling", "volcano"}, &out.type));
+    RETURN_IF_ERROR(g.String("queue", &out.queue));
+    if (!out.queue.empty() && out.type != "volcano") {
+      return InvalidArgument(g.Path("queue") + ": only a volcano PodGroup has a queue");
+    }
+    RETURN_IF_ERROR(g.NoUnknown());
+    p->pod_group = std::move(out);
+  }
   return f.NoUnknown();
 }
 

@@ -60,6 +60,14 @@ struct ResourceSpec {
 // first evicted under memory pressure). No CPU limit: throttling slows every rank of a gang.
 ResourceSpec DefaultResources();
 
+// runPolicy.podGroup: a PodGroup for a gang scheduler, created and owned by the job, that
+// places all of its pods or none (minMember = spec.replicas).
+struct PodGroupSpec {
+  std::string type;   // "coscheduling" (scheduler-plugins) | "volcano"
+  std::string queue;  // Volcano's queue ("" = Volcano's default)
+  bool operator==(const PodGroupSpec&) const = default;
+};
+
 struct RunPolicy {
   int backoff_limit = 3;
   std::optional<std::int64_t> active_deadline_seconds;
@@ -68,6 +76,10 @@ struct RunPolicy {
   bool suspend = false;
   std::string scheduler_name;
   std::int64_t progress_deadline_seconds = 300;  // 0 = no stall detection
+  // How long part of the gang may wait to be placed (PodsReady=False) before the job fails
+  // with the cluster's reason and its placed pods are released; 0 = as long as it may run.
+  std::int64_t scheduling_timeout_seconds = 600;
+  std::optional<PodGroupSpec> pod_group;
 };
 
 struct JobSpec {

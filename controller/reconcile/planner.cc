@@ -1,6 +1,7 @@
 #include "controller/reconcile/planner.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/runner_contract.h"
 #include "common/time_format.h"
@@ -27,6 +28,13 @@ class Planner {
   void SetCondition(const std::string& type, bool value, const std::string& reason,
                     const std::string& message) {
     SetJobConditionStatus(&st(), type, value ? "True" : "False", reason, message, now_s_);
+  }
+  // Like SetCondition, but a False condition is written even when it never held: PodsReady's
+  // first False starts the scheduling wait.
+  void RecordCondition(const std::string& type, bool value, const std::string& reason,
+                       const std::string& message) {
+    SetJobConditionStatus(&st(), type, value ? "True" : "False", reason, message, now_s_,
+                          /*record_false=*/true);
   }
   // status "True", "False" or "Unknown" (metav1.Condition).
   void SetConditionStatus(const std::string& type, const std::string& status,
@@ -131,10 +139,13 @@ class Planner {
   }
 
   void SetProgress(const ObservedProgress& p) {
+    // For people (kubectl's SAMPLES/S column): a tenth of a sample per second is plenty; the
+    // metrics carry the exact figure.
+    const double samples_per_second = std::round(p.samples_per_second * 10) / 10;
     if (!st().progress || st().progress->step != p.step) {
-      st().progress = api::Progress{p.step, p.epoch, p.samples_per_second, p.loss, now_s_};
+      st().progress = api::Progress{p.step, p.epoch, samples_per_second, p.loss, now_s_};
     } else {
-      st().progress->samples_per_second = p.samples_per_second;
+      st().progress->samples_per_second = samples_per_second;
       st().progress->loss = p.loss;
       st().progress->epoch = p.epoch;
     }
@@ -145,6 +156,12 @@ class Planner {
   bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   bool HandleStall();
+  // Part of the gang is not running: PodsReady=False with the cluster's reason, a Warning event
+  // when a real wait starts, and the end of the wait after runPolicy.schedulingTimeoutSeconds
+  // (or at once for a reason no wait can heal). True when the job ended.
+  bool HandleWait(const std::vector<const ObservedReplica*>& current, int pods);
+  // The whole gang runs: open the gate of every replica still waiting at it.
+  void OpenGates(const std::vector<const ObservedReplica*>& current);
 
   const PlanInput& in_;
   const api::TrainingJob& job_;
@@ -244,6 +261,110 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   return true;
 }
 
+namespace {
+
+// How much a wait reason says, to pick the one to show from a gang of waiting replicas: a
+// reason no wait heals, then image and container-config problems, then storage, then the
+// scheduler, then a queue's gate; 0 for a replica that is merely starting.
+int WaitSeverity(const std::string& reason) {
+  if (IsPermanentWait(reason)) return 6;
+  if (reason == "ErrImagePull" || reason == "ImagePullBackOff" || reason == "ErrImageNeverPull") {
+    return 5;
+  }
+  if (reason == "CreateContainerConfigError" || reason == "CreateContainerError" ||
+      reason == "RunContainerError") {
+    return 4;
+  }
+  if (reason == "PersistentVolumeClaimPending") return 3;
+  if (reason == "Unschedulable") return 2;
+  if (reason == "SchedulingGated") return 1;
+  return 0;
+}
+
+}  // namespace
+
+bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int pods) {
+  const ObservedReplica* pick = nullptr;
+  for (const auto* r : current) {
+    if (r->phase != ReplicaPhase::kPending || r->terminating) continue;
+    if (pick == nullptr || WaitSeverity(r->wait_reason) > WaitSeverity(pick->wait_reason)) {
+      pick = r;
+    }
+  }
+  const int not_running = pods - st().replicas.running - st().replicas.succeeded;
+  const std::string count =
+      std::to_string(not_running) + " of " + std::to_string(pods) + " replicas not running";
+  std::string reason = kPodsStartingReason;
+  std::string message = count + " yet";
+  if (pick != nullptr && WaitSeverity(pick->wait_reason) > 0) {
+    reason = pick->wait_reason;
+    message = pick->name + ": " + pick->wait_message + " (" + count + ")";
+  }
+  const Condition* before = FindCondition(kPodsReadyCondition);
+  const int severity_before =
+      before != nullptr && before->status == "False" ? WaitSeverity(before->reason) : 0;
+  RecordCondition(kPodsReadyCondition, false, reason, message);
+  // A queue's gate (Kueue) is a wait in line, not a problem: a Normal event and the Queued
+  // condition, and no scheduling timeout while it lasts.
+  const bool queued = reason == "SchedulingGated";
+  if (WaitSeverity(reason) > 0 && WaitSeverity(reason) != severity_before) {
+    plan_.events.push_back({queued ? "Normal" : "Warning", queued ? "Queued" : reason,
+                            "waiting for the gang: " + message});
+  }
+  if (queued) {
+    RecordCondition(kQueuedCondition, true, reason, message);
+    return false;
+  }
+  SetCondition(kQueuedCondition, false, "Admitted", "the queue admitted the gang");
+
+  if (IsPermanentWait(reason)) {
+    st().last_failure = api::Failure{pick->rank, 0, reason, pick->wait_message};
+    Finish(false, reason, message + ": a restart cannot fix this; correct the spec");
+    for (const auto& r : in_.replicas) Delete(r, reason);
+    return true;
+  }
+  const std::int64_t timeout_s = spec_.run_policy.scheduling_timeout_seconds;
+  const Condition* waiting = FindCondition(kPodsReadyCondition);
+  if (timeout_s <= 0 || waiting == nullptr) return false;
+  auto since = ParseRfc3339(waiting->last_transition_time);
+  if (!since) return false;
+  // Time in a queue does not count: the wait starts again when the queue admits the gang.
+  if (const Condition* q = FindCondition(kQueuedCondition); q != nullptr && q->status == "False") {
+    if (auto admitted = ParseRfc3339(q->last_transition_time); admitted && *admitted > *since) {
+      since = admitted;
+    }
+  }
+  const WallTime deadline = *since + std::chrono::seconds(timeout_s);
+  if (in_.now < deadline) {
+    Requeue(deadline);
+    return false;
+  }
+  // Placed replicas must not hold their nodes for a gang that cannot be whole: every replica
+  // of the attempt goes, whatever cleanPodPolicy says.
+  int released = 0;
+  for (const auto& r : in_.replicas) {
+    if (r.terminating || r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed) {
+      continue;
+    }
+    released += r.phase == ReplicaPhase::kRunning ? 1 : 0;
+    Delete(r, "scheduling timeout");
+  }
+  Finish(false, kSchedulingTimeoutReason,
+         "the gang was not placed within runPolicy.schedulingTimeoutSeconds (" +
+             std::to_string(timeout_s) + "s): " + reason + ": " + message + "; released " +
+             std::to_string(released) + " placed replica" + (released == 1 ? "" : "s"));
+  return true;
+}
+
+void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
+  for (const auto* r : current) {
+    if (r->gated && r->phase == ReplicaPhase::kRunning && !r->terminating) {
+      plan_.actions.push_back(
+          {Action::Kind::kOpenGate, r->rank, r->attempt, r->name, "the whole gang is placed"});
+    }
+  }
+}
+
 bool Planner::HandleStall() {
   const auto deadline_s = spec_.run_policy.progress_deadline_seconds;
   if (deadline_s <= 0 || st().phase != "Running") return false;
@@ -335,9 +456,13 @@ Plan Planner::Run() {
     auto start = ParseRfc3339(st().start_time).value_or(in_.now);
     WallTime deadline = start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
-      Finish(false, "DeadlineExceeded",
-             "job ran longer than activeDeadlineSeconds (" +
-                 std::to_string(*spec_.run_policy.active_deadline_seconds) + "s)");
+      std::string message = "job ran longer than activeDeadlineSeconds (" +
+                            std::to_string(*spec_.run_policy.active_deadline_seconds) + "s)";
+      if (const Condition* ready = FindCondition(kPodsReadyCondition);
+          ready != nullptr && ready->status == "False") {
+        message += " while waiting for its replicas: " + ready->reason + ": " + ready->message;
+      }
+      Finish(false, "DeadlineExceeded", message);
       for (const auto& r : in_.replicas) {
         if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) {
           Delete(r, "deadline exceeded");
@@ -358,10 +483,13 @@ Plan Planner::Run() {
   for (const auto& r : in_.replicas) {
     if (r.attempt == st().attempt && r.rank >= 0 && r.rank < pods) {
       current.push_back(&r);
-    } else {
-      stale = true;
-      Delete(r, "replica of attempt " + std::to_string(r.attempt));
+      continue;
     }
+    Delete(r, "replica of attempt " + std::to_string(r.attempt));
+    // One whose processes have ended can meet no one, even while a finalizer (Kueue's) keeps
+    // the pod object until the new gang exists.
+    const bool ended = r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed;
+    stale = stale || !(r.terminating && ended);
   }
   CountReplicas(current);
   if (stale) return std::move(plan_);
@@ -405,9 +533,16 @@ Plan Planner::Run() {
     SetCondition("Running", true, "Running", "all replicas running");
     SetCondition("Restarting", false, "Running", "gang running");
     SetCondition(kReplicaFailureCondition, false, "Created", "all replicas created");
+    SetCondition(kPodsReadyCondition, true, "AllPodsRunning",
+                 "all " + std::to_string(pods) + " replicas are running");
+    SetCondition(kQueuedCondition, false, "Admitted", "the queue admitted the gang");
+    OpenGates(current);
     if (HandleStall()) return std::move(plan_);
-  } else if (st().phase != "Restarting") {
-    SetPhase("Pending", "Pending", "waiting for replicas to start");
+  } else {
+    if (HandleWait(current, pods)) return std::move(plan_);
+    if (st().phase != "Restarting") {
+      SetPhase("Pending", "Pending", "waiting for replicas to start");
+    }
   }
   return std::move(plan_);
 }
@@ -430,6 +565,9 @@ bool IsConsequence(const ObservedReplica& r) {
 
 bool IsRetryable(const ObservedReplica& r) {
   if (r.disruption) return true;
+  // The runtime could not start the program (not found, not executable): exit 128 from the
+  // kubelet, but no restart finds a missing program.
+  if (r.reason == "StartError") return false;
   if (r.reason == "Evicted" || r.reason == "NodeLost" || r.reason == "Deleted" ||
       r.reason == "Preempted" || r.reason == "OOMKilled") {
     return true;
@@ -445,7 +583,7 @@ void SetJobCondition(api::JobStatus* st, const std::string& type, bool value,
 
 void SetJobConditionStatus(api::JobStatus* st, const std::string& type, const std::string& status,
                            const std::string& reason, const std::string& message,
-                           const std::string& now) {
+                           const std::string& now, bool record_false) {
   for (auto& c : st->conditions) {
     if (c.type != type) continue;
     if (c.status != status) c.last_transition_time = now;
@@ -454,9 +592,11 @@ void SetJobConditionStatus(api::JobStatus* st, const std::string& type, const st
     c.message = message;
     return;
   }
-  if (status == "False") return;  // a condition that never held is not worth writing
+  if (status == "False" && !record_false) return;  // one that never held is not worth writing
   st->conditions.push_back({type, status, reason, message, now});
 }
+
+bool IsPermanentWait(const std::string& wait_reason) { return wait_reason == "InvalidImageName"; }
 
 std::string ReplicaName(const std::string& job, int attempt, int rank) {
   return job + "-a" + std::to_string(attempt) + "-" + std::to_string(rank);

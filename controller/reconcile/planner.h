@@ -31,6 +31,14 @@ struct ObservedReplica {
   int world_size = 0;
   int nproc_per_node = 0;
   std::optional<WallTime> finished_at;  // when it terminated, if known
+  // Not running yet: why, in the cluster's words. wait_reason is the scheduler's
+  // (Unschedulable, SchedulingGated), the kubelet's (ErrImagePull, ImagePullBackOff,
+  // InvalidImageName, CreateContainerConfigError, ContainerCreating, ...) or ClaimPending;
+  // empty while nothing is known (a pod the scheduler has not looked at yet).
+  std::string wait_reason;
+  std::string wait_message;
+  std::string node;    // where it was placed (spec.nodeName), "" until scheduled
+  bool gated = false;  // its ranks wait at the gang gate until the executor opens it
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
@@ -46,7 +54,8 @@ struct ObservedProgress {
 };
 
 struct Action {
-  enum class Kind { kCreateReplica, kDeleteReplica, kDeleteJob };
+  // kOpenGate: the whole gang is placed; tell this replica's ranks to start their rendezvous.
+  enum class Kind { kCreateReplica, kDeleteReplica, kDeleteJob, kOpenGate };
   Kind kind;
   int rank = 0;
   int attempt = 0;
@@ -96,15 +105,33 @@ std::string ReplicaName(const std::string& job, int attempt, int rank);
 void SetJobCondition(api::JobStatus* status, const std::string& type, bool value,
                      const std::string& reason, const std::string& message,
                      const std::string& now_rfc3339);
-// The same with a metav1.Condition status: "True", "False" or "Unknown".
+// The same with a metav1.Condition status: "True", "False" or "Unknown"; record_false writes a
+// False condition that never held.
 void SetJobConditionStatus(api::JobStatus* status, const std::string& type,
                            const std::string& condition_status, const std::string& reason,
-                           const std::string& message, const std::string& now);
+                           const std::string& message, const std::string& now,
+                           bool record_false = false);
 
 // Reported by the executor when it could not create a replica (the API refused it); cleared
 // by the planner once the whole gang runs.
 inline constexpr char kReplicaFailureCondition[] = "ReplicaFailure";
 inline constexpr char kFailedCreateReason[] = "FailedCreate";
+
+// False while any replica of the current attempt is not running, with the cluster's reason
+// (see ObservedReplica::wait_reason) and message; True once the whole gang runs. Its
+// lastTransitionTime to False starts the scheduling wait that
+// runPolicy.schedulingTimeoutSeconds bounds.
+inline constexpr char kPodsReadyCondition[] = "PodsReady";
+// PodsReady's reason while replicas start normally (no reason from the cluster yet).
+inline constexpr char kPodsStartingReason[] = "PodsStarting";
+inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
+// True while the gang waits at a queue's scheduling gate (Kueue); False ("Admitted") once it
+// passed, which restarts the scheduling wait: time in line is the queue's to bound.
+inline constexpr char kQueuedCondition[] = "Queued";
+
+// Whether a wait reason is one a restart cannot heal (the job fails at once): the image name
+// itself is invalid.
+bool IsPermanentWait(const std::string& wait_reason);
 
 Plan PlanReconcile(const PlanInput& in);
 

@@ -49,6 +49,20 @@ class Operator::Cache final : public ClusterCache {
         if (auto it = m->find(k); it != m->end()) meta[k] = *it;
       }
     }
+    if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
+      // Where it runs, and the claims it waits on (ExplainPendingClaims).
+      Json& spec = out["spec"] = Json::object();
+      if (auto n = sp->find("nodeName"); n != sp->end()) spec["nodeName"] = *n;
+      if (auto vols = sp->find("volumes"); vols != sp->end() && vols->is_array()) {
+        Json claims = Json::array();
+        for (const auto& v : *vols) {
+          if (v.is_object() && v.contains("persistentVolumeClaim")) {
+            claims.push_back({{"persistentVolumeClaim", v["persistentVolumeClaim"]}});
+          }
+        }
+        if (!claims.empty()) spec["volumes"] = claims;
+      }
+    }
     if (auto st = pod.find("status"); st != pod.end() && st->is_object()) {
       Json& status = out["status"] = Json::object();
       for (const char* k : {"phase", "podIP", "reason", "message", "conditions"}) {

@@ -1,6 +1,9 @@
 #include "controller/executors/kubernetes/pod_builder.h"
 
 #include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
 #include <random>
 #include <sstream>
 
@@ -8,6 +11,9 @@
 
 namespace ringtrain::op {
 namespace {
+
+// The longest gate wait the runner accepts (contract::ParseRankEnv's bound).
+constexpr Duration kMaxGangGateWait{std::chrono::hours(24 * 30)};
 
 Json EnvValue(const std::string& name, const std::string& value) {
   return {{"name", name}, {"value", value}};
@@ -24,6 +30,12 @@ long long IntAt(const Json& obj, const char* key) {
   if (!obj.is_object()) return 0;
   auto it = obj.find(key);
   return it != obj.end() && it->is_number_integer() ? it->get<long long>() : 0;
+}
+// The array at obj[key], or an empty one when it is absent or of another type.
+Json ListAt(const Json& obj, const char* key) {
+  if (!obj.is_object()) return Json::array();
+  auto it = obj.find(key);
+  return it != obj.end() && it->is_array() ? *it : Json::array();
 }
 // The array at obj[key], made one (replacing a value of another type) so we can append to it.
 Json& ArrayAt(Json& obj, const char* key) {
@@ -85,6 +97,14 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   rank_env.attempt = attempt;
   rank_env.metrics_port = kMetricsPort;
   rank_env.termination_log = "/dev/termination-log";
+  rank_env.gang_gate = std::string(kGangGateDir) + "/" + kGangGateFile;
+  if (spec.run_policy.scheduling_timeout_seconds > 0) {
+    rank_env.gang_gate_timeout =
+        std::chrono::seconds(spec.run_policy.scheduling_timeout_seconds) + kGangGateSlack;
+  } else if (spec.run_policy.active_deadline_seconds) {
+    rank_env.gang_gate_timeout = std::chrono::seconds(*spec.run_policy.active_deadline_seconds);
+  }
+  rank_env.gang_gate_timeout = std::min<Duration>(rank_env.gang_gate_timeout, kMaxGangGateWait);
   Json env = Json::array();
   for (const auto& [name, value] : contract::RankEnvVars(rank_env)) {
     env.push_back(EnvValue(name, value));
@@ -207,13 +227,144 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
   ArrayAt(*runner, "volumeMounts").push_back({{"name", kCheckpointVolume}, {"mountPath", path}});
 }
 
+// The gang gate: the pod annotation kGangPlacedAnnotation as a file the runner reads (empty
+// until the operator sets it). The kubelet rewrites downward-API files when annotations change.
+bool AddGangGateVolume(Json* pod_spec, Json* runner) {
+  for (const auto& [obj, list] : {std::pair{pod_spec, "volumes"}, {runner, "volumeMounts"}}) {
+    if (obj->contains(list) && !(*obj)[list].is_array()) {
+      // The API server refuses this pod anyway; never leave a rank waiting on a file that
+      // nothing would ever write.
+      Json kept = Json::array();
+      for (const auto& e : (*runner)["env"]) {
+        const std::string name = StringAt(e, "name");
+        if (name != contract::kEnvGangGate && name != contract::kEnvGangGateTimeout) {
+          kept.push_back(e);
+        }
+      }
+      (*runner)["env"] = kept;
+      return false;
+    }
+  }
+  const std::string field = std::string("metadata.annotations['") + kGangPlacedAnnotation + "']";
+  ArrayAt(*pod_spec, "volumes")
+      .push_back({{"name", kGangGateVolume},
+                  {"downwardAPI",
+                   {{"items", Json::array({{{"path", kGangGateFile},
+                                            {"fieldRef", {{"fieldPath", field}}}}})}}}});
+  ArrayAt(*runner, "volumeMounts")
+      .push_back({{"name", kGangGateVolume}, {"mountPath", kGangGateDir}, {"readOnly", true}});
+  return true;
+}
+
+// Why a pending pod is not running, in the cluster's words: a container's waiting reason
+// (the kubelet: image pull, config errors) once it is placed, else the scheduler's condition.
+void ObserveWait(const Json& status, reconcile::ObservedReplica* r) {
+  if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
+    for (const auto& c : *cs) {
+      const Json* state = c.is_object() && c.contains("state") ? &c["state"] : nullptr;
+      if (state == nullptr || !state->is_object() || !state->contains("waiting")) continue;
+      const Json& waiting = (*state)["waiting"];
+      const std::string reason = StringAt(waiting, "reason");
+      if (reason.empty()) continue;
+      r->wait_reason = reason;
+      r->wait_message = StringAt(waiting, "message");
+      if (r->wait_message.empty())
+        r->wait_message = "container " + StringAt(c, "name") + ": " + reason;
+      if (StringAt(c, "name") == kContainerName) return;  // the runner's own reason wins
+    }
+    if (!r->wait_reason.empty()) return;
+  }
+  if (auto conds = status.find("conditions"); conds != status.end() && conds->is_array()) {
+    for (const auto& c : *conds) {
+      if (StringAt(c, "type") != "PodScheduled" || StringAt(c, "status") != "False") continue;
+      r->wait_reason = StringAt(c, "reason");
+      r->wait_message = StringAt(c, "message");
+    }
+  }
+}
+
+// A gang scheduler's PodGroup (label or annotation, and its scheduler unless the spec names
+// one) and Kueue's pod group (the job's queue-name label on every pod, the group's name and
+// size).
+void JoinGroups(const api::TrainingJob& job, Json* meta, Json* spec) {
+  const auto& group = job.spec.run_policy.pod_group;
+  if (group) {
+    const bool volcano = group->type == "volcano";
+    if (volcano) {
+      ObjectAt(*meta, "annotations")[kVolcanoGroupAnnotation] = PodGroupName(job.metadata.name);
+    } else {
+      ObjectAt(*meta, "labels")[kCoschedulingPodGroupLabel] = PodGroupName(job.metadata.name);
+    }
+    if (job.spec.run_policy.scheduler_name.empty()) {
+      (*spec)["schedulerName"] = volcano ? kVolcanoSchedulerName : kCoschedulingSchedulerName;
+    }
+  }
+  const auto queue = job.metadata.labels.find(kKueueQueueLabel);
+  if (queue == job.metadata.labels.end() || queue->second.empty()) return;
+  Json& labels = ObjectAt(*meta, "labels");
+  labels[kKueueQueueLabel] = queue->second;
+  labels[kKueueGroupLabel] = job.metadata.name;
+  if (auto prio = job.metadata.labels.find(kKueuePriorityClassLabel);
+      prio != job.metadata.labels.end()) {
+    labels[kKueuePriorityClassLabel] = prio->second;
+  }
+  ObjectAt(*meta, "annotations")[kKueueGroupCountAnnotation] = std::to_string(job.spec.replicas);
+}
+
 }  // namespace
+
+std::string PodGroupName(const std::string& job) { return job; }
+
+std::optional<Json> BuildPodGroup(const api::TrainingJob& job) {
+  const auto& group = job.spec.run_policy.pod_group;
+  if (!group) return std::nullopt;
+  const bool volcano = group->type == "volcano";
+  Json spec = {{"minMember", job.spec.replicas}};
+  const std::int64_t timeout = job.spec.run_policy.scheduling_timeout_seconds;
+  if (!volcano && timeout > 0) {
+    spec["scheduleTimeoutSeconds"] = std::min<std::int64_t>(timeout, INT32_MAX);
+  }
+  if (volcano && !group->queue.empty()) spec["queue"] = group->queue;
+  return Json{
+      {"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
+      {"kind", "PodGroup"},
+      {"metadata",
+       {{"name", PodGroupName(job.metadata.name)},
+        {"namespace", job.metadata.ns},
+        {"labels", {{kJobLabel, job.metadata.name}}},
+        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+      {"spec", spec}};
+}
+
+Json GangGatePatch() {
+  return {{"metadata", {{"annotations", {{kGangPlacedAnnotation, "true"}}}}}};
+}
 
 std::string TokenSecretName(const std::string& job) { return job + "-token"; }
 std::string CheckpointClaimName(const std::string& job) { return job + "-checkpoints"; }
 
 bool CheckpointsAreEphemeral(const api::JobSpec& spec) {
-  return !spec.checkpoint.volume_claim && spec.checkpoint.volume_json.empty();
+  if (spec.checkpoint.volume_claim || !spec.checkpoint.volume_json.empty()) return false;
+  // A volume the template mounts at the checkpoint path (the pod builder then adds none) keeps
+  // the checkpoints, unless it is an emptyDir itself.
+  const Json tmpl =
+      Json::parse(spec.pod_template_json.empty() ? "{}" : spec.pod_template_json, nullptr, false);
+  const Json pod_spec = tmpl.is_object() ? tmpl.value("spec", Json::object()) : Json::object();
+  if (!pod_spec.is_object()) return true;
+  const std::string path =
+      spec.checkpoint.path.empty() ? PodOptions{}.default_checkpoint_dir : spec.checkpoint.path;
+  std::string volume_name;
+  for (const auto& c : ListAt(pod_spec, "containers")) {
+    if (StringAt(c, "name") != kContainerName) continue;
+    for (const auto& m : ListAt(c, "volumeMounts")) {
+      if (StringAt(m, "mountPath") == path) volume_name = StringAt(m, "name");
+    }
+  }
+  if (volume_name.empty()) return true;
+  for (const auto& v : ListAt(pod_spec, "volumes")) {
+    if (StringAt(v, "name") == volume_name) return v.is_object() && v.contains("emptyDir");
+  }
+  return true;  // a mount of no volume: the API server refuses the pod
 }
 
 std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job) {
@@ -267,6 +418,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   Json annotations = meta.value("annotations", Json::object());
   if (!annotations.is_object()) annotations = Json::object();
   annotations[kMetricsPortAnnotation] = std::to_string(kMetricsPort);
+  annotations.erase(kGangPlacedAnnotation);  // only the operator opens the gate
   pod_meta["annotations"] = annotations;
   pod_meta["ownerReferences"] = Json::array({OwnerReference(job)});
 
@@ -284,6 +436,9 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   Json runner = RunnerContainer(job, attempt, rank, options, user_runner);
   ApplyResources(job.spec, user_runner, &runner);
   AddCheckpointVolume(job, rank, options, &spec, &runner);
+  if (AddGangGateVolume(&spec, &runner)) {
+    pod_meta["annotations"][kGangGateAnnotation] = std::string(kGangGateDir) + "/" + kGangGateFile;
+  }
   Json containers = Json::array({std::move(runner)});
   for (auto& c : others) containers.push_back(std::move(c));
   spec["containers"] = containers;
@@ -294,6 +449,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   if (!job.spec.run_policy.scheduler_name.empty()) {
     spec["schedulerName"] = job.spec.run_policy.scheduler_name;
   }
+  JoinGroups(job, &pod_meta, &spec);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
 }
 
@@ -373,6 +529,18 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       if (c.value("type", "") == "DisruptionTarget" && c.value("status", "") == "True") {
         r.disruption = true;
       }
+    }
+  }
+  r.node = StringAt(pod.value("spec", Json::object()), "nodeName");
+  if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
+    r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
+  }
+  if (r.phase == ReplicaPhase::kPending) ObserveWait(status, &r);
+  if (r.wait_reason == "SchedulingGated") {
+    const Json labels_or_none = meta.value("labels", Json::object());
+    if (const std::string queue = StringAt(labels_or_none, kKueueQueueLabel); !queue.empty()) {
+      r.wait_message = "queued in Kueue (LocalQueue " + queue + "): the pods stay gated (" +
+                       kKueueAdmissionGate + ") until Kueue admits the whole group";
     }
   }
   // The world the pod was started into: a resize is told from these (the cache drops specs).

@@ -30,6 +30,18 @@ inline constexpr int kMetricsPort = contract::kMetricsPort;
 // The runner image's non-root user; also the group that owns mounted volumes (fsGroup).
 inline constexpr int kRunnerUid = 65532;
 inline constexpr char kCheckpointVolume[] = "ringtrain-checkpoints";
+// The gang gate (contract::kEnvGangGate): the operator sets this annotation on every pod of an
+// attempt once all of them run; a downward-API volume shows it to the runner as a file.
+inline constexpr char kGangPlacedAnnotation[] = "ringtrain.dev/gang-placed";
+// Set at creation on a pod whose ranks wait at the gate (its value: the gate file): the pod
+// cache drops specs, so this is how the operator knows which pods wait for kGangPlacedAnnotation.
+inline constexpr char kGangGateAnnotation[] = "ringtrain.dev/gang-gate";
+inline constexpr char kGangGateVolume[] = "ringtrain-gang";
+inline constexpr char kGangGateDir[] = "/etc/ringtrain/gang";
+inline constexpr char kGangGateFile[] = "placed";
+// How much longer than runPolicy.schedulingTimeoutSeconds a rank waits at the gate on its own:
+// the operator ends the wait first, with the cluster's reason.
+inline constexpr std::chrono::seconds kGangGateSlack{60};
 
 struct PodOptions {
   // Used for jobs whose spec.image is the built-in default ("" = keep spec.image).
@@ -59,6 +71,28 @@ Json OwnerReference(const api::TrainingJob& job);
 // deletion. Pods without valid rank/attempt labels come back with rank -1 (the planner deletes
 // them as strays).
 reconcile::ObservedReplica ObserveReplica(const Json& pod);
+
+// Gang schedulers (runPolicy.podGroup) and Kueue: what a pod carries to join its group.
+inline constexpr char kCoschedulingPodGroupLabel[] = "scheduling.x-k8s.io/pod-group";
+inline constexpr char kVolcanoGroupAnnotation[] = "scheduling.k8s.io/group-name";
+inline constexpr char kCoschedulingSchedulerName[] = "scheduler-plugins-scheduler";
+inline constexpr char kVolcanoSchedulerName[] = "volcano";
+// Kueue's plain-pod groups: a TrainingJob labelled with a queue name gets its pods queued as
+// one group of spec.replicas (Kueue gates them until the group is admitted).
+inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
+inline constexpr char kKueuePriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
+inline constexpr char kKueueGroupLabel[] = "kueue.x-k8s.io/pod-group-name";
+inline constexpr char kKueueGroupCountAnnotation[] = "kueue.x-k8s.io/pod-group-total-count";
+inline constexpr char kKueueAdmissionGate[] = "kueue.x-k8s.io/admission";
+
+// The PodGroup of runPolicy.podGroup (nullopt without one): named after the job, owned by it,
+// minMember = spec.replicas; a coscheduling group also gets scheduleTimeoutSeconds from
+// runPolicy.schedulingTimeoutSeconds, a Volcano group its queue.
+std::optional<Json> BuildPodGroup(const api::TrainingJob& job);
+std::string PodGroupName(const std::string& job);
+
+// The merge patch that opens the gang gate of a pod.
+Json GangGatePatch();
 
 // Whether the pod is owned by the job with this uid (ownerReferences, controller: true).
 bool OwnedBy(const Json& pod, const std::string& uid);

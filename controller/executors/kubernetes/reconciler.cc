@@ -57,6 +57,8 @@ int MetricsPort(const Json& pod) {
 }
 
 const kube::Resource kPersistentVolumeClaims{"", "v1", "persistentvolumeclaims"};
+const kube::Resource kCoschedulingPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
+const kube::Resource kVolcanoPodGroups{"scheduling.volcano.sh", "v1beta1", "podgroups"};
 
 constexpr char kEphemeralCondition[] = "CheckpointsEphemeral";
 
@@ -262,6 +264,35 @@ Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory
   return Status::Ok();
 }
 
+Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobMemory& memory) {
+  std::optional<Json> group = BuildPodGroup(job);
+  if (!group || memory.pod_group_attempt == attempt) return Status::Ok();
+  const bool volcano = job.spec.run_policy.pod_group->type == "volcano";
+  const std::string& ns = job.metadata.ns;
+  const std::string name = PodGroupName(job.metadata.name);
+  auto created = volcano ? client_->Create(kVolcanoPodGroups, ns, *group)
+                         : client_->Create(kCoschedulingPodGroups, ns, *group);
+  if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    // Ours from an earlier attempt: the gang's size may have changed since.
+    const Json patch = {{"spec", (*group)["spec"]}};
+    created =
+        volcano ? client_->Patch(kVolcanoPodGroups, ns, name, patch, kube::PatchType::kMerge)
+                : client_->Patch(kCoschedulingPodGroups, ns, name, patch, kube::PatchType::kMerge);
+  }
+  if (!created.ok()) {
+    const std::string api = (*group)["apiVersion"].get<std::string>();
+    if (created.status().code() == StatusCode::kNotFound) {
+      return FailedPrecondition(
+          "runPolicy.podGroup: this cluster does not serve PodGroups of " + api + " (install " +
+          (volcano ? "Volcano" : "the scheduler-plugins coscheduling plugin") +
+          " and its CRD, or remove runPolicy.podGroup)");
+    }
+    return created.status().WithContext("PodGroup " + name + " (" + api + ")");
+  }
+  memory.pod_group_attempt = attempt;
+  return Status::Ok();
+}
+
 Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   std::optional<Json> claim = BuildCheckpointClaim(job);
   if (!claim) return Status::Ok();
@@ -314,6 +345,38 @@ Status Reconciler::FailedCreate(const std::string& key, const Json& latest,
   return error.WithContext("create " + what);
 }
 
+void Reconciler::ExplainPendingClaims(const Json& pod, ObservedReplica* r) {
+  // The scheduler only says "unbound immediate PersistentVolumeClaims": name the claim and why
+  // nothing binds it.
+  if (r->wait_message.find("PersistentVolumeClaim") == std::string::npos) return;
+  const std::string ns = MetaString(pod, "namespace");
+  for (const auto& v : pod.value(Json::json_pointer("/spec/volumes"), Json::array())) {
+    if (!v.is_object() || !v.contains("persistentVolumeClaim")) continue;
+    const std::string claim = v["persistentVolumeClaim"].value("claimName", "");
+    if (claim.empty()) continue;
+    auto got = client_->Get(kPersistentVolumeClaims, ns, claim);
+    std::string why;
+    if (!got.ok() && got.status().code() == StatusCode::kNotFound) {
+      why = "PersistentVolumeClaim " + claim + " does not exist";
+    } else if (!got.ok()) {
+      continue;  // cannot tell: the scheduler's words stand
+    } else if (got->value(Json::json_pointer("/status/phase"), std::string()) == "Pending") {
+      const std::string sc =
+          got->value(Json::json_pointer("/spec/storageClassName"), std::string());
+      why = "PersistentVolumeClaim " + claim + " is Pending: " +
+            (sc.empty() ? std::string("it names no StorageClass and the cluster had no default "
+                                      "one, so nothing provisions it (set a storageClassName, "
+                                      "or mark a StorageClass as the default)")
+                        : "StorageClass " + sc + " has not provisioned a volume for it yet");
+    } else {
+      continue;
+    }
+    r->wait_reason = "PersistentVolumeClaimPending";
+    r->wait_message = why + "; the scheduler says: " + r->wait_message;
+    return;
+  }
+}
+
 StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   const std::string key = JobKey(ns, name);
   std::optional<Json> cached = cache_->GetJob(ns, name);
@@ -344,6 +407,9 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     replicas.push_back(ObserveReplica(pod));
     present[replicas.back().name] = replicas.back().terminating;
     pod_by_name[replicas.back().name] = &pod;
+  }
+  for (std::size_t i = 0; i < replicas.size(); ++i) {
+    if (replicas[i].wait_reason == "Unschedulable") ExplainPendingClaims(owned[i], &replicas[i]);
   }
   if (!expectations_.Satisfied(key, present, job.metadata.resource_version)) {
     return ReconcileResult{options_.expectations_recheck};
@@ -456,6 +522,10 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
           if (Transient(st)) return st;
           return FailedCreate(key, latest, plan.status, memory, gang, st, "children");
         }
+        if (Status st = EnsurePodGroup(job, a.attempt, memory); !st.ok()) {
+          if (Transient(st)) return st;
+          return FailedCreate(key, latest, plan.status, memory, gang, st, "PodGroup");
+        }
         Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
         expectations_.ExpectCreate(key, a.name);
         auto r = client_->Create(kube::kPods, ns, pod);
@@ -478,6 +548,17 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
         if (it == pod_by_name.end()) break;
         spdlog::debug("job {}: deleting pod {} ({})", key, a.name, a.reason);
         RETURN_IF_ERROR(DeletePod(key, *it->second));
+        break;
+      }
+      case Action::Kind::kOpenGate: {
+        auto it = pod_by_name.find(a.name);
+        if (it == pod_by_name.end()) break;
+        auto patched =
+            client_->Patch(kube::kPods, ns, a.name, GangGatePatch(), kube::PatchType::kMerge);
+        if (!patched.ok() && patched.status().code() != StatusCode::kNotFound) {
+          return patched.status().WithContext("open the gang gate of pod " + a.name);
+        }
+        spdlog::debug("job {}: opened the gang gate of pod {}", key, a.name);
         break;
       }
       case Action::Kind::kDeleteJob: {

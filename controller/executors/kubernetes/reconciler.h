@@ -86,7 +86,8 @@ class Reconciler {
     std::map<std::string, reconcile::ObservedReplica> seen;
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
-    int failed_creates = 0;  // in a row
+    int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
+    int failed_creates = 0;      // in a row
     SteadyTime create_retry_at{};
   };
 
@@ -94,7 +95,13 @@ class Reconciler {
                                        const std::vector<Json>& pods);
   StatusOr<ReconcileResult> HandleInvalid(const Json& raw, const std::vector<Json>& pods,
                                           const Status& error);
+  // An unschedulable pod whose claim is not bound: the claim and why, in place of the
+  // scheduler's generic words (one GET per claim, only on that path).
+  void ExplainPendingClaims(const Json& pod, reconcile::ObservedReplica* r);
   Status EnsureChildren(const api::TrainingJob& job, JobMemory& memory);
+  // The PodGroup of runPolicy.podGroup, created (or its minMember corrected after a resize)
+  // before the pods of an attempt.
+  Status EnsurePodGroup(const api::TrainingJob& job, int attempt, JobMemory& memory);
   // The PVC of spec.checkpoint.volumeClaim, created once and never replaced.
   Status EnsureCheckpointClaim(const api::TrainingJob& job);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);

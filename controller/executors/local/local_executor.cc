@@ -297,6 +297,8 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
           break;
         case reconcile::Action::Kind::kDeleteJob:
           break;  // nothing to delete locally
+        case reconcile::Action::Kind::kOpenGate:
+          break;  // local ranks start together: they have no gate
       }
     }
     if (api::IsTerminal(state_.status.phase)) {

@@ -244,7 +244,8 @@ std::string Age(const json& obj) {
           .count());
 }
 
-// ".status.progress.step", "{.spec.replicas}", ".status.conditions[0].type".
+// ".status.progress.step", "{.spec.replicas}", ".status.conditions[0].type",
+// '.status.conditions[?(@.type=="PodsReady")].reason'.
 const json* EvalJsonPath(const json& obj, std::string path) {
   if (!path.empty() && path.front() == '{') path = path.substr(1, path.size() - 2);
   const json* cur = &obj;
@@ -252,6 +253,30 @@ const json* EvalJsonPath(const json& obj, std::string path) {
   while (i < path.size() && cur != nullptr) {
     if (path[i] == '.') {
       ++i;
+      continue;
+    }
+    if (path.compare(i, 3, "[?(") == 0) {
+      // A filter, as kubectl's JSONPath: [?(@.field=="value")], the first element that matches
+      // (the apiserver's printer shows the first result).
+      std::size_t close = path.find(")]", i);
+      if (close == std::string::npos || !cur->is_array()) return nullptr;
+      const std::string expr = path.substr(i + 3, close - i - 3);
+      const std::size_t eq = expr.find("==");
+      if (eq == std::string::npos || expr.rfind("@.", 0) != 0) return nullptr;
+      const std::string field = expr.substr(2, eq - 2);
+      std::string want = expr.substr(eq + 2);
+      if (want.size() >= 2 && (want.front() == '"' || want.front() == '\'')) {
+        want = want.substr(1, want.size() - 2);
+      }
+      const json* match = nullptr;
+      for (const auto& e : *cur) {
+        if (e.is_object() && e.contains(field) && e[field].is_string() && e[field] == want) {
+          match = &e;
+          break;
+        }
+      }
+      cur = match;
+      i = close + 2;
       continue;
     }
     if (path[i] == '[') {

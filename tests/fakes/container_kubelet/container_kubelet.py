@@ -13,7 +13,8 @@ What it honours (anything else in a pod spec is ignored, and listed in the READM
   image (never pulled: a missing image leaves the pod Pending with ErrImageNeverPull),
   command/args, env (value, valueFrom secretKeyRef/configMapKeyRef/fieldRef), volumes
   (emptyDir, hostPath, persistentVolumeClaim as a host folder that outlives the pod, secret,
-  configMap) and volumeMounts (readOnly, subPath), securityContext (runAsUser, runAsGroup,
+  configMap, downwardAPI rewritten every poll from the pod's labels and annotations) and
+  volumeMounts (readOnly, subPath), securityContext (runAsUser, runAsGroup,
   runAsNonRoot, fsGroup, supplementalGroups, readOnlyRootFilesystem, capabilities,
   allowPrivilegeEscalation, privileged, seccompProfile), resources (limits.cpu → --cpus,
   limits.memory → --memory, requests.cpu → --cpu-shares), hostNetwork, hostname + subdomain
@@ -156,6 +157,7 @@ class Pod:
         self.termination_log = ""
         self.log_path = ""
         self.emptydirs = []
+        self.downward = []  # (host dir, items) of downwardAPI volumes
         self.container_id = ""
         self.failures = 0  # failed starts in a row: the next try backs off (0.5 s .. 10 s)
         self.next_try = 0.0
@@ -235,6 +237,8 @@ class Kubelet:
             if pod is None:
                 continue
             pod.obj = obj
+            if pod.downward and not terminating:
+                self.refresh_downward_api(pod)
             if terminating:
                 self.begin_stop(pod)
             elif pod.state == "pending":
@@ -445,6 +449,15 @@ class Kubelet:
                 path = os.path.join(self.state_dir, "pvc", pod.ns, claim)
                 self.prepare_dir(path, fs_group, 0o755)
                 out[name] = path
+            elif "downwardAPI" in v:
+                # Files of fieldRefs, kept up to date from the pod by refresh_downward_api (the
+                # kubelet rewrites them when labels or annotations change).
+                path = os.path.join(pod_dir, "volumes", name)
+                os.makedirs(path, exist_ok=True)
+                os.chmod(path, 0o755)
+                pod.downward.append((path, v["downwardAPI"].get("items") or []))
+                self.refresh_downward_api(pod)
+                out[name] = path
             elif "secret" in v or "configMap" in v:
                 kind = "secrets" if "secret" in v else "configmaps"
                 src = v.get("secret") or v.get("configMap")
@@ -465,6 +478,23 @@ class Kubelet:
                 raise PodError("CreateContainerConfigError",
                                "volume %s: unsupported source %s" % (name, list(v)), True)
         return out
+
+    def refresh_downward_api(self, pod):
+        for path, items in pod.downward:
+            for item in items:
+                value = self.field(pod, (item.get("fieldRef") or {}).get("fieldPath", ""))
+                target = os.path.join(path, item["path"])
+                try:
+                    with open(target) as f:
+                        if f.read() == value:
+                            continue
+                except FileNotFoundError:
+                    pass
+                # Written beside and renamed: a reader never sees half a value.
+                with open(target + ".tmp", "w") as f:
+                    f.write(value)
+                os.chmod(target + ".tmp", 0o644)
+                os.replace(target + ".tmp", target)
 
     def start(self, pod):
         spec = pod.obj["spec"]

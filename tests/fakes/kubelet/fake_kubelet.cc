@@ -1,7 +1,9 @@
 #include "tests/fakes/kubelet/fake_kubelet.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -102,10 +104,14 @@ void FakeKubelet::Tick() {
     bool deleting = pod["metadata"].contains("deletionTimestamp");
     if (!deleting) live.insert(uid);
     bool known;
+    std::vector<Projection> projections;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      known = procs_.count(uid) > 0;
+      auto it = procs_.find(uid);
+      known = it != procs_.end();
+      if (known) projections = it->second.projections;
     }
+    if (known) Project(pod, projections);
     if (!known && !deleting && pod.value("/status/phase"_json_pointer, "Pending") == "Pending") {
       StartPod(pod);
     }
@@ -118,6 +124,19 @@ void FakeKubelet::Tick() {
     }
   }
   Reap();
+}
+
+void FakeKubelet::Project(const json& pod, const std::vector<Projection>& projections) {
+  const json annotations = pod.value("/metadata/annotations"_json_pointer, json::object());
+  for (const auto& p : projections) {
+    const std::string value = annotations.value(p.annotation, "");
+    if (ReadFile(p.path) == value) continue;
+    // Written beside and renamed, so a reader never sees half a value (the kubelet's atomic
+    // writer swaps a symlink for the same reason).
+    const std::string tmp = p.path + ".tmp";
+    std::ofstream(tmp, std::ios::trunc) << value;
+    std::rename(tmp.c_str(), p.path.c_str());
+  }
 }
 
 void FakeKubelet::StartPod(const json& pod) {
@@ -174,6 +193,27 @@ void FakeKubelet::StartPod(const json& pod) {
   p.termination_log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".termination-log";
   p.log = options_.workdir + "/" + name + "." + uid.substr(0, 8) + ".log";
   env[contract::kEnvTerminationLog] = p.termination_log;
+  // downwardAPI volumes of annotations: files in the workdir, env paths under the mount moved.
+  for (const auto& m : c.value("volumeMounts", json::array())) {
+    const std::string volume = m.value("name", "");
+    const std::string mount = m.value("mountPath", "");
+    for (const auto& v : pod["spec"].value("volumes", json::array())) {
+      if (v.value("name", "") != volume || !v.contains("downwardAPI")) continue;
+      const std::string dir = options_.workdir + "/" + name + "." + uid.substr(0, 8) + "." + volume;
+      ::mkdir(dir.c_str(), 0755);
+      for (const auto& item : v["downwardAPI"].value("items", json::array())) {
+        const std::string field = item.value("/fieldRef/fieldPath"_json_pointer, std::string());
+        const std::string prefix = "metadata.annotations['";
+        if (!field.starts_with(prefix) || !field.ends_with("']")) continue;
+        p.projections.push_back({dir + "/" + item.value("path", ""),
+                                 field.substr(prefix.size(), field.size() - prefix.size() - 2)});
+      }
+      for (auto& [k, value] : env) {
+        if (value.starts_with(mount + "/")) value = dir + value.substr(mount.size());
+      }
+    }
+  }
+  Project(pod, p.projections);
 
   std::vector<std::string> argv;
   for (const auto& a : c.value("command", json::array())) argv.push_back(a.get<std::string>());

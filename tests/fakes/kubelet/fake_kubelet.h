@@ -11,6 +11,9 @@
 //    ringtrain.dev/metrics-port, which is where the operator reads rank 0's /status
 //    (podIP 127.0.0.1); RINGTRAIN_TERMINATION_LOG → a file in options.workdir.
 //  - a pod whose Secret is missing waits (as CreateContainerConfigError would).
+//  - downwardAPI volumes of annotations become files under options.workdir, rewritten every
+//    poll from the pod's annotations (as the kubelet does on an update); env values that name a
+//    path under such a volume's mountPath are pointed at those files (RINGTRAIN_GANG_GATE).
 #pragma once
 
 #include <atomic>
@@ -20,6 +23,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/process.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
@@ -50,7 +54,13 @@ class FakeKubelet {
   int Running() const;
 
  private:
+  // One file of a downwardAPI volume: metadata.annotations['key'] → path.
+  struct Projection {
+    std::string path;
+    std::string annotation;
+  };
   struct Proc {
+    std::vector<Projection> projections;
     std::string ns;
     std::string name;
     std::string uid;
@@ -61,6 +71,7 @@ class FakeKubelet {
   void Loop();
   void Tick();
   void StartPod(const nlohmann::json& pod);
+  void Project(const nlohmann::json& pod, const std::vector<Projection>& projections);
   void Reap();
 
   FakeApiServer* server_;

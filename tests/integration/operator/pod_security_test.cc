@@ -243,8 +243,30 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
                      {{{"name", "runner"},
                        {"volumeMounts", {{{"name", "mine"}, {"mountPath", "/ckpt"}}}}}}}}}}}});
   Json pod = BuildPod(own, 0, 0, PodOptions{});
-  EXPECT_EQ(pod["spec"]["volumes"].size(), 1u);
-  EXPECT_EQ(pod["spec"]["containers"][0]["volumeMounts"].size(), 1u);
+  int checkpoint_volumes = 0;
+  for (const auto& v : pod["spec"]["volumes"]) {
+    checkpoint_volumes += v["name"] == kCheckpointVolume || v["name"] == "mine" ? 1 : 0;
+  }
+  EXPECT_EQ(checkpoint_volumes, 1);
+  int ckpt_mounts = 0;
+  for (const auto& m : pod["spec"]["containers"][0]["volumeMounts"]) {
+    ckpt_mounts += m["mountPath"] == "/ckpt" ? 1 : 0;
+  }
+  EXPECT_EQ(ckpt_mounts, 1);
+  // ... and an emptyDir of the template's is as ephemeral as ours.
+  EXPECT_TRUE(CheckpointsAreEphemeral(own.spec));
+
+  // The template's own volume at the path keeps the checkpoints: no NoCheckpointVolume warning.
+  api::TrainingJob pvc = ParseJob(
+      "p", "default",
+      {{"replicas", 1},
+       {"template",
+        {{"spec",
+          {{"volumes", {{{"name", "mine"}, {"persistentVolumeClaim", {{"claimName", "c"}}}}}},
+           {"containers",
+            {{{"name", "runner"},
+              {"volumeMounts", {{{"name", "mine"}, {"mountPath", "/ckpt"}}}}}}}}}}}});
+  EXPECT_FALSE(CheckpointsAreEphemeral(pvc.spec));
 
   // A template of the wrong shape never throws out of the builder: the API server refuses it.
   Json odd_runner = {{"name", "runner"}, {"volumeMounts", Json::array({"x"})}};

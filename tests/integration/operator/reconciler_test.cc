@@ -1,6 +1,7 @@
 // The reconciler against an in-memory KubeClient and a cache the test controls (so it can be
 // stale on purpose), plus the pod builder and the work queue.
 #include <gtest/gtest.h>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -418,6 +419,198 @@ TEST_F(ReconcilerTest, SuccessRecordsTheFinalStep) {
   EXPECT_EQ(Status()["progress"]["step"], 4690);
   EXPECT_EQ(Status()["progress"]["epoch"], 10);
   EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
+}
+
+// ---- placement: wait reasons from a real cluster, the gang gate, PodGroups, Kueue ----------
+
+Json RecordedWaits() {
+  std::ifstream in(std::string(RINGTRAIN_SOURCE_DIR) +
+                   "/tests/integration/operator/testdata/real-pod-waits.json");
+  return Json::parse(in);
+}
+
+Json JsonCondition(const Json& status, const std::string& type) {
+  for (const auto& c : status.value("conditions", Json::array())) {
+    if (c.value("type", "") == type) return c;
+  }
+  return Json();
+}
+
+TEST(ReconcilerWaitTest, WaitReasonsRecordedOnARealClusterReachTheJob) {
+  const Json recorded = RecordedWaits();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"big", "Unschedulable"},
+      {"nopull", "ErrImagePull"},
+      {"neverpull", "ErrImageNeverPull"},
+      {"nosecret", "CreateContainerConfigError"},
+      {"pvcwait", "PersistentVolumeClaimPending"},
+      {"badname", "InvalidImageName"}};
+  const kube::Resource claims{"", "v1", "persistentvolumeclaims"};
+  for (const auto& [pod_name, want] : cases) {
+    SCOPED_TRACE(pod_name);
+    FakeKubeClient client;
+    SnapshotCache cache;
+    FixedClock clock;
+    ReconcilerOptions options;
+    options.expectations_timeout = std::chrono::hours(1);
+    Reconciler reconciler(&client, &cache, &clock, nullptr, nullptr, options,
+                          [](const std::string&, int, Duration) { return std::nullopt; });
+    Json claim = recorded["claim"];
+    ASSERT_TRUE(client.Create(claims, "default", claim).ok());
+    ASSERT_TRUE(client.Create(kube::kTrainingJobs, "default", Job(2)).ok());
+    cache.CatchUp(client);
+    ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+    Json rank0 = *client.Get(kube::kPods, "default", "mnist-a0-0");
+    rank0["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.1"}};
+    client.Set(kube::kPods, "default", rank0);
+    Json pod = *client.Get(kube::kPods, "default", "mnist-a0-1");
+    pod["status"] = recorded[pod_name]["status"];
+    if (recorded[pod_name]["spec"].contains("volumes")) {
+      pod["spec"]["volumes"] = recorded[pod_name]["spec"]["volumes"];
+    }
+    client.Set(kube::kPods, "default", pod);
+    cache.CatchUp(client);
+    ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+    const Json status = client.Get(kube::kTrainingJobs, "default", "mnist")->at("status");
+    const Json ready = JsonCondition(status, "PodsReady");
+    ASSERT_TRUE(ready.is_object()) << status.dump();
+    EXPECT_EQ(ready["status"], "False");
+    EXPECT_EQ(ready["reason"], want) << ready.dump();
+    const std::string message = ready.value("message", "");
+    EXPECT_NE(message.find("mnist-a0-1: "), std::string::npos) << message;
+    if (want == "Unschedulable") {
+      EXPECT_NE(message.find("1 Insufficient cpu"), std::string::npos) << message;
+    }
+    if (want == "PersistentVolumeClaimPending") {
+      EXPECT_NE(message.find("PersistentVolumeClaim claim is Pending: it names no StorageClass"),
+                std::string::npos)
+          << message;
+    }
+    if (want == "InvalidImageName") {
+      EXPECT_EQ(status["phase"], "Failed");
+    } else {
+      EXPECT_EQ(status["phase"], "Pending");
+      EXPECT_EQ(status.value("restarts", 0), 0);
+      // Rank 0 runs, but its rendezvous clock has not started: its gate is still closed.
+      rank0 = *client.Get(kube::kPods, "default", "mnist-a0-0");
+      EXPECT_FALSE(rank0["metadata"]["annotations"].contains(kGangPlacedAnnotation));
+    }
+  }
+}
+
+TEST_F(ReconcilerTest, TheGateOpensOnEveryPodOnceTheWholeGangRuns) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    EXPECT_EQ(pod["metadata"]["annotations"][kGangGateAnnotation], "/etc/ringtrain/gang/placed");
+  }
+  SetPodPhase("mnist-a0-0", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("patch", "pods"), 0);
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    EXPECT_EQ(pod["metadata"]["annotations"][kGangPlacedAnnotation], "true");
+  }
+  // Level-triggered: an open gate is not opened again.
+  const int patches = client_.CountWrites("patch", "pods");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("patch", "pods"), patches);
+}
+
+TEST_F(ReconcilerTest, APodGroupIsCreatedForTheGangScheduler) {
+  CreateJob(Job(
+      2, {{"spec",
+           {{"runPolicy",
+             {{"schedulingTimeoutSeconds", 120}, {"podGroup", {{"type", "coscheduling"}}}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const kube::Resource groups{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
+  auto pg = client_.Get(groups, "default", "mnist");
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  EXPECT_EQ((*pg)["spec"]["minMember"], 2);
+  EXPECT_EQ((*pg)["spec"]["scheduleTimeoutSeconds"], 120);
+  EXPECT_EQ((*pg)["metadata"]["ownerReferences"][0]["kind"], "TrainingJob");
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  EXPECT_EQ(pod["metadata"]["labels"][kCoschedulingPodGroupLabel], "mnist");
+  EXPECT_EQ(pod["spec"]["schedulerName"], kCoschedulingSchedulerName);
+}
+
+TEST_F(ReconcilerTest, AVolcanoPodGroupCarriesTheQueueAndFollowsAResize) {
+  CreateJob(Job(2, {{"spec",
+                     {{"runPolicy",
+                       {{"schedulerName", "my-volcano"},
+                        {"podGroup", {{"type", "volcano"}, {"queue", "team-a"}}}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const kube::Resource groups{"scheduling.volcano.sh", "v1beta1", "podgroups"};
+  auto pg = client_.Get(groups, "default", "mnist");
+  ASSERT_TRUE(pg.ok()) << pg.status().ToString();
+  EXPECT_EQ((*pg)["spec"]["minMember"], 2);
+  EXPECT_EQ((*pg)["spec"]["queue"], "team-a");
+  EXPECT_FALSE((*pg)["spec"].contains("scheduleTimeoutSeconds"));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-0");
+  EXPECT_EQ(pod["metadata"]["annotations"][kVolcanoGroupAnnotation], "mnist");
+  EXPECT_EQ(pod["spec"]["schedulerName"], "my-volcano");
+
+  // Three replicas: the next attempt's group needs three.
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["replicas"] = 3;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  for (int r = 0; r < 2; ++r) {
+    Json p = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    p["status"] = {{"phase", "Running"}};
+    client_.Set(kube::kPods, "default", p);
+  }
+  for (int pass = 0; pass < 4; ++pass) {
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  }
+  EXPECT_EQ(client_.Get(groups, "default", "mnist")->at("spec").at("minMember"), 3);
+}
+
+TEST_F(ReconcilerTest, APodGroupTheClusterCannotServeIsShownOnTheJob) {
+  client_.FailNext("create", "podgroups",
+                   NotFound("the server could not find the requested resource"), 1);
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"podGroup", {{"type", "coscheduling"}}}}}}}}));
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+  const Json failure = JsonCondition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(failure.is_object()) << Status().dump();
+  EXPECT_NE(
+      failure.value("message", "").find("does not serve PodGroups of scheduling.x-k8s.io/v1alpha1"),
+      std::string::npos)
+      << failure.dump();
+}
+
+TEST_F(ReconcilerTest, AJobWithAKueueQueueMakesOneKueuePodGroup) {
+  CreateJob(Job(2, {{"metadata", {{"labels", {{"kueue.x-k8s.io/queue-name", "team-a"}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    EXPECT_EQ(pod["metadata"]["labels"][kKueueQueueLabel], "team-a");
+    EXPECT_EQ(pod["metadata"]["labels"][kKueueGroupLabel], "mnist");
+    EXPECT_EQ(pod["metadata"]["annotations"][kKueueGroupCountAnnotation], "2");
+    // As Kueue's webhook leaves them: gated, PodScheduled=False SchedulingGated.
+    pod["status"] = {{"phase", "Pending"},
+                     {"conditions",
+                      {{{"type", "PodScheduled"},
+                        {"status", "False"},
+                        {"reason", "SchedulingGated"},
+                        {"message", "Scheduling is blocked due to non-empty scheduling gates"}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const Json queued = JsonCondition(Status(), "Queued");
+  ASSERT_TRUE(queued.is_object()) << Status().dump();
+  EXPECT_EQ(queued["status"], "True");
+  EXPECT_NE(queued.value("message", "").find("queued in Kueue (LocalQueue team-a)"),
+            std::string::npos);
 }
 
 TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {

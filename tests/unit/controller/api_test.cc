@@ -77,6 +77,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
                 "spec.runPolicy.cleanPodPolicy: must be one of None, Running, All"},
         BadCase{"  runPolicy:\n    backoffLimit: -2\n", "spec.runPolicy.backoffLimit"},
+        BadCase{"  runPolicy:\n    schedulingTimeoutSeconds: -1\n",
+                "spec.runPolicy.schedulingTimeoutSeconds: must be at least 0"},
+        BadCase{"  runPolicy:\n    podGroup: {queue: q}\n",
+                "spec.runPolicy.podGroup.type: required"},
+        BadCase{"  runPolicy:\n    podGroup: {type: yunikorn}\n",
+                "spec.runPolicy.podGroup.type: must be one of coscheduling, volcano"},
+        BadCase{"  runPolicy:\n    podGroup: {type: coscheduling, queue: q}\n",
+                "spec.runPolicy.podGroup.queue: only a volcano PodGroup has a queue"},
+        BadCase{"  runPolicy:\n    podGroup: {type: volcano, minMember: 1}\n",
+                "spec.runPolicy.podGroup.minMember: unknown field"},
         BadCase{"  runPolicy:\n    activeDeadlineSeconds: 0\n",
                 "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
         BadCase{"  command: run\n", "spec.command: must be a list"},
@@ -145,6 +155,21 @@ TEST(Manifest, CheckpointVolumesAndResourcesParse) {
   EXPECT_EQ(nfs->spec.checkpoint.volume_json, R"({"nfs":{"path":"/exports/ckpt","server":"nas"}})");
   EXPECT_FALSE(nfs->spec.checkpoint.volume_claim.has_value());
   EXPECT_FALSE(nfs->spec.resources.has_value());  // the operator then uses DefaultResources()
+}
+
+TEST(Manifest, PlacementPolicyParses) {
+  auto plain = ParseManifestYaml(kMinimal, "t.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->spec.run_policy.scheduling_timeout_seconds, 600);
+  EXPECT_FALSE(plain->spec.run_policy.pod_group.has_value());
+  auto job = ParseManifestYaml(WithSpec("  runPolicy:\n    schedulingTimeoutSeconds: 0\n"
+                                        "    podGroup: {type: volcano, queue: team-a}\n"),
+                               "g.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.run_policy.scheduling_timeout_seconds, 0);
+  ASSERT_TRUE(job->spec.run_policy.pod_group.has_value());
+  EXPECT_EQ(job->spec.run_policy.pod_group->type, "volcano");
+  EXPECT_EQ(job->spec.run_policy.pod_group->queue, "team-a");
 }
 
 TEST(Manifest, WrongKindAndNameAreRejected) {

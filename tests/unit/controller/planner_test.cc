@@ -593,6 +593,246 @@ TEST(RetryableCodes, FollowTheContract) {
   EXPECT_TRUE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 128)));
   EXPECT_TRUE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 255)));
   EXPECT_TRUE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 0, "Evicted")));
+  // runc could not start the program: the kubelet says exit 128, a restart cannot help.
+  EXPECT_FALSE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError")));
+}
+
+// ---- placement: the gang is placed whole or waits honestly -------------------------------
+
+ObservedReplica Waiting(int rank, int attempt, std::string reason, std::string message) {
+  ObservedReplica r = Replica(rank, attempt, ReplicaPhase::kPending);
+  r.wait_reason = std::move(reason);
+  r.wait_message = std::move(message);
+  r.gated = true;
+  return r;
+}
+
+ObservedReplica GatedRunning(int rank, int attempt) {
+  ObservedReplica r = Replica(rank, attempt, ReplicaPhase::kRunning);
+  r.gated = true;
+  return r;
+}
+
+int CountEvents(const Plan& p, const std::string& reason) {
+  int n = 0;
+  for (const auto& e : p.events) n += e.reason == reason ? 1 : 0;
+  return n;
+}
+
+constexpr char kInsufficientCpu[] =
+    "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No "
+    "preemption victims found for incoming pod..";
+
+TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 600;
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> waiting = {GatedRunning(0, 0),
+                                          Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+  Plan p = PlanAt(job, waiting, At(2));
+  EXPECT_EQ(p.status.phase, "Pending");
+  const api::Condition* ready = Cond(p.status, kPodsReadyCondition);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, "Unschedulable");
+  EXPECT_NE(ready->message.find("job-a0-1: 0/1 nodes are available: 1 Insufficient cpu"),
+            std::string::npos)
+      << ready->message;
+  EXPECT_EQ(CountEvents(p, "Unschedulable"), 1);
+  for (const auto& e : p.events) {
+    if (e.reason == "Unschedulable") {
+      EXPECT_EQ(e.type, "Warning");
+    }
+  }
+  EXPECT_EQ(Count(p, Kind::kOpenGate), 0) << "rank 0 must not start its rendezvous clock";
+  EXPECT_TRUE(p.actions.empty());
+  // The wait started when the gang was created (t0), not when the reason appeared.
+  ASSERT_TRUE(p.requeue_after.has_value());
+  EXPECT_EQ(*p.requeue_after, std::chrono::seconds(598));
+
+  // Minutes later: still waiting, nothing spent, no second event.
+  job.status = p.status;
+  Plan later = PlanAt(job, waiting, At(300));
+  EXPECT_EQ(later.status.restarts, 0);
+  EXPECT_EQ(later.status.attempt, 0);
+  EXPECT_EQ(CountEvents(later, "Unschedulable"), 0);
+  EXPECT_TRUE(later.actions.empty());
+  EXPECT_FALSE(later.status.last_failure.has_value());
+
+  // The bound: the job fails with the scheduler's reason, and the placed rank is released.
+  job.status = later.status;
+  Plan end = PlanAt(job, waiting, At(602));
+  EXPECT_EQ(end.status.phase, "Failed");
+  const api::Condition* failed = Cond(end.status, "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, kSchedulingTimeoutReason);
+  EXPECT_NE(failed->message.find("Insufficient cpu"), std::string::npos) << failed->message;
+  EXPECT_NE(failed->message.find("released 1 placed replica"), std::string::npos)
+      << failed->message;
+  EXPECT_EQ(Count(end, Kind::kDeleteReplica), 2);
+  EXPECT_EQ(end.status.restarts, 0);
+  EXPECT_FALSE(end.status.last_failure.has_value()) << "no rank is to blame";
+}
+
+TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.spec.run_policy.clean_pod_policy = "None";
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> waiting = {GatedRunning(0, 0),
+                                          Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+  job.status = PlanAt(job, waiting, At(1)).status;
+  Plan end = PlanAt(job, waiting, At(61));
+  EXPECT_EQ(end.status.phase, "Failed");
+  EXPECT_EQ(Count(end, Kind::kDeleteReplica), 2);
+}
+
+TEST(Placement, NoSchedulingTimeoutMeansWaitingAsLongAsTheJobMayRun) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 0;
+  job.spec.run_policy.active_deadline_seconds = 3600;
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> waiting = {GatedRunning(0, 0),
+                                          Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+  job.status = PlanAt(job, waiting, At(1)).status;
+  Plan still = PlanAt(job, waiting, At(3000));
+  EXPECT_EQ(still.status.phase, "Pending");
+  job.status = still.status;
+  Plan end = PlanAt(job, waiting, At(3600));
+  EXPECT_EQ(end.status.phase, "Failed");
+  const api::Condition* failed = Cond(end.status, "Failed");
+  ASSERT_NE(failed, nullptr);
+  EXPECT_EQ(failed->reason, "DeadlineExceeded");
+  EXPECT_NE(failed->message.find("while waiting for its replicas: Unschedulable"),
+            std::string::npos)
+      << failed->message;
+}
+
+TEST(Placement, TheGateOpensOnlyOnceTheWholeGangRuns) {
+  auto job = Job(3);
+  job.status = PlanAt(job, {}, kT0).status;
+  Plan partial = PlanAt(
+      job, {GatedRunning(0, 0), GatedRunning(1, 0), Waiting(2, 0, "ContainerCreating", "")}, At(1));
+  EXPECT_EQ(Count(partial, Kind::kOpenGate), 0);
+  const api::Condition* starting = Cond(partial.status, kPodsReadyCondition);
+  ASSERT_NE(starting, nullptr);
+  EXPECT_EQ(starting->reason, kPodsStartingReason);
+  EXPECT_TRUE(partial.events.empty() || CountEvents(partial, "ContainerCreating") == 0);
+
+  job.status = partial.status;
+  ObservedReplica opened = Replica(2, 0, ReplicaPhase::kRunning);  // gate already open
+  Plan whole = PlanAt(job, {GatedRunning(0, 0), GatedRunning(1, 0), opened}, At(2));
+  ASSERT_EQ(Count(whole, Kind::kOpenGate), 2);
+  for (const auto& a : whole.actions) {
+    EXPECT_EQ(a.kind, Kind::kOpenGate);
+    EXPECT_NE(a.rank, 2);
+  }
+  const api::Condition* ready = Cond(whole.status, kPodsReadyCondition);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->status, "True");
+  EXPECT_EQ(whole.status.phase, "Running");
+}
+
+TEST(Placement, TheMostTellingReasonIsShown) {
+  auto job = Job(3);
+  job.status = PlanAt(job, {}, kT0).status;
+  Plan p = PlanAt(
+      job,
+      {Waiting(0, 0, "ContainerCreating", ""), Waiting(1, 0, "Unschedulable", kInsufficientCpu),
+       Waiting(2, 0, "ImagePullBackOff", "Back-off pulling image \"nope:1\"")},
+      At(1));
+  const api::Condition* ready = Cond(p.status, kPodsReadyCondition);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->reason, "ImagePullBackOff");
+  EXPECT_NE(ready->message.find("job-a0-2: Back-off pulling image"), std::string::npos);
+  EXPECT_NE(ready->message.find("3 of 3 replicas not running"), std::string::npos);
+
+  // The kubelet alternates ErrImagePull and ImagePullBackOff: one event, not one per flip.
+  job.status = p.status;
+  Plan flip = PlanAt(
+      job,
+      {Waiting(0, 0, "ContainerCreating", ""), Waiting(1, 0, "Unschedulable", kInsufficientCpu),
+       Waiting(2, 0, "ErrImagePull", "rpc error: not found")},
+      At(5));
+  EXPECT_EQ(Cond(flip.status, kPodsReadyCondition)->reason, "ErrImagePull");
+  EXPECT_TRUE(flip.events.empty());
+}
+
+TEST(Placement, AnInvalidImageNameFailsAtOnceWithoutARestart) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  Plan p = PlanAt(job,
+                  {Waiting(0, 0, "InvalidImageName",
+                           "Failed to apply default image tag \"Bad Image\": couldn't parse "
+                           "image reference \"Bad Image\": invalid reference format"),
+                   Waiting(1, 0, "InvalidImageName", "same")},
+                  At(3));
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "InvalidImageName");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_NE(p.status.last_failure->message.find("invalid reference format"), std::string::npos);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+}
+
+TEST(Placement, TimeInAQueueDoesNotCountAgainstTheSchedulingTimeout) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 600;
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> gated = {
+      Waiting(0, 0, "SchedulingGated", "queued in Kueue (LocalQueue team-a)"),
+      Waiting(1, 0, "SchedulingGated", "queued in Kueue (LocalQueue team-a)")};
+  Plan queued = PlanAt(job, gated, At(1));
+  ASSERT_NE(Cond(queued.status, kQueuedCondition), nullptr);
+  EXPECT_EQ(Cond(queued.status, kQueuedCondition)->status, "True");
+  EXPECT_EQ(CountEvents(queued, "Queued"), 1);
+  for (const auto& e : queued.events) {
+    if (e.reason == "Queued") {
+      EXPECT_EQ(e.type, "Normal");
+    }
+  }
+  job.status = queued.status;
+  Plan long_queued = PlanAt(job, gated, At(5000));
+  EXPECT_EQ(long_queued.status.phase, "Pending");
+
+  // Admitted at 5000 s: the placement wait starts there.
+  job.status = long_queued.status;
+  std::vector<ObservedReplica> admitted = {GatedRunning(0, 0),
+                                           Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+  Plan after = PlanAt(job, admitted, At(5000));
+  EXPECT_EQ(after.status.phase, "Pending");
+  EXPECT_EQ(Cond(after.status, kQueuedCondition)->status, "False");
+  job.status = after.status;
+  EXPECT_EQ(PlanAt(job, admitted, At(5599)).status.phase, "Pending");
+  EXPECT_EQ(PlanAt(job, admitted, At(5600)).status.phase, "Failed");
+}
+
+TEST(Placement, EndedPodsOfAnEarlierAttemptKeptByAFinalizerDoNotBlockTheNextGang) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  job.status.attempt = 1;
+  ObservedReplica held = Replica(0, 0, ReplicaPhase::kFailed, 137);
+  held.terminating = true;
+  Plan p = PlanAt(job, {held}, At(1));
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 2);
+
+  ObservedReplica running_old = Replica(1, 0, ReplicaPhase::kRunning);
+  running_old.terminating = true;
+  Plan blocked = PlanAt(job, {held, running_old}, At(1));
+  EXPECT_EQ(Count(blocked, Kind::kCreateReplica), 0) << "a live process of the old gang";
+}
+
+TEST(Placement, SamplesPerSecondIsRoundedForPeople) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  PlanInput in;
+  in.job = &job;
+  in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
+  in.now = At(5);
+  in.progress = ObservedProgress{100, 1, 93237.39584673308, 0.5};
+  Plan p = PlanReconcile(in);
+  ASSERT_TRUE(p.status.progress.has_value());
+  EXPECT_DOUBLE_EQ(p.status.progress->samples_per_second, 93237.4);
 }
 
 }  // namespace
