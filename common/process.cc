@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <thread>
 
 #include "common/stop.h"
@@ -18,6 +19,85 @@ namespace {
 
 // Where pidfd_open is missing (Linux < 5.3) a wait falls back to sleeps this long.
 constexpr Duration kPollFallback{20};
+
+// execvp(3)'s search path when the environment has none (confstr _CS_PATH on glibc).
+constexpr char kDefaultSearchPath[] = "/bin:/usr/bin";
+
+// What a child that could not run its program tells its parent, in one write(2) to a
+// close-on-exec pipe: the pipe closes without a word when the exec succeeds.
+struct ExecReport {
+  int stage = 0;  // kStageChdir | kStageExec
+  int error = 0;  // errno
+};
+constexpr int kStageChdir = 1;
+constexpr int kStageExec = 2;
+
+// The files execvp would try for `file`, in order: `file` itself when it holds a slash (a
+// relative one is taken from the working directory), else each directory of `search_path`, an
+// empty entry meaning the working directory.
+std::vector<std::string> ExecCandidates(const std::string& file, const std::string& search_path) {
+  if (file.find('/') != std::string::npos) return {file};
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t end = search_path.find(':', start);
+    const std::string dir = search_path.substr(start, end - start);
+    out.push_back(dir.empty() ? file : dir + "/" + file);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+// The errors after which execvp goes on to the next directory of the search path.
+bool TryNextCandidate(int error) {
+  return error == ENOENT || error == ENOTDIR || error == EACCES || error == ESTALE ||
+         error == ENODEV || error == ETIMEDOUT;
+}
+
+bool IsNotFound(int error) { return error == ENOENT || error == ENOTDIR; }
+
+// Blocks until the child reports a failed exec (true) or the pipe closes because the exec
+// succeeded (false), at most kExecReportTimeout.
+bool ReadExecReport(int fd, ExecReport* report) {
+  const SteadyTime deadline = DeadlineAfter(ChildProcess::kExecReportTimeout);
+  for (;;) {
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, MillisLeft(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return false;  // still not exec'd: it did not fail, as far as we know
+    // One write of a few bytes to a pipe is atomic: the report arrives whole or not at all.
+    const ssize_t n = ::read(fd, report, sizeof(*report));
+    if (n < 0 && errno == EINTR) continue;
+    return n == static_cast<ssize_t>(sizeof(*report));
+  }
+}
+
+std::string CurrentDir() {
+  std::string buf(4096, '\0');
+  if (::getcwd(buf.data(), buf.size()) == nullptr) return ".";
+  buf.resize(std::strlen(buf.c_str()));
+  return buf;
+}
+
+// One line that names what could not be run and why, in the words of a container runtime.
+std::string StartErrorMessage(const ExecReport& report, const std::string& file,
+                              const std::string& search_path, const std::string& working_dir) {
+  if (report.stage == kStageChdir) {
+    return "workingDir \"" + working_dir + "\": " + std::strerror(report.error);
+  }
+  std::string m = "exec \"" + file + "\": ";
+  if (file.find('/') == std::string::npos) {
+    if (IsNotFound(report.error)) return m + "not found on PATH (" + search_path + ")";
+    return m + std::strerror(report.error);
+  }
+  m += std::strerror(report.error);
+  if (report.error == ENOEXEC) m += " (not a binary for this machine, and no #! line)";
+  if (file.front() != '/') {
+    m += " (relative to " + (working_dir.empty() ? CurrentDir() : working_dir) + ")";
+  }
+  return m;
+}
 
 }  // namespace
 
@@ -31,6 +111,7 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
                                            const std::map<std::string, std::string>& env,
                                            const SpawnOptions& options) {
   if (argv.empty()) return InvalidArgument("spawn: empty command");
+  if (argv[0].empty()) return InvalidArgument("spawn: empty program name");
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
   std::vector<std::string> args = argv;
   std::vector<std::string> env_strings;
@@ -40,19 +121,31 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
   cargv.push_back(nullptr);
   for (auto& e : env_strings) cenv.push_back(e.data());
   cenv.push_back(nullptr);
-  const std::string exec_error = "cannot execute " + argv[0] + "\n";
+  const auto path_it = env.find("PATH");
+  const std::string search_path = path_it != env.end() ? path_it->second : kDefaultSearchPath;
+  const std::vector<std::string> candidates = ExecCandidates(argv[0], search_path);
+  const std::string& working_dir = options.working_dir;
   int log_fd = -1;
   if (!options.log_path.empty()) {
     log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + options.log_path, errno);
+  }
+  int report_pipe[2];
+  if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
+    const int err = errno;
+    if (log_fd >= 0) ::close(log_fd);
+    return ErrnoStatus(StatusCode::kUnavailable, "pipe", err);
   }
   const pid_t parent = ::getpid();
   const bool new_group = options.new_process_group;
 
   pid_t pid = ::fork();
   if (pid < 0) {
+    const int err = errno;
     if (log_fd >= 0) ::close(log_fd);
-    return ErrnoStatus(StatusCode::kUnavailable, "fork", errno);
+    ::close(report_pipe[0]);
+    ::close(report_pipe[1]);
+    return ErrnoStatus(StatusCode::kUnavailable, "fork", err);
   }
   if (pid == 0) {
     if (new_group) ::setpgid(0, 0);
@@ -62,12 +155,44 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
     }
-    ::execve(cargv[0], cargv.data(), cenv.data());
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, exec_error.data(), exec_error.size());
-    ::_exit(127);
+    ExecReport report{kStageExec, ENOENT};
+    if (!working_dir.empty() && ::chdir(working_dir.c_str()) != 0) {
+      report = {kStageChdir, errno};
+    } else {
+      // execvp's search: past a directory where the file is missing or not executable; a file
+      // found but not executable anywhere reads EACCES rather than the last ENOENT.
+      bool denied = false;
+      for (const std::string& candidate : candidates) {
+        ::execve(candidate.c_str(), cargv.data(), cenv.data());
+        report.error = errno;
+        denied = denied || report.error == EACCES;
+        if (!TryNextCandidate(report.error)) break;
+      }
+      if (denied && TryNextCandidate(report.error)) report.error = EACCES;
+    }
+    [[maybe_unused]] auto n = ::write(report_pipe[1], &report, sizeof(report));
+    ::_exit(report.stage == kStageExec && IsNotFound(report.error) ? kExitNotFound
+                                                                   : kExitCannotExecute);
+  }
+  ::close(report_pipe[1]);
+  ExecReport report;
+  const bool failed = ReadExecReport(report_pipe[0], &report);
+  ::close(report_pipe[0]);
+  ChildProcess child(pid, argv[0]);
+  if (failed) {
+    child.start_error_ = StartErrorMessage(report, argv[0], search_path, working_dir);
+    // Where the program's own output would have gone, so its log says why it is empty.
+    const std::string line = child.start_error_ + "\n";
+    [[maybe_unused]] auto n =
+        ::write(log_fd >= 0 ? log_fd : STDERR_FILENO, line.data(), line.size());
+    // The child exits right after its report; reap it so the caller sees it ended.
+    const SteadyTime give_up = DeadlineAfter(kReapAfterKillTimeout);
+    while (!child.Poll() && std::chrono::steady_clock::now() < give_up) {
+      child.WaitUntil(give_up, /*wake_on_stop=*/false);
+    }
   }
   if (log_fd >= 0) ::close(log_fd);
-  return ChildProcess(pid, argv[0]);
+  return child;
 }
 
 ChildProcess::~ChildProcess() {
@@ -81,6 +206,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   if (running()) (void)Terminate(Duration::zero());
   pid_ = other.pid_;
   name_ = std::move(other.name_);
+  start_error_ = std::move(other.start_error_);
   exited_ = other.exited_;
   exit_code_ = other.exit_code_;
   term_signal_ = other.term_signal_;
@@ -94,6 +220,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
 void ChildProcess::Reset() {
   pid_ = -1;
   name_.clear();
+  start_error_.clear();
   exited_ = false;
   exit_code_ = 0;
   term_signal_ = 0;

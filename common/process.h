@@ -1,6 +1,7 @@
 // Child processes for the three supervisors (`ringtrain run`, the runner's local launcher, the
-// test kubelet): fork + execve with an explicit environment, output to a log file, death with
-// the parent (PR_SET_PDEATHSIG), reaping by pid without blocking, and termination with a grace
+// test kubelet): fork + exec with an explicit environment (the program found as execvp(3) finds
+// it, on that environment's PATH), a working directory, output to a log file, death with the
+// parent (PR_SET_PDEATHSIG), reaping by pid without blocking, and termination with a grace
 // period before SIGKILL. Owns one child each; must not know what the child runs.
 #pragma once
 
@@ -19,8 +20,14 @@ namespace ringtrain {
 
 struct SpawnOptions {
   std::string log_path;            // stdout and stderr, truncated; empty = inherit the parent's
+  std::string working_dir;         // the child's current directory; empty = the parent's
   bool new_process_group = false;  // keep the terminal's Ctrl-C away from the child
 };
+
+// Exit codes of a child that never ran its program, as a shell (and `docker run`) reports them;
+// both are permanent failures in the runner contract (1-127).
+inline constexpr int kExitNotFound = 127;       // no such program (on PATH, or at its path)
+inline constexpr int kExitCannotExecute = 126;  // found but not runnable, or no working dir
 
 // The exit code a shell would report for a waitpid(2) status: the code of a normal exit,
 // 128 + n for a death by signal n (so 137 for SIGKILL, 143 for SIGTERM).
@@ -36,9 +43,18 @@ class ChildProcess {
   // cannot be ignored, so this bounds only a child stuck in the kernel (uninterruptible I/O).
   static constexpr Duration kReapAfterKillTimeout{std::chrono::seconds(10)};
 
-  // Starts argv[0] (a path, not searched in PATH) with exactly `env`. A child that cannot
-  // exec exits 127 after writing why to its log. The child gets SIGKILL when the thread that
-  // spawned it ends (PR_SET_PDEATHSIG follows the forking thread, not the process).
+  // How long Spawn waits to learn whether the child's exec succeeded (it reports a failure
+  // through a close-on-exec pipe at once; this bounds only a child stopped before its exec).
+  static constexpr Duration kExecReportTimeout{std::chrono::seconds(10)};
+
+  // Starts argv[0] with exactly `env`, in options.working_dir, the way a container runtime
+  // does: a name without a slash is searched on env's PATH (execvp(3) semantics, "/bin:/usr/bin"
+  // when env has no PATH; no /bin/sh fallback for a file without #!), a path with a slash is
+  // taken as it is, relative to the working directory. A child that cannot enter the working
+  // directory or exec its program exits kExitNotFound or kExitCannotExecute: Spawn returns it
+  // already exited, with start_error() saying why (`exec "sh": not found on PATH (...)`), which
+  // is also written to the log (or to stderr without one). The child gets SIGKILL when the
+  // thread that spawned it ends (PR_SET_PDEATHSIG follows the forking thread, not the process).
   static StatusOr<ChildProcess> Spawn(const std::vector<std::string>& argv,
                                       const std::map<std::string, std::string>& env,
                                       const SpawnOptions& options);
@@ -60,6 +76,8 @@ class ChildProcess {
   int term_signal() const { return term_signal_; }
   // Whether Terminate or RequestTerminate was called.
   bool terminating() const { return terminating_; }
+  // Why the program never ran (working directory, exec), one line; "" when it was started.
+  const std::string& start_error() const { return start_error_; }
 
   // Reaps the child if it has ended, without blocking; sends the SIGKILL of a
   // RequestTerminate whose grace has passed. True once the child has exited.
@@ -92,6 +110,7 @@ class ChildProcess {
 
   pid_t pid_ = -1;
   std::string name_;  // argv[0], for errors
+  std::string start_error_;
   bool exited_ = false;
   int exit_code_ = 0;
   int term_signal_ = 0;

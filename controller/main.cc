@@ -95,6 +95,14 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
     return 1;
   }
+  // The runner container of spec.template as local ranks get it: refused here, before any rank
+  // starts, when it needs the cluster (a Secret, a ConfigMap).
+  auto container = executors::LocalContainerForRun(job->spec);
+  if (!container.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), container.status().message().c_str());
+    return 1;
+  }
+  for (const auto& note : container->notes) spdlog::warn("{}: {}", manifest, note);
   if (job->spec.command.empty() && ::access(runner.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
                  runner.c_str());
@@ -118,6 +126,10 @@ int Run(const std::vector<std::string>& args) {
       return 1;
     }
   }
+  // Ranks may run in another directory (spec.template's workingDir): paths handed to them are
+  // absolute.
+  workdir = std::filesystem::absolute(workdir).string();
+  if (runner.find('/') != std::string::npos) runner = std::filesystem::absolute(runner).string();
   spdlog::info("TrainingJob {}: {} replicas (world size {}), logs in {}", job->metadata.name,
                job->spec.replicas, job->spec.world_size(), workdir);
 
@@ -169,9 +181,24 @@ int Run(const std::vector<std::string>& args) {
                 summary["resume_warning"].get<std::string>().c_str());
   }
   if (st.last_failure && st.phase == "Failed") {
-    std::printf("  last failure: rank %d exit code %d (%s) %s\n", st.last_failure->rank,
-                st.last_failure->exit_code, st.last_failure->reason.c_str(),
-                st.last_failure->message.c_str());
+    const std::string& message = st.last_failure->message;
+    std::printf("  last failure: rank %d exit code %d (%s)", st.last_failure->rank,
+                st.last_failure->exit_code, st.last_failure->reason.c_str());
+    if (message.empty()) {
+      std::printf("\n");
+    } else if (message.find('\n') == std::string::npos) {
+      std::printf(": %s\n", message.c_str());
+    } else {
+      // Several lines (the end of the rank's log): each on its own, indented under the line.
+      std::printf(":\n");
+      std::size_t start = 0;
+      while (start <= message.size()) {
+        std::size_t end = message.find('\n', start);
+        if (end == std::string::npos) end = message.size();
+        std::printf("    %s\n", message.substr(start, end - start).c_str());
+        start = end + 1;
+      }
+    }
   }
   if (!summary_path.empty()) {
     std::ofstream out(summary_path, std::ios::trunc);

@@ -2,11 +2,15 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -36,7 +40,9 @@ struct Process {
   int exit_code = 0;
   std::string reason;
   bool deleting = false;
+  std::string message;  // the termination message, once exited
   std::string termination_log;
+  std::string log;
   int metrics_port = -1;
   int world_size = 0;
   int nproc_per_node = 0;
@@ -47,13 +53,6 @@ StatusOr<int> FreePort() {
   return net::LocalPort(s);
 }
 
-std::string ReadFirstLine(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) return "";
@@ -62,10 +61,63 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// At most the first `max_bytes` of a file.
+std::string ReadHead(const std::string& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::string out(max_bytes, '\0');
+  in.read(out.data(), static_cast<std::streamsize>(max_bytes));
+  out.resize(static_cast<std::size_t>(in.gcount()));
+  return out;
+}
+
+// At most the last `max_bytes` of a file (a rank's log can be long).
+std::string ReadTail(const std::string& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from =
+      std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
+  in.seekg(from);
+  std::string out(static_cast<std::size_t>(size - from), '\0');
+  in.read(out.data(), static_cast<std::streamsize>(out.size()));
+  out.resize(static_cast<std::size_t>(in.gcount()));
+  return out;
+}
+
+EnvMap HostEnvironment() {
+  EnvMap env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+// The env a pod's runner container declares besides the template's: the rank contract (with the
+// bind address a local gang needs) and POD_IP (the runner advertises it; loopback here).
+constexpr char kEnvPodIp[] = "POD_IP";
+
+std::set<std::string> InjectedNames() {
+  contract::RankEnv sample;
+  sample.token = "-";  // named whenever the gang has one
+  std::set<std::string> names = {kEnvPodIp};
+  for (const auto& [name, value] : contract::RankEnvVars(sample, /*with_bind_addr=*/true)) {
+    names.insert(name);
+  }
+  return names;
+}
+
+std::string HostName() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  return host;
+}
+
 class LocalRun {
  public:
-  LocalRun(const api::TrainingJob& job, const LocalRunOptions& options)
-      : job_(job), options_(options) {}
+  LocalRun(const api::TrainingJob& job, const LocalRunOptions& options, LocalContainer container)
+      : job_(job), options_(options), container_(std::move(container)) {}
 
   StatusOr<LocalRunResult> Run(const std::atomic<bool>* interrupted);
 
@@ -85,6 +137,9 @@ class LocalRun {
 
   const api::TrainingJob& job_;
   const LocalRunOptions& options_;
+  const LocalContainer container_;
+  const EnvMap host_env_ = HostEnvironment();
+  const std::string host_name_ = HostName();
   api::TrainingJob state_;
   std::map<std::string, Process> procs_;
   std::map<int, int> master_port_;  // per attempt
@@ -108,15 +163,9 @@ Status LocalRun::Spawn(int rank, int attempt) {
   p.metrics_port = metrics_port;
   p.termination_log = options_.workdir + "/" + p.name + ".termination-log";
   std::remove(p.termination_log.c_str());
-  std::string log_path = options_.workdir + "/" + p.name + ".log";
+  p.log = options_.workdir + "/" + p.name + ".log";
 
   const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
   // One process per replica; with several GPUs it starts one rank per GPU (local launcher).
   contract::RankEnv rank_env;
   rank_env.job = job_.metadata.name;
@@ -133,31 +182,41 @@ Status LocalRun::Spawn(int rank, int attempt) {
   rank_env.token = token_;
   rank_env.metrics_port = metrics_port;
   rank_env.termination_log = p.termination_log;
-  for (const auto& [name, value] : contract::RankEnvVars(rank_env, /*with_bind_addr=*/true)) {
-    env[name] = value;
-  }
+  auto injected = contract::RankEnvVars(rank_env, /*with_bind_addr=*/true);
+  injected.emplace_back(kEnvPodIp, "127.0.0.1");
   p.world_size = spec.world_size();
   p.nproc_per_node = gpus;
 
-  std::vector<std::string> argv;
+  std::vector<std::string> command;
   if (!spec.command.empty()) {
-    argv = spec.command;
+    command = spec.command;
   } else {
     std::string ckpt =
         spec.checkpoint.path.empty() ? options_.workdir + "/checkpoints" : spec.checkpoint.path;
-    argv.push_back(options_.runner_path);
-    for (auto& a : api::RunnerArgs(spec, ckpt)) argv.push_back(a);
+    command.push_back(options_.runner_path);
+    for (auto& a : api::RunnerArgs(spec, ckpt)) command.push_back(a);
     if (rank == 0) {
-      argv.push_back("--result-file");
-      argv.push_back(options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json");
+      command.push_back("--result-file");
+      command.push_back(options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json");
     }
   }
+  // Everything else as the rank's pod would have it: the template's env and workingDir, $(VAR)
+  // expanded, the program found on the rank's PATH.
+  LocalRankExec exec = LocalRankExecFor(container_, command, host_env_, injected,
+                                        {p.name, job_.metadata.ns, host_name_});
   SpawnOptions spawn;
-  spawn.log_path = log_path;
+  spawn.log_path = p.log;
+  spawn.working_dir = container_.working_dir;
   // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
   spawn.new_process_group = true;
-  ASSIGN_OR_RETURN(p.child, ChildProcess::Spawn(argv, env, spawn));
-  spdlog::debug("started {} (pid {}), log {}", p.name, p.child.pid(), log_path);
+  ASSIGN_OR_RETURN(p.child, ChildProcess::Spawn(exec.argv, exec.env, spawn));
+  if (!p.child.start_error().empty()) {
+    // What a program writes when it fails, so the replica fails as any other: the planner
+    // reads it as the termination message (a pod shows its runtime's error the same way).
+    std::ofstream(p.termination_log, std::ios::trunc) << p.child.start_error() << "\n";
+    spdlog::debug("{}: {}", p.name, p.child.start_error());
+  }
+  spdlog::debug("started {} (pid {}), log {}", p.name, p.child.pid(), p.log);
   procs_[p.name] = std::move(p);
   return Status::Ok();
 }
@@ -169,12 +228,18 @@ void LocalRun::Reap() {
     p.exited = true;
     p.exited_at = options_.clock->Now();
     p.exit_code = p.child.exit_code();
-    if (p.child.term_signal() == 0) {
+    if (!p.child.start_error().empty()) {
+      p.reason = "StartError";  // Kubernetes' reason for a container whose command never ran
+    } else if (p.child.term_signal() == 0) {
       p.reason = p.exit_code == 0 ? "Completed" : "Error";
     } else {
       p.reason = p.child.term_signal() == SIGKILL ? "Killed" : "Signaled";
     }
     if (p.deleting) p.reason = "Deleted";
+    // Read once, as the kubelet does when the container ends (FallbackToLogsOnError).
+    p.message = TerminationMessage(ReadHead(p.termination_log, kTerminationMessageMaxBytes),
+                                   p.exit_code != 0 ? ReadTail(p.log, kLogFallbackMaxBytes) : "",
+                                   p.exit_code);
   }
 }
 
@@ -201,7 +266,7 @@ std::vector<ObservedReplica> LocalRun::Observe() const {
       r.phase = p.exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
       r.exit_code = p.exit_code;
       r.reason = p.reason;
-      r.message = ReadFirstLine(p.termination_log);
+      r.message = p.message;
       r.finished_at = p.exited_at;
     }
     out.push_back(std::move(r));
@@ -274,10 +339,17 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     for (const auto& e : plan.events) {
       if (options_.tty) std::fputs("\r\033[K", stdout);
       std::fflush(stdout);
+      // A message of several lines (a log's end) is shown whole in the summary, not here.
+      std::string message = e.message;
+      if (const auto nl = message.find('\n'); nl != std::string::npos) {
+        const auto more =
+            std::count(message.begin() + static_cast<std::ptrdiff_t>(nl), message.end(), '\n');
+        message = message.substr(0, nl) + " (" + std::to_string(more) + " more lines)";
+      }
       if (e.type == "Warning") {
-        spdlog::warn("{}: {}", e.reason, e.message);
+        spdlog::warn("{}: {}", e.reason, message);
       } else {
-        spdlog::info("{}: {}", e.reason, e.message);
+        spdlog::info("{}: {}", e.reason, message);
       }
     }
     for (const auto& a : plan.actions) {
@@ -324,9 +396,16 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
 
 }  // namespace
 
+StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec) {
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  return LocalContainerFromSpec(spec, HostEnvironment(), ec ? "/" : cwd.string(), InjectedNames());
+}
+
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
                                   const std::atomic<bool>* interrupted) {
-  LocalRun run(job, options);
+  ASSIGN_OR_RETURN(LocalContainer container, LocalContainerForRun(job.spec));
+  LocalRun run(job, options, std::move(container));
   return run.Run(interrupted);
 }
 

@@ -10,11 +10,12 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "controller/api/training_job.h"
+#include "controller/executors/local/local_container.h"
 
 namespace ringtrain::executors {
 
 struct LocalRunOptions {
-  std::string runner_path;  // ringtrain-runner, or spec.command[0] when the spec sets one
+  std::string runner_path;  // ringtrain-runner (unused when the spec sets a command)
   std::string workdir;      // logs, termination messages, result, default checkpoints
   bool tty = false;         // redraw one progress line instead of printing a line every 10 s
   Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
@@ -30,6 +31,10 @@ struct LocalRunResult {
   double wall_seconds = 0;
   bool interrupted = false;
 };
+
+// spec.template's runner container as the local ranks of this process get it (its environment,
+// its working directory; see local_container.h); an error names the field and what to do.
+StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec);
 
 // Runs the job to completion (or until *interrupted becomes true: all ranks are stopped).
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,

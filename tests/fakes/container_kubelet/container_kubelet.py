@@ -11,7 +11,7 @@ termination message path.
 
 What it honours (anything else in a pod spec is ignored, and listed in the README):
   image (never pulled: a missing image leaves the pod Pending with ErrImageNeverPull),
-  command/args, env (value, valueFrom secretKeyRef/configMapKeyRef/fieldRef), volumes
+  command/args ($(VAR) expanded), env (value, valueFrom secretKeyRef/configMapKeyRef/fieldRef), volumes
   (emptyDir, hostPath, persistentVolumeClaim as a host folder that outlives the pod, secret,
   configMap, downwardAPI rewritten every poll from the pod's labels and annotations) and
   volumeMounts (readOnly, subPath), securityContext (runAsUser, runAsGroup,
@@ -48,6 +48,7 @@ PODMAN_TIMEOUT = 120  # seconds for one podman call (create/start/inspect)
 API_TIMEOUT = 20  # seconds for one API request
 MESSAGE_LIMIT = 4096  # bytes of a termination message, as the kubelet caps it
 LOG_FALLBACK_LINES = 80  # FallbackToLogsOnError: the last lines of the log, as the kubelet does
+LOG_FALLBACK_BYTES = 2048  # ... and at most this many bytes of them
 
 
 def now_rfc3339():
@@ -120,6 +121,28 @@ def podman(args, timeout=PODMAN_TIMEOUT, env=None, check=True):
         raise PodError("RunContainerError",
                        "podman %s: %s" % (args[0], (p.stderr or p.stdout).strip()[-500:]))
     return p
+
+
+def expand(text, env):
+    """Kubernetes' expansion of env values, command and args: $(NAME) is NAME's value when the
+    container declares it (else kept as written), $$ a literal $."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+        elif text[i + 1] == "$":
+            out.append("$")
+            i += 2
+        elif text[i + 1] == "(" and ")" in text[i + 2:]:
+            close = text.index(")", i + 2)
+            name = text[i + 2:close]
+            out.append(env[name] if name in env else text[i:close + 1])
+            i = close + 1
+        else:
+            out.append("$")
+            i += 1
+    return "".join(out)
 
 
 def parse_cpu(q):
@@ -331,8 +354,7 @@ class Kubelet:
         for e in c.get("env") or []:
             name = e["name"]
             if "valueFrom" not in e:
-                out[name] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                                   lambda m: out.get(m.group(1), m.group(0)), e.get("value", ""))
+                out[name] = expand(e.get("value", ""), out)
                 continue
             vf = e["valueFrom"]
             if "secretKeyRef" in vf:
@@ -571,10 +593,10 @@ class Kubelet:
             args += ["--env", k]
             penv[k] = v
         if "command" in c:
-            args += ["--entrypoint", json.dumps(c["command"])]
+            args += ["--entrypoint", json.dumps([expand(a, env) for a in c["command"]])]
         args.append(image)
         if "args" in c:
-            args += c["args"]
+            args += [expand(a, env) for a in c["args"]]
         elif "command" in c:
             pass  # a command without args drops the image's CMD, as Kubernetes does
         podman(["rm", "-f", "--ignore", pod.container], check=False)
@@ -651,7 +673,7 @@ class Kubelet:
         # k8s-file lines: "<time> <stream> <F|P> <text>".
         text = [ln.split(" ", 3)[3] if ln.count(" ") >= 3 else ln for ln in lines]
         out = "\n".join(text[-LOG_FALLBACK_LINES:])
-        return out[-MESSAGE_LIMIT:]
+        return out[-LOG_FALLBACK_BYTES:]
 
     def report_exit(self, pod):
         fmt = "{{.State.ExitCode}} {{.State.OOMKilled}} {{.State.StartedAt}} {{.State.FinishedAt}}"

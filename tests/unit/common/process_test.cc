@@ -1,17 +1,20 @@
 // ChildProcess, the one supervisor of `ringtrain run`, the runner's local launcher and the test
-// kubelet: the exit code the gang logic sees (a signal n reads 128 + n, an exec failure 127),
+// kubelet: the exit code the gang logic sees (a signal n reads 128 + n, a program not found 127,
+// one that cannot run 126), the program found on the child's PATH and run in its working dir,
 // termination that escalates to SIGKILL, and no child left running or unreaped. The waits are
 // bounded far above what a healthy run needs, so a broken escalation fails by its status
 // (DeadlineExceeded) rather than by a clock assertion.
 #include "common/process.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -65,6 +68,12 @@ class ProcessTest : public ::testing::Test {
     return child.ok() ? std::move(*child) : ChildProcess();
   }
   std::string Log() const { return dir_ + "/child.log"; }
+  // Writes `text` to `path` (making its folder) with `mode`.
+  static void WriteScript(const std::string& path, const std::string& text, mode_t mode) {
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+    std::ofstream(path) << text;
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
+  }
   // Waits until the child has logged `line` (it has set up what the test relies on).
   bool Logged(const std::string& line) const {
     for (int i = 0; i < 6000; ++i) {
@@ -108,15 +117,117 @@ TEST_F(ProcessTest, ExitCodeFromWaitStatus) {
   EXPECT_EQ(ExitCodeFromWaitStatus(SIGTERM), 143);
 }
 
-TEST_F(ProcessTest, ExecFailureExits127AndSaysWhy) {
+TEST_F(ProcessTest, AMissingPathExits127AndSaysWhy) {
   SpawnOptions options;
   options.log_path = Log();
   auto child = ChildProcess::Spawn({dir_ + "/no-such-binary"}, {}, options);
   ASSERT_TRUE(child.ok()) << child.status().ToString();
+  // Spawn learns of the failed exec before it returns: the child has already ended.
+  EXPECT_TRUE(child->exited());
+  EXPECT_EQ(child->exit_code(), kExitNotFound);
+  const std::string want = "exec \"" + dir_ + "/no-such-binary\": No such file or directory";
+  EXPECT_EQ(child->start_error(), want);
+  EXPECT_EQ(ReadFile(Log()), want + "\n");
+}
+
+// A name without a slash is searched on the PATH of the child's environment, as execvp(3) and
+// a container runtime search it, not on the parent's.
+TEST_F(ProcessTest, ANameIsSearchedOnTheChildsPath) {
+  WriteScript(dir_ + "/empty", "", 0755);  // not a directory: skipped
+  WriteScript(dir_ + "/bin/hello", "#!/bin/sh\necho \"hello $1\"\nexit 4\n", 0755);
+  SpawnOptions options;
+  options.log_path = Log();
+  auto child = ChildProcess::Spawn(
+      {"hello", "world"}, {{"PATH", dir_ + "/empty:/nonexistent:" + dir_ + "/bin"}}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->start_error(), "");
   ASSERT_TRUE(child->Wait(kBound).ok());
-  EXPECT_EQ(child->exit_code(), 127);
-  EXPECT_NE(ReadFile(Log()).find("cannot execute " + dir_ + "/no-such-binary"), std::string::npos)
-      << ReadFile(Log());
+  EXPECT_EQ(child->exit_code(), 4);
+  EXPECT_EQ(ReadFile(Log()), "hello world\n");
+}
+
+TEST_F(ProcessTest, WithoutPathTheDefaultSearchPathFindsSh) {
+  SpawnOptions options;
+  options.log_path = Log();
+  auto child = ChildProcess::Spawn({"sh", "-c", "exit 5"}, {}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_TRUE(child->Wait(kBound).ok());
+  EXPECT_EQ(child->exit_code(), 5);
+}
+
+TEST_F(ProcessTest, ANameNotOnPathExits127NamingItAndThePath) {
+  SpawnOptions options;
+  options.log_path = Log();
+  const std::string path = dir_ + ":" + dir_ + "/bin";
+  auto child = ChildProcess::Spawn({"sh", "-c", "true"}, {{"PATH", path}}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_TRUE(child->exited());
+  EXPECT_EQ(child->exit_code(), kExitNotFound);
+  EXPECT_EQ(child->start_error(), "exec \"sh\": not found on PATH (" + path + ")");
+  EXPECT_NE(ReadFile(Log()).find(child->start_error()), std::string::npos);
+}
+
+// A file found on PATH but not executable is passed over for a later one; when none is
+// executable the error is EACCES (126), not "not found" (execvp's rule).
+TEST_F(ProcessTest, ANonExecutableMatchIsPassedOverThenReported) {
+  WriteScript(dir_ + "/a/prog", "#!/bin/sh\nexit 1\n", 0644);
+  WriteScript(dir_ + "/b/prog", "#!/bin/sh\nexit 6\n", 0755);
+  SpawnOptions options;
+  options.log_path = Log();
+  auto child = ChildProcess::Spawn({"prog"}, {{"PATH", dir_ + "/a:" + dir_ + "/b"}}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_TRUE(child->Wait(kBound).ok());
+  EXPECT_EQ(child->exit_code(), 6);
+
+  auto denied = ChildProcess::Spawn({"prog"}, {{"PATH", dir_ + "/a"}}, options);
+  ASSERT_TRUE(denied.ok()) << denied.status().ToString();
+  EXPECT_EQ(denied->exit_code(), kExitCannotExecute);
+  EXPECT_EQ(denied->start_error(), "exec \"prog\": Permission denied");
+}
+
+// No /bin/sh fallback for a file without #! (glibc's execvp has one; a container runtime not).
+TEST_F(ProcessTest, AFileThatIsNoProgramExits126) {
+  WriteScript(dir_ + "/notes.txt", "echo hi\n", 0755);
+  SpawnOptions options;
+  options.log_path = Log();
+  auto child = ChildProcess::Spawn({dir_ + "/notes.txt"}, {}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->exit_code(), kExitCannotExecute);
+  EXPECT_NE(child->start_error().find("Exec format error"), std::string::npos)
+      << child->start_error();
+}
+
+TEST_F(ProcessTest, RunsInTheWorkingDirectoryAndResolvesRelativePathsThere) {
+  WriteScript(dir_ + "/wd/run.sh", "#!/bin/sh\npwd\n", 0755);
+  SpawnOptions options;
+  options.log_path = Log();
+  options.working_dir = dir_ + "/wd";
+  auto child = ChildProcess::Spawn({"./run.sh"}, {}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  ASSERT_TRUE(child->Wait(kBound).ok());
+  EXPECT_EQ(child->exit_code(), 0) << ReadFile(Log());
+  EXPECT_EQ(ReadFile(Log()), dir_ + "/wd\n");
+
+  auto missing = ChildProcess::Spawn({"./missing.sh"}, {}, options);
+  ASSERT_TRUE(missing.ok()) << missing.status().ToString();
+  EXPECT_EQ(missing->exit_code(), kExitNotFound);
+  EXPECT_EQ(missing->start_error(),
+            "exec \"./missing.sh\": No such file or directory (relative to " + dir_ + "/wd)");
+}
+
+TEST_F(ProcessTest, AMissingWorkingDirectoryExits126NamingIt) {
+  SpawnOptions options;
+  options.log_path = Log();
+  options.working_dir = dir_ + "/nowhere";
+  auto child = ChildProcess::Spawn({"/bin/true"}, {}, options);
+  ASSERT_TRUE(child.ok()) << child.status().ToString();
+  EXPECT_EQ(child->exit_code(), kExitCannotExecute);
+  EXPECT_EQ(child->start_error(), "workingDir \"" + dir_ + "/nowhere\": No such file or directory");
+}
+
+TEST_F(ProcessTest, AnEmptyProgramNameIsAnError) {
+  auto child = ChildProcess::Spawn({""}, {}, SpawnOptions{});
+  EXPECT_EQ(child.status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(ProcessTest, EmptyCommandIsAnError) {
