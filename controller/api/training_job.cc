@@ -534,6 +534,15 @@ void ParseStatus(const json& j, JobStatus* s) {
         Progress{static_cast<std::int64_t>(num(*it, "step")), static_cast<int>(num(*it, "epoch")),
                  num(*it, "samplesPerSecond"), num(*it, "loss"), str(*it, "updatedAt")};
   }
+  if (auto it = j.find("avoidedNodes"); it != j.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (!a.is_object() || s->avoided_nodes.size() >= kMaxAvoidedNodes) continue;
+      auto req = a.find("required");
+      s->avoided_nodes.push_back({str(a, "node"), str(a, "reason"),
+                                  static_cast<int>(num(a, "attempt")),
+                                  req == a.end() || !req->is_boolean() || req->get<bool>()});
+    }
+  }
   if (auto it = j.find("lastFailure"); it != j.end() && it->is_object()) {
     s->last_failure =
         Failure{static_cast<int>(num(*it, "rank")), static_cast<int>(num(*it, "exitCode")),
@@ -662,6 +671,16 @@ std::string StatusToJson(const JobStatus& s) {
                      {"loss", s.progress->loss},
                      {"updatedAt", s.progress->updated_at}};
   }
+  if (!s.avoided_nodes.empty()) {
+    json list = json::array();
+    for (const auto& a : s.avoided_nodes) {
+      list.push_back({{"node", a.node},
+                      {"reason", a.reason},
+                      {"attempt", a.attempt},
+                      {"required", a.required}});
+    }
+    j["avoidedNodes"] = list;
+  }
   if (s.last_failure) {
     j["lastFailure"] = {{"rank", s.last_failure->rank},
                         {"exitCode", s.last_failure->exit_code},
@@ -699,7 +718,10 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
 
 bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
 
-ResourceSpec DefaultResources() { return {{{"cpu", "1"}, {"memory", "1Gi"}}, {{"memory", "4Gi"}}}; }
+ResourceSpec DefaultResources(int gpus_per_replica) {
+  if (gpus_per_replica > 0) return {{{"cpu", "1"}, {"memory", "1Gi"}}, {{"memory", "4Gi"}}};
+  return {{{"cpu", "500m"}, {"memory", "512Mi"}}, {{"memory", "2Gi"}}};
+}
 
 std::string JobNameProblem(const std::string& name) {
   bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name.front() >= 'a' &&

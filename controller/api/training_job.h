@@ -58,7 +58,10 @@ struct ResourceSpec {
 
 // When spec.resources is absent: enough for the built-in models, and never BestEffort (the
 // first evicted under memory pressure). No CPU limit: throttling slows every rank of a gang.
-ResourceSpec DefaultResources();
+// CPU ranks request what lets a 2-rank gang fit a 2-CPU node beside the operator and a
+// minikube control plane (500m, 512Mi; a rank of the MLP or CNN example peaks at 242-259 MiB
+// and 0.73-0.91 of a core, bench/README.md); GPU ranks keep the larger defaults of before.
+ResourceSpec DefaultResources(int gpus_per_replica);
 
 // runPolicy.podGroup: a PodGroup for a gang scheduler, created and owned by the job, that
 // places all of its pods or none (minMember = spec.replicas).
@@ -91,7 +94,7 @@ struct JobSpec {
   CheckpointSpec checkpoint;
   std::vector<std::string> command;  // replaces the built-in trainer when set
   std::string pod_template_json;     // PodTemplateSpec merged into each pod, as JSON ("" = none)
-  std::optional<ResourceSpec> resources;  // nullopt: DefaultResources()
+  std::optional<ResourceSpec> resources;  // nullopt: DefaultResources(gpus_per_replica)
   RunPolicy run_policy;
 
   int world_size() const { return replicas * (gpus_per_replica > 1 ? gpus_per_replica : 1); }
@@ -133,6 +136,16 @@ struct Failure {
   bool operator==(const Failure&) const = default;
 };
 
+// A node a replica failed on for a cause of the node's own (lost, evicted for pressure, a
+// device fault): the next attempts stay off it, required for a few attempts, then preferred.
+struct AvoidedNode {
+  std::string node;
+  std::string reason;
+  int attempt = 0;       // the attempt that failed there
+  bool required = true;  // false once relaxed (the gang could not be placed without it)
+  bool operator==(const AvoidedNode&) const = default;
+};
+
 struct ReplicaCounts {
   int pending = 0;
   int running = 0;
@@ -151,6 +164,7 @@ struct JobStatus {
   std::string completion_time;
   std::optional<Progress> progress;
   std::optional<Failure> last_failure;
+  std::vector<AvoidedNode> avoided_nodes;  // oldest first, at most kMaxAvoidedNodes
   std::int64_t observed_generation = 0;
   bool operator==(const JobStatus&) const = default;
 };
@@ -177,6 +191,7 @@ bool IsTerminal(const std::string& phase);
 // The longest job name: it names the headless Service, which must be a DNS-1035 label, and
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.
 inline constexpr std::size_t kMaxJobNameLength = 50;
+inline constexpr std::size_t kMaxAvoidedNodes = 8;
 // "" when `name` can name a job; else why not (the same rule as the CRD's CEL rule).
 std::string JobNameProblem(const std::string& name);
 

@@ -156,6 +156,11 @@ class Planner {
   bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   bool HandleStall();
+  // A replica that failed for a cause of its node: the next attempts stay off that node.
+  void AvoidNodeOf(const ObservedReplica& r);
+  // Required avoidance left the gang unplaceable for kAvoidanceRelaxAfter: relax it to
+  // preferred and start a new attempt (not counted). True when it did.
+  bool RelaxAvoidance(const std::string& wait_reason, const std::string& wait_message);
   // Part of the gang is not running: PodsReady=False with the cluster's reason, a Warning event
   // when a real wait starts, and the end of the wait after runPolicy.schedulingTimeoutSeconds
   // (or at once for a reason no wait can heal). True when the job ended.
@@ -247,6 +252,9 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Cleanup();
     return true;
   }
+  for (const auto* r : current) {
+    if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
+  }
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
@@ -283,6 +291,44 @@ int WaitSeverity(const std::string& reason) {
 
 }  // namespace
 
+void Planner::AvoidNodeOf(const ObservedReplica& r) {
+  if (r.node.empty() || !IsNodeFault(r)) return;
+  auto& list = st().avoided_nodes;
+  std::erase_if(list, [&r](const api::AvoidedNode& a) { return a.node == r.node; });
+  list.push_back({r.node, r.reason.empty() ? "NodeFault" : r.reason, st().attempt, true});
+  while (list.size() > api::kMaxAvoidedNodes) list.erase(list.begin());
+  plan_.events.push_back({"Warning", "AvoidingNode",
+                          "replica " + r.name + " failed on node " + r.node + " (" +
+                              list.back().reason + "): the next " +
+                              std::to_string(kRequiredAvoidanceAttempts) +
+                              " attempts must not use it, later ones prefer not to"});
+}
+
+bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& wait_message) {
+  bool required = false;
+  for (const auto& a : st().avoided_nodes) {
+    required = required || IsAvoidanceRequired(a, st().attempt);
+  }
+  if (!required || wait_reason != "Unschedulable" ||
+      wait_message.find("node affinity") == std::string::npos) {
+    return false;
+  }
+  const Condition* waiting = FindCondition(kPodsReadyCondition);
+  const auto since =
+      waiting != nullptr ? ParseRfc3339(waiting->last_transition_time) : std::optional<WallTime>();
+  if (!since) return false;
+  if (in_.now < *since + kAvoidanceRelaxAfter) {
+    Requeue(*since + kAvoidanceRelaxAfter);
+    return false;
+  }
+  for (auto& a : st().avoided_nodes) a.required = false;
+  Restart("NodeAvoidanceRelaxed",
+          "no node but the avoided ones can take the gang (" + wait_message +
+              "): the avoided nodes are only preferred against from now on",
+          false);
+  return true;
+}
+
 bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int pods) {
   const ObservedReplica* pick = nullptr;
   for (const auto* r : current) {
@@ -316,6 +362,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
     return false;
   }
   SetCondition(kQueuedCondition, false, "Admitted", "the queue admitted the gang");
+  if (pick != nullptr && RelaxAvoidance(pick->wait_reason, pick->wait_message)) return true;
 
   if (IsPermanentWait(reason)) {
     st().last_failure = api::Failure{pick->rank, 0, reason, pick->wait_message};
@@ -594,6 +641,16 @@ void SetJobConditionStatus(api::JobStatus* st, const std::string& type, const st
   }
   if (status == "False" && !record_false) return;  // one that never held is not worth writing
   st->conditions.push_back({type, status, reason, message, now});
+}
+
+bool IsNodeFault(const ObservedReplica& r) {
+  return r.reason == "NodeLost" || r.reason == "Evicted" ||
+         r.reason == "UnexpectedAdmissionError" ||
+         r.message.find(kNodeFaultMarker) != std::string::npos;
+}
+
+bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt) {
+  return a.required && attempt - a.attempt <= kRequiredAvoidanceAttempts;
 }
 
 bool IsPermanentWait(const std::string& wait_reason) { return wait_reason == "InvalidImageName"; }

@@ -129,6 +129,19 @@ inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // passed, which restarts the scheduling wait: time in line is the queue's to bound.
 inline constexpr char kQueuedCondition[] = "Queued";
 
+// Bad-node avoidance: a replica that failed for a cause of its node (the pod's reason
+// NodeLost, Evicted or UnexpectedAdmissionError, or a termination message carrying
+// kNodeFaultMarker, e.g. a GPU the driver lost) puts the node in status.avoidedNodes. The
+// next kRequiredAvoidanceAttempts attempts must not use it (required node affinity), later
+// ones prefer not to; when the required form leaves the gang unschedulable for
+// kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt).
+inline constexpr char kNodeFaultMarker[] = "node fault: ";
+inline constexpr int kRequiredAvoidanceAttempts = 2;
+inline constexpr std::chrono::seconds kAvoidanceRelaxAfter{60};
+bool IsNodeFault(const ObservedReplica& r);
+// Whether attempt `attempt` must stay off the node (else it only prefers to).
+bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt);
+
 // Whether a wait reason is one a restart cannot heal (the job fails at once): the image name
 // itself is invalid.
 bool IsPermanentWait(const std::string& wait_reason);

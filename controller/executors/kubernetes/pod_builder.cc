@@ -156,7 +156,8 @@ void ApplyResources(const api::JobSpec& spec, const Json& user_runner, Json* run
       return;
     }
   }
-  const api::ResourceSpec resources = spec.resources.value_or(api::DefaultResources());
+  const api::ResourceSpec resources =
+      spec.resources.value_or(api::DefaultResources(spec.gpus_per_replica));
   Json& out = ObjectAt(*runner, "resources");
   for (auto [kind, list] :
        {std::pair{"requests", &resources.requests}, {"limits", &resources.limits}}) {
@@ -311,6 +312,34 @@ void JoinGroups(const api::TrainingJob& job, Json* meta, Json* spec) {
   ObjectAt(*meta, "annotations")[kKueueGroupCountAnnotation] = std::to_string(job.spec.replicas);
 }
 
+// status.avoidedNodes as node affinity on the node's name: NotIn ANDed into every required
+// term (the template's terms are ORed, so each must exclude them), and a preferred term for
+// the ones no longer required. Lists of the wrong type are left alone: the API server says why.
+void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
+  Json required = Json::array();
+  Json preferred = Json::array();
+  for (const auto& a : job.status.avoided_nodes) {
+    (reconcile::IsAvoidanceRequired(a, attempt) ? required : preferred).push_back(a.node);
+  }
+  if (required.empty() && preferred.empty()) return;
+  Json& affinity = ObjectAt(ObjectAt(*pod_spec, "affinity"), "nodeAffinity");
+  auto not_in = [](const Json& nodes) {
+    return Json{{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", nodes}};
+  };
+  if (!required.empty()) {
+    Json& selector = ObjectAt(affinity, "requiredDuringSchedulingIgnoredDuringExecution");
+    Json& terms = ArrayAt(selector, "nodeSelectorTerms");
+    if (terms.empty()) terms.push_back(Json::object());
+    for (auto& term : terms) {
+      if (term.is_object()) ArrayAt(term, "matchFields").push_back(not_in(required));
+    }
+  }
+  if (!preferred.empty()) {
+    ArrayAt(affinity, "preferredDuringSchedulingIgnoredDuringExecution")
+        .push_back({{"weight", 100}, {"preference", {{"matchFields", {not_in(preferred)}}}}});
+  }
+}
+
 }  // namespace
 
 std::string PodGroupName(const std::string& job) { return job; }
@@ -450,6 +479,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
     spec["schedulerName"] = job.spec.run_policy.scheduler_name;
   }
   JoinGroups(job, &pod_meta, &spec);
+  AvoidNodes(job, attempt, &spec);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
 }
 

@@ -156,8 +156,9 @@ TEST(PodSecurityTest, ResourcesComeFromTheSpecWithDefaults) {
     return BuildPod(ParseJob("j", "default", spec), 0, 0,
                     PodOptions{})["spec"]["containers"][0]["resources"];
   };
-  EXPECT_EQ(runner(Json::object()), Json({{"requests", {{"cpu", "1"}, {"memory", "1Gi"}}},
-                                          {"limits", {{"memory", "4Gi"}}}}));
+  // A CPU gang of two fits a 2-CPU node beside the operator and a control plane.
+  EXPECT_EQ(runner(Json::object()), Json({{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}},
+                                          {"limits", {{"memory", "2Gi"}}}}));
   EXPECT_EQ(runner({{"resources", {{"requests", {{"cpu", 3}}}}}}),
             Json({{"requests", {{"cpu", "3"}}}}));
   Json gpu = runner({{"gpusPerReplica", 2}});

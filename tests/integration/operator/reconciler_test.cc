@@ -613,6 +613,33 @@ TEST_F(ReconcilerTest, AJobWithAKueueQueueMakesOneKueuePodGroup) {
             std::string::npos);
 }
 
+TEST(PodBuilderTest, AvoidedNodesBecomeNodeAffinityOnTheNodesName) {
+  const Json tmpl = Json::parse(R"({"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
+      "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}}}}})");
+  auto job = api::ParseJobJson(Job(2, tmpl).dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job->status.avoided_nodes = {{"old", "NodeLost", 0, true}, {"bad", "Evicted", 3, true}};
+  Json pod = BuildPod(*job, 4, 0, PodOptions{});
+  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
+  const Json& term =
+      affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0];
+  // The user's term keeps its expression and gains ours (ANDed).
+  EXPECT_EQ(term["matchExpressions"][0]["key"], "pool");
+  EXPECT_EQ(term["matchFields"][0],
+            Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"bad"}}}));
+  // Four attempts after it failed there, "old" is only preferred against.
+  EXPECT_EQ(affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+                    ["matchFields"][0]["values"],
+            Json({"old"}));
+  // No avoided node: no affinity added.
+  job->status.avoided_nodes.clear();
+  Json plain = BuildPod(*job, 4, 0, PodOptions{});
+  EXPECT_FALSE(plain["spec"]["affinity"]["nodeAffinity"]
+                    ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                        .contains("matchFields"));
+}
+
 TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
   Json raw = Job(
       4, {{"metadata", {{"uid", "u1"}, {"namespace", "ml"}}},

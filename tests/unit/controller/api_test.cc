@@ -210,6 +210,7 @@ TEST(Json, StatusRoundTrips) {
   s.replicas = {0, 4, 0, 0};
   s.progress = Progress{120, 1, 5000.5, 0.25, "2026-11-21T10:01:00Z"};
   s.last_failure = Failure{1, 137, "OOMKilled", "out of memory"};
+  s.avoided_nodes = {{"node-a", "NodeLost", 1, true}, {"node-b", "Evicted", 2, false}};
   std::string doc = R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob",)"
                     R"("metadata":{"name":"j","namespace":"ml","generation":4},)"
                     R"("spec":{"replicas":4},"status":)" +

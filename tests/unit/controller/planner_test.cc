@@ -835,5 +835,65 @@ TEST(Placement, SamplesPerSecondIsRoundedForPeople) {
   EXPECT_DOUBLE_EQ(p.status.progress->samples_per_second, 93237.4);
 }
 
+// ---- bad-node avoidance ------------------------------------------------------------------
+
+TEST(Avoidance, ANodeLostIsAvoidedByTheNextAttempts) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  ObservedReplica lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "NodeLost");
+  lost.node = "gpu-7";
+  ObservedReplica ok = Replica(0, 0, ReplicaPhase::kRunning);
+  ok.node = "gpu-3";
+  Plan p = PlanAt(job, {ok, lost}, At(10));
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_EQ(p.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(p.status.avoided_nodes[0].node, "gpu-7");
+  EXPECT_EQ(p.status.avoided_nodes[0].reason, "NodeLost");
+  EXPECT_EQ(p.status.avoided_nodes[0].attempt, 0);
+  EXPECT_EQ(CountEvents(p, "AvoidingNode"), 1);
+  // Required for two attempts, then preferred.
+  EXPECT_TRUE(IsAvoidanceRequired(p.status.avoided_nodes[0], 1));
+  EXPECT_TRUE(IsAvoidanceRequired(p.status.avoided_nodes[0], 2));
+  EXPECT_FALSE(IsAvoidanceRequired(p.status.avoided_nodes[0], 3));
+}
+
+TEST(Avoidance, OnlyCausesOfTheNodeCount) {
+  ObservedReplica oom = Replica(0, 0, ReplicaPhase::kFailed, 137, "OOMKilled");
+  EXPECT_FALSE(IsNodeFault(oom));
+  ObservedReplica evicted = Replica(0, 0, ReplicaPhase::kFailed, 0, "Evicted");
+  EXPECT_TRUE(IsNodeFault(evicted));
+  ObservedReplica device = Replica(0, 0, ReplicaPhase::kFailed, 139);
+  device.message = std::string(kNodeFaultMarker) + "cudaErrorDevicesUnavailable";
+  EXPECT_TRUE(IsNodeFault(device));
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  oom.node = "n1";
+  Plan p = PlanAt(job, {oom, Replica(1, 0, ReplicaPhase::kRunning)}, At(5));
+  EXPECT_TRUE(p.status.avoided_nodes.empty());
+}
+
+TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  job.status.attempt = 1;
+  job.status.avoided_nodes = {{"node-0", "Evicted", 0, true}};
+  const std::string affinity =
+      "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+      "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling..";
+  std::vector<ObservedReplica> stuck = {Waiting(0, 1, "Unschedulable", affinity),
+                                        Waiting(1, 1, "Unschedulable", affinity)};
+  Plan early = PlanAt(job, stuck, At(10));
+  EXPECT_EQ(early.status.attempt, 1);
+  job.status = early.status;
+  const auto since = ParseRfc3339(Cond(early.status, kPodsReadyCondition)->last_transition_time);
+  ASSERT_TRUE(since.has_value());
+  Plan relaxed = PlanAt(job, stuck, *since + kAvoidanceRelaxAfter);
+  EXPECT_EQ(relaxed.status.attempt, 2);
+  EXPECT_EQ(relaxed.status.restarts, 0) << "not the job's fault";
+  ASSERT_EQ(relaxed.status.avoided_nodes.size(), 1u);
+  EXPECT_FALSE(relaxed.status.avoided_nodes[0].required);
+  EXPECT_EQ(CountEvents(relaxed, "NodeAvoidanceRelaxed"), 1);
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile
