@@ -342,6 +342,9 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
       std::to_string(not_running) + " of " + std::to_string(pods) + " replicas not running";
   std::string reason = kPodsStartingReason;
   std::string message = count + " yet";
+  if (pick != nullptr && !pick->wait_message.empty()) {
+    message += " (" + pick->name + ": " + pick->wait_message + ")";
+  }
   if (pick != nullptr && WaitSeverity(pick->wait_reason) > 0) {
     reason = pick->wait_reason;
     message = pick->name + ": " + pick->wait_message + " (" + count + ")";

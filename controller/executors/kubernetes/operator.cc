@@ -50,9 +50,11 @@ class Operator::Cache final : public ClusterCache {
       }
     }
     if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
-      // Where it runs, and the claims it waits on (ExplainPendingClaims).
+      // Where it runs and who places it, and the claims it waits on (ExplainPendingClaims).
       Json& spec = out["spec"] = Json::object();
-      if (auto n = sp->find("nodeName"); n != sp->end()) spec["nodeName"] = *n;
+      for (const char* k : {"nodeName", "schedulerName"}) {
+        if (auto it = sp->find(k); it != sp->end()) spec[k] = *it;
+      }
       if (auto vols = sp->find("volumes"); vols != sp->end() && vols->is_array()) {
         Json claims = Json::array();
         for (const auto& v : *vols) {

@@ -561,11 +561,19 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       }
     }
   }
-  r.node = StringAt(pod.value("spec", Json::object()), "nodeName");
+  const Json pod_spec = pod.value("spec", Json::object());
+  r.node = StringAt(pod_spec, "nodeName");
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
   }
   if (r.phase == ReplicaPhase::kPending) ObserveWait(status, &r);
+  if (r.phase == ReplicaPhase::kPending && r.wait_reason.empty() && r.node.empty()) {
+    // No scheduler has looked at it yet: a gang scheduler that is not installed looks like this.
+    const std::string scheduler = StringAt(pod_spec, "schedulerName");
+    r.wait_message = "not placed by " +
+                     (scheduler.empty() ? std::string("the scheduler") : "scheduler " + scheduler) +
+                     " yet";
+  }
   if (r.wait_reason == "SchedulingGated") {
     const Json labels_or_none = meta.value("labels", Json::object());
     if (const std::string queue = StringAt(labels_or_none, kKueueQueueLabel); !queue.empty()) {

@@ -100,7 +100,7 @@ TEST_F(KubectlTest, ApplyCrdAndExampleThenGetShowsPrinterColumns) {
   std::getline(lines, header);
   std::getline(lines, row);
   EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
-            "NAME                PHASE     REPLICAS   RESTARTS   STEP   SAMPLES/S   AGE")
+            "NAME                PHASE     REPLICAS   RESTARTS   STEP   SAMPLES/S   PODS   AGE")
       << r.output;
   EXPECT_EQ(row.rfind("fashion-mnist-mlp   Running   2          1          420    5120.5      ", 0),
             0u)

@@ -358,12 +358,17 @@ TEST_F(WireFormatTest, StatusSubresourceSplitsSpecAndStatus) {
 TEST_F(WireFormatTest, TableOutputUsesPrinterColumns) {
   InstallCrd();
   CreateJob("demo", {{"replicas", 2}});
-  ASSERT_TRUE(server_
-                  ->PatchStatus({"ringtrain.dev", "trainingjobs"}, "default", "demo",
-                                {{"phase", "Running"},
-                                 {"restarts", 1},
-                                 {"progress", {{"step", 120}, {"samplesPerSecond", 2048.5}}}})
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->PatchStatus(
+              {"ringtrain.dev", "trainingjobs"}, "default", "demo",
+              {{"phase", "Running"},
+               {"restarts", 1},
+               {"conditions",
+                {{{"type", "Created"}, {"status", "True"}, {"reason", "Created"}},
+                 {{"type", "PodsReady"}, {"status", "False"}, {"reason", "Unschedulable"}}}},
+               {"progress", {{"step", 120}, {"samplesPerSecond", 2048.5}}}})
+          .ok());
   CreateJob("demo-b", {{"replicas", 1}});
   auto r = conn_->Do("GET", kTj, "", "",
                      {"Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json"});
@@ -374,7 +379,11 @@ TEST_F(WireFormatTest, TableOutputUsesPrinterColumns) {
   std::vector<std::string> names;
   for (const auto& c : table["columnDefinitions"]) names.push_back(c["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"Name", "Phase", "Replicas", "Restarts", "Step",
-                                             "Samples/s", "Age"}));
+                                             "Samples/s", "Pods", "Age"}));
+  // As the real v1.28 server describes a filter column (recorded 2026-11-26).
+  EXPECT_EQ(table["columnDefinitions"][6]["description"],
+            "Custom resource definition column (in JSONPath format): "
+            ".status.conditions[?(@.type==\"PodsReady\")].reason");
   EXPECT_EQ(table["columnDefinitions"][1]["description"],
             "Custom resource definition column (in JSONPath format): .status.phase");
   ASSERT_EQ(table["rows"].size(), 2u);
@@ -385,8 +394,10 @@ TEST_F(WireFormatTest, TableOutputUsesPrinterColumns) {
   EXPECT_EQ(cells[3], 1);
   EXPECT_EQ(cells[4], 120);
   EXPECT_EQ(cells[5], 2048.5);
-  EXPECT_TRUE(cells[6].is_string());
+  EXPECT_EQ(cells[6], "Unschedulable");  // the filter's first match
+  EXPECT_TRUE(cells[7].is_string());
   EXPECT_EQ(table["rows"][1]["cells"][1], nullptr);  // demo-b has no status yet
+  EXPECT_EQ(table["rows"][1]["cells"][6], nullptr);  // no match: null, as the real server
   EXPECT_EQ(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
 }
 
