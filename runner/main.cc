@@ -26,6 +26,7 @@
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
+#include "runner/train/ring_options.h"
 #include "runner/train/trainer.h"
 #ifdef RINGTRAIN_WITH_CUDA
 #include "runner/cuda/cuda_util.h"
@@ -102,14 +103,8 @@ StatusOr<train::TrainResult> TrainOnCpu(const train::RankEnv& env, const train::
                                         rendezvous::Store& store, metrics::RunnerMetrics* metrics,
                                         const data::Dataset& train_set,
                                         const data::Dataset& test_set, Outcome& outcome) {
-  comm::TcpCommOptions co;
-  co.rank = env.rank;
-  co.size = env.world_size;
-  co.bind_host = env.bind_addr;
-  co.advertise_host = AdvertiseAddress(env);
-  co.connect_timeout = env.rendezvous_timeout;
-  co.collective_timeout = env.collective_timeout;
-  ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(store, co));
+  ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(
+                                  store, train::TcpRingOptions(env, AdvertiseAddress(env))));
   spdlog::info("communicator ready: rank {}/{} (attempt {})", env.rank, env.world_size,
                env.attempt);
 
@@ -178,6 +173,8 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
     gd.metrics = metrics;
     gd.stop = &StopFlag();
     gd.advertise_host = AdvertiseAddress(env);
+    // As on the CPU path: the cause reaches the store while the communicator is still up.
+    gd.report_failure = [&](const Status& s) { Resolve(store, env, s, outcome); };
     ASSIGN_OR_RETURN(result, gpu::TrainOnGpu(env, config, placement.gpu, gd));
 #endif
   } else {

@@ -7,6 +7,7 @@
 #include "runner/cuda/cuda_util.h"
 #include "runner/metrics/gpu_monitor.h"
 #include "runner/train/cuda/cuda_engine.h"
+#include "runner/train/ring_options.h"
 
 namespace ringtrain::gpu {
 
@@ -89,13 +90,8 @@ StatusOr<train::TrainResult> TrainOnGpu(const train::RankEnv& env, const train::
     nccl = c.get();
     comm = std::move(c);
   } else {
-    comm::TcpCommOptions co;
-    co.rank = env.rank;
-    co.size = env.world_size;
-    co.advertise_host = deps.advertise_host;
-    co.connect_timeout = env.rendezvous_timeout;
-    co.collective_timeout = env.collective_timeout;
-    ASSIGN_OR_RETURN(comm, comm::TcpCommunicator::Create(*deps.store, co));
+    ASSIGN_OR_RETURN(comm, comm::TcpCommunicator::Create(
+                               *deps.store, train::TcpRingOptions(env, deps.advertise_host)));
   }
   spdlog::info("{} communicator ready: rank {}/{} (attempt {})", placement.backend, env.rank,
                env.world_size, env.attempt);
@@ -110,10 +106,18 @@ StatusOr<train::TrainResult> TrainOnGpu(const train::RankEnv& env, const train::
   td.attempt = env.attempt;
   td.device = placement.device;
   td.collective_timeout = env.collective_timeout;
-  ASSIGN_OR_RETURN(auto trainer, GpuTrainer::Create(config, td));
-  ASSIGN_OR_RETURN(auto result, trainer->Run());
-  spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", trainer->busy_ratio(),
-               trainer->graph_used() ? "used" : "not used");
+  // A failure is reported while `comm` is still up, as on the CPU path.
+  auto report = [&deps](const Status& s) {
+    if (deps.report_failure) deps.report_failure(s);
+    return s;
+  };
+  auto trainer = GpuTrainer::Create(config, td);
+  if (!trainer.ok()) return report(trainer.status());
+  auto result = (*trainer)->Run();
+  if (!result.ok()) return report(result.status());
+  const auto& gpu_trainer = *trainer;
+  spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", gpu_trainer->busy_ratio(),
+               gpu_trainer->graph_used() ? "used" : "not used");
   return result;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 
 #include "common/status.h"
 #include "runner/data/idx.h"
@@ -33,6 +34,8 @@ struct GpuRunDeps {
   metrics::RunnerMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;
   std::string advertise_host;  // for the TCP backend
+  // Called with a failure before the communicator closes (publishes the root cause).
+  std::function<void(const Status&)> report_failure;
 };
 
 StatusOr<train::TrainResult> TrainOnGpu(const train::RankEnv& env, const train::TrainConfig& config,
