@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 
 namespace ringtrain::rendezvous {
 
-inline constexpr Duration kDefaultStoreTimeout{std::chrono::seconds(300)};
+// A store wait is a rendezvous wait: the contract's one default.
+inline constexpr Duration kDefaultStoreTimeout = contract::kRendezvousTimeout;
 
 class Store {
  public:

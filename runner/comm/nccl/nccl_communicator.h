@@ -30,7 +30,7 @@ struct NcclCommOptions {
   int size = 1;
   int device = 0;  // CUDA device of this rank (LOCAL_RANK)
   // Covers waiting for rank 0's unique id and NCCL's own bootstrap/connection setup.
-  Duration init_timeout{std::chrono::seconds(300)};
+  Duration init_timeout = contract::kRendezvousTimeout;
   // How long one wait on enqueued collectives may take before the communicator aborts.
   Duration collective_timeout = kDefaultCollectiveTimeout;
   // How often the watchdog polls the store's abort key while waiting (0 = never).

@@ -12,6 +12,7 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "runner/comm/communicator.h"
+#include "common/runner_env.h"
 #include "runner/comm/tcp/reduce_kernels.h"
 #include "runner/rendezvous/store.h"
 
@@ -20,7 +21,8 @@ namespace ringtrain::comm {
 // Sized so that one chunk is far above per-syscall overhead but well under the kernel socket
 // buffer, which keeps send and receive overlapped (see bench/allreduce_bench.cc).
 inline constexpr std::size_t kDefaultChunkBytes = 256 * 1024;
-inline constexpr Duration kDefaultCommConnectTimeout{std::chrono::seconds(300)};
+// Connecting the ring is part of the rendezvous: the contract's one default.
+inline constexpr Duration kDefaultCommConnectTimeout = contract::kRendezvousTimeout;
 // Failure reporting must never be what delays the error: bounded, best-effort store calls.
 inline constexpr Duration kAbortReportTimeout{std::chrono::seconds(2)};
 // How long a rank that timed out behind a live neighbour waits for the upstream report.
