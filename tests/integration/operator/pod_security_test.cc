@@ -10,6 +10,7 @@
 #include "controller/executors/kubernetes/reconciler.h"
 #include "controller/runtime/event_recorder.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_kube_client.h"
 #include "tests/integration/apiserver/raw_http.h"
 
@@ -279,11 +280,9 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
   EXPECT_NO_THROW(BuildPod(odd, 0, 0, PodOptions{}));
 }
 
-class FixedClock final : public Clock {
- public:
-  WallTime Now() const override { return WallTime(std::chrono::seconds(1'800'000'000)); }
-  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
-};
+// The shared fake clock (tests/fakes/fake_clock.h) starts here, in 2027, and moves only when a
+// test says so.
+const WallTime kClockStart{std::chrono::seconds(1'800'000'000)};
 
 class OneJobCache final : public ClusterCache {
  public:
@@ -327,7 +326,7 @@ class CheckpointReconcileTest : public ::testing::Test {
 
   FakeKubeClient client_;
   OneJobCache cache_{&client_};
-  FixedClock clock_;
+  testing::FakeClock clock_{kClockStart};
   EventRecorder events_{&client_, "ringtrain-controller", "test"};
   std::unique_ptr<Reconciler> reconciler_;
 };

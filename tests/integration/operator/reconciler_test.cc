@@ -10,6 +10,7 @@
 #include "controller/executors/kubernetes/reconciler.h"
 #include "controller/runtime/event_recorder.h"
 #include "controller/runtime/work_queue.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/fakes/fake_kube_client.h"
 
 namespace ringtrain::op {
@@ -32,11 +33,9 @@ class SnapshotCache final : public ClusterCache {
   std::vector<Json> pods;
 };
 
-class FixedClock final : public Clock {
- public:
-  WallTime Now() const override { return WallTime(std::chrono::seconds(1'800'000'000)); }
-  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
-};
+// The shared fake clock (tests/fakes/fake_clock.h) starts here, in 2027, and moves only when a
+// test says so.
+const WallTime kClockStart{std::chrono::seconds(1'800'000'000)};
 
 Json Job(int replicas, Json extra = Json::object()) {
   Json j = {{"apiVersion", "ringtrain.dev/v1alpha1"},
@@ -73,7 +72,7 @@ class ReconcilerTest : public ::testing::Test {
 
   FakeKubeClient client_;
   SnapshotCache cache_;
-  FixedClock clock_;
+  testing::FakeClock clock_{kClockStart};
   std::unique_ptr<Reconciler> reconciler_;
 };
 
@@ -450,7 +449,7 @@ TEST(ReconcilerWaitTest, WaitReasonsRecordedOnARealClusterReachTheJob) {
     SCOPED_TRACE(pod_name);
     FakeKubeClient client;
     SnapshotCache cache;
-    FixedClock clock;
+    testing::FakeClock clock{kClockStart};
     ReconcilerOptions options;
     options.expectations_timeout = std::chrono::hours(1);
     Reconciler reconciler(&client, &cache, &clock, nullptr, nullptr, options,
@@ -758,7 +757,7 @@ TEST_F(ReconcilerTest, UnreadableStatusPastTheDeadlineIsReportedNotRestarted) {
   pod["metadata"]["annotations"][kMetricsPortAnnotation] = "1";  // nothing listens on port 1
   client_.Set(kube::kPods, "default", pod);
   Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
-  const std::string long_ago = "2026-01-01T00:00:00Z";  // FixedClock is in 2027
+  const std::string long_ago = "2026-01-01T00:00:00Z";  // the fake clock is in 2027
   job["status"]["phase"] = "Running";
   job["status"]["conditions"] = {{{"type", "Running"},
                                   {"status", "True"},
