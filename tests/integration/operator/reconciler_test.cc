@@ -454,7 +454,7 @@ TEST(ReconcilerWaitTest, WaitReasonsRecordedOnARealClusterReachTheJob) {
     options.expectations_timeout = std::chrono::hours(1);
     Reconciler reconciler(&client, &cache, &clock, nullptr, nullptr, options,
                           [](const std::string&, int, Duration) { return std::nullopt; });
-    Json claim = recorded["claim"];
+    const Json& claim = recorded["claim"];
     ASSERT_TRUE(client.Create(claims, "default", claim).ok());
     ASSERT_TRUE(client.Create(kube::kTrainingJobs, "default", Job(2)).ok());
     cache.CatchUp(client);
