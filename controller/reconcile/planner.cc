@@ -259,6 +259,17 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
   }
+  // A gang that was never whole did not run: a rank of a spec.command image (which knows no
+  // gang gate) that timed its own rendezvous out against a peer still waiting to be placed is
+  // the placement's doing. Not counted; runPolicy.schedulingTimeoutSeconds bounds such waits.
+  for (const auto* r : current) {
+    if (r->phase != ReplicaPhase::kPending || r->terminating || r->wait_reason.empty()) continue;
+    Restart("NotPlaced",
+            what + " while " + r->name + " was not placed yet (" + r->wait_reason + ": " +
+                r->wait_message + "): not counted against backoffLimit",
+            false);
+    return true;
+  }
   if (st().restarts < spec_.run_policy.backoff_limit) {
     Restart("RetryableFailure", what, true);
     return true;

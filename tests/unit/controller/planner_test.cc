@@ -835,6 +835,22 @@ TEST(Placement, SamplesPerSecondIsRoundedForPeople) {
   EXPECT_DOUBLE_EQ(p.status.progress->samples_per_second, 93237.4);
 }
 
+TEST(Placement, AFailureWhileAPeerWasNeverPlacedIsNotCounted) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 600;
+  job.status = PlanAt(job, {}, kT0).status;
+  ObservedReplica timed_out = Replica(0, 0, ReplicaPhase::kFailed, 1 + 127);
+  timed_out.message = "rendezvous timed out after 300s waiting for rank 1 (world size 2)";
+  Plan p = PlanAt(job, {timed_out, Waiting(1, 0, "Unschedulable", kInsufficientCpu)}, At(301));
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(CountEvents(p, "NotPlaced"), 1);
+  // The same failure with the whole gang placed counts.
+  Plan counted = PlanAt(job, {timed_out, Replica(1, 0, ReplicaPhase::kRunning)}, At(301));
+  EXPECT_EQ(counted.status.restarts, 1);
+}
+
 // ---- bad-node avoidance ------------------------------------------------------------------
 
 TEST(Avoidance, ANodeLostIsAvoidedByTheNextAttempts) {
