@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -539,7 +540,7 @@ void ParseStatus(const json& j, JobStatus* s) {
       if (!a.is_object() || s->avoided_nodes.size() >= kMaxAvoidedNodes) continue;
       auto req = a.find("required");
       s->avoided_nodes.push_back({str(a, "node"), str(a, "reason"),
-                                  static_cast<int>(num(a, "attempt")),
+                                  static_cast<int>(std::clamp(num(a, "attempt"), 0.0, 1e9)),
                                   req == a.end() || !req->is_boolean() || req->get<bool>()});
     }
   }

@@ -17,6 +17,10 @@ inline constexpr char kGroup[] = "ringtrain.dev";
 inline constexpr char kVersion[] = "v1alpha1";
 inline constexpr char kApiVersion[] = "ringtrain.dev/v1alpha1";
 inline constexpr char kKind[] = "TrainingJob";
+// A TrainingJob with this label is queued in Kueue (its pods form one Kueue pod group).
+inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
+// The longest duration a runPolicy field takes (10 years): time points stay far from overflow.
+inline constexpr std::int64_t kMaxPolicySeconds = 315'360'000;
 
 struct TrainSpec {
   std::string model = "mlp";

@@ -42,6 +42,12 @@ class Planner {
     SetJobConditionStatus(&st(), type, status, reason, message, now_s_);
   }
 
+  void ForgetPlacementWait() {
+    std::erase_if(st().conditions, [](const Condition& c) {
+      return c.type == kPodsReadyCondition || c.type == kQueuedCondition;
+    });
+  }
+
   const Condition* FindCondition(const std::string& type) const {
     for (const auto& c : plan_.status.conditions) {
       if (c.type == type) return &c;
@@ -79,6 +85,9 @@ class Planner {
   void Restart(const std::string& reason, const std::string& message, bool counts) {
     if (counts) ++st().restarts;
     ++st().attempt;
+    // The new attempt's placement wait starts now, except after NotPlaced: that gang was never
+    // whole, and its wait goes on.
+    if (reason != "NotPlaced") ForgetPlacementWait();
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
@@ -247,13 +256,13 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (pick->exit_code != 0) what += " with exit code " + std::to_string(pick->exit_code);
   if (!pick->reason.empty()) what += ", reason " + pick->reason;
   if (!message.empty()) what += ": " + message;
+  for (const auto* r : current) {
+    if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
+  }
   if (!IsRetryable(*pick)) {
     Finish(false, "PermanentFailure", what);
     Cleanup();
     return true;
-  }
-  for (const auto* r : current) {
-    if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
   }
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
@@ -262,7 +271,10 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   // A gang that was never whole did not run: a rank of a spec.command image (which knows no
   // gang gate) that timed its own rendezvous out against a peer still waiting to be placed is
   // the placement's doing. Not counted; runPolicy.schedulingTimeoutSeconds bounds such waits.
+  const bool bounded = spec_.run_policy.scheduling_timeout_seconds > 0 &&
+                       !job_.metadata.labels.contains(api::kKueueQueueLabel);
   for (const auto* r : current) {
+    if (!bounded) break;
     if (r->phase != ReplicaPhase::kPending || r->terminating || r->wait_reason.empty()) continue;
     Restart("NotPlaced",
             what + " while " + r->name + " was not placed yet (" + r->wait_reason + ": " +
@@ -320,8 +332,11 @@ bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& 
   for (const auto& a : st().avoided_nodes) {
     required = required || IsAvoidanceRequired(a, st().attempt);
   }
+  // Only when the avoidance itself is what blocks: the scheduler names node affinity and no
+  // shortage ("Insufficient cpu" would not go away by relaxing anything).
   if (!required || wait_reason != "Unschedulable" ||
-      wait_message.find("node affinity") == std::string::npos) {
+      wait_message.find("didn't match Pod's node affinity") == std::string::npos ||
+      wait_message.find("Insufficient") != std::string::npos) {
     return false;
   }
   const Condition* waiting = FindCondition(kPodsReadyCondition);
@@ -360,13 +375,21 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
     reason = pick->wait_reason;
     message = pick->name + ": " + pick->wait_message + " (" + count + ")";
   }
+  // The API refused a replica (quota, PodSecurity, a PodGroup the cluster cannot serve): that
+  // is why it waits, and what a timeout must name.
+  if (const Condition* refused = FindCondition(kReplicaFailureCondition);
+      refused != nullptr && refused->status == "True" && WaitSeverity(reason) < 4) {
+    reason = refused->reason;
+    message = refused->message + " (" + count + ")";
+  }
   const Condition* before = FindCondition(kPodsReadyCondition);
   const int severity_before =
       before != nullptr && before->status == "False" ? WaitSeverity(before->reason) : 0;
   RecordCondition(kPodsReadyCondition, false, reason, message);
   // A queue's gate (Kueue) is a wait in line, not a problem: a Normal event and the Queued
   // condition, and no scheduling timeout while it lasts.
-  const bool queued = reason == "SchedulingGated";
+  const bool queued =
+      reason == "SchedulingGated" && job_.metadata.labels.contains(api::kKueueQueueLabel);
   if (WaitSeverity(reason) > 0 && WaitSeverity(reason) != severity_before) {
     plan_.events.push_back({queued ? "Normal" : "Warning", queued ? "Queued" : reason,
                             "waiting for the gang: " + message});
@@ -509,6 +532,7 @@ Plan Planner::Run() {
     // A fresh gang on resume; the deadline counts from the resume, as for batch/v1 Jobs.
     ++st().attempt;
     st().start_time = now_s_;
+    ForgetPlacementWait();
     SetPhase("Pending", "Resumed", "job resumed");
     SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
   }
@@ -626,9 +650,17 @@ bool IsConsequence(const ObservedReplica& r) {
 
 bool IsRetryable(const ObservedReplica& r) {
   if (r.disruption) return true;
+  if (IsNodeFault(r)) return true;
   // The runtime could not start the program (not found, not executable): exit 128 from the
-  // kubelet, but no restart finds a missing program.
-  if (r.reason == "StartError") return false;
+  // kubelet, but no restart finds a missing program. Other start errors (a GPU runtime hook, a
+  // cgroup) belong to the node and are retried.
+  if (r.reason == "StartError") {
+    for (const char* missing : {"executable file not found", "no such file or directory",
+                                "not found on PATH", "permission denied"}) {
+      if (r.message.find(missing) != std::string::npos) return false;
+    }
+    return true;
+  }
   if (r.reason == "Evicted" || r.reason == "NodeLost" || r.reason == "Deleted" ||
       r.reason == "Preempted" || r.reason == "OOMKilled") {
     return true;
@@ -658,8 +690,11 @@ void SetJobConditionStatus(api::JobStatus* st, const std::string& type, const st
 }
 
 bool IsNodeFault(const ObservedReplica& r) {
+  // The taint manager and the pod GC delete the pods of a lost node (DisruptionTarget).
   return r.reason == "NodeLost" || r.reason == "Evicted" ||
          r.reason == "UnexpectedAdmissionError" ||
+         r.disruption_reason == "DeletionByTaintManager" ||
+         r.disruption_reason == "DeletionByPodGC" ||
          r.message.find(kNodeFaultMarker) != std::string::npos;
 }
 

@@ -22,11 +22,12 @@ struct ObservedReplica {
   int rank = 0;  // the replica's index (node rank), 0 ... spec.replicas-1
   int attempt = 0;
   ReplicaPhase phase = ReplicaPhase::kPending;
-  int exit_code = 0;         // when failed: the runner's code, or 128+signal
-  std::string reason;        // "Error", "OOMKilled", "Evicted", "NodeLost", "Deleted", ...
-  std::string message;       // the termination message (failed, or rank 0's final /status)
-  bool disruption = false;   // pod condition DisruptionTarget (preemption, eviction)
-  bool terminating = false;  // deletion requested, not gone yet
+  int exit_code = 0;              // when failed: the runner's code, or 128+signal
+  std::string reason;             // "Error", "OOMKilled", "Evicted", "NodeLost", "Deleted", ...
+  std::string message;            // the termination message (failed, or rank 0's final /status)
+  bool disruption = false;        // pod condition DisruptionTarget (preemption, eviction)
+  std::string disruption_reason;  // its reason (DeletionByTaintManager, PreemptionByScheduler, ...)
+  bool terminating = false;       // deletion requested, not gone yet
   // The world it was started into (0 = unknown): a gang never mixes worlds.
   int world_size = 0;
   int nproc_per_node = 0;
@@ -130,8 +131,9 @@ inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 inline constexpr char kQueuedCondition[] = "Queued";
 
 // Bad-node avoidance: a replica that failed for a cause of its node (the pod's reason
-// NodeLost, Evicted or UnexpectedAdmissionError, or a termination message carrying
-// kNodeFaultMarker, e.g. a GPU the driver lost) puts the node in status.avoidedNodes. The
+// NodeLost, Evicted or UnexpectedAdmissionError, a DisruptionTarget of the taint manager or the
+// pod GC, or a termination message carrying kNodeFaultMarker, e.g. a GPU the driver lost) puts
+// the node in status.avoidedNodes; such a failure is always retryable. The
 // next kRequiredAvoidanceAttempts attempts must not use it (required node affinity), later
 // ones prefer not to; when the required form leaves the gang unschedulable for
 // kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt).

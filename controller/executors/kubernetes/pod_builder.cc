@@ -556,8 +556,9 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   }
   if (auto conds = status.find("conditions"); conds != status.end() && conds->is_array()) {
     for (const auto& c : *conds) {
-      if (c.value("type", "") == "DisruptionTarget" && c.value("status", "") == "True") {
+      if (StringAt(c, "type") == "DisruptionTarget" && StringAt(c, "status") == "True") {
         r.disruption = true;
+        r.disruption_reason = StringAt(c, "reason");
       }
     }
   }

@@ -79,7 +79,7 @@ inline constexpr char kCoschedulingSchedulerName[] = "scheduler-plugins-schedule
 inline constexpr char kVolcanoSchedulerName[] = "volcano";
 // Kueue's plain-pod groups: a TrainingJob labelled with a queue name gets its pods queued as
 // one group of spec.replicas (Kueue gates them until the group is admitted).
-inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
+inline constexpr const char* kKueueQueueLabel = api::kKueueQueueLabel;
 inline constexpr char kKueuePriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 inline constexpr char kKueueGroupLabel[] = "kueue.x-k8s.io/pod-group-name";
 inline constexpr char kKueueGroupCountAnnotation[] = "kueue.x-k8s.io/pod-group-total-count";

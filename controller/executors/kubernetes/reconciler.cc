@@ -345,24 +345,40 @@ Status Reconciler::FailedCreate(const std::string& key, const Json& latest,
   return error.WithContext("create " + what);
 }
 
-void Reconciler::ExplainPendingClaims(const Json& pod, ObservedReplica* r) {
+void Reconciler::ExplainPendingClaims(const Json& pod, ObservedReplica* r,
+                                      std::map<std::string, std::string>* problems) {
   // The scheduler only says "unbound immediate PersistentVolumeClaims": name the claim and why
   // nothing binds it.
   if (r->wait_message.find("PersistentVolumeClaim") == std::string::npos) return;
   const std::string ns = MetaString(pod, "namespace");
-  for (const auto& v : pod.value(Json::json_pointer("/spec/volumes"), Json::array())) {
-    if (!v.is_object() || !v.contains("persistentVolumeClaim")) continue;
-    const std::string claim = v["persistentVolumeClaim"].value("claimName", "");
+  auto text = [](const Json& obj, const char* a, const char* b) {
+    const Json* o = obj.is_object() && obj.contains(a) ? &obj[a] : nullptr;
+    if (o == nullptr || !o->is_object() || !o->contains(b) || !(*o)[b].is_string())
+      return std::string();
+    return (*o)[b].get<std::string>();
+  };
+  const Json* volumes = nullptr;
+  if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
+    if (auto v = sp->find("volumes"); v != sp->end() && v->is_array()) volumes = &*v;
+  }
+  if (volumes == nullptr) return;
+  for (const auto& v : *volumes) {
+    const std::string claim = text(v, "persistentVolumeClaim", "claimName");
     if (claim.empty()) continue;
+    if (auto known = problems->find(claim); known != problems->end()) {
+      if (known->second.empty()) continue;
+      r->wait_reason = "PersistentVolumeClaimPending";
+      r->wait_message = known->second + "; the scheduler says: " + r->wait_message;
+      return;
+    }
+    std::string& why = (*problems)[claim];
     auto got = client_->Get(kPersistentVolumeClaims, ns, claim);
-    std::string why;
     if (!got.ok() && got.status().code() == StatusCode::kNotFound) {
       why = "PersistentVolumeClaim " + claim + " does not exist";
     } else if (!got.ok()) {
       continue;  // cannot tell: the scheduler's words stand
-    } else if (got->value(Json::json_pointer("/status/phase"), std::string()) == "Pending") {
-      const std::string sc =
-          got->value(Json::json_pointer("/spec/storageClassName"), std::string());
+    } else if (text(*got, "status", "phase") == "Pending") {
+      const std::string sc = text(*got, "spec", "storageClassName");
       why = "PersistentVolumeClaim " + claim + " is Pending: " +
             (sc.empty() ? std::string("it names no StorageClass and the cluster had no default "
                                       "one, so nothing provisions it (set a storageClassName, "
@@ -408,11 +424,14 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     present[replicas.back().name] = replicas.back().terminating;
     pod_by_name[replicas.back().name] = &pod;
   }
-  for (std::size_t i = 0; i < replicas.size(); ++i) {
-    if (replicas[i].wait_reason == "Unschedulable") ExplainPendingClaims(owned[i], &replicas[i]);
-  }
   if (!expectations_.Satisfied(key, present, job.metadata.resource_version)) {
     return ReconcileResult{options_.expectations_recheck};
+  }
+  std::map<std::string, std::string> claim_problems;  // one GET per claim and pass
+  for (std::size_t i = 0; i < owned.size(); ++i) {
+    if (replicas[i].wait_reason == "Unschedulable") {
+      ExplainPendingClaims(owned[i], &replicas[i], &claim_problems);
+    }
   }
 
   JobMemory& memory = Memory(key);
@@ -428,8 +447,12 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
   // a gang that has moved on; showing it as failed with reason "Deleted" (retryable) makes the
   // planner restart the whole gang instead. This memory is the controller's own: a pod deleted
   // while no controller was running is simply re-created as a missing rank.
+  // A terminating one refreshes what we saw (a pod the taint manager deletes carries
+  // DisruptionTarget only while it terminates, and that says its node was lost), but is never
+  // added: one we delete ourselves leaves this memory first.
   for (const auto& r : replicas) {
-    if (r.attempt == attempt && !r.terminating && r.rank >= 0) memory.seen[r.name] = r;
+    if (r.attempt != attempt || r.rank < 0) continue;
+    if (!r.terminating || memory.seen.contains(r.name)) memory.seen[r.name] = r;
   }
   for (const auto& [seen_name, last] : memory.seen) {
     if (present.count(seen_name)) continue;

@@ -96,8 +96,10 @@ class Reconciler {
   StatusOr<ReconcileResult> HandleInvalid(const Json& raw, const std::vector<Json>& pods,
                                           const Status& error);
   // An unschedulable pod whose claim is not bound: the claim and why, in place of the
-  // scheduler's generic words (one GET per claim, only on that path).
-  void ExplainPendingClaims(const Json& pod, reconcile::ObservedReplica* r);
+  // scheduler's generic words (one GET per claim and pass, only on that path).
+  // `problems`: claim → why it is unbound ("" = bound), filled once per claim and pass.
+  void ExplainPendingClaims(const Json& pod, reconcile::ObservedReplica* r,
+                            std::map<std::string, std::string>* problems);
   Status EnsureChildren(const api::TrainingJob& job, JobMemory& memory);
   // The PodGroup of runPolicy.podGroup, created (or its minMember corrected after a resize)
   // before the pods of an attempt.

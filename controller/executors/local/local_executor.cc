@@ -101,7 +101,8 @@ constexpr char kEnvPodIp[] = "POD_IP";
 std::set<std::string> InjectedNames() {
   contract::RankEnv sample;
   sample.token = "-";  // named whenever the gang has one
-  std::set<std::string> names = {kEnvPodIp};
+  // A local gang starts together and has no gate: never inherit one from the host.
+  std::set<std::string> names = {kEnvPodIp, contract::kEnvGangGate, contract::kEnvGangGateTimeout};
   for (const auto& [name, value] : contract::RankEnvVars(sample, /*with_bind_addr=*/true)) {
     names.insert(name);
   }
@@ -184,6 +185,7 @@ Status LocalRun::Spawn(int rank, int attempt) {
   rank_env.termination_log = p.termination_log;
   auto injected = contract::RankEnvVars(rank_env, /*with_bind_addr=*/true);
   injected.emplace_back(kEnvPodIp, "127.0.0.1");
+  injected.emplace_back(contract::kEnvGangGate, "");  // no gate: set empty over any inherited one
   p.world_size = spec.world_size();
   p.nproc_per_node = gpus;
 

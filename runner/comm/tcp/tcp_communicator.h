@@ -10,9 +10,9 @@
 
 #include "common/clock.h"
 #include "common/net.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 #include "runner/comm/communicator.h"
-#include "common/runner_env.h"
 #include "runner/comm/tcp/reduce_kernels.h"
 #include "runner/rendezvous/store.h"
 

@@ -306,7 +306,9 @@ TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
   // After it (a reconciler with no backoff left): the whole gang, and the condition clears
   // once it runs.
   RetryAtOnce();
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  cache_.CatchUp(client_);  // the wait's reason (FailedCreate) was written meanwhile
+  auto retried = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
   EXPECT_EQ(client_.CountWrites("create", "pods"), 3);
   SetPodPhase("mnist-a0-0", "Running");
   SetPodPhase("mnist-a0-1", "Running");

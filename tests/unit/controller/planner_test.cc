@@ -594,7 +594,9 @@ TEST(RetryableCodes, FollowTheContract) {
   EXPECT_TRUE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 255)));
   EXPECT_TRUE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 0, "Evicted")));
   // runc could not start the program: the kubelet says exit 128, a restart cannot help.
-  EXPECT_FALSE(IsRetryable(Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError")));
+  ObservedReplica start_error = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
+  start_error.message = "exec: \"sh\": executable file not found in $PATH";
+  EXPECT_FALSE(IsRetryable(start_error));
 }
 
 // ---- placement: the gang is placed whole or waits honestly -------------------------------
@@ -777,6 +779,7 @@ TEST(Placement, AnInvalidImageNameFailsAtOnceWithoutARestart) {
 
 TEST(Placement, TimeInAQueueDoesNotCountAgainstTheSchedulingTimeout) {
   auto job = Job(2);
+  job.metadata.labels[api::kKueueQueueLabel] = "team-a";
   job.spec.run_policy.scheduling_timeout_seconds = 600;
   job.status = PlanAt(job, {}, kT0).status;
   std::vector<ObservedReplica> gated = {
@@ -805,6 +808,49 @@ TEST(Placement, TimeInAQueueDoesNotCountAgainstTheSchedulingTimeout) {
   job.status = after.status;
   EXPECT_EQ(PlanAt(job, admitted, At(5599)).status.phase, "Pending");
   EXPECT_EQ(PlanAt(job, admitted, At(5600)).status.phase, "Failed");
+}
+
+TEST(Placement, AForeignSchedulingGateIsAWaitLikeAnyOther) {
+  auto job = Job(2);  // no Kueue label: whoever gated the pods, the timeout runs
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> gated = {Waiting(0, 0, "SchedulingGated", "gated"),
+                                        Waiting(1, 0, "SchedulingGated", "gated")};
+  job.status = PlanAt(job, gated, At(1)).status;
+  EXPECT_EQ(Cond(job.status, kQueuedCondition), nullptr);
+  EXPECT_EQ(PlanAt(job, gated, At(60)).status.phase, "Failed");
+}
+
+TEST(Placement, AResumedJobWaitsAFreshSchedulingTimeout) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 600;
+  job.status = PlanAt(job, {}, kT0).status;
+  std::vector<ObservedReplica> waiting = {GatedRunning(0, 0),
+                                          Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+  job.status = PlanAt(job, waiting, At(10)).status;
+  job.spec.run_policy.suspend = true;
+  job.status = PlanAt(job, waiting, At(20)).status;
+  job.spec.run_policy.suspend = false;
+  Plan resumed = PlanAt(job, {}, At(3600));
+  EXPECT_EQ(resumed.status.phase, "Pending");
+  job.status = resumed.status;
+  std::vector<ObservedReplica> again = {GatedRunning(0, 1),
+                                        Waiting(1, 1, "Unschedulable", kInsufficientCpu)};
+  EXPECT_EQ(PlanAt(job, again, At(3700)).status.phase, "Pending");
+  EXPECT_EQ(PlanAt(job, again, At(4200)).status.phase, "Failed");
+}
+
+TEST(Placement, ARefusedReplicaIsTheReasonOfTheWait) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.status = PlanAt(job, {}, kT0).status;
+  SetJobCondition(&job.status, kReplicaFailureCondition, true, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1", "2026-11-21T10:00:01Z");
+  Plan p = PlanAt(job, {GatedRunning(0, 0)}, At(2));
+  const api::Condition* ready = Cond(p.status, kPodsReadyCondition);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->reason, kFailedCreateReason);
+  EXPECT_NE(ready->message.find("exceeded quota"), std::string::npos) << ready->message;
 }
 
 TEST(Placement, EndedPodsOfAnEarlierAttemptKeptByAFinalizerDoNotBlockTheNextGang) {
@@ -886,6 +932,33 @@ TEST(Avoidance, OnlyCausesOfTheNodeCount) {
   oom.node = "n1";
   Plan p = PlanAt(job, {oom, Replica(1, 0, ReplicaPhase::kRunning)}, At(5));
   EXPECT_TRUE(p.status.avoided_nodes.empty());
+}
+
+TEST(Avoidance, ANodeFaultIsRetriedWhateverTheExitCode) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  ObservedReplica refused = Replica(1, 0, ReplicaPhase::kFailed, 0, "UnexpectedAdmissionError");
+  refused.node = "gpu-2";
+  Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), refused}, At(3));
+  EXPECT_EQ(p.status.phase, "Restarting");
+  ASSERT_EQ(p.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(p.status.avoided_nodes[0].node, "gpu-2");
+
+  // The taint manager deleted the pods of a lost node: the DisruptionTarget says so.
+  ObservedReplica tainted = Replica(1, 0, ReplicaPhase::kFailed, 0, "Deleted");
+  tainted.disruption = true;
+  tainted.disruption_reason = "DeletionByTaintManager";
+  EXPECT_TRUE(IsNodeFault(tainted));
+}
+
+TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
+  ObservedReplica missing = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
+  missing.message =
+      "failed to create containerd task: exec: \"train.py\": executable file not found in $PATH";
+  EXPECT_FALSE(IsRetryable(missing));
+  ObservedReplica hook = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
+  hook.message = "nvidia-container-cli: initialization error: driver not loaded";
+  EXPECT_TRUE(IsRetryable(hook));
 }
 
 TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
