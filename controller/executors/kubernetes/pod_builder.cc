@@ -197,6 +197,23 @@ void ApplySecurityDefaults(Json* pod_spec) {
   }
 }
 
+// The metadata of an object the job owns (Service, Secret, PVC, PodGroup): deleted with it.
+Json ChildMetadata(const api::TrainingJob& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", job.metadata.ns},
+          {"labels", {{kJobLabel, job.metadata.name}}},
+          {"ownerReferences", Json::array({OwnerReference(job)})}};
+}
+
+// Whether we can add to the pod's volumes and the runner's volumeMounts: absent, or lists (a
+// template may hold anything; the API server then refuses the pod with its own reason).
+bool VolumeListsUsable(const Json& pod_spec, const Json& runner) {
+  for (const auto& [obj, list] : {std::pair{&pod_spec, "volumes"}, {&runner, "volumeMounts"}}) {
+    if (obj->contains(list) && !(*obj)[list].is_array()) return false;
+  }
+  return true;
+}
+
 // Rank 0 alone writes checkpoints and reads the newest back on a restart (then broadcasts the
 // weights), so the storage is mounted on the pod of rank 0; a ReadWriteMany claim on every pod.
 void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOptions& options,
@@ -217,9 +234,7 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
   if (!mount) return;
   // Lists of the wrong type come from the template: the API server refuses the pod with the
   // reason, which says more than anything we could add.
-  for (const auto& [obj, list] : {std::pair{pod_spec, "volumes"}, {runner, "volumeMounts"}}) {
-    if (obj->contains(list) && !(*obj)[list].is_array()) return;
-  }
+  if (!VolumeListsUsable(*pod_spec, *runner)) return;
   // A mount the template already puts at the path is the user's choice.
   for (const auto& m : runner->value("volumeMounts", Json::array())) {
     if (m.is_object() && m.contains("mountPath") && m["mountPath"] == path) return;
@@ -231,20 +246,18 @@ void AddCheckpointVolume(const api::TrainingJob& job, int pod_index, const PodOp
 // The gang gate: the pod annotation kGangPlacedAnnotation as a file the runner reads (empty
 // until the operator sets it). The kubelet rewrites downward-API files when annotations change.
 bool AddGangGateVolume(Json* pod_spec, Json* runner) {
-  for (const auto& [obj, list] : {std::pair{pod_spec, "volumes"}, {runner, "volumeMounts"}}) {
-    if (obj->contains(list) && !(*obj)[list].is_array()) {
-      // The API server refuses this pod anyway; never leave a rank waiting on a file that
-      // nothing would ever write.
-      Json kept = Json::array();
-      for (const auto& e : (*runner)["env"]) {
-        const std::string name = StringAt(e, "name");
-        if (name != contract::kEnvGangGate && name != contract::kEnvGangGateTimeout) {
-          kept.push_back(e);
-        }
+  if (!VolumeListsUsable(*pod_spec, *runner)) {
+    // The API server refuses this pod anyway; never leave a rank waiting on a file that
+    // nothing would ever write.
+    Json kept = Json::array();
+    for (const auto& e : (*runner)["env"]) {
+      const std::string name = StringAt(e, "name");
+      if (name != contract::kEnvGangGate && name != contract::kEnvGangGateTimeout) {
+        kept.push_back(e);
       }
-      (*runner)["env"] = kept;
-      return false;
     }
+    (*runner)["env"] = kept;
+    return false;
   }
   const std::string field = std::string("metadata.annotations['") + kGangPlacedAnnotation + "']";
   ArrayAt(*pod_spec, "volumes")
@@ -357,11 +370,7 @@ std::optional<Json> BuildPodGroup(const api::TrainingJob& job) {
   return Json{
       {"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
       {"kind", "PodGroup"},
-      {"metadata",
-       {{"name", PodGroupName(job.metadata.name)},
-        {"namespace", job.metadata.ns},
-        {"labels", {{kJobLabel, job.metadata.name}}},
-        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+      {"metadata", ChildMetadata(job, PodGroupName(job.metadata.name))},
       {"spec", spec}};
 }
 
@@ -404,11 +413,7 @@ std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job) {
   if (!claim->storage_class_name.empty()) spec["storageClassName"] = claim->storage_class_name;
   return Json{{"apiVersion", "v1"},
               {"kind", "PersistentVolumeClaim"},
-              {"metadata",
-               {{"name", CheckpointClaimName(job.metadata.name)},
-                {"namespace", job.metadata.ns},
-                {"labels", {{kJobLabel, job.metadata.name}}},
-                {"ownerReferences", Json::array({OwnerReference(job)})}}},
+              {"metadata", ChildMetadata(job, CheckpointClaimName(job.metadata.name))},
               {"spec", spec}};
 }
 std::string ServiceName(const std::string& job) { return job; }
@@ -486,11 +491,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
 Json BuildService(const api::TrainingJob& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata",
-           {{"name", ServiceName(job.metadata.name)},
-            {"namespace", job.metadata.ns},
-            {"labels", {{kJobLabel, job.metadata.name}}},
-            {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"metadata", ChildMetadata(job, ServiceName(job.metadata.name))},
           {"spec",
            {{"clusterIP", "None"},
             {"publishNotReadyAddresses", true},
@@ -504,11 +505,7 @@ Json BuildService(const api::TrainingJob& job) {
 Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
-          {"metadata",
-           {{"name", TokenSecretName(job.metadata.name)},
-            {"namespace", job.metadata.ns},
-            {"labels", {{kJobLabel, job.metadata.name}}},
-            {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"metadata", ChildMetadata(job, TokenSecretName(job.metadata.name))},
           {"type", "Opaque"},
           {"stringData", {{kTokenKey, token}}}};
 }
