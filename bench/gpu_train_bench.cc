@@ -20,8 +20,8 @@
 #include "runner/data/idx.h"
 #include "runner/metrics/gpu_monitor.h"
 #include "runner/metrics/runner_metrics.h"
+#include "runner/rank/rank.h"
 #include "runner/train/config.h"
-#include "runner/train/cuda/cuda_engine.h"
 #include "tests/fakes/in_memory_store.h"
 
 using namespace ringtrain;
@@ -95,12 +95,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  gpu::GpuTrainerDeps deps;
+  train::EngineDeps deps;
   deps.comm = nccl->get();
-  deps.nccl = nccl->get();
   deps.train = &*train_set;
   deps.metrics = &metrics;
-  auto trainer = gpu::GpuTrainer::Create(*config, deps);
+  deps.device = 0;
+  auto trainer = rank::Trainer::Create(*config, deps);
   if (!trainer.ok()) return Fail(json_path, trainer.status().ToString(), 1);
   auto warm = (*trainer)->Run(warmup);
   if (!warm.ok()) return Fail(json_path, warm.status().ToString(), 1);
@@ -116,16 +116,16 @@ int main(int argc, char** argv) {
                       {"optimizer", config->optimizer.name},
                       {"precision", std::string(contract::NameOf(config->precision))},
                       {"input", std::string(contract::NameOf(config->input))},
-                      {"cuda_graph", (*trainer)->graph_used()},
+                      {"cuda_graph", res->step_graph},
                       {"steps", res->steps_this_run},
                       {"samples_per_second", sps},
                       {"step_ms", step_ms},
-                      {"busy_ratio", (*trainer)->busy_ratio()},
+                      {"busy_ratio", res->device_busy},
                       {"nvml_utilization", util},
                       {"device", gpu::DeviceDescription(0)}};
   std::printf("%-4s batch %5d  %10.0f samples/s  %7.3f ms/step  busy %.2f  nvml util %.2f  %s\n",
-              config->model.name.c_str(), config->batch_size, sps, step_ms,
-              (*trainer)->busy_ratio(), util, (*trainer)->graph_used() ? "graph" : "eager");
+              config->model.name.c_str(), config->batch_size, sps, step_ms, res->device_busy, util,
+              res->step_graph ? "graph" : "eager");
   if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
   return 0;
 }

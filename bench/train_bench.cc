@@ -14,7 +14,7 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
 #include "runner/model/gemm.h"
-#include "runner/train/trainer.h"
+#include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
 
 using namespace ringtrain;
@@ -45,10 +45,10 @@ Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
         std::fprintf(stderr, "rank %d: %s\n", r, comm.status().ToString().c_str());
         std::exit(1);
       }
-      train::TrainerDeps deps;
+      train::EngineDeps deps;
       deps.comm = comm->get();
       deps.train = &ds;
-      auto t = train::Trainer::Create(base, deps);
+      auto t = rank::Trainer::Create(base, deps);
       auto res = t.ok() ? (*t)->Run() : StatusOr<train::TrainResult>(t.status());
       if (!res.ok()) {
         std::fprintf(stderr, "rank %d: %s\n", r, res.status().ToString().c_str());

@@ -15,23 +15,17 @@
 #include "common/logging.h"
 #include "common/random.h"
 #include "common/stop.h"
-#include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/data/idx.h"
 #include "runner/local_launcher.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/model/gemm.h"
+#include "runner/rank/rank.h"
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/gang_gate.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
-#include "runner/train/ring_options.h"
-#include "runner/train/trainer.h"
-#ifdef RINGTRAIN_WITH_CUDA
-#include "runner/cuda/cuda_util.h"
-#include "runner/train/cuda/gpu_run.h"
-#endif
 
 namespace ringtrain {
 namespace {
@@ -98,88 +92,23 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
   return "127.0.0.1";
 }
 
-// The CPU path: the TCP ring and train::Trainer.
-StatusOr<train::TrainResult> TrainOnCpu(const train::RankEnv& env, const train::TrainConfig& config,
-                                        rendezvous::Store& store, metrics::RunnerMetrics* metrics,
-                                        const data::Dataset& train_set,
-                                        const data::Dataset& test_set, Outcome& outcome) {
-  ASSIGN_OR_RETURN(auto comm, comm::TcpCommunicator::Create(
-                                  store, train::TcpRingOptions(env, AdvertiseAddress(env))));
-  spdlog::info("communicator ready: rank {}/{} (attempt {})", env.rank, env.world_size,
-               env.attempt);
-
-  train::TrainerDeps deps;
-  deps.comm = comm.get();
-  deps.train = &train_set;
-  deps.test = &test_set;
-  deps.metrics = metrics;
-  deps.stop = &StopFlag();
-  deps.attempt = env.attempt;
-  deps.collective_timeout = env.collective_timeout;
-  auto trainer = train::Trainer::Create(config, deps);
-  if (!trainer.ok()) {
-    Resolve(store, env, trainer.status(), outcome);
-    return trainer.status();
-  }
-  auto result = (*trainer)->Run();
-  // Before `comm` goes out of scope and closes the ring.
-  if (!result.ok()) Resolve(store, env, result.status(), outcome);
-  return result;
-}
-
-// Where this rank computes: CPU (TCP ring) or its GPU (NCCL or TCP), decided before the
-// rendezvous so an impossible choice fails fast and permanently.
-struct Placement {
-  bool cuda = false;
-#ifdef RINGTRAIN_WITH_CUDA
-  gpu::Placement gpu;
-#endif
-};
-
-StatusOr<Placement> ChoosePlacement(const train::RankEnv& env, const train::TrainConfig& config) {
-  Placement p;
-#ifdef RINGTRAIN_WITH_CUDA
-  const int visible = config.device == contract::Device::kCpu ? 0 : gpu::VisibleDeviceCount();
-  ASSIGN_OR_RETURN(p.gpu,
-                   gpu::ChoosePlacement(config, env.local_rank, env.local_world_size, visible));
-  p.cuda = p.gpu.cuda;
-  if (!p.cuda) spdlog::info("computing on the CPU ({})", p.gpu.reason);
-#else
-  (void)env;
-  if (config.device == contract::Device::kCuda || config.backend == contract::Backend::kNccl) {
-    return FailedPrecondition(
-        "--device cuda / --backend nccl: this runner was built without "
-        "CUDA (configure with nvcc available, RINGTRAIN_CUDA=ON)");
-  }
-#endif
-  return p;
-}
-
 // Everything after the store exists: rendezvous, communicator, training.
 Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
-                      const Placement& placement, metrics::RunnerMetrics* metrics,
+                      const rank::Placement& placement, metrics::RunnerMetrics* metrics,
                       const data::Dataset& train_set, const data::Dataset& test_set,
                       rendezvous::Store& store, Outcome& outcome) {
   RETURN_IF_ERROR(
       rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
 
-  train::TrainResult result;
-  if (placement.cuda) {
-#ifdef RINGTRAIN_WITH_CUDA
-    gpu::GpuRunDeps gd;
-    gd.store = &store;
-    gd.train = &train_set;
-    gd.test = &test_set;
-    gd.metrics = metrics;
-    gd.stop = &StopFlag();
-    gd.advertise_host = AdvertiseAddress(env);
-    // As on the CPU path: the cause reaches the store while the communicator is still up.
-    gd.report_failure = [&](const Status& s) { Resolve(store, env, s, outcome); };
-    ASSIGN_OR_RETURN(result, gpu::TrainOnGpu(env, config, placement.gpu, gd));
-#endif
-  } else {
-    ASSIGN_OR_RETURN(result, TrainOnCpu(env, config, store, metrics, train_set, test_set, outcome));
-  }
+  rank::RankDeps deps;
+  deps.store = &store;
+  deps.train = &train_set;
+  deps.test = &test_set;
+  deps.metrics = metrics;
+  deps.stop = &StopFlag();
+  deps.advertise_host = AdvertiseAddress(env);
+  deps.report_failure = [&](const Status& s) { Resolve(store, env, s, outcome); };
+  ASSIGN_OR_RETURN(const train::TrainResult result, rank::TrainRank(env, config, placement, deps));
   spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
                result.test_accuracy, result.samples_per_second, result.wall_seconds);
   if (env.rank == 0 && !config.result_file.empty()) {
@@ -190,7 +119,7 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
 
 // Connects to the gang's store, then trains; publishes a failure before the store goes.
 Status Train(const train::RankEnv& env, const train::TrainConfig& config,
-             const Placement& placement, metrics::RunnerMetrics* metrics,
+             const rank::Placement& placement, metrics::RunnerMetrics* metrics,
              const data::Dataset& train_set, const data::Dataset& test_set,
              const std::string& store_host, int store_port, const std::string& token,
              Outcome& outcome) {
@@ -214,7 +143,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   if (StopRequested()) return StoppedStatus("data loading");
   RETURN_IF_ERROR(
       data::ValidateForModel(test_set, train_set.rows, train_set.cols, config.model.classes));
-  ASSIGN_OR_RETURN(Placement placement, ChoosePlacement(env, config));
+  ASSIGN_OR_RETURN(const rank::Placement placement, rank::PlaceThisRank(config, env));
   spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
                config.dataset);
 

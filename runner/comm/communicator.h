@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 
 #include "common/clock.h"
 #include "common/runner_env.h"
@@ -16,6 +17,24 @@ namespace ringtrain::comm {
 inline constexpr Duration kDefaultCollectiveTimeout = contract::kCollectiveTimeout;
 
 enum class ReduceOp { kSum, kAverage };
+
+// The stream-ordered side of a device backend (NCCL), reached through the seam (c10d's async
+// work on a stream): collectives enqueued on an accelerator stream without the host waiting,
+// completion awaited under the communicator's watchdog. Streams and events are the CUDA
+// runtime's handles (cudaStream_t, cudaEvent_t), opaque here so that this header stays free of
+// CUDA.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  // Enqueues an in-place all-reduce of device memory on `stream` without waiting. Capturable in
+  // a CUDA graph.
+  virtual Status AllReduceAsync(float* device_data, std::size_t count, ReduceOp op,
+                                void* stream) = 0;
+  // Waits until `event` (recorded after enqueued collectives) completes. On a timeout, a
+  // backend error or a failure another rank published, aborts the communicator and returns a
+  // retryable error naming `what` and the cause.
+  virtual Status Wait(void* event, std::string_view what) = 0;
+};
 
 class Communicator {
  public:
@@ -32,6 +51,9 @@ class Communicator {
   virtual Status AllGather(const void* in, std::size_t bytes, void* out) = 0;
   // Makes every pending and future call fail with Aborted; safe from any thread.
   virtual void Abort() = 0;
+  // The stream-ordered collectives of a device backend; null for a host backend (TCP), whose
+  // callers stage device buffers through host memory.
+  virtual DeviceCollectives* device_collectives() { return nullptr; }
 };
 
 }  // namespace ringtrain::comm

@@ -56,6 +56,54 @@ std::optional<FailureRecord> ParseFailure(const std::string& value) {
   return r;
 }
 
+namespace {
+
+FailureRecord RecordOf(const std::string& value) {
+  if (auto parsed = ParseFailure(value)) return *parsed;
+  FailureRecord raw;
+  raw.cause = value;
+  return raw;
+}
+
+}  // namespace
+
+void GangFailure::AwaitRootCause() const {
+  StopExemptScope exempt;
+  (void)store_.Get(kFailureKey, kRootCauseGrace);
+}
+
+StatusOr<FailureRecord> GangFailure::Publish(const Status& cause) const {
+  StopExemptScope exempt;
+  const std::string mine = EncodeFailure({rank_, cause.ToString(), std::nullopt});
+  ASSIGN_OR_RETURN(const std::string first,
+                   store_.CompareSetWithin(kFailureKey, "", mine, kFailureReportTimeout));
+  return RecordOf(first.empty() ? mine : first);
+}
+
+StatusOr<std::optional<FailureRecord>> GangFailure::Probe() const {
+  StopExemptScope exempt;
+  Status last;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto value = store_.Get(kFailureKey, Duration::zero());
+    if (value.ok()) {
+      if (value->empty()) return std::optional<FailureRecord>();
+      return std::optional<FailureRecord>(RecordOf(*value));
+    }
+    const StatusCode code = value.status().code();
+    // Nothing recorded yet (or a slow store: the caller's own timeout decides).
+    if (code == StatusCode::kDeadlineExceeded || code == StatusCode::kNotFound) {
+      return std::optional<FailureRecord>();
+    }
+    last = value.status();
+  }
+  return Unavailable("lost the rendezvous store (rank 0): " + last.message());
+}
+
+std::string GangFailure::Describe(const FailureRecord& record) {
+  if (record.rank < 0) return record.cause;
+  return record.cause + " (rank " + std::to_string(record.rank) + ")";
+}
+
 FailureReport ResolveFailure(Store& store, int rank, const Status& own, int own_exit_code) {
   FailureReport mine{own.ToString(), own_exit_code};
   StopExemptScope exempt;

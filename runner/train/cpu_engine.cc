@@ -7,8 +7,7 @@
 
 namespace ringtrain::train {
 
-StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config,
-                                                       TrainerDeps deps) {
+StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config, EngineDeps deps) {
   if (deps.comm == nullptr || deps.train == nullptr) {
     return InvalidArgument("trainer needs a communicator and a training set");
   }

@@ -19,20 +19,9 @@
 
 namespace ringtrain::train {
 
-// What the CPU trainer is given (the engine uses all but stop and attempt, which are the loop's).
-struct TrainerDeps {
-  comm::Communicator* comm = nullptr;
-  const data::Dataset* train = nullptr;
-  const data::Dataset* test = nullptr;        // may be null: no evaluation
-  metrics::RunnerMetrics* metrics = nullptr;  // may be null
-  const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
-  int attempt = 0;
-  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
-};
-
 class CpuEngine final : public StepEngine {
  public:
-  static StatusOr<std::unique_ptr<CpuEngine>> Create(const TrainConfig& config, TrainerDeps deps);
+  static StatusOr<std::unique_ptr<CpuEngine>> Create(const TrainConfig& config, EngineDeps deps);
 
   std::size_t num_params() const override { return model_->params().size(); }
   std::size_t optimizer_state_size() const override { return optimizer_->state().size(); }
@@ -51,10 +40,10 @@ class CpuEngine final : public StepEngine {
   model::Model& model() { return *model_; }
 
  private:
-  CpuEngine(const TrainConfig& config, TrainerDeps deps) : config_(config), deps_(deps) {}
+  CpuEngine(const TrainConfig& config, EngineDeps deps) : config_(config), deps_(deps) {}
 
   TrainConfig config_;
-  TrainerDeps deps_;
+  EngineDeps deps_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;

@@ -6,6 +6,7 @@
 // it never decides when to checkpoint, evaluate or stop.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -13,9 +14,25 @@
 #include <vector>
 
 #include "common/status.h"
+#include "runner/comm/communicator.h"
+#include "runner/data/idx.h"
+#include "runner/metrics/runner_metrics.h"
 #include "runner/train/checkpoint.h"
 
 namespace ringtrain::train {
+
+// What one rank's engine and loop are given, whatever the engine: one struct for both (the
+// loop uses comm, metrics, stop and attempt; the engine everything but stop and attempt).
+struct EngineDeps {
+  comm::Communicator* comm = nullptr;  // any backend; device collectives through its seam
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;        // may be null: no evaluation
+  metrics::RunnerMetrics* metrics = nullptr;  // may be null
+  const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
+  int attempt = 0;
+  int device = -1;  // the CUDA device this rank computes on; -1 = the CPU
+  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
+};
 
 // Where a batch sits in the data, counted in this world's steps.
 struct EngineBatch {
@@ -88,6 +105,8 @@ class StepEngine {
   virtual StatusOr<EvalSums> EvaluateShard() = 0;
   // An accelerator runs the steps: the loop then reports its busy fraction.
   virtual bool has_device() const { return false; }
+  // The engine replays each step as one captured graph (CUDA graphs).
+  virtual bool replays_graph() const { return false; }
 };
 
 }  // namespace ringtrain::train

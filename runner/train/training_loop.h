@@ -30,6 +30,7 @@ struct TrainResult {
   double allreduce_wait_seconds = 0;  // the steps waited for gradients after backward
   double allreduce_seconds = 0;       // the gradient collectives took, hidden or not
   double device_busy = 0;             // fraction of training time the accelerator was busy
+  bool step_graph = false;            // the engine replayed the step as a CUDA graph
   bool resumed = false;
   // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
   std::string resume_warning;
@@ -44,9 +45,8 @@ struct LoopDeps {
   int attempt = 0;
 };
 
-// The loop's part of a trainer's dependencies (any struct with these fields).
-template <typename Deps>
-LoopDeps LoopDepsFor(const Deps& deps, StepEngine* engine) {
+// The loop's part of an engine's dependencies.
+inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
   LoopDeps d;
   d.comm = deps.comm;
   d.engine = engine;

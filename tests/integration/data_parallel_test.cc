@@ -10,7 +10,7 @@
 
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
-#include "runner/train/trainer.h"
+#include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::train {
@@ -63,10 +63,10 @@ std::vector<float> Train(int world, TrainConfig config, const data::Dataset& ds,
         errors[r] = comm.status();
         return;
       }
-      TrainerDeps deps;
+      EngineDeps deps;
       deps.comm = comm->get();
       deps.train = &ds;
-      auto trainer = Trainer::Create(config, deps);
+      auto trainer = rank::Trainer::Create(config, deps);
       if (!trainer.ok()) {
         errors[r] = trainer.status();
         return;
@@ -77,8 +77,9 @@ std::vector<float> Train(int world, TrainConfig config, const data::Dataset& ds,
         return;
       }
       if (r == 0 && result0 != nullptr) *result0 = *res;
-      auto p = (*trainer)->model().params();
-      params[r].assign(p.begin(), p.end());
+      std::vector<float> state;
+      std::int64_t optimizer_steps = 0;
+      errors[r] = (*trainer)->engine().Snapshot(params[r], state, optimizer_steps);
     });
   }
   for (auto& t : threads) t.join();

@@ -19,13 +19,6 @@ namespace {
 
 // Rank 0's ncclUniqueId, hex-encoded (any Store value type carries it).
 constexpr const char* kIdKey = "nccl/id";
-// The first detector's reason, shared with the TCP backend's convention.
-constexpr const char* kAbortKey = "abort";
-// Failure reporting must never be what delays the error: bounded, best-effort store calls.
-constexpr Duration kReportTimeout{std::chrono::seconds(2)};
-// NCCL reports a lost peer as a remote or system error on every survivor: give the rank that
-// saw the root cause a moment to record it, so this one does not claim a second-hand reason.
-constexpr Duration kRootCauseGrace{std::chrono::seconds(1)};
 // How long Fail and the destructor wait for ncclCommAbort. It runs on its own thread and can
 // block (NCCL waits for its launched work and for CUDA graphs holding the communicator), and
 // no rank may hang in the driver.
@@ -154,7 +147,10 @@ struct NcclCommunicator::AbortState {
 };
 
 NcclCommunicator::NcclCommunicator(rendezvous::Store& store, const NcclCommOptions& options)
-    : store_(store), options_(options), abort_state_(std::make_shared<AbortState>()) {}
+    : store_(store),
+      gang_failure_(store, options.rank),
+      options_(options),
+      abort_state_(std::make_shared<AbortState>()) {}
 
 StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
     rendezvous::Store& store, const NcclCommOptions& options) {
@@ -391,13 +387,12 @@ Status NcclCommunicator::Fail(Status cause, bool record) {
   // connections down, and by then the store already holds the root cause they will read.
   std::string message = cause.message();
   if (record) {
-    std::string report = message + " (detected by rank " + std::to_string(options_.rank) + ")";
-    auto first = store_.CompareSetWithin(kAbortKey, "", report, kReportTimeout);
+    auto first = gang_failure_.Publish(cause);
     if (!first.ok()) {
       spdlog::warn("nccl communicator rank {}: could not record the failure in the store: {}",
                    options_.rank, first.status().message());
-    } else if (!first->empty() && *first != report) {
-      message += "; first failure: " + *first;
+    } else if (first->rank != options_.rank) {
+      message += "; first failure: " + rendezvous::GangFailure::Describe(*first);
     }
   }
   failure_ = message;
@@ -408,7 +403,9 @@ Status NcclCommunicator::Fail(Status cause, bool record) {
 
 Status NcclCommunicator::FailAsync(Status cause) {
   if (cause.code() == StatusCode::kAborted) return Fail(std::move(cause), /*record=*/false);
-  (void)store_.Get(kAbortKey, kRootCauseGrace);
+  // NCCL reports a lost peer as a remote or system error on every survivor: the rank that saw
+  // the root cause gets a moment to record it, so this one does not claim a second-hand reason.
+  gang_failure_.AwaitRootCause();
   return Fail(Status(StatusCode::kUnavailable, cause.message()));
 }
 
@@ -437,23 +434,12 @@ Status NcclCommunicator::Watch(std::string_view what, SteadyTime& next_probe) {
 }
 
 Status NcclCommunicator::ProbeAbortKey(std::string_view what) {
-  Status last;
-  // Twice: a store client reconnects once after an I/O error, so only a second failure in a
-  // row means the store (hosted by rank 0) is gone.
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    auto reason = store_.Get(kAbortKey, Duration::zero());
-    if (reason.ok()) {
-      if (reason->empty()) return Status::Ok();
-      return Aborted(std::string(what) + ": aborted because another rank failed: " + *reason);
-    }
-    const StatusCode code = reason.status().code();
-    // Nothing recorded (or a slow store: the collective timeout decides).
-    if (code == StatusCode::kDeadlineExceeded || code == StatusCode::kNotFound) {
-      return Status::Ok();
-    }
-    last = reason.status();
-  }
-  return Unavailable(std::string(what) + ": lost the rendezvous store (rank 0): " + last.message());
+  auto recorded = gang_failure_.Probe();
+  if (!recorded.ok()) return recorded.status().WithContext(what);
+  if (!recorded->has_value()) return Status::Ok();
+  const rendezvous::FailureRecord& r = **recorded;
+  return Aborted(std::string(what) + ": aborted because another rank failed: " +
+                 (r.rank < 0 ? r.cause : rendezvous::EncodeFailure(r)));
 }
 
 Status NcclCommunicator::Launch(std::string_view op, const std::function<int(void*)>& enqueue) {
@@ -488,7 +474,8 @@ Status NcclCommunicator::Launch(std::string_view op, const std::function<int(voi
   }
 }
 
-Status NcclCommunicator::Wait(cudaEvent_t event, std::string_view what) {
+Status NcclCommunicator::Wait(void* event_handle, std::string_view what) {
+  auto event = static_cast<cudaEvent_t>(event_handle);
   RETURN_IF_ERROR(CheckUsable(what));
   if (event == nullptr) return InvalidArgument(std::string(what) + ": no event to wait for");
   const Duration timeout = options_.collective_timeout;
@@ -698,7 +685,8 @@ Status NcclCommunicator::AllGather(const void* in, std::size_t bytes, void* out)
 }
 
 Status NcclCommunicator::AllReduceAsync(float* device_data, std::size_t count, ReduceOp op,
-                                        cudaStream_t stream) {
+                                        void* stream_handle) {
+  auto stream = static_cast<cudaStream_t>(stream_handle);
   constexpr std::string_view kOp = "all-reduce";
   RETURN_IF_ERROR(CheckUsable(kOp));
   if (count == 0) return Status::Ok();

@@ -5,7 +5,8 @@
 // abort key) calls ncclCommAbort when a collective outlives the collective timeout, NCCL
 // reports an error, or another rank records a failure, so no rank ever blocks in the driver.
 // Failures are retryable (kUnavailable / kDeadlineExceeded / kAborted) and the first detector's
-// reason is recorded in the store under "abort", as the TCP backend does.
+// reason is published through the gang-failure protocol (rendezvous/failure.h), as the TCP
+// backend does.
 //
 // NCCL refuses two ranks on one GPU: each rank must own a distinct device.
 #pragma once
@@ -21,6 +22,7 @@
 #include <string_view>
 
 #include "runner/comm/communicator.h"
+#include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/store.h"
 
 namespace ringtrain::comm {
@@ -37,7 +39,7 @@ struct NcclCommOptions {
   Duration abort_poll_interval{std::chrono::seconds(1)};
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public Communicator, public DeviceCollectives {
  public:
   // `store` must outlive the communicator (it is polled for other ranks' failures) and should
   // be prefixed per gang attempt (PrefixStore): "nccl/id" and "abort" must not be stale. Rank 0
@@ -67,13 +69,12 @@ class NcclCommunicator final : public Communicator {
   // handler). A pending Wait returns Aborted.
   void Abort() override;
 
-  // Enqueues an in-place all-reduce of device memory on `stream` without waiting. Capturable
-  // in a CUDA graph. kAverage uses ncclAvg.
-  Status AllReduceAsync(float* device_data, std::size_t count, ReduceOp op, cudaStream_t stream);
-  // Waits until `event` (recorded after enqueued collectives) completes, under the watchdog:
-  // on timeout, an NCCL async error or a failure recorded by another rank, aborts the
-  // communicator and returns a retryable error naming `what` and the cause.
-  Status Wait(cudaEvent_t event, std::string_view what);
+  DeviceCollectives* device_collectives() override { return this; }
+  // DeviceCollectives: `stream` is a cudaStream_t and `event` a cudaEvent_t. kAverage uses
+  // ncclAvg. Wait's watchdog: the collective timeout, NCCL's asynchronous errors and the
+  // failures other ranks publish (rendezvous/failure.h).
+  Status AllReduceAsync(float* device_data, std::size_t count, ReduceOp op, void* stream) override;
+  Status Wait(void* event, std::string_view what) override;
   // The communicator's own stream for the synchronous calls.
   cudaStream_t stream() const { return stream_; }
 
@@ -110,6 +111,7 @@ class NcclCommunicator final : public Communicator {
   void Finalize();
 
   rendezvous::Store& store_;
+  rendezvous::GangFailure gang_failure_;
   NcclCommOptions options_;
   void* comm_ = nullptr;  // ncclComm_t, kept opaque so nccl.h stays out of this header
   cudaStream_t stream_ = nullptr;

@@ -80,6 +80,7 @@ Status LostPeer(const char* op, int peer, const std::string& why) {
 
 TcpCommunicator::TcpCommunicator(rendezvous::Store& store, const TcpCommOptions& options)
     : store_(store),
+      gang_failure_(store, options.rank),
       rank_(options.rank),
       size_(options.size),
       left_((options.rank + options.size - 1) % options.size),
@@ -204,21 +205,17 @@ Status TcpCommunicator::Fail(const char* op, Status cause, bool stall_is_upstrea
   // The report is the cause peers will give for their own exit, so it goes out even when this
   // rank is being stopped; its store calls are bounded by their own short timeouts.
   StopExemptScope exempt;
-  if (stall_is_upstream) {
-    // Give the rank that saw the stall first a moment to record it, so this one does not
-    // claim the root cause with a second-hand "waiting for rank r-1".
-    (void)store_.Get(rendezvous::kFailureKey, kAbortGrace);
-  }
-  // Report before shutting the sockets: the neighbours only learn of the failure from the
+  // A rank that timed out behind a live neighbour lets the rank that saw the stall first
+  // record it, so this one does not claim the root cause with a second-hand "waiting for rank
+  // r-1".
+  if (stall_is_upstream) gang_failure_.AwaitRootCause();
+  // Published before the sockets close: the neighbours only learn of the failure from the
   // shutdown, so by then the store already holds the root cause they will read.
-  std::string report = rendezvous::EncodeFailure({rank_, cause.ToString(), std::nullopt});
-  auto first = store_.CompareSetWithin(rendezvous::kFailureKey, "", report, kAbortReportTimeout);
+  auto first = gang_failure_.Publish(cause);
   Abort();
   std::string message = cause.message();
-  if (first.ok() && !first->empty() && *first != report) {
-    auto parsed = rendezvous::ParseFailure(*first);
-    message += "; first failure: " +
-               (parsed ? parsed->cause + " (rank " + std::to_string(parsed->rank) + ")" : *first);
+  if (first.ok() && first->rank != rank_) {
+    message += "; first failure: " + rendezvous::GangFailure::Describe(*first);
   } else if (!first.ok() && rank_ != 0 && first.status().code() != StatusCode::kCancelled) {
     // The store lives in rank 0: losing it too means rank 0 is the rank that died, whatever
     // neighbour's connection closed here (it may only have been passing the failure on), so

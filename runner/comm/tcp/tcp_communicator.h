@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "runner/comm/communicator.h"
 #include "runner/comm/tcp/reduce_kernels.h"
+#include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/store.h"
 
 namespace ringtrain::comm {
@@ -23,10 +24,6 @@ namespace ringtrain::comm {
 inline constexpr std::size_t kDefaultChunkBytes = 256 * 1024;
 // Connecting the ring is part of the rendezvous: the contract's one default.
 inline constexpr Duration kDefaultCommConnectTimeout = contract::kRendezvousTimeout;
-// Failure reporting must never be what delays the error: bounded, best-effort store calls.
-inline constexpr Duration kAbortReportTimeout{std::chrono::seconds(2)};
-// How long a rank that timed out behind a live neighbour waits for the upstream report.
-inline constexpr Duration kAbortGrace{std::chrono::seconds(1)};
 
 struct TcpCommOptions {
   int rank = 0;
@@ -49,11 +46,12 @@ struct TcpCommOptions {
 // when n == 2. All-reduce is reduce-scatter then all-gather over n segments streamed in chunks,
 // so each rank sends 2(n-1)/n of the buffer while sending and receiving at the same time.
 //
-// Failure: the first socket error, EOF or timeout aborts the communicator: it records the
-// reason in the store key "abort" (first reporter wins), then shuts both sockets so the
-// neighbours fail at once and the failure runs around the ring; every rank's error names the
-// first reporter's reason. The timeout counts from the last byte moved, so the rank next to a
-// stalled peer fires first and is the one that names it. Later calls fail fast with Aborted.
+// Failure: the first socket error, EOF or timeout aborts the communicator: it publishes the
+// reason through the gang-failure protocol (rendezvous/failure.h: first reporter wins), then shuts
+// both sockets so the neighbours fail at once and the failure runs around the ring; every rank's
+// error names the first reporter's reason. The timeout counts from the last byte moved, so the rank
+// next to a stalled peer fires first and is the one that names it. Later calls fail fast with
+// Aborted.
 class TcpCommunicator final : public Communicator {
  public:
   // Publishes "comm/addr/<rank>", connects the ring and verifies both neighbours. `store` must
@@ -96,6 +94,7 @@ class TcpCommunicator final : public Communicator {
   Status CheckUsable(const char* op) const;
 
   rendezvous::Store& store_;
+  rendezvous::GangFailure gang_failure_;
   const int rank_;
   const int size_;
   const int left_;

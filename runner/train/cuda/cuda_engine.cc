@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/cuda/cuda_util.h"
 #include "runner/data/cuda/device_data.h"
 #include "runner/model/cuda/gpu_model.h"
@@ -41,11 +40,12 @@ struct CommTiming {
 
 class CudaEngine final : public train::StepEngine {
  public:
-  CudaEngine(const train::TrainConfig& config, GpuTrainerDeps deps) : config_(config), deps_(deps) {
+  CudaEngine(const train::TrainConfig& config, const train::EngineDeps& deps)
+      : config_(config), deps_(deps), device_comm_(deps.comm->device_collectives()) {
     world_ = deps.comm->size();
     rank_ = deps.comm->rank();
     device_input_ = config.input == contract::Input::kDevice;
-    reduce_on_device_ = deps.nccl != nullptr;
+    reduce_on_device_ = device_comm_ != nullptr;
   }
   ~CudaEngine() override {
     for (int p = 0; p < 2; ++p) {
@@ -55,7 +55,7 @@ class CudaEngine final : public train::StepEngine {
   }
 
   Status Setup(bool want_graph, bool graph_required);
-  bool graph_used() const { return graph_used_; }
+  bool replays_graph() const override { return graph_used_; }
 
   std::size_t num_params() const override { return model_->num_params(); }
   std::size_t optimizer_state_size() const override { return optimizer_->state_size(); }
@@ -74,7 +74,7 @@ class CudaEngine final : public train::StepEngine {
 
  private:
   Status WaitFor(cudaEvent_t event, std::string_view what) {
-    if (deps_.nccl != nullptr) return deps_.nccl->Wait(event, what);
+    if (device_comm_ != nullptr) return device_comm_->Wait(event, what);
     return WaitEvent(event, deps_.collective_timeout, what);
   }
   // Everything enqueued on the compute stream so far has finished.
@@ -98,7 +98,9 @@ class CudaEngine final : public train::StepEngine {
   StatusOr<std::optional<train::StepStats>> Complete();
 
   train::TrainConfig config_;
-  GpuTrainerDeps deps_;
+  train::EngineDeps deps_;
+  // The communicator's stream-ordered collectives (NCCL); null for a host backend.
+  comm::DeviceCollectives* device_comm_ = nullptr;
   int world_ = 1;
   int rank_ = 0;
   bool device_input_ = true;
@@ -228,8 +230,8 @@ Status CudaEngine::OnRangeReady(const model::ParamRange& range, int parity) {
     RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev, compute_.get()));
     RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_stream_.get(), ev, 0));
     if (i == 0) RETURN_IF_ERROR(RecordTiming(comm_timing_[parity].begin, comm_stream_.get()));
-    RETURN_IF_ERROR(deps_.nccl->AllReduceAsync(model_->grads() + b.offset, b.count,
-                                               comm::ReduceOp::kAverage, comm_stream_.get()));
+    RETURN_IF_ERROR(device_comm_->AllReduceAsync(model_->grads() + b.offset, b.count,
+                                                 comm::ReduceOp::kAverage, comm_stream_.get()));
   }
   return Status::Ok();
 }
@@ -353,7 +355,7 @@ Status CudaEngine::EnqueueStep(const DeviceStep& batch, int slot, int parity) {
 // Uploads floats to `device` from rank 0 to every rank (NCCL directly; else via the host).
 Status CudaEngine::BroadcastDevice(float* device, std::size_t count, std::string_view what) {
   if (count == 0) return Status::Ok();
-  if (deps_.nccl != nullptr) {
+  if (device_comm_ != nullptr) {
     return deps_.comm->Broadcast(device, count * sizeof(float), 0).WithContext(what);
   }
   std::vector<float> host(count);
@@ -567,16 +569,16 @@ StatusOr<train::EvalSums> CudaEngine::EvaluateShard() {
   return sums;
 }
 
-GpuTrainer::GpuTrainer(std::unique_ptr<CudaEngine> engine, train::TrainingLoop loop)
-    : engine_(std::move(engine)), loop_(std::move(loop)) {}
-GpuTrainer::~GpuTrainer() = default;
-
-StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const train::TrainConfig& config,
-                                                         GpuTrainerDeps deps) {
+StatusOr<std::unique_ptr<train::StepEngine>> MakeCudaEngine(const train::TrainConfig& config,
+                                                            const train::EngineDeps& deps) {
   if (deps.comm == nullptr || deps.train == nullptr) {
-    return InvalidArgument("GPU trainer needs a communicator and a training set");
+    return InvalidArgument("CUDA engine needs a communicator and a training set");
   }
-  const bool graphable = deps.nccl != nullptr || deps.comm->size() == 1;
+  if (deps.device < 0) {
+    return InvalidArgument("CUDA engine: device " + std::to_string(deps.device) +
+                           " is not a CUDA device ordinal");
+  }
+  const bool graphable = deps.comm->device_collectives() != nullptr || deps.comm->size() == 1;
   if (config.cuda_graph == contract::CudaGraph::kOn && !graphable) {
     return InvalidArgument(
         "--cuda-graph: 'on' needs the nccl backend or world size 1 (the tcp backend reduces "
@@ -585,21 +587,7 @@ StatusOr<std::unique_ptr<GpuTrainer>> GpuTrainer::Create(const train::TrainConfi
   auto engine = std::make_unique<CudaEngine>(config, deps);
   RETURN_IF_ERROR(engine->Setup(config.cuda_graph != contract::CudaGraph::kOff && graphable,
                                 config.cuda_graph == contract::CudaGraph::kOn));
-  train::TrainingLoop loop(config, train::LoopDepsFor(deps, engine.get()));
-  return std::unique_ptr<GpuTrainer>(new GpuTrainer(std::move(engine), std::move(loop)));
+  return std::unique_ptr<train::StepEngine>(std::move(engine));
 }
-
-StatusOr<train::TrainResult> GpuTrainer::Run() {
-  ASSIGN_OR_RETURN(train::TrainResult r, loop_.Run());
-  busy_ratio_ = r.device_busy;
-  return r;
-}
-
-StatusOr<train::TrainResult> GpuTrainer::Run(std::int64_t max_steps) {
-  loop_.set_max_steps(max_steps);
-  return Run();
-}
-
-bool GpuTrainer::graph_used() const { return engine_->graph_used(); }
 
 }  // namespace ringtrain::gpu

@@ -1,4 +1,4 @@
-// The GPU training loop end to end: device and backend choice (runs everywhere), and on a GPU:
+// The GPU training loop end to end (device and backend choice: tests/unit/rank), on a GPU:
 // world size 1 through NCCL to the CPU path's accuracy band, the step in a CUDA graph, pinned
 // host input, two ranks sharing one GPU through the TCP backend, and checkpoints that the CPU
 // trainer resumes from. GPU cases skip visibly without a device.
@@ -14,53 +14,12 @@
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/cuda/cuda_util.h"
+#include "runner/rank/rank.h"
 #include "runner/train/checkpoint.h"
-#include "runner/train/cuda/cuda_engine.h"
-#include "runner/train/cuda/gpu_run.h"
-#include "runner/train/trainer.h"
 #include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::gpu {
 namespace {
-
-train::TrainConfig Config(const std::string& device, const std::string& backend) {
-  train::TrainConfig c;
-  c.device = *contract::EnumFromName<contract::Device>(device);
-  c.backend = *contract::EnumFromName<contract::Backend>(backend);
-  return c;
-}
-
-TEST(Placement, AutoPicksCudaAndNcclOnlyWhenEveryRankOwnsAGpu) {
-  auto p = ChoosePlacement(Config("auto", "auto"), 0, 1, 0);
-  ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->cuda);  // no GPU: CPU and the TCP ring
-  p = ChoosePlacement(Config("auto", "auto"), 1, 2, 2);
-  ASSERT_TRUE(p.ok());
-  EXPECT_TRUE(p->cuda);
-  EXPECT_EQ(p->backend, "nccl");
-  EXPECT_EQ(p->device, 1);  // LOCAL_RANK's GPU
-  p = ChoosePlacement(Config("auto", "auto"), 1, 2, 1);
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p->backend, "tcp");  // two ranks on one GPU: NCCL would refuse
-  EXPECT_EQ(p->device, 0);
-  EXPECT_NE(p->reason.find("share"), std::string::npos);
-  p = ChoosePlacement(Config("cpu", "auto"), 0, 1, 8);
-  ASSERT_TRUE(p.ok());
-  EXPECT_FALSE(p->cuda);
-}
-
-TEST(Placement, ImpossibleChoicesAreErrorsNamingTheFlag) {
-  auto p = ChoosePlacement(Config("cuda", "auto"), 0, 1, 0);
-  ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(p.status().message().find("--device"), std::string::npos);
-  p = ChoosePlacement(Config("cpu", "nccl"), 0, 1, 1);
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("--backend"), std::string::npos);
-  p = ChoosePlacement(Config("cuda", "nccl"), 0, 2, 1);
-  ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("one GPU per rank"), std::string::npos);
-}
 
 class GpuTrainerTest : public ::testing::Test {
  protected:
@@ -94,16 +53,16 @@ class GpuTrainerTest : public ::testing::Test {
     testing::InMemoryStore store;
     comm::NcclCommOptions o;
     ASSIGN_OR_RETURN(auto nccl, comm::NcclCommunicator::Create(store, o));
-    GpuTrainerDeps d;
+    train::EngineDeps d;
     d.comm = nccl.get();
-    d.nccl = nccl.get();
     d.train = train_;
     d.test = test_;
-    ASSIGN_OR_RETURN(auto t, GpuTrainer::Create(c, d));
+    d.device = 0;
+    ASSIGN_OR_RETURN(auto t, rank::Trainer::Create(c, d));
     ASSIGN_OR_RETURN(auto r, t->Run());
-    if (graph != nullptr) *graph = t->graph_used();
-    EXPECT_GT(t->busy_ratio(), 0.0);
-    EXPECT_LE(t->busy_ratio(), 1.0);
+    if (graph != nullptr) *graph = r.step_graph;
+    EXPECT_GT(r.device_busy, 0.0);
+    EXPECT_LE(r.device_busy, 1.0);
     return r;
   }
 
@@ -169,11 +128,12 @@ TEST_F(GpuTrainerTest, TwoRanksShareOneGpuThroughTheTcpBackend) {
       train::TrainConfig c;
       c.epochs = 1;
       c.max_steps = 100;
-      GpuTrainerDeps d;
+      train::EngineDeps d;
       d.comm = comm->get();
       d.train = train_;
       d.test = test_;
-      auto t = GpuTrainer::Create(c, d);
+      d.device = 0;
+      auto t = rank::Trainer::Create(c, d);
       results[r] = t.ok() ? (*t)->Run() : StatusOr<train::TrainResult>(t.status());
     });
   }
@@ -204,11 +164,11 @@ TEST_F(GpuTrainerTest, CheckpointsAreTheCpuFormatAndResume) {
   testing::InMemoryStore store;
   auto comm = comm::TcpCommunicator::Create(store, comm::TcpCommOptions{});
   ASSERT_TRUE(comm.ok());
-  train::TrainerDeps d;
+  train::EngineDeps d;  // device -1: the CPU engine
   d.comm = comm->get();
   d.train = train_;
   c.max_steps = 1;
-  auto cpu = train::Trainer::Create(c, d);
+  auto cpu = rank::Trainer::Create(c, d);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   auto cr = (*cpu)->Run();
   ASSERT_TRUE(cr.ok()) << cr.status().ToString();

@@ -85,5 +85,92 @@ TEST(FailureTest, PublishesAfterAStopRequest) {
   EXPECT_NE(parsed->cause.find("SIGTERM"), std::string::npos) << parsed->cause;
 }
 
+// The communicators' side (TCP ring, NCCL): one GangFailure.
+TEST(GangFailure, TheFirstPublisherIsTheRootCauseForEveryRank) {
+  testing::InMemoryStore store;
+  GangFailure rank2(store, 2);
+  GangFailure rank3(store, 3);
+  auto first = rank2.Publish(Unavailable("all-reduce: lost peer rank 1"));
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(first->rank, 2);
+  EXPECT_FALSE(first->exit_code.has_value()) << "a communicator knows no exit code";
+  auto second = rank3.Publish(Aborted("the communicator was aborted"));
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->rank, 2) << "the second publisher learns the first failure";
+  EXPECT_EQ(second->cause, "UNAVAILABLE: all-reduce: lost peer rank 1");
+  EXPECT_EQ(GangFailure::Describe(*second), "UNAVAILABLE: all-reduce: lost peer rank 1 (rank 2)");
+  // ...and the runner's side reads the same record.
+  FailureReport r = ResolveFailure(store, 3, Aborted("aborted"), 138);
+  EXPECT_EQ(r.message, std::string(contract::kCausedByPrefix) +
+                           "2: UNAVAILABLE: all-reduce: lost peer rank 1");
+}
+
+TEST(GangFailure, ProbeSeesNothingThenTheRecordedFailure) {
+  testing::InMemoryStore store;
+  GangFailure watcher(store, 0);
+  auto none = watcher.Probe();
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  ASSERT_TRUE(GangFailure(store, 1).Publish(DeadlineExceeded("step 7: timed out")).ok());
+  auto some = watcher.Probe();
+  ASSERT_TRUE(some.ok());
+  ASSERT_TRUE(some->has_value());
+  EXPECT_EQ((*some)->rank, 1);
+  EXPECT_EQ(EncodeFailure(**some), "DEADLINE_EXCEEDED: step 7: timed out (detected by rank 1)");
+}
+
+TEST(GangFailure, ARecordInAnUnknownFormatIsKeptVerbatim) {
+  testing::InMemoryStore store;
+  ASSERT_TRUE(store.Set(kFailureKey, "something else entirely").ok());
+  auto first = GangFailure(store, 0).Publish(Unavailable("x"));
+  ASSERT_TRUE(first.ok());
+  EXPECT_EQ(first->rank, -1);
+  EXPECT_EQ(GangFailure::Describe(*first), "something else entirely");
+}
+
+// A store whose every call fails as a client does once rank 0 (its host) is gone.
+class GoneStore final : public Store {
+ public:
+  Status Set(const std::string&, const std::string&) override { return Gone(); }
+  StatusOr<std::string> Get(const std::string&, Duration) override { return Gone(); }
+  StatusOr<std::int64_t> Add(const std::string&, std::int64_t) override { return Gone(); }
+  StatusOr<std::string> CompareSet(const std::string&, const std::string&,
+                                   const std::string&) override {
+    return Gone();
+  }
+  Status Wait(const std::vector<std::string>&, Duration) override { return Gone(); }
+  int gets = 0;
+
+ private:
+  Status Gone() {
+    ++gets;
+    return Unavailable("store connection reset");
+  }
+};
+
+TEST(GangFailure, AStoreThatFailsTwiceInARowIsLost) {
+  GoneStore store;
+  auto probe = GangFailure(store, 1).Probe();
+  ASSERT_FALSE(probe.ok());
+  EXPECT_EQ(probe.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(probe.status().message().find("lost the rendezvous store (rank 0)"), std::string::npos)
+      << probe.status().message();
+  EXPECT_EQ(store.gets, 2) << "one reconnect is allowed before the store counts as lost";
+  EXPECT_FALSE(GangFailure(store, 1).Publish(Unavailable("x")).ok());
+}
+
+TEST(GangFailure, AwaitingTheRootCauseReturnsOnceItIsRecorded) {
+  testing::InMemoryStore store;
+  ASSERT_TRUE(GangFailure(store, 0).Publish(Unavailable("first")).ok());
+  // Recorded already: returns at once, and works while the rank is being stopped.
+  ResetStopForTest();
+  RequestStop(15);
+  GangFailure(store, 1).AwaitRootCause();
+  ResetStopForTest();
+  auto probe = GangFailure(store, 1).Probe();
+  ASSERT_TRUE(probe.ok() && probe->has_value());
+  EXPECT_EQ((*probe)->rank, 0);
+}
+
 }  // namespace
 }  // namespace ringtrain::rendezvous

@@ -15,7 +15,7 @@
 
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/metrics/runner_metrics.h"
-#include "runner/train/trainer.h"
+#include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::train {
@@ -207,12 +207,12 @@ TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
 
   SoloComm comm;
   metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
-  TrainerDeps deps;
+  EngineDeps deps;
   deps.comm = &comm;
   deps.train = &ds;
   deps.test = &ds;
   deps.metrics = &m;
-  auto trainer = Trainer::Create(LoopConfig(), deps);
+  auto trainer = rank::Trainer::Create(LoopConfig(), deps);
   ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
   auto r = (*trainer)->Run();
   ASSERT_TRUE(r.ok()) << r.status().ToString();

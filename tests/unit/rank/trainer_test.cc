@@ -13,7 +13,7 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
 #include "runner/train/checkpoint.h"
-#include "runner/train/trainer.h"
+#include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::train {
@@ -64,11 +64,11 @@ TEST(TrainerStart, TestSetOfAnotherShapeIsRefusedNamingTheFile) {
   OneRank r;
   data::Dataset train = Synthetic(32, 28, 28);
   data::Dataset test = Synthetic(16, 14, 14);  // the reproduction: used to overflow in Evaluate
-  TrainerDeps deps;
+  EngineDeps deps;
   deps.comm = r.comm.get();
   deps.train = &train;
   deps.test = &test;
-  auto t = Trainer::Create(SmallConfig(), deps);
+  auto t = rank::Trainer::Create(SmallConfig(), deps);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("/data/t10k-images-idx3-ubyte.gz: images are 14x14"),
@@ -81,10 +81,10 @@ TEST(TrainerStart, LabelOutsideTheModelsClassesIsRefused) {
   OneRank r;
   data::Dataset train = Synthetic(32, 28, 28);
   train.labels[5] = 12;
-  TrainerDeps deps;
+  EngineDeps deps;
   deps.comm = r.comm.get();
   deps.train = &train;
-  auto t = Trainer::Create(SmallConfig(), deps);
+  auto t = rank::Trainer::Create(SmallConfig(), deps);
   ASSERT_FALSE(t.ok());
   EXPECT_NE(t.status().message().find("label 12 at index 5"), std::string::npos);
 }
@@ -103,11 +103,11 @@ TEST(TrainerStart, AllCheckpointsCorruptTrainsFromZeroAndSaysSo) {
   metrics::RunnerMetrics metrics({"job", "ns", 0});
   TrainConfig c = SmallConfig();
   c.checkpoint_dir = dir.string();
-  TrainerDeps deps;
+  EngineDeps deps;
   deps.comm = r.comm.get();
   deps.train = &train;
   deps.metrics = &metrics;
-  auto t = Trainer::Create(c, deps);
+  auto t = rank::Trainer::Create(c, deps);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   auto res = (*t)->Run();
   ASSERT_TRUE(res.ok()) << res.status().ToString();
@@ -133,11 +133,11 @@ TEST(TrainerStart, FreshStartHasNoResumeWarning) {
   metrics::RunnerMetrics metrics({"job", "ns", 0});
   TrainConfig c = SmallConfig();
   c.epochs = 1;
-  TrainerDeps deps;
+  EngineDeps deps;
   deps.comm = r.comm.get();
   deps.train = &train;
   deps.metrics = &metrics;
-  auto t = Trainer::Create(c, deps);
+  auto t = rank::Trainer::Create(c, deps);
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE((*t)->Run().ok());
   auto status = nlohmann::json::parse(metrics.RenderStatusJson());

@@ -1,15 +1,15 @@
 // Both the CPU and the GPU path build their TCP ring from TcpRingOptions: where it listens
 // and what it advertises come from the rank's environment, whichever engine computes.
-#include "runner/train/ring_options.h"
+#include "runner/rank/rank.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
 
-namespace ringtrain::train {
+namespace ringtrain::rank {
 namespace {
 
-RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
+train::RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
   auto env = contract::ParseRankEnv([&vars](const char* name) -> std::optional<std::string> {
     auto it = vars.find(name);
     if (it == vars.end()) return std::nullopt;
@@ -20,7 +20,7 @@ RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
 }
 
 TEST(TcpRingOptions, ListenWhereTheEnvironmentSays) {
-  RankEnv env = EnvOf({{"RINGTRAIN_RANK", "1"},
+  train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "1"},
                        {"RINGTRAIN_WORLD_SIZE", "4"},
                        {"RINGTRAIN_TOKEN", "t"},
                        {"RINGTRAIN_MASTER_ADDR", "job-a0-0.job.default.svc"},
@@ -37,7 +37,7 @@ TEST(TcpRingOptions, ListenWhereTheEnvironmentSays) {
 }
 
 TEST(TcpRingOptions, ALoopbackGangListensOnLoopbackOnly) {
-  RankEnv env = EnvOf({{"RINGTRAIN_RANK", "0"},
+  train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "0"},
                        {"RINGTRAIN_WORLD_SIZE", "2"},
                        {"RINGTRAIN_TOKEN", "t"},
                        {"RINGTRAIN_MASTER_ADDR", "127.0.0.1"}});
@@ -45,4 +45,4 @@ TEST(TcpRingOptions, ALoopbackGangListensOnLoopbackOnly) {
 }
 
 }  // namespace
-}  // namespace ringtrain::train
+}  // namespace ringtrain::rank

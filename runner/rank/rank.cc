@@ -1,0 +1,211 @@
+#include "runner/rank/rank.h"
+
+#include <spdlog/spdlog.h>
+
+#include "runner/train/cpu_engine.h"
+#ifdef RINGTRAIN_WITH_CUDA
+#include "runner/comm/nccl/nccl_communicator.h"
+#include "runner/cuda/cuda_util.h"
+#include "runner/metrics/gpu_monitor.h"
+#include "runner/train/cuda/cuda_engine.h"
+#endif
+
+namespace ringtrain::rank {
+namespace {
+
+constexpr bool kCudaBuilt =
+#ifdef RINGTRAIN_WITH_CUDA
+    true;
+#else
+    false;
+#endif
+
+#ifdef RINGTRAIN_WITH_CUDA
+// NVML metrics for this rank's GPU: best effort, a rank trains without them.
+std::unique_ptr<metrics::GpuMonitor> StartGpuMonitor(metrics::RunnerMetrics* m, int device) {
+  if (m == nullptr) return nullptr;
+  char bus_id[64] = {};
+  Status bus = gpu::CudaStatus(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device),
+                               "cudaDeviceGetPCIBusId");
+  if (!bus.ok()) {
+    spdlog::warn("GPU metrics off: {}", bus.ToString());
+    return nullptr;
+  }
+  metrics::GpuMonitorOptions mo;
+  mo.pci_bus_id = bus_id;  // CUDA and NVML number devices differently
+  mo.gpu_label = std::to_string(device);
+  auto monitor = metrics::GpuMonitor::Create(m, mo);
+  if (!monitor.ok()) {
+    spdlog::warn("GPU metrics off: {}", monitor.status().ToString());
+    return nullptr;
+  }
+  return std::move(*monitor);
+}
+#endif
+
+}  // namespace
+
+const char* BackendName(Backend backend) { return backend == Backend::kNccl ? "nccl" : "tcp"; }
+
+StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_rank,
+                                    int local_world_size, int visible_devices, bool cuda_built) {
+  Placement p;
+  if (!cuda_built) {
+    if (config.device == contract::Device::kCuda || config.backend == contract::Backend::kNccl) {
+      return FailedPrecondition(
+          "--device cuda / --backend nccl: this runner was built without CUDA (configure with "
+          "nvcc available, RINGTRAIN_CUDA=ON)");
+    }
+    p.reason = "built without CUDA";
+    return p;
+  }
+  if (config.device == contract::Device::kCpu ||
+      (config.device == contract::Device::kAuto && visible_devices == 0)) {
+    if (config.backend == contract::Backend::kNccl) {
+      return InvalidArgument(config.device == contract::Device::kCpu
+                                 ? "--backend: nccl needs --device cuda"
+                                 : "--backend: nccl needs a GPU, and no CUDA device is visible");
+    }
+    p.reason = config.device == contract::Device::kCpu ? "--device cpu" : "no CUDA device visible";
+    return p;
+  }
+  if (visible_devices <= 0) {
+    return FailedPrecondition("--device: cuda was asked for, but no CUDA device is visible");
+  }
+  p.cuda = true;
+  // NCCL refuses two ranks on one GPU.
+  const bool own_gpu = local_world_size > 0 && visible_devices >= local_world_size;
+  if (config.backend == contract::Backend::kNccl && !own_gpu) {
+    return FailedPrecondition("--backend: nccl needs one GPU per rank, but " +
+                              std::to_string(local_world_size) + " ranks share " +
+                              std::to_string(visible_devices) +
+                              " visible GPU(s) on this node (NCCL refuses two ranks on one GPU)");
+  }
+  if (config.backend == contract::Backend::kTcp ||
+      (config.backend == contract::Backend::kAuto && !own_gpu)) {
+    p.backend = Backend::kTcp;
+    p.device = local_rank % visible_devices;
+    p.reason = config.backend == contract::Backend::kTcp
+                   ? "--backend tcp"
+                   : std::to_string(local_world_size) + " ranks share " +
+                         std::to_string(visible_devices) + " GPU(s): NCCL needs one GPU per rank";
+  } else {
+    p.backend = Backend::kNccl;
+    p.device = local_rank;
+    p.reason = "one GPU per rank";
+  }
+  return p;
+}
+
+StatusOr<Placement> PlaceThisRank(const train::TrainConfig& config, const train::RankEnv& env) {
+  int visible = 0;
+#ifdef RINGTRAIN_WITH_CUDA
+  if (config.device != contract::Device::kCpu) visible = gpu::VisibleDeviceCount();
+#endif
+  ASSIGN_OR_RETURN(Placement p, ChoosePlacement(config, env.local_rank, env.local_world_size,
+                                                visible, kCudaBuilt));
+  if (!p.cuda) spdlog::info("computing on the CPU ({})", p.reason);
+  return p;
+}
+
+comm::TcpCommOptions TcpRingOptions(const train::RankEnv& env, const std::string& advertise_host) {
+  comm::TcpCommOptions o;
+  o.rank = env.rank;
+  o.size = env.world_size;
+  o.bind_host = env.bind_addr;
+  o.advertise_host = advertise_host;
+  o.connect_timeout = env.rendezvous_timeout;
+  o.collective_timeout = env.collective_timeout;
+  return o;
+}
+
+StatusOr<std::unique_ptr<comm::Communicator>> MakeCommunicator(rendezvous::Store& store,
+                                                               const train::RankEnv& env,
+                                                               const Placement& placement,
+                                                               const std::string& advertise_host) {
+  if (placement.backend == Backend::kNccl) {
+#ifdef RINGTRAIN_WITH_CUDA
+    comm::NcclCommOptions o;
+    o.rank = env.rank;
+    o.size = env.world_size;
+    o.device = placement.device;
+    o.init_timeout = env.rendezvous_timeout;
+    o.collective_timeout = env.collective_timeout;
+    ASSIGN_OR_RETURN(auto nccl, comm::NcclCommunicator::Create(store, o));
+    return std::unique_ptr<comm::Communicator>(std::move(nccl));
+#else
+    return FailedPrecondition("--backend: nccl: this runner was built without NCCL");
+#endif
+  }
+  ASSIGN_OR_RETURN(auto tcp,
+                   comm::TcpCommunicator::Create(store, TcpRingOptions(env, advertise_host)));
+  return std::unique_ptr<comm::Communicator>(std::move(tcp));
+}
+
+StatusOr<std::unique_ptr<train::StepEngine>> MakeEngine(const train::TrainConfig& config,
+                                                        const train::EngineDeps& deps) {
+  if (deps.device < 0) {
+    ASSIGN_OR_RETURN(auto cpu, train::CpuEngine::Create(config, deps));
+    return std::unique_ptr<train::StepEngine>(std::move(cpu));
+  }
+#ifdef RINGTRAIN_WITH_CUDA
+  return gpu::MakeCudaEngine(config, deps);
+#else
+  return FailedPrecondition("CUDA device " + std::to_string(deps.device) +
+                            ": this runner was built without CUDA");
+#endif
+}
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const train::TrainConfig& config,
+                                                   const train::EngineDeps& deps) {
+  ASSIGN_OR_RETURN(auto engine, MakeEngine(config, deps));
+  train::TrainingLoop loop(config, train::LoopDepsFor(deps, engine.get()));
+  return std::unique_ptr<Trainer>(new Trainer(std::move(engine), std::move(loop)));
+}
+
+StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::TrainConfig& config,
+                                       const Placement& placement, const RankDeps& deps) {
+  if (deps.store == nullptr || deps.train == nullptr) {
+    return InvalidArgument("TrainRank needs the attempt's store and a training set");
+  }
+#ifdef RINGTRAIN_WITH_CUDA
+  std::unique_ptr<metrics::GpuMonitor> monitor;
+  if (placement.cuda) {
+    RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(placement.device));
+    spdlog::info("GPU {}: {}; backend {} ({})", placement.device,
+                 gpu::DeviceDescription(placement.device), BackendName(placement.backend),
+                 placement.reason);
+    monitor = StartGpuMonitor(deps.metrics, placement.device);
+  }
+#endif
+  auto make = deps.make_communicator ? deps.make_communicator : MakeCommunicator;
+  ASSIGN_OR_RETURN(auto comm, make(*deps.store, env, placement, deps.advertise_host));
+  spdlog::info("{} communicator ready: rank {}/{} (attempt {})", BackendName(placement.backend),
+               env.rank, env.world_size, env.attempt);
+
+  train::EngineDeps ed;
+  ed.comm = comm.get();
+  ed.train = deps.train;
+  ed.test = deps.test;
+  ed.metrics = deps.metrics;
+  ed.stop = deps.stop;
+  ed.attempt = env.attempt;
+  ed.device = placement.cuda ? placement.device : -1;
+  ed.collective_timeout = env.collective_timeout;
+  // A failure is reported while `comm` is still up (it closes when this function returns).
+  auto failed = [&deps](const Status& s) {
+    if (deps.report_failure) deps.report_failure(s);
+    return s;
+  };
+  auto trainer = Trainer::Create(config, ed);
+  if (!trainer.ok()) return failed(trainer.status());
+  auto result = (*trainer)->Run();
+  if (!result.ok()) return failed(result.status());
+  if (placement.cuda) {
+    spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", result->device_busy,
+                 result->step_graph ? "used" : "not used");
+  }
+  return result;
+}
+
+}  // namespace ringtrain::rank

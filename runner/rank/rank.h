@@ -1,0 +1,100 @@
+// One rank's wiring, written once for every engine and backend: where it computes (placement),
+// its communicator (the TCP ring or NCCL), its step engine (CPU or CUDA) under the one
+// train::TrainingLoop, the device's metrics, and its failure published through the gang-failure
+// protocol while the communicator is still up. The runner's main, the tests and the benchmarks
+// build trainers only through here; the engines and communicators never see each other's types.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "runner/comm/communicator.h"
+#include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/rendezvous/store.h"
+#include "runner/train/config.h"
+#include "runner/train/step_engine.h"
+#include "runner/train/training_loop.h"
+
+namespace ringtrain::rank {
+
+enum class Backend { kTcp, kNccl };
+const char* BackendName(Backend backend);
+
+// Where a rank computes and how it talks to its peers.
+struct Placement {
+  bool cuda = false;
+  Backend backend = Backend::kTcp;
+  int device = -1;     // the CUDA device; -1 on the CPU
+  std::string reason;  // why, for the log
+};
+
+// Resolves --device/--backend against what this process sees: `auto` picks CUDA when a GPU is
+// visible (and this binary was built with CUDA), and NCCL when every rank of this node gets its
+// own GPU (NCCL refuses two ranks on one GPU). Explicit choices that cannot work are permanent
+// errors naming the flag. Pure: `visible_devices` and `cuda_built` are the caller's.
+StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_rank,
+                                    int local_world_size, int visible_devices, bool cuda_built);
+// The same with this process's devices and build.
+StatusOr<Placement> PlaceThisRank(const train::TrainConfig& config, const train::RankEnv& env);
+
+// The TCP ring's options from the env contract: the bind address (RINGTRAIN_BIND_ADDR), the
+// advertised host and the timeouts, for a CPU or a GPU rank alike.
+comm::TcpCommOptions TcpRingOptions(const train::RankEnv& env, const std::string& advertise_host);
+
+// The communicator of `placement`, formed over the attempt's store: the TCP ring (bound to
+// env.bind_addr, advertising `advertise_host`) or NCCL on placement.device.
+StatusOr<std::unique_ptr<comm::Communicator>> MakeCommunicator(rendezvous::Store& store,
+                                                               const train::RankEnv& env,
+                                                               const Placement& placement,
+                                                               const std::string& advertise_host);
+
+// The engine for deps.device: the CPU engine (-1) or the CUDA engine.
+StatusOr<std::unique_ptr<train::StepEngine>> MakeEngine(const train::TrainConfig& config,
+                                                        const train::EngineDeps& deps);
+
+// An engine under the training loop.
+class Trainer {
+ public:
+  static StatusOr<std::unique_ptr<Trainer>> Create(const train::TrainConfig& config,
+                                                   const train::EngineDeps& deps);
+  StatusOr<train::TrainResult> Run() { return loop_.Run(); }
+  // The same with another step limit (benchmarks: a warm-up run, then a measured one; each run
+  // starts at the first batch again unless a checkpoint says otherwise).
+  StatusOr<train::TrainResult> Run(std::int64_t max_steps) {
+    loop_.set_max_steps(max_steps);
+    return loop_.Run();
+  }
+  train::StepEngine& engine() { return *engine_; }
+
+ private:
+  Trainer(std::unique_ptr<train::StepEngine> engine, train::TrainingLoop loop)
+      : engine_(std::move(engine)), loop_(std::move(loop)) {}
+  std::unique_ptr<train::StepEngine> engine_;
+  train::TrainingLoop loop_;
+};
+
+// What TrainRank needs besides the env contract and the flags.
+struct RankDeps {
+  rendezvous::Store* store = nullptr;  // the attempt's prefixed store, after the rendezvous
+  const data::Dataset* train = nullptr;
+  const data::Dataset* test = nullptr;
+  metrics::RunnerMetrics* metrics = nullptr;
+  const std::atomic<bool>* stop = nullptr;
+  std::string advertise_host;  // what peers dial (the TCP ring)
+  // Called with this rank's failure before the communicator closes, so the cause reaches the
+  // store while the peers still see the ring up (then they report it rather than a lost peer).
+  std::function<void(const Status&)> report_failure;
+  // Tests: replaces MakeCommunicator (same arguments).
+  std::function<StatusOr<std::unique_ptr<comm::Communicator>>(
+      rendezvous::Store&, const train::RankEnv&, const Placement&, const std::string&)>
+      make_communicator;
+};
+
+// The whole rank after the rendezvous: device metrics, communicator, engine, loop.
+StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::TrainConfig& config,
+                                       const Placement& placement, const RankDeps& deps);
+
+}  // namespace ringtrain::rank

@@ -1,0 +1,186 @@
+// One wiring for every engine: a rank's failure reaches the gang's store while its
+// communicator is still up (whatever failed: engine creation or a collective), and a GPU rank
+// on the TCP backend forms the very ring a CPU rank does (same bind address and advertised
+// host: one code path, MakeCommunicator).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "runner/model/gemm.h"
+#include "runner/rank/rank.h"
+#include "tests/fakes/in_memory_store.h"
+
+namespace ringtrain::rank {
+namespace {
+
+train::RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
+  auto env = contract::ParseRankEnv([&vars](const char* name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  });
+  EXPECT_TRUE(env.ok()) << env.status().ToString();
+  return *env;
+}
+
+data::Dataset Synthetic(std::size_t n, int side) {
+  data::Dataset ds;
+  ds.count = n;
+  ds.rows = side;
+  ds.cols = side;
+  ds.images_path = "/data/images";
+  ds.labels_path = "/data/labels";
+  std::mt19937_64 rng(3);
+  ds.images.resize(n * static_cast<std::size_t>(side * side));
+  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
+  ds.labels.resize(n);
+  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
+  return ds;
+}
+
+train::TrainConfig Small() {
+  train::TrainConfig c;
+  c.model.hidden = 8;
+  c.batch_size = 4;
+  c.epochs = 1;
+  c.warmup_epochs = 0;
+  return c;
+}
+
+// A world of one whose lifetime the test observes, and whose broadcasts can be made to fail.
+class TrackedComm final : public comm::Communicator {
+ public:
+  TrackedComm(std::shared_ptr<bool> alive, bool fail_broadcast)
+      : alive_(std::move(alive)), fail_broadcast_(fail_broadcast) {
+    *alive_ = true;
+  }
+  ~TrackedComm() override { *alive_ = false; }
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status AllReduce(float*, std::size_t, comm::ReduceOp) override { return Status::Ok(); }
+  Status Broadcast(void*, std::size_t, int) override {
+    if (fail_broadcast_) return Unavailable("broadcast: lost peer rank 1");
+    return Status::Ok();
+  }
+  Status Barrier() override { return Status::Ok(); }
+  Status AllGather(const void* in, std::size_t bytes, void* out) override {
+    std::memcpy(out, in, bytes);
+    return Status::Ok();
+  }
+  void Abort() override {}
+
+ private:
+  std::shared_ptr<bool> alive_;
+  bool fail_broadcast_;
+};
+
+struct Reported {
+  std::vector<Status> failures;
+  std::vector<bool> comm_alive;  // at each report
+};
+
+StatusOr<train::TrainResult> RunWith(const data::Dataset& train, const data::Dataset& test,
+                                     bool fail_broadcast, Reported& reported,
+                                     std::shared_ptr<bool>& alive) {
+  testing::InMemoryStore store;
+  const train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "0"}, {"RINGTRAIN_WORLD_SIZE", "1"}});
+  RankDeps deps;
+  deps.store = &store;
+  deps.train = &train;
+  deps.test = &test;
+  deps.make_communicator =
+      [&](rendezvous::Store&, const train::RankEnv&, const Placement&,
+          const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
+    return std::unique_ptr<comm::Communicator>(new TrackedComm(alive, fail_broadcast));
+  };
+  deps.report_failure = [&](const Status& s) {
+    reported.failures.push_back(s);
+    reported.comm_alive.push_back(*alive);
+  };
+  Placement cpu;  // the CPU and the TCP ring
+  return TrainRank(env, Small(), cpu, deps);
+}
+
+TEST(TrainRank, AnEngineThatCannotStartIsReportedWhileTheCommunicatorIsUp) {
+  model::SetKernelThreads(1);
+  const data::Dataset train = Synthetic(16, 28);
+  const data::Dataset test = Synthetic(8, 14);  // another shape: the engine refuses it
+  Reported reported;
+  auto alive = std::make_shared<bool>(false);
+  auto r = RunWith(train, test, /*fail_broadcast=*/false, reported, alive);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  ASSERT_EQ(reported.failures.size(), 1u);
+  EXPECT_EQ(reported.failures[0].ToString(), r.status().ToString());
+  EXPECT_TRUE(reported.comm_alive[0]) << "reported after the communicator closed";
+  EXPECT_FALSE(*alive) << "the communicator outlived the rank";
+}
+
+TEST(TrainRank, ACollectiveFailureIsReportedWhileTheCommunicatorIsUp) {
+  model::SetKernelThreads(1);
+  const data::Dataset ds = Synthetic(16, 28);
+  Reported reported;
+  auto alive = std::make_shared<bool>(false);
+  auto r = RunWith(ds, ds, /*fail_broadcast=*/true, reported, alive);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("lost peer rank 1"), std::string::npos);
+  ASSERT_EQ(reported.failures.size(), 1u);
+  EXPECT_TRUE(reported.comm_alive[0]) << "reported after the communicator closed";
+}
+
+TEST(TrainRank, ASuccessfulRankReportsNothing) {
+  model::SetKernelThreads(1);
+  const data::Dataset ds = Synthetic(16, 28);
+  Reported reported;
+  auto alive = std::make_shared<bool>(false);
+  auto r = RunWith(ds, ds, /*fail_broadcast=*/false, reported, alive);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->steps, 4);
+  EXPECT_TRUE(reported.failures.empty());
+}
+
+TEST(MakeCommunicator, AGpuRankOnTheTcpBackendJoinsTheRingACpuRankForms) {
+  testing::InMemoryStore store;
+  Placement cpu;
+  Placement gpu_tcp;
+  gpu_tcp.cuda = true;
+  gpu_tcp.backend = Backend::kTcp;
+  gpu_tcp.device = 0;
+  std::vector<StatusOr<std::unique_ptr<comm::Communicator>>> comms;
+  comms.reserve(2);
+  for (int r = 0; r < 2; ++r) comms.emplace_back(Internal("not created"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      const train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", std::to_string(r)},
+                                        {"RINGTRAIN_WORLD_SIZE", "2"},
+                                        {"RINGTRAIN_TOKEN", "t"},
+                                        {"RINGTRAIN_BIND_ADDR", "127.0.0.1"},
+                                        {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "30"}});
+      comms[r] = MakeCommunicator(store, env, r == 0 ? cpu : gpu_tcp, "127.0.0.1");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(comms[r].ok()) << comms[r].status().ToString();
+  // Both ranks advertised what the environment says, through the same options.
+  for (int r = 0; r < 2; ++r) {
+    auto addr = store.Get("comm/addr/" + std::to_string(r), std::chrono::seconds(0));
+    ASSERT_TRUE(addr.ok()) << addr.status().ToString();
+    EXPECT_EQ(addr->rfind("127.0.0.1:", 0), 0u) << *addr;
+  }
+  float a[2] = {1, 2};
+  float b[2] = {10, 20};
+  std::thread t0([&] { EXPECT_TRUE((*comms[0])->AllReduce(a, 2, comm::ReduceOp::kSum).ok()); });
+  EXPECT_TRUE((*comms[1])->AllReduce(b, 2, comm::ReduceOp::kSum).ok());
+  t0.join();
+  EXPECT_EQ(a[0], 11);
+  EXPECT_EQ(b[1], 22);
+}
+
+}  // namespace
+}  // namespace ringtrain::rank
