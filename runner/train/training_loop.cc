@@ -118,197 +118,255 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
   return Status::Ok();
 }
 
-StatusOr<TrainResult> TrainingLoop::Run() {
-  comm::Communicator& comm = *deps_.comm;
-  StepEngine& engine = *deps_.engine;
-  metrics::RunnerMetrics* m = deps_.metrics;
-  const int world = comm.size();
-  const auto run_start = std::chrono::steady_clock::now();
+// One run of the loop: the position in the data, the learning-rate schedule, and the
+// accounting of completed steps (throughput, waits, device time) with one meaning whatever the
+// engine. TrainingLoop::Run drives it: Begin, then Advance per batch, then Finish.
+class TrainingLoop::Pass {
+ public:
+  explicit Pass(TrainingLoop& loop)
+      : loop_(loop),
+        config_(loop.config_),
+        comm_(*loop.deps_.comm),
+        engine_(*loop.deps_.engine),
+        m_(loop.deps_.metrics),
+        world_(comm_.size()) {}
 
-  ASSIGN_OR_RETURN(const Start start, SyncStart());
-  std::int64_t global_step = start.global_step;
-  ASSIGN_OR_RETURN(const InputStart input, engine.OpenInput(start.epoch, start.epoch_samples));
-  const std::int64_t spe = input.steps_per_epoch;
-  const std::int64_t global_batch = std::int64_t{config_.batch_size} * world;
+  // The agreed start (rank 0's checkpoint or weights), the input opened there, the schedule.
+  Status Begin(const Start& start);
+  // Whether the loop goes on: the step limit and a stop request are checked here.
+  StatusOr<bool> ShouldContinue();
+  // One batch: the step, its accounting, and the checkpoint and evaluation it is due.
+  Status Advance(const EngineBatch& batch);
+  // The step in flight, the last report, evaluation and checkpoint, the final barrier.
+  StatusOr<TrainResult> Finish(SteadyTime run_start);
+
+ private:
+  // Host-side accounting of a completed step; identical for every engine.
+  void OnDone(const std::optional<StepStats>& done);
+  // Loss, throughput and busy fraction over the window since the last report.
+  Status Report(bool force);
+  Status Evaluate();
+
+  TrainingLoop& loop_;
+  const TrainConfig& config_;
+  comm::Communicator& comm_;
+  StepEngine& engine_;
+  metrics::RunnerMetrics* m_;
+  const int world_;
+
   // The position in the data, in samples: what a checkpoint records.
-  int epoch = input.epoch;
-  std::int64_t epoch_samples = input.epoch_samples;
-  std::int64_t step_in_epoch = epoch_samples / global_batch;
-  if (start.checkpoint_world > 0 && start.checkpoint_world != world && comm.rank() == 0) {
+  std::int64_t global_step_ = 0;
+  int epoch_ = 0;
+  std::int64_t epoch_samples_ = 0;
+  std::int64_t step_in_epoch_ = 0;
+  std::int64_t schedule_start_ = 0;  // the schedule's position at Begin, in this world's steps
+  LrSchedule lr_;
+  metrics::Progress progress_;
+  TrainResult result_;
+  bool evaluated_last_ = false;
+
+  double last_data_wait_ = 0;
+  std::int64_t samples_done_ = 0;    // by this rank, completed steps
+  std::int64_t window_samples_ = 0;  // completed in the current report window
+  double window_device_ = 0;
+  double total_device_ = 0;
+  double mean_loss_ = -1;  // over the last report window
+  SteadyTime train_start_;
+  SteadyTime window_start_;
+  SteadyTime last_done_;
+};
+
+Status TrainingLoop::Pass::Begin(const Start& start) {
+  global_step_ = start.global_step;
+  ASSIGN_OR_RETURN(const InputStart input, engine_.OpenInput(start.epoch, start.epoch_samples));
+  const std::int64_t spe = input.steps_per_epoch;
+  const std::int64_t global_batch = std::int64_t{config_.batch_size} * world_;
+  epoch_ = input.epoch;
+  epoch_samples_ = input.epoch_samples;
+  step_in_epoch_ = epoch_samples_ / global_batch;
+  if (start.checkpoint_world > 0 && start.checkpoint_world != world_ && comm_.rank() == 0) {
     spdlog::info("world size changed from {} to {}: continuing epoch {} at sample {}",
-                 start.checkpoint_world, world, epoch, epoch_samples);
+                 start.checkpoint_world, world_, epoch_, epoch_samples_);
   }
   // The LR schedule's position in this world's steps (the global step counts the steps of
   // every world the job ran at, so after a resize it is not the schedule's position).
-  const std::int64_t schedule_start =
-      std::int64_t{epoch} * spe + (epoch_samples + global_batch - 1) / global_batch;
+  schedule_start_ = std::int64_t{epoch_} * spe + (epoch_samples_ + global_batch - 1) / global_batch;
+  lr_.base = config_.learning_rate;
+  lr_.peak =
+      config_.learning_rate * (config_.lr_scaling == contract::LrScaling::kLinear ? world_ : 1);
+  lr_.warmup_steps = static_cast<std::int64_t>(config_.warmup_epochs * static_cast<double>(spe));
+  lr_.total_steps = spe * config_.epochs;
+  lr_.cosine = config_.lr_schedule == contract::LrSchedule::kCosine;
 
-  LrSchedule lr;
-  lr.base = config_.learning_rate;
-  lr.peak =
-      config_.learning_rate * (config_.lr_scaling == contract::LrScaling::kLinear ? world : 1);
-  lr.warmup_steps = static_cast<std::int64_t>(config_.warmup_epochs * static_cast<double>(spe));
-  lr.total_steps = spe * config_.epochs;
-  lr.cosine = config_.lr_schedule == contract::LrSchedule::kCosine;
+  progress_.attempt = loop_.deps_.attempt;
+  progress_.world_size = world_;
+  progress_.state = "running";
+  progress_.steps_total = lr_.total_steps;
+  progress_.epoch = epoch_;
+  progress_.resume_warning = start.warning;
+  if (m_) m_->SetWorldSize(world_);
 
-  metrics::Progress progress;
-  progress.attempt = deps_.attempt;
-  progress.world_size = world;
-  progress.state = "running";
-  progress.steps_total = lr.total_steps;
-  progress.epoch = epoch;
-  progress.resume_warning = start.warning;
-  if (m) m->SetWorldSize(world);
+  result_.world_size = world_;
+  result_.resumed = start.resumed;
+  result_.resume_warning = start.warning;
+  train_start_ = std::chrono::steady_clock::now();
+  window_start_ = train_start_;
+  last_done_ = train_start_;
+  return Status::Ok();
+}
 
-  TrainResult result;
-  result.world_size = world;
-  result.resumed = start.resumed;
-  result.resume_warning = start.warning;
-  double last_data_wait = 0;
-  std::int64_t samples_done = 0;    // by this rank, completed steps
-  std::int64_t window_samples = 0;  // completed in the current report window
-  double window_device = 0;
-  double total_device = 0;
-  double mean_loss = -1;  // over the last report window
-  const auto train_start = std::chrono::steady_clock::now();
-  auto window_start = train_start;
-  auto last_done = train_start;
-  bool evaluated_last = false;
+StatusOr<bool> TrainingLoop::Pass::ShouldContinue() {
+  if (config_.max_steps >= 0 && result_.steps_this_run >= config_.max_steps) return false;
+  if (loop_.deps_.stop != nullptr && loop_.deps_.stop->load()) {
+    return Cancelled("stopped by signal at step " + std::to_string(global_step_));
+  }
+  return true;
+}
 
-  // Host-side accounting of a completed step; identical for every engine.
-  auto on_done = [&](const std::optional<StepStats>& done) {
-    if (!done) return;
-    const auto now = std::chrono::steady_clock::now();
-    const double step_seconds = std::chrono::duration<double>(now - last_done).count();
-    last_done = now;
-    samples_done += done->n;
-    window_samples += done->n;
-    window_device += done->device_seconds;
-    total_device += done->device_seconds;
-    result.allreduce_wait_seconds += done->allreduce_wait_seconds;
-    result.allreduce_seconds += done->allreduce_seconds;
-    if (m) {
-      const double data_wait = engine.data_wait_seconds();
-      m->ObserveDataWait(data_wait - last_data_wait);
-      last_data_wait = data_wait;
-      m->ObserveAllReduceWait(done->allreduce_wait_seconds);
-      m->ObserveStep(step_seconds, done->n);
+void TrainingLoop::Pass::OnDone(const std::optional<StepStats>& done) {
+  if (!done) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double step_seconds = std::chrono::duration<double>(now - last_done_).count();
+  last_done_ = now;
+  samples_done_ += done->n;
+  window_samples_ += done->n;
+  window_device_ += done->device_seconds;
+  total_device_ += done->device_seconds;
+  result_.allreduce_wait_seconds += done->allreduce_wait_seconds;
+  result_.allreduce_seconds += done->allreduce_seconds;
+  if (m_) {
+    const double data_wait = engine_.data_wait_seconds();
+    m_->ObserveDataWait(data_wait - last_data_wait_);
+    last_data_wait_ = data_wait;
+    m_->ObserveAllReduceWait(done->allreduce_wait_seconds);
+    m_->ObserveStep(step_seconds, done->n);
+  }
+}
+
+Status TrainingLoop::Pass::Report(bool force) {
+  const double window = SecondsSince(window_start_);
+  if (!force && window < kReportSeconds) return Status::Ok();
+  ASSIGN_OR_RETURN(const auto loss, engine_.TakeLoss());
+  if (loss.second > 0) mean_loss_ = loss.first / static_cast<double>(loss.second);
+  if (window > 0) {
+    const double rate = static_cast<double>(window_samples_) / window;
+    progress_.samples_per_second = rate * world_;
+    if (m_) m_->SetSamplesPerSecond(rate);
+    if (engine_.has_device()) {
+      result_.device_busy = std::min(1.0, window_device_ / window);
+      if (m_) m_->SetGpuBusy(result_.device_busy);
     }
-  };
-  auto report = [&](bool force) -> Status {
-    const double window = SecondsSince(window_start);
-    if (!force && window < kReportSeconds) return Status::Ok();
-    ASSIGN_OR_RETURN(const auto loss, engine.TakeLoss());
-    if (loss.second > 0) mean_loss = loss.first / static_cast<double>(loss.second);
-    if (window > 0) {
-      const double rate = static_cast<double>(window_samples) / window;
-      progress.samples_per_second = rate * world;
-      if (m) m->SetSamplesPerSecond(rate);
-      if (engine.has_device()) {
-        result.device_busy = std::min(1.0, window_device / window);
-        if (m) m->SetGpuBusy(result.device_busy);
-      }
-    }
-    if (m && mean_loss >= 0) m->SetLoss(mean_loss);
-    window_samples = 0;
-    window_device = 0;
-    window_start = std::chrono::steady_clock::now();
-    progress.step = global_step;
-    progress.loss = mean_loss;
-    if (m) m->UpdateProgress(progress);
-    return Status::Ok();
-  };
+  }
+  if (m_ && mean_loss_ >= 0) m_->SetLoss(mean_loss_);
+  window_samples_ = 0;
+  window_device_ = 0;
+  window_start_ = std::chrono::steady_clock::now();
+  progress_.step = global_step_;
+  progress_.loss = mean_loss_;
+  if (m_) m_->UpdateProgress(progress_);
+  return Status::Ok();
+}
 
+Status TrainingLoop::Pass::Evaluate() {
+  ASSIGN_OR_RETURN(const auto acc_loss, loop_.Evaluate());
+  result_.test_accuracy = acc_loss.first;
+  result_.test_loss = acc_loss.second;
+  evaluated_last_ = true;
+  progress_.test_accuracy = acc_loss.first;
+  if (m_) m_->SetTestAccuracy(acc_loss.first);
+  return Status::Ok();
+}
+
+Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
+  auto done = engine_.Step(lr_.At(schedule_start_ + result_.steps_this_run));
+  if (!done.ok()) return done.status().WithContext("step " + std::to_string(global_step_ + 1));
+  OnDone(*done);
+  ++global_step_;
+  ++result_.steps_this_run;
+  result_.samples_this_run += static_cast<std::int64_t>(batch.n) * world_;
+  if (config_.step_sleep_ms > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(config_.step_sleep_ms));
+  }
+  const bool epoch_done = batch.last_in_epoch;
+  epoch_ = epoch_done ? batch.epoch + 1 : batch.epoch;
+  step_in_epoch_ = epoch_done ? 0 : batch.step + 1;
+  epoch_samples_ = epoch_done ? 0 : batch.epoch_samples_after;
+  if (m_) {
+    m_->SetStep(global_step_);
+    m_->SetEpoch(batch.epoch);
+  }
+  progress_.epoch = epoch_;  // epochs completed
+  evaluated_last_ = false;
+  const bool checkpoint_now = global_step_ % config_.checkpoint_every == 0;
+  const bool eval_now = epoch_done && loop_.deps_.evaluate && config_.eval_every_epoch;
+  if (checkpoint_now || eval_now) {
+    ASSIGN_OR_RETURN(const std::optional<StepStats> flushed, engine_.Flush());
+    OnDone(flushed);
+  }
+  RETURN_IF_ERROR(Report(epoch_done));
+  if (checkpoint_now) {
+    RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
+  }
+  if (eval_now) {
+    RETURN_IF_ERROR(Evaluate());
+    if (m_) m_->UpdateProgress(progress_);
+    if (comm_.rank() == 0) {
+      spdlog::info(
+          "epoch {}/{} step {} loss {:.4f} test_accuracy {:.4f} test_loss {:.4f} samples/s {:.0f}",
+          batch.epoch + 1, config_.epochs, global_step_, mean_loss_, result_.test_accuracy,
+          result_.test_loss, progress_.samples_per_second);
+    }
+  }
+  // A step's time runs from the previous step's completion: not through a checkpoint or an
+  // evaluation (nothing is in flight after them).
+  if (checkpoint_now || eval_now) last_done_ = std::chrono::steady_clock::now();
+  return Status::Ok();
+}
+
+StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
+  ASSIGN_OR_RETURN(const std::optional<StepStats> last, engine_.Flush());
+  OnDone(last);
+  const double train_seconds = SecondsSince(train_start_);
+  RETURN_IF_ERROR(Report(true));
+  if (loop_.deps_.evaluate && !evaluated_last_) RETURN_IF_ERROR(Evaluate());
+  if (global_step_ % config_.checkpoint_every != 0) {
+    RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
+  }
+  RETURN_IF_ERROR(comm_.Barrier().WithContext("final barrier"));
+
+  result_.epochs = epoch_;
+  result_.steps = global_step_;
+  result_.wall_seconds = SecondsSince(run_start);
+  result_.samples_per_second =
+      train_seconds > 0 ? static_cast<double>(samples_done_) * world_ / train_seconds : 0;
+  result_.data_wait_seconds = engine_.data_wait_seconds();
+  result_.step_graph = engine_.replays_graph();
+  if (engine_.has_device() && train_seconds > 0) {
+    result_.device_busy = std::min(1.0, total_device_ / train_seconds);
+    if (m_) m_->SetGpuBusy(result_.device_busy);
+  }
+  progress_.state = "succeeded";
+  progress_.step = global_step_;
+  progress_.epoch = epoch_;
+  progress_.test_accuracy = result_.test_accuracy;
+  progress_.samples_per_second = result_.samples_per_second;
+  if (m_) m_->UpdateProgress(progress_);
+  return result_;
+}
+
+StatusOr<TrainResult> TrainingLoop::Run() {
+  const SteadyTime run_start = std::chrono::steady_clock::now();
+  ASSIGN_OR_RETURN(const Start start, SyncStart());
+  Pass pass(*this);
+  RETURN_IF_ERROR(pass.Begin(start));
   for (;;) {
-    if (config_.max_steps >= 0 && result.steps_this_run >= config_.max_steps) break;
-    if (deps_.stop != nullptr && deps_.stop->load()) {
-      return Cancelled("stopped by signal at step " + std::to_string(global_step));
-    }
-    ASSIGN_OR_RETURN(const std::optional<EngineBatch> batch, engine.NextBatch());
+    ASSIGN_OR_RETURN(const bool go_on, pass.ShouldContinue());
+    if (!go_on) break;
+    ASSIGN_OR_RETURN(const std::optional<EngineBatch> batch, deps_.engine->NextBatch());
     if (!batch) break;
-    auto done = engine.Step(lr.At(schedule_start + result.steps_this_run));
-    if (!done.ok()) return done.status().WithContext("step " + std::to_string(global_step + 1));
-    on_done(*done);
-    ++global_step;
-    ++result.steps_this_run;
-    result.samples_this_run += static_cast<std::int64_t>(batch->n) * world;
-    if (config_.step_sleep_ms > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(config_.step_sleep_ms));
-    }
-    const bool epoch_done = batch->last_in_epoch;
-    epoch = epoch_done ? batch->epoch + 1 : batch->epoch;
-    step_in_epoch = epoch_done ? 0 : batch->step + 1;
-    epoch_samples = epoch_done ? 0 : batch->epoch_samples_after;
-    if (m) {
-      m->SetStep(global_step);
-      m->SetEpoch(batch->epoch);
-    }
-    progress.epoch = epoch;  // epochs completed
-    evaluated_last = false;
-    const bool checkpoint_now = global_step % config_.checkpoint_every == 0;
-    const bool eval_now = epoch_done && deps_.evaluate && config_.eval_every_epoch;
-    if (checkpoint_now || eval_now) {
-      ASSIGN_OR_RETURN(const std::optional<StepStats> flushed, engine.Flush());
-      on_done(flushed);
-    }
-    RETURN_IF_ERROR(report(epoch_done));
-    if (checkpoint_now)
-      RETURN_IF_ERROR(Checkpoint(global_step, epoch, step_in_epoch, epoch_samples));
-    if (eval_now) {
-      ASSIGN_OR_RETURN(auto acc_loss, Evaluate());
-      result.test_accuracy = acc_loss.first;
-      result.test_loss = acc_loss.second;
-      evaluated_last = true;
-      progress.test_accuracy = acc_loss.first;
-      if (m) {
-        m->SetTestAccuracy(acc_loss.first);
-        m->UpdateProgress(progress);
-      }
-      if (comm.rank() == 0) {
-        spdlog::info(
-            "epoch {}/{} step {} loss {:.4f} test_accuracy {:.4f} test_loss {:.4f} "
-            "samples/s {:.0f}",
-            batch->epoch + 1, config_.epochs, global_step, mean_loss, acc_loss.first,
-            acc_loss.second, progress.samples_per_second);
-      }
-    }
-    // A step's time runs from the previous step's completion: not through a checkpoint or an
-    // evaluation (nothing is in flight after them).
-    if (checkpoint_now || eval_now) last_done = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(pass.Advance(*batch));
   }
-  ASSIGN_OR_RETURN(const std::optional<StepStats> last, engine.Flush());
-  on_done(last);
-  const double train_seconds = SecondsSince(train_start);
-  RETURN_IF_ERROR(report(true));
-
-  if (deps_.evaluate && !evaluated_last) {
-    ASSIGN_OR_RETURN(auto acc_loss, Evaluate());
-    result.test_accuracy = acc_loss.first;
-    result.test_loss = acc_loss.second;
-    if (m) m->SetTestAccuracy(acc_loss.first);
-  }
-  if (global_step % config_.checkpoint_every != 0) {
-    RETURN_IF_ERROR(Checkpoint(global_step, epoch, step_in_epoch, epoch_samples));
-  }
-  RETURN_IF_ERROR(comm.Barrier().WithContext("final barrier"));
-
-  result.epochs = epoch;
-  result.steps = global_step;
-  result.wall_seconds = SecondsSince(run_start);
-  result.samples_per_second =
-      train_seconds > 0 ? static_cast<double>(samples_done) * world / train_seconds : 0;
-  result.data_wait_seconds = engine.data_wait_seconds();
-  if (engine.has_device() && train_seconds > 0) {
-    result.device_busy = std::min(1.0, total_device / train_seconds);
-    if (m) m->SetGpuBusy(result.device_busy);
-  }
-  progress.state = "succeeded";
-  progress.step = global_step;
-  progress.epoch = epoch;
-  progress.test_accuracy = result.test_accuracy;
-  progress.samples_per_second = result.samples_per_second;
-  if (m) m->UpdateProgress(progress);
-  return result;
+  return pass.Finish(run_start);
 }
 
 }  // namespace ringtrain::train

@@ -73,6 +73,8 @@ class TrainingLoop {
     int checkpoint_world = 0;        // 0 = unknown or no checkpoint
     std::string warning;             // rank 0: why no checkpoint could be used
   };
+  class Pass;  // one run: position, schedule, accounting (training_loop.cc)
+
   StatusOr<Start> SyncStart();
   StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
   Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
