@@ -71,6 +71,9 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
     out.emplace_back(kEnvCollectiveTimeout, seconds(e.collective_timeout));
   }
   if (!e.gang_gate.empty()) out.emplace_back(kEnvGangGate, e.gang_gate);
+  if (e.recovery_timeout > Duration::zero()) {
+    out.emplace_back(kEnvRecoveryTimeout, seconds(e.recovery_timeout));
+  }
   if (!e.gang_gate.empty() && e.gang_gate_timeout != kGangGateTimeout) {
     out.emplace_back(kEnvGangGateTimeout, seconds(e.gang_gate_timeout));
   }
@@ -109,6 +112,8 @@ StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   ASSIGN_OR_RETURN(int gate,
                    Int(lookup, kEnvGangGateTimeout, nullptr, kDefaultGate, 1, 30 * 86400));
   e.gang_gate_timeout = std::chrono::seconds(gate);
+  ASSIGN_OR_RETURN(int recovery, Int(lookup, kEnvRecoveryTimeout, nullptr, 0, 0, 86400));
+  e.recovery_timeout = std::chrono::seconds(recovery);
   return e;
 }
 

@@ -47,6 +47,10 @@ inline constexpr char kEnvCollectiveTimeout[] = "RINGTRAIN_COLLECTIVE_TIMEOUT_SE
 // before it starts its rendezvous clock, so a scheduling wait never times a rendezvous out.
 inline constexpr char kEnvGangGate[] = "RINGTRAIN_GANG_GATE";
 inline constexpr char kEnvGangGateTimeout[] = "RINGTRAIN_GANG_GATE_TIMEOUT_SECONDS";
+// In-place recovery: how long the surviving ranks of a gang wait, with their state in memory,
+// for a lost rank's replacement before they give up (then the gang restarts from the newest
+// checkpoint). 0 = off: any lost rank ends the attempt.
+inline constexpr char kEnvRecoveryTimeout[] = "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS";
 inline constexpr char kEnvTorchRank[] = "RANK";
 inline constexpr char kEnvTorchWorldSize[] = "WORLD_SIZE";
 inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
@@ -75,6 +79,7 @@ struct RankEnv {
   Duration collective_timeout = kCollectiveTimeout;
   std::string gang_gate;  // "" = no gate (a local gang starts together)
   Duration gang_gate_timeout = kGangGateTimeout;
+  Duration recovery_timeout{0};  // 0 = no in-place recovery
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

@@ -1,5 +1,6 @@
 #include "runner/rendezvous/rendezvous.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -7,6 +8,8 @@ namespace ringtrain::rendezvous {
 namespace {
 
 std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
+
+constexpr Duration kAbandonPoll{std::chrono::seconds(1)};
 
 // "2, 3" for short lists; runs of three or more collapse to "4-9" so a gang of thousands with
 // one node down still reads in one line.
@@ -29,7 +32,8 @@ std::string FormatRanks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-Status JoinRendezvous(Store& store, int rank, int world_size, Duration timeout) {
+Status JoinRendezvous(Store& store, int rank, int world_size, Duration timeout,
+                      const std::function<bool()>& abandon) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return InvalidArgument("rendezvous: rank " + std::to_string(rank) +
                            " is out of range for world size " + std::to_string(world_size));
@@ -38,7 +42,19 @@ Status JoinRendezvous(Store& store, int rank, int world_size, Duration timeout) 
   std::vector<std::string> keys;
   keys.reserve(world_size);
   for (int r = 0; r < world_size; ++r) keys.push_back(ArrivedKey(r));
-  Status waited = store.Wait(keys, timeout);
+  Status waited;
+  if (!abandon) {
+    waited = store.Wait(keys, timeout);
+  } else {
+    const SteadyTime deadline = DeadlineAfter(timeout);
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
+      waited = store.Wait(keys, std::clamp(left, Duration::zero(), kAbandonPoll));
+      if (waited.code() != StatusCode::kDeadlineExceeded || left <= kAbandonPoll) break;
+      if (abandon()) return Aborted("rendezvous: abandoned (the recovery round moved on)");
+    }
+  }
   if (waited.code() != StatusCode::kDeadlineExceeded) return waited.WithContext("rendezvous");
 
   // Probe key by key rather than parse the store's message: its wording is the store's

@@ -2,6 +2,8 @@
 // Owns the "arrived/<rank>" keys; must not create sockets or know about communicators.
 #pragma once
 
+#include <functional>
+
 #include "common/clock.h"
 #include "common/runner_env.h"
 #include "common/status.h"
@@ -14,7 +16,10 @@ inline constexpr Duration kDefaultRendezvousTimeout = contract::kRendezvousTimeo
 // Sets "arrived/<rank>" and blocks until all `world_size` ranks have. On timeout the error
 // names the ranks that never arrived: "rendezvous timed out after 30s waiting for ranks 2, 3
 // (world size 4)". Pass a PrefixStore so keys of an earlier attempt are never seen.
+// With `abandon`, the wait is checked every second and ends with Aborted once it returns true
+// (a recovery round that moved on while this rank waited: rounds.h).
 Status JoinRendezvous(Store& store, int rank, int world_size,
-                      Duration timeout = kDefaultRendezvousTimeout);
+                      Duration timeout = kDefaultRendezvousTimeout,
+                      const std::function<bool()>& abandon = {});
 
 }  // namespace ringtrain::rendezvous

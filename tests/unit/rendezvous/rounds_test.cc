@@ -1,0 +1,178 @@
+// Recovery rounds: a fresh gang meets in round 0 (the attempt's own keys), survivors and a lost
+// rank's replacement meet in the next round whatever order they arrive in, a waiting rank
+// follows a round that moved on, and a new store (rank 0 lost) is found again.
+#include "runner/rendezvous/rounds.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+
+#include "tests/fakes/in_memory_store.h"
+
+namespace ringtrain::rendezvous {
+namespace {
+
+using namespace std::chrono_literals;
+
+RoundOptions Opts(int rank, int world, std::optional<int> failed = std::nullopt,
+                  Duration timeout = 20s) {
+  RoundOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.failed_round = failed;
+  o.timeout = timeout;
+  return o;
+}
+
+std::future<StatusOr<int>> JoinAsync(Store& store, RoundOptions o) {
+  return std::async(std::launch::async, [&store, o] { return JoinRound(store, o); });
+}
+
+TEST(Rounds, AFreshGangMeetsInRoundZeroUnderTheAttemptsOwnKeys) {
+  testing::InMemoryStore store;
+  auto a = JoinAsync(store, Opts(0, 2));
+  auto b = JoinAsync(store, Opts(1, 2));
+  ASSERT_EQ(*a.get(), 0);
+  ASSERT_EQ(*b.get(), 0);
+  EXPECT_TRUE(store.Get("arrived/1", 0ms).ok()) << "round 0 keeps today's keys";
+  EXPECT_FALSE(store.Get("round", 0ms).ok()) << "a gang that never recovers writes no round";
+}
+
+TEST(Rounds, ASurvivorAndTheReplacementMeetInTheNextRoundInEitherOrder) {
+  for (bool replacement_first : {false, true}) {
+    testing::InMemoryStore store;
+    {
+      auto a = JoinAsync(store, Opts(0, 2));
+      auto b = JoinAsync(store, Opts(1, 2));
+      ASSERT_EQ(*a.get(), 0);
+      ASSERT_EQ(*b.get(), 0);
+    }
+    // Rank 1 is lost in round 0; rank 0 survives it, a fresh rank 1 replaces it.
+    std::future<StatusOr<int>> survivor, replacement;
+    if (replacement_first) {
+      replacement = JoinAsync(store, Opts(1, 2));
+      survivor = JoinAsync(store, Opts(0, 2, /*failed=*/0));
+    } else {
+      survivor = JoinAsync(store, Opts(0, 2, /*failed=*/0));
+      replacement = JoinAsync(store, Opts(1, 2));
+    }
+    auto s = survivor.get();
+    auto r = replacement.get();
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*s, 1) << "replacement first: " << replacement_first;
+    EXPECT_EQ(*r, 1);
+    EXPECT_TRUE(store.Get("r1/arrived/0", 0ms).ok());
+  }
+}
+
+TEST(Rounds, TwoSurvivorsAndTwoReplacementsFormOneRound) {
+  testing::InMemoryStore store;
+  {
+    std::vector<std::future<StatusOr<int>>> gang;
+    for (int r = 0; r < 4; ++r) gang.push_back(JoinAsync(store, Opts(r, 4)));
+    for (auto& f : gang) ASSERT_EQ(*f.get(), 0);
+  }
+  std::vector<std::future<StatusOr<int>>> next;
+  next.push_back(JoinAsync(store, Opts(1, 4)));     // replacement of rank 1
+  next.push_back(JoinAsync(store, Opts(0, 4, 0)));  // survivor
+  next.push_back(JoinAsync(store, Opts(3, 4)));     // replacement of rank 3
+  next.push_back(JoinAsync(store, Opts(2, 4, 0)));  // survivor
+  for (auto& f : next) {
+    auto r = f.get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, 1);
+  }
+}
+
+TEST(Rounds, ARankWaitingInARoundThatMovedOnFollowsIt) {
+  testing::InMemoryStore store;
+  auto waiting = JoinAsync(store, Opts(0, 2));  // rank 1 never comes to round 0
+  ASSERT_TRUE(store.Wait({"arrived/0"}, 10s).ok());
+  ASSERT_TRUE(store.Set("round", "3").ok());
+  auto other = JoinAsync(store, Opts(1, 2, /*failed=*/2));
+  auto w = waiting.get();
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(*w, 3);
+  EXPECT_EQ(*other.get(), 3);
+}
+
+TEST(Rounds, AFreshStoreHostedByRankZerosReplacementIsFoundAgain) {
+  // Rank 0 (the store's host) was lost in round 5: the store is new and empty.
+  testing::InMemoryStore fresh;
+  auto rank0 = JoinAsync(fresh, Opts(0, 2));                   // knows no round: starts at 0
+  auto survivor = JoinAsync(fresh, Opts(1, 2, /*failed=*/5));  // moves the new store to 6
+  auto a = rank0.get();
+  auto b = survivor.get();
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(*a, 6);
+  EXPECT_EQ(*b, 6);
+}
+
+TEST(Rounds, TimeoutNamesTheRanksThatNeverArrived) {
+  testing::InMemoryStore store;
+  auto r = JoinRound(store, Opts(0, 3, /*failed=*/0, 1500ms));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("ranks 1, 2"), std::string::npos) << r.status().message();
+}
+
+// A store that is unreachable for its first `outage` calls (its host restarting).
+class FlakyStore final : public Store {
+ public:
+  FlakyStore(Store& inner, int outage) : inner_(inner), outage_(outage) {}
+  Status Set(const std::string& k, const std::string& v) override {
+    RETURN_IF_ERROR(Down());
+    return inner_.Set(k, v);
+  }
+  StatusOr<std::string> Get(const std::string& k, Duration t) override {
+    RETURN_IF_ERROR(Down());
+    return inner_.Get(k, t);
+  }
+  StatusOr<std::int64_t> Add(const std::string& k, std::int64_t d) override {
+    RETURN_IF_ERROR(Down());
+    return inner_.Add(k, d);
+  }
+  StatusOr<std::string> CompareSet(const std::string& k, const std::string& e,
+                                   const std::string& d) override {
+    RETURN_IF_ERROR(Down());
+    return inner_.CompareSet(k, e, d);
+  }
+  Status Wait(const std::vector<std::string>& keys, Duration t) override {
+    RETURN_IF_ERROR(Down());
+    return inner_.Wait(keys, t);
+  }
+  int failed() const { return failed_.load(); }
+
+ private:
+  Status Down() {
+    if (failed_.load() >= outage_) return Status::Ok();
+    ++failed_;
+    return Unavailable("connect: connection refused");
+  }
+  Store& inner_;
+  const int outage_;
+  std::atomic<int> failed_{0};
+};
+
+TEST(Rounds, AStoreOutageIsRetriedWithinTheTimeout) {
+  testing::InMemoryStore inner;
+  FlakyStore flaky(inner, 3);
+  auto r = JoinRound(flaky, Opts(0, 1, /*failed=*/0));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, 1);
+  EXPECT_EQ(flaky.failed(), 3);
+}
+
+TEST(Rounds, AStoreThatNeverComesBackEndsTheJoinAtTheDeadline) {
+  testing::InMemoryStore inner;
+  FlakyStore flaky(inner, 1 << 30);
+  auto r = JoinRound(flaky, Opts(0, 2, /*failed=*/0, 600ms));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+}
+
+}  // namespace
+}  // namespace ringtrain::rendezvous
