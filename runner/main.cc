@@ -23,7 +23,6 @@
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/gang_gate.h"
 #include "runner/rendezvous/prefix_store.h"
-#include "runner/rendezvous/rendezvous.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
 
@@ -67,7 +66,9 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"world_size", r.world_size},
                       {"data_wait_seconds", r.data_wait_seconds},
                       {"allreduce_wait_seconds", r.allreduce_wait_seconds},
-                      {"resumed", r.resumed}};
+                      {"resumed", r.resumed},
+                      {"recoveries", r.recoveries},
+                      {"recovery_seconds", r.recovery_seconds}};
   if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   std::string tmp = path + ".tmp";
   {
@@ -92,14 +93,11 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
   return "127.0.0.1";
 }
 
-// Everything after the store exists: rendezvous, communicator, training.
+// Everything after the store exists: rendezvous (and recovery rounds), communicator, training.
 Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
                       const rank::Placement& placement, metrics::RunnerMetrics* metrics,
                       const data::Dataset& train_set, const data::Dataset& test_set,
                       rendezvous::Store& store, Outcome& outcome) {
-  RETURN_IF_ERROR(
-      rendezvous::JoinRendezvous(store, env.rank, env.world_size, env.rendezvous_timeout));
-
   rank::RankDeps deps;
   deps.store = &store;
   deps.train = &train_set;
@@ -107,7 +105,9 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
   deps.metrics = metrics;
   deps.stop = &StopFlag();
   deps.advertise_host = AdvertiseAddress(env);
-  deps.report_failure = [&](const Status& s) { Resolve(store, env, s, outcome); };
+  deps.report_failure = [&](rendezvous::Store& round_store, const Status& s) {
+    Resolve(round_store, env, s, outcome);
+  };
   ASSIGN_OR_RETURN(const train::TrainResult result, rank::TrainRank(env, config, placement, deps));
   spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
                result.test_accuracy, result.samples_per_second, result.wall_seconds);

@@ -128,6 +128,22 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                       .Help("Checkpoints written by this rank")
                       .Register(r)
                       .Add(l);
+  auto recovery_labels = l;
+  recovery_labels["kind"] = "in_place";
+  recoveries_ = &prometheus::BuildCounter()
+                     .Name("ringtrain_recoveries_total")
+                     .Help(
+                         "Recoveries this rank took part in, by kind (in_place: the gang kept "
+                         "its state and replaced only the lost rank)")
+                     .Register(r)
+                     .Add(recovery_labels);
+  recovery_seconds_ = &prometheus::BuildCounter()
+                           .Name("ringtrain_recovery_seconds_total")
+                           .Help(
+                               "Seconds this rank did not train between losing a peer and "
+                               "training again in place")
+                           .Register(r)
+                           .Add(l);
   gpu_families_ = std::make_unique<GpuFamilies>(GpuFamilies{
       GaugeFamily(r, "ringtrain_gpu_utilization_ratio",
                   "NVML utilization: the fraction of the last sample period in which a kernel "
@@ -181,6 +197,11 @@ void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v);
 void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
+
+void RunnerMetrics::ObserveRecovery(double seconds_without_training) {
+  recoveries_->Increment();
+  recovery_seconds_->Increment(std::max(0.0, seconds_without_training));
+}
 
 void RunnerMetrics::SetGpu(const std::string& gpu_label) {
   std::lock_guard<std::mutex> lock(mu_);

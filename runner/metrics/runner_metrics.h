@@ -70,6 +70,9 @@ class RunnerMetrics {
   void SetTestAccuracy(double v);
   void SetWorldSize(int n);
   void IncCheckpoints();
+  // An in-place recovery completed: the gang trains again `seconds_without_training` after this
+  // rank lost a peer (goodput: the time every rank of the gang lost to it).
+  void ObserveRecovery(double seconds_without_training);
 
   // GPU series: the labels above plus `gpu` (the device index in the pod). Their families exist
   // from the start, their series only after SetGpu, so a CPU rank exports no GPU series. A gauge
@@ -105,6 +108,8 @@ class RunnerMetrics {
   prometheus::Gauge* test_accuracy_;
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
+  prometheus::Counter* recoveries_;
+  prometheus::Counter* recovery_seconds_;
   struct GpuFamilies;
   struct GpuSeries;
   std::unique_ptr<GpuFamilies> gpu_families_;

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "runner/rendezvous/rounds.h"
 #include "runner/train/cpu_engine.h"
 #ifdef RINGTRAIN_WITH_CUDA
 #include "runner/comm/nccl/nccl_communicator.h"
@@ -178,34 +179,76 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     monitor = StartGpuMonitor(deps.metrics, placement.device);
   }
 #endif
+  const bool may_recover = env.recovery_timeout > Duration::zero() && env.world_size > 1;
   auto make = deps.make_communicator ? deps.make_communicator : MakeCommunicator;
-  ASSIGN_OR_RETURN(auto comm, make(*deps.store, env, placement, deps.advertise_host));
-  spdlog::info("{} communicator ready: rank {}/{} (attempt {})", BackendName(placement.backend),
-               env.rank, env.world_size, env.attempt);
-
-  train::EngineDeps ed;
-  ed.comm = comm.get();
-  ed.train = deps.train;
-  ed.test = deps.test;
-  ed.metrics = deps.metrics;
-  ed.stop = deps.stop;
-  ed.attempt = env.attempt;
-  ed.device = placement.cuda ? placement.device : -1;
-  ed.collective_timeout = env.collective_timeout;
-  // A failure is reported while `comm` is still up (it closes when this function returns).
-  auto failed = [&deps](const Status& s) {
-    if (deps.report_failure) deps.report_failure(s);
-    return s;
-  };
-  auto trainer = Trainer::Create(config, ed);
-  if (!trainer.ok()) return failed(trainer.status());
-  auto result = (*trainer)->Run();
-  if (!result.ok()) return failed(result.status());
-  if (placement.cuda) {
-    spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", result->device_busy,
-                 result->step_graph ? "used" : "not used");
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<comm::Communicator> comm;
+  std::optional<int> failed_round;
+  Status lost;  // what made this rank look for a next round
+  for (;;) {
+    rendezvous::RoundOptions ro;
+    ro.rank = env.rank;
+    ro.world_size = env.world_size;
+    ro.failed_round = failed_round;
+    ro.timeout = failed_round ? env.recovery_timeout : env.rendezvous_timeout;
+    auto round = rendezvous::JoinRound(*deps.store, ro);
+    if (!round.ok()) {
+      if (!failed_round) return round.status();
+      // Recovery itself failed: the original loss is the cause, the gang restarts.
+      return Status(lost.code(),
+                    lost.message() + "; in-place recovery failed: " + round.status().message());
+    }
+    auto round_store = rendezvous::RoundStore(*deps.store, *round);
+    // A failure is reported while `comm` is still up (it closes after this).
+    auto failed = [&](const Status& s) {
+      if (deps.report_failure) deps.report_failure(*round_store, s);
+      return s;
+    };
+    ASSIGN_OR_RETURN(auto next, make(*round_store, env, placement, deps.advertise_host));
+    spdlog::info("{} communicator ready: rank {}/{} (attempt {}{})", BackendName(placement.backend),
+                 env.rank, env.world_size, env.attempt,
+                 *round > 0 ? ", recovery round " + std::to_string(*round) : std::string());
+    if (trainer == nullptr) {
+      train::EngineDeps ed;
+      ed.comm = next.get();
+      ed.train = deps.train;
+      ed.test = deps.test;
+      ed.metrics = deps.metrics;
+      ed.stop = deps.stop;
+      ed.attempt = env.attempt;
+      ed.device = placement.cuda ? placement.device : -1;
+      ed.collective_timeout = env.collective_timeout;
+      auto created = Trainer::Create(config, ed);
+      if (!created.ok()) return failed(created.status());
+      trainer = std::move(*created);
+    } else {
+      Status rejoined = trainer->Rejoin(next.get());
+      if (!rejoined.ok())
+        return failed(lost.WithContext("in-place recovery: " + rejoined.message()));
+    }
+    comm = std::move(next);  // the last round's communicator goes only now
+    auto result = trainer->Run();
+    if (result.ok()) {
+      if (placement.cuda) {
+        spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", result->device_busy,
+                     result->step_graph ? "used" : "not used");
+      }
+      return result;
+    }
+    const Status& s = result.status();
+    // A lost peer (the communication errors, never a stop) is worth a next round.
+    const bool peer_lost = s.code() == StatusCode::kUnavailable ||
+                           s.code() == StatusCode::kDeadlineExceeded ||
+                           s.code() == StatusCode::kAborted;
+    const bool stopping = deps.stop != nullptr && deps.stop->load();
+    if (!may_recover || !peer_lost || stopping) return failed(s);
+    spdlog::warn(
+        "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for "
+        "its replacement",
+        *round, s.message(), FormatDuration(env.recovery_timeout));
+    lost = s;
+    failed_round = *round;
   }
-  return result;
 }
 
 }  // namespace ringtrain::rank

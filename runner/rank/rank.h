@@ -67,6 +67,9 @@ class Trainer {
     loop_.set_max_steps(max_steps);
     return loop_.Run();
   }
+  // After Run failed on a lost rank: keep this rank's state and go on with the next round's
+  // communicator (TrainingLoop::Rejoin).
+  Status Rejoin(comm::Communicator* comm) { return loop_.Rejoin(comm); }
   train::StepEngine& engine() { return *engine_; }
 
  private:
@@ -78,22 +81,27 @@ class Trainer {
 
 // What TrainRank needs besides the env contract and the flags.
 struct RankDeps {
-  rendezvous::Store* store = nullptr;  // the attempt's prefixed store, after the rendezvous
+  rendezvous::Store* store = nullptr;  // the attempt's prefixed store (rounds.h keys under it)
   const data::Dataset* train = nullptr;
   const data::Dataset* test = nullptr;
   metrics::RunnerMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;
   std::string advertise_host;  // what peers dial (the TCP ring)
-  // Called with this rank's failure before the communicator closes, so the cause reaches the
-  // store while the peers still see the ring up (then they report it rather than a lost peer).
-  std::function<void(const Status&)> report_failure;
+  // Called with this rank's final failure before the communicator closes, so the cause reaches
+  // the store while the peers still see the ring up (then they report it rather than a lost
+  // peer). `round_store` is the key space of the round it failed in, where its communicator
+  // published what it saw (rendezvous/failure.h).
+  std::function<void(rendezvous::Store& round_store, const Status&)> report_failure;
   // Tests: replaces MakeCommunicator (same arguments).
   std::function<StatusOr<std::unique_ptr<comm::Communicator>>(
       rendezvous::Store&, const train::RankEnv&, const Placement&, const std::string&)>
       make_communicator;
 };
 
-// The whole rank after the rendezvous: device metrics, communicator, engine, loop.
+// The whole rank: the rendezvous (rendezvous/rounds.h), device metrics, communicator, engine,
+// loop. With env.recovery_timeout > 0 and a peer lost (a communication error, not a stop), the
+// rank keeps its state, joins the next round within the recovery timeout and trains on with the
+// lost rank's replacement (in place); otherwise, or when that fails, the failure is reported.
 StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::TrainConfig& config,
                                        const Placement& placement, const RankDeps& deps);
 

@@ -27,21 +27,35 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   ASSIGN_OR_RETURN(e->model_, model::Model::Create(mc));
   ASSIGN_OR_RETURN(e->optimizer_,
                    model::Optimizer::Create(config.optimizer, e->model_->params().size()));
-  ReducerOptions ro;
-  ro.bucket_cap_bytes = config.bucket_cap_bytes;
-  ro.overlap = config.overlap;
-  ro.finish_timeout = 2 * deps.collective_timeout + std::chrono::seconds(10);
-  ro.on_allreduce = [p = e.get()](double s, std::size_t bytes) {
-    p->step_allreduce_seconds_ += s;
-    if (p->deps_.metrics) p->deps_.metrics->ObserveAllReduce(s, bytes);
-  };
-  ASSIGN_OR_RETURN(e->reducer_, GradReducer::Create(deps.comm, e->model_->grads(),
-                                                    e->model_->grad_ranges(), std::move(ro)));
+  RETURN_IF_ERROR(e->Rebind(deps.comm));
   const auto bs = static_cast<std::size_t>(config.batch_size);
   e->eval_x_.resize(bs * static_cast<std::size_t>(deps.train->sample_size()));
   e->eval_y_.resize(bs);
   e->eval_idx_.resize(bs);
   return e;
+}
+
+Status CpuEngine::Rebind(comm::Communicator* comm) {
+  if (comm == nullptr) return InvalidArgument("CPU engine: no communicator");
+  if (reducer_ != nullptr &&
+      (comm->rank() != deps_.comm->rank() || comm->size() != deps_.comm->size())) {
+    return InvalidArgument("CPU engine: a recovery keeps the rank and the world size");
+  }
+  // The old reducer's comm thread goes first: it may still hold the old communicator.
+  loader_.reset();
+  reducer_.reset();
+  deps_.comm = comm;
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = config_.bucket_cap_bytes;
+  ro.overlap = config_.overlap;
+  ro.finish_timeout = 2 * deps_.collective_timeout + std::chrono::seconds(10);
+  ro.on_allreduce = [this](double s, std::size_t bytes) {
+    step_allreduce_seconds_ += s;
+    if (deps_.metrics) deps_.metrics->ObserveAllReduce(s, bytes);
+  };
+  ASSIGN_OR_RETURN(
+      reducer_, GradReducer::Create(comm, model_->grads(), model_->grad_ranges(), std::move(ro)));
+  return Status::Ok();
 }
 
 Status CpuEngine::Restore(const CheckpointState& checkpoint) {
@@ -51,13 +65,13 @@ Status CpuEngine::Restore(const CheckpointState& checkpoint) {
   return Status::Ok();
 }
 
-Status CpuEngine::BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) {
+Status CpuEngine::BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) {
   auto params = model_->params();
-  RETURN_IF_ERROR(deps_.comm->Broadcast(params.data(), params.size_bytes(), 0)
+  RETURN_IF_ERROR(deps_.comm->Broadcast(params.data(), params.size_bytes(), root)
                       .WithContext("broadcast weights"));
   if (optimizer_too) {
     auto state = optimizer_->state();
-    RETURN_IF_ERROR(deps_.comm->Broadcast(state.data(), state.size_bytes(), 0)
+    RETURN_IF_ERROR(deps_.comm->Broadcast(state.data(), state.size_bytes(), root)
                         .WithContext("broadcast optimizer state"));
     optimizer_->set_steps(optimizer_steps);
   }

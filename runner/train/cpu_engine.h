@@ -26,7 +26,8 @@ class CpuEngine final : public StepEngine {
   std::size_t num_params() const override { return model_->params().size(); }
   std::size_t optimizer_state_size() const override { return optimizer_->state().size(); }
   Status Restore(const CheckpointState& checkpoint) override;
-  Status BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) override;
+  Status BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) override;
+  Status Rebind(comm::Communicator* comm) override;
   Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
                   std::int64_t& optimizer_steps) override;
   StatusOr<InputStart> OpenInput(int epoch, std::int64_t epoch_samples) override;

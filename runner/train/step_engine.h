@@ -76,9 +76,16 @@ class StepEngine {
   virtual std::size_t optimizer_state_size() const = 0;
   // Rank 0 at resume: the checkpoint's weights and optimizer state (sizes already checked).
   virtual Status Restore(const CheckpointState& checkpoint) = 0;
-  // Collective: every rank takes rank 0's weights, and its optimizer state and step count when
-  // `optimizer_too` (a resume).
-  virtual Status BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) = 0;
+  // Collective: every rank takes `root`'s weights, and its optimizer state and step count when
+  // `optimizer_too` (a resume, or a recovery from a surviving rank's state).
+  virtual Status BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) = 0;
+  // In-place recovery: the engine keeps its model and optimizer and goes on with `comm`, the
+  // communicator of the gang's next round (same rank and world size); the input is opened
+  // again by the loop. FailedPrecondition where the engine cannot (then the gang restarts).
+  virtual Status Rebind(comm::Communicator* comm) {
+    (void)comm;
+    return FailedPrecondition("this engine cannot recover in place");
+  }
   // Host copies of the state for a checkpoint; waits for any step in flight.
   virtual Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
                           std::int64_t& optimizer_steps) = 0;

@@ -19,7 +19,65 @@ constexpr double kReportSeconds = 1.0;
 
 }  // namespace
 
+StatusOr<std::optional<TrainingLoop::Start>> TrainingLoop::SyncKeptState() {
+  comm::Communicator& comm = *deps_.comm;
+  const int world = comm.size();
+  // [kept (0/1), its global step] from every rank.
+  std::int64_t mine[2] = {kept_ ? 1 : 0, kept_ ? kept_->global_step : -1};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world));
+  RETURN_IF_ERROR(comm.AllGather(mine, sizeof(mine), all.data()).WithContext("gather kept states"));
+  int source = -1;
+  std::int64_t best = -1;
+  for (int r = 0; r < world; ++r) {
+    if (all[2 * r] != 0 && all[2 * r + 1] > best) {
+      best = all[2 * r + 1];
+      source = r;
+    }
+  }
+  if (source < 0) return std::optional<Start>();
+  // [global_step, epoch, epoch_samples, optimizer_steps] of the source.
+  std::int64_t pos[4] = {0, 0, 0, 0};
+  if (comm.rank() == source) {
+    std::vector<float> params;
+    std::vector<float> state;
+    RETURN_IF_ERROR(deps_.engine->Snapshot(params, state, pos[3]));
+    pos[0] = kept_->global_step;
+    pos[1] = kept_->epoch;
+    pos[2] = kept_->epoch_samples;
+  }
+  RETURN_IF_ERROR(comm.Broadcast(pos, sizeof(pos), source).WithContext("broadcast kept position"));
+  // A rank that kept another step than the source's would hold a mix of the two if the transfer
+  // broke off: it keeps nothing until the transfer is complete.
+  if (comm.rank() != source && kept_ && kept_->global_step != pos[0]) {
+    kept_.reset();
+    last_.reset();
+  }
+  RETURN_IF_ERROR(deps_.engine->BroadcastFrom(source, /*optimizer_too=*/true, pos[3]));
+  Start start;
+  start.recovered = true;
+  start.source = source;
+  start.resumed = true;
+  start.global_step = pos[0];
+  start.epoch = static_cast<int>(pos[1]);
+  start.epoch_samples = pos[2];
+  if (comm.rank() == 0) {
+    spdlog::info("recovered in place: every rank continues from rank {}'s state at step {}", source,
+                 start.global_step);
+  }
+  return std::optional<Start>(start);
+}
+
+Status TrainingLoop::Rejoin(comm::Communicator* comm) {
+  if (comm == nullptr) return InvalidArgument("training loop: no communicator to rejoin with");
+  RETURN_IF_ERROR(deps_.engine->Rebind(comm));
+  deps_.comm = comm;
+  kept_ = last_;
+  return Status::Ok();
+}
+
 StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
+  ASSIGN_OR_RETURN(const std::optional<Start> kept, SyncKeptState());
+  if (kept) return *kept;
   comm::Communicator& comm = *deps_.comm;
   StepEngine& engine = *deps_.engine;
   // [state (1 resumed, 0 fresh, -1 rank 0 failed), global_step, epoch, epoch_samples,
@@ -82,7 +140,7 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
     if (comm.rank() == 0) return failure;
     return Status(static_cast<StatusCode>(header[6]), std::string("rank 0: ") + message);
   }
-  RETURN_IF_ERROR(engine.BroadcastFromRank0(header[0] != 0, header[4]));
+  RETURN_IF_ERROR(engine.BroadcastFrom(0, header[0] != 0, header[4]));
   start.resumed = header[0] != 0;
   start.global_step = header[1];
   start.epoch = static_cast<int>(header[2]);
@@ -123,16 +181,22 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
 // engine. TrainingLoop::Run drives it: Begin, then Advance per batch, then Finish.
 class TrainingLoop::Pass {
  public:
-  explicit Pass(TrainingLoop& loop)
+  Pass(TrainingLoop& loop, const TrainResult& so_far)
       : loop_(loop),
         config_(loop.config_),
         comm_(*loop.deps_.comm),
         engine_(*loop.deps_.engine),
         m_(loop.deps_.metrics),
-        world_(comm_.size()) {}
+        world_(comm_.size()),
+        result_(so_far) {}
 
-  // The agreed start (rank 0's checkpoint or weights), the input opened there, the schedule.
+  // The agreed start (a kept state, rank 0's checkpoint or weights), the input opened there,
+  // the schedule.
   Status Begin(const Start& start);
+  // Where this rank stands after its last completed step.
+  Position position() const { return Position{global_step_, epoch_, epoch_samples_}; }
+  // What the run counted so far.
+  const TrainResult& counted() const { return result_; }
   // Whether the loop goes on: the step limit and a stop request are checked here.
   StatusOr<bool> ShouldContinue();
   // One batch: the step, its accounting, and the checkpoint and evaluation it is due.
@@ -153,6 +217,8 @@ class TrainingLoop::Pass {
   StepEngine& engine_;
   metrics::RunnerMetrics* m_;
   const int world_;
+  // What the run counted, this process's earlier rounds included.
+  TrainResult result_;
 
   // The position in the data, in samples: what a checkpoint records.
   std::int64_t global_step_ = 0;
@@ -161,8 +227,8 @@ class TrainingLoop::Pass {
   std::int64_t step_in_epoch_ = 0;
   std::int64_t schedule_start_ = 0;  // the schedule's position at Begin, in this world's steps
   LrSchedule lr_;
+  std::int64_t steps_ = 0;  // taken in this pass: the schedule's offset from schedule_start_
   metrics::Progress progress_;
-  TrainResult result_;
   bool evaluated_last_ = false;
 
   double last_data_wait_ = 0;
@@ -178,6 +244,8 @@ class TrainingLoop::Pass {
 
 Status TrainingLoop::Pass::Begin(const Start& start) {
   global_step_ = start.global_step;
+  epoch_ = start.epoch;
+  epoch_samples_ = start.epoch_samples;
   ASSIGN_OR_RETURN(const InputStart input, engine_.OpenInput(start.epoch, start.epoch_samples));
   const std::int64_t spe = input.steps_per_epoch;
   const std::int64_t global_batch = std::int64_t{config_.batch_size} * world_;
@@ -207,7 +275,13 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   if (m_) m_->SetWorldSize(world_);
 
   result_.world_size = world_;
-  result_.resumed = start.resumed;
+  result_.resumed = result_.resumed || start.resumed;
+  if (start.recovered) {
+    ++result_.recoveries;
+    const double idle = loop_.failed_at_ ? SecondsSince(*loop_.failed_at_) : 0;
+    result_.recovery_seconds += idle;
+    if (m_) m_->ObserveRecovery(idle);
+  }
   result_.resume_warning = start.warning;
   train_start_ = std::chrono::steady_clock::now();
   window_start_ = train_start_;
@@ -278,10 +352,11 @@ Status TrainingLoop::Pass::Evaluate() {
 }
 
 Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
-  auto done = engine_.Step(lr_.At(schedule_start_ + result_.steps_this_run));
+  auto done = engine_.Step(lr_.At(schedule_start_ + steps_));
   if (!done.ok()) return done.status().WithContext("step " + std::to_string(global_step_ + 1));
   OnDone(*done);
   ++global_step_;
+  ++steps_;
   ++result_.steps_this_run;
   result_.samples_this_run += static_cast<std::int64_t>(batch.n) * world_;
   if (config_.step_sleep_ms > 0) {
@@ -357,16 +432,28 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
 StatusOr<TrainResult> TrainingLoop::Run() {
   const SteadyTime run_start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(const Start start, SyncStart());
-  Pass pass(*this);
-  RETURN_IF_ERROR(pass.Begin(start));
+  kept_.reset();
+  Pass pass(*this, so_far_);
+  // However the pass ends, what it reached is what this rank would bring to a next round.
+  auto ended = [&](Status s) {
+    last_ = pass.position();
+    so_far_ = pass.counted();
+    if (!s.ok()) failed_at_ = std::chrono::steady_clock::now();
+    return s;
+  };
+  if (Status s = pass.Begin(start); !s.ok()) return ended(s);
   for (;;) {
-    ASSIGN_OR_RETURN(const bool go_on, pass.ShouldContinue());
-    if (!go_on) break;
-    ASSIGN_OR_RETURN(const std::optional<EngineBatch> batch, deps_.engine->NextBatch());
-    if (!batch) break;
-    RETURN_IF_ERROR(pass.Advance(*batch));
+    auto go_on = pass.ShouldContinue();
+    if (!go_on.ok()) return ended(go_on.status());
+    if (!*go_on) break;
+    auto batch = deps_.engine->NextBatch();
+    if (!batch.ok()) return ended(batch.status());
+    if (!*batch) break;
+    if (Status s = pass.Advance(**batch); !s.ok()) return ended(s);
   }
-  return pass.Finish(run_start);
+  auto result = pass.Finish(run_start);
+  (void)ended(result.status());
+  return result;
 }
 
 }  // namespace ringtrain::train

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "common/status.h"
@@ -31,6 +32,8 @@ struct TrainResult {
   double allreduce_seconds = 0;       // the gradient collectives took, hidden or not
   double device_busy = 0;             // fraction of training time the accelerator was busy
   bool step_graph = false;            // the engine replayed the step as a CUDA graph
+  int recoveries = 0;                 // in place, from a surviving rank's state
+  double recovery_seconds = 0;        // not training between losing a peer and training again
   bool resumed = false;
   // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
   std::string resume_warning;
@@ -60,12 +63,27 @@ inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
 class TrainingLoop {
  public:
   TrainingLoop(const TrainConfig& config, LoopDeps deps) : config_(config), deps_(deps) {}
+  // Trains from the start every rank agrees on: the most advanced state a rank kept from an
+  // earlier round (Rejoin), else rank 0's newest checkpoint, else rank 0's initial weights.
   StatusOr<TrainResult> Run();
   void set_max_steps(std::int64_t max_steps) { config_.max_steps = max_steps; }
+  // In-place recovery, after Run failed because the gang lost a rank: this rank keeps its state
+  // (the model and optimizer as of the last step it completed, and that step's position in the
+  // data) and goes on with `comm`, the communicator of the gang's next round. Rebinds the
+  // engine (FailedPrecondition where it cannot recover in place).
+  Status Rejoin(comm::Communicator* comm);
 
  private:
-  // Where a run starts: rank 0's checkpoint (if any), the same on every rank.
+  // Where this rank stands after its last completed step.
+  struct Position {
+    std::int64_t global_step = 0;
+    int epoch = 0;
+    std::int64_t epoch_samples = 0;
+  };
+  // Where a run starts: a kept state, rank 0's checkpoint (if any), the same on every rank.
   struct Start {
+    bool recovered = false;  // from a rank's kept state (in-place recovery)
+    int source = 0;          // the rank whose state every rank took
     bool resumed = false;
     std::int64_t global_step = 0;
     int epoch = 0;
@@ -76,12 +94,18 @@ class TrainingLoop {
   class Pass;  // one run: position, schedule, accounting (training_loop.cc)
 
   StatusOr<Start> SyncStart();
+  // The kept state of the most advanced rank, if any rank kept one: every rank takes it.
+  StatusOr<std::optional<Start>> SyncKeptState();
   StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
   Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
                     std::int64_t epoch_samples);
 
   TrainConfig config_;
   LoopDeps deps_;
+  std::optional<Position> last_;         // where the last Run stood when it ended
+  std::optional<Position> kept_;         // the state this rank brings to the next Run (Rejoin)
+  TrainResult so_far_;                   // what this process's earlier rounds counted (Rejoin)
+  std::optional<SteadyTime> failed_at_;  // when the last Run failed
 };
 
 }  // namespace ringtrain::train

@@ -60,7 +60,7 @@ class CudaEngine final : public train::StepEngine {
   std::size_t num_params() const override { return model_->num_params(); }
   std::size_t optimizer_state_size() const override { return optimizer_->state_size(); }
   Status Restore(const train::CheckpointState& ckpt) override;
-  Status BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) override;
+  Status BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) override;
   Status Snapshot(std::vector<float>& params, std::vector<float>& state,
                   std::int64_t& optimizer_steps) override;
   StatusOr<train::InputStart> OpenInput(int epoch, std::int64_t epoch_samples) override;
@@ -94,7 +94,7 @@ class CudaEngine final : public train::StepEngine {
   Status EnqueueStepStaged(const DeviceStep& batch);
   Status Capture(const DeviceStep& batch, int parity);
   Status EnqueueStep(const DeviceStep& batch, int slot, int parity);
-  Status BroadcastDevice(float* device, std::size_t count, std::string_view what);
+  Status BroadcastDevice(float* device, std::size_t count, int root, std::string_view what);
   StatusOr<std::optional<train::StepStats>> Complete();
 
   train::TrainConfig config_;
@@ -353,16 +353,18 @@ Status CudaEngine::EnqueueStep(const DeviceStep& batch, int slot, int parity) {
 }
 
 // Uploads floats to `device` from rank 0 to every rank (NCCL directly; else via the host).
-Status CudaEngine::BroadcastDevice(float* device, std::size_t count, std::string_view what) {
+Status CudaEngine::BroadcastDevice(float* device, std::size_t count, int root,
+                                   std::string_view what) {
   if (count == 0) return Status::Ok();
   if (device_comm_ != nullptr) {
-    return deps_.comm->Broadcast(device, count * sizeof(float), 0).WithContext(what);
+    return deps_.comm->Broadcast(device, count * sizeof(float), root).WithContext(what);
   }
   std::vector<float> host(count);
   RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.data(), device, count * sizeof(float),
                                           cudaMemcpyDeviceToHost, compute_.get()));
   RETURN_IF_ERROR(Drain(what));
-  RETURN_IF_ERROR(deps_.comm->Broadcast(host.data(), count * sizeof(float), 0).WithContext(what));
+  RETURN_IF_ERROR(
+      deps_.comm->Broadcast(host.data(), count * sizeof(float), root).WithContext(what));
   RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, host.data(), count * sizeof(float),
                                           cudaMemcpyHostToDevice, compute_.get()));
   return Drain(what);
@@ -380,11 +382,12 @@ Status CudaEngine::Restore(const train::CheckpointState& ckpt) {
   return Drain("restoring the checkpoint");
 }
 
-Status CudaEngine::BroadcastFromRank0(bool optimizer_too, std::int64_t optimizer_steps) {
+Status CudaEngine::BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) {
   RETURN_IF_ERROR(Drain("initializing the model"));
-  RETURN_IF_ERROR(BroadcastDevice(model_->params(), model_->num_params(), "broadcast weights"));
+  RETURN_IF_ERROR(
+      BroadcastDevice(model_->params(), model_->num_params(), root, "broadcast weights"));
   if (optimizer_too) {
-    RETURN_IF_ERROR(BroadcastDevice(optimizer_->state(), optimizer_->state_size(),
+    RETURN_IF_ERROR(BroadcastDevice(optimizer_->state(), optimizer_->state_size(), root,
                                     "broadcast optimizer state"));
     optimizer_->set_steps(optimizer_steps);
   }

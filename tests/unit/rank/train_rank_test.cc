@@ -97,7 +97,7 @@ StatusOr<train::TrainResult> RunWith(const data::Dataset& train, const data::Dat
           const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
     return std::unique_ptr<comm::Communicator>(new TrackedComm(alive, fail_broadcast));
   };
-  deps.report_failure = [&](const Status& s) {
+  deps.report_failure = [&](rendezvous::Store&, const Status& s) {
     reported.failures.push_back(s);
     reported.comm_alive.push_back(*alive);
   };

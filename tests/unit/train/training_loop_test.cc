@@ -45,7 +45,7 @@ class FakeEngine final : public StepEngine {
   std::size_t num_params() const override { return 4; }
   std::size_t optimizer_state_size() const override { return 0; }
   Status Restore(const CheckpointState&) override { return Status::Ok(); }
-  Status BroadcastFromRank0(bool, std::int64_t) override { return Status::Ok(); }
+  Status BroadcastFrom(int, bool, std::int64_t) override { return Status::Ok(); }
   Status Snapshot(std::vector<float>& params, std::vector<float>& state,
                   std::int64_t& steps) override {
     if (in_flight_) return Internal("snapshot with a step in flight");
