@@ -21,6 +21,12 @@ inline constexpr int kMasterPort = 29500;  // rank 0's rendezvous store
 inline constexpr int kMetricsPort = 9400;  // /metrics, /status, /healthz (local rank i: +i)
 inline constexpr Duration kRendezvousTimeout{std::chrono::seconds(300)};
 inline constexpr Duration kCollectiveTimeout{std::chrono::seconds(60)};
+// A SIGTERM is a handshake (runner: the gang stops at an agreed step boundary, rank 0
+// checkpoints): a rank that has not agreed on one within kDrainTimeout stops at once. A pod's
+// terminationGracePeriodSeconds leaves room for that and a checkpoint of the largest built-in
+// model (MB, written in well under a second).
+inline constexpr Duration kDrainTimeout{std::chrono::seconds(10)};
+inline constexpr Duration kTerminationGracePeriod{std::chrono::seconds(30)};
 // How long a rank waits at the gang gate when its supervisor gives no bound: the operator's
 // runPolicy.schedulingTimeoutSeconds ends a wait first (and sets the variable from it).
 inline constexpr Duration kGangGateTimeout{std::chrono::hours(24)};

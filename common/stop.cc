@@ -19,6 +19,9 @@ std::atomic<int> g_signal{0};
 std::atomic<int> g_fd{-1};
 std::once_flag g_fd_once;
 thread_local bool t_exempt = false;
+std::atomic<int> g_draining{0};  // live DrainScopes
+std::atomic<bool> g_drain{false};
+std::atomic<int> g_drain_signal{0};
 
 void Signal(int fd) {
   std::uint64_t one = 1;
@@ -26,7 +29,14 @@ void Signal(int fd) {
   [[maybe_unused]] ssize_t n = ::write(fd, &one, sizeof(one));
 }
 
-void OnSignal(int sig) { RequestStop(sig); }
+void OnSignal(int sig) {
+  // The first signal while draining is a request to stop at the next agreed step boundary.
+  if (g_draining.load() > 0 && !g_drain.exchange(true)) {
+    g_drain_signal.store(sig);
+    return;
+  }
+  RequestStop(sig);
+}
 
 std::string SignalName(int sig) {
   if (sig == SIGTERM) return "SIGTERM";
@@ -101,7 +111,22 @@ bool StopExemptForThisThread() { return t_exempt; }
 StopExemptScope::StopExemptScope() : previous_(t_exempt) { t_exempt = true; }
 StopExemptScope::~StopExemptScope() { t_exempt = previous_; }
 
+DrainScope::DrainScope() { g_draining.fetch_add(1); }
+DrainScope::~DrainScope() {
+  // A drain signal nobody acted on is still a stop request.
+  if (g_draining.fetch_sub(1) == 1 && g_drain.load()) EscalateDrain();
+}
+
+const std::atomic<bool>& DrainFlag() { return g_drain; }
+
+void EscalateDrain() {
+  const int sig = g_drain_signal.load();
+  RequestStop(sig);
+}
+
 void ResetStopForTest() {
+  g_drain.store(false);
+  g_drain_signal.store(0);
   g_stop.store(false);
   g_signal.store(0);
   int fd = StopFd();

@@ -46,6 +46,23 @@ class StopExemptScope {
 // Whether a StopExemptScope is live on this thread.
 bool StopExemptForThisThread();
 
+// Draining (a SIGTERM is a handshake, not a loss): while a DrainScope lives anywhere in the
+// process (the training steps), the first SIGTERM/SIGINT does not stop the process; it sets
+// DrainFlag(), and the trainer stops at a step boundary the whole gang agrees on. A second
+// signal, or EscalateDrain (a watchdog's, when the handshake takes too long), turns it into a
+// stop at once. Outside a DrainScope signals stop at once, as always.
+class DrainScope {
+ public:
+  DrainScope();
+  ~DrainScope();
+  DrainScope(const DrainScope&) = delete;
+  DrainScope& operator=(const DrainScope&) = delete;
+};
+// Set by the first signal while draining (never cleared but by ResetStopForTest).
+const std::atomic<bool>& DrainFlag();
+// The drain signal becomes a stop request (the process stops at once).
+void EscalateDrain();
+
 // Clears the request (tests share one process).
 void ResetStopForTest();
 

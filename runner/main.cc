@@ -104,6 +104,7 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
   deps.test = &test_set;
   deps.metrics = metrics;
   deps.stop = &StopFlag();
+  deps.drain = &DrainFlag();
   deps.advertise_host = AdvertiseAddress(env);
   deps.report_failure = [&](rendezvous::Store& round_store, const Status& s) {
     Resolve(round_store, env, s, outcome);

@@ -2,6 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/stop.h"
+
 #include "runner/rendezvous/rounds.h"
 #include "runner/train/cpu_engine.h"
 #ifdef RINGTRAIN_WITH_CUDA
@@ -43,6 +49,54 @@ std::unique_ptr<metrics::GpuMonitor> StartGpuMonitor(metrics::RunnerMetrics* m, 
   return std::move(*monitor);
 }
 #endif
+
+// Turns a drain request into a stop when the gang has not agreed on a step boundary within
+// `timeout` (a peer stuck in a collective must not hold this rank past its grace period).
+class DrainWatchdog {
+ public:
+  DrainWatchdog(const std::atomic<bool>& drain, Duration timeout) {
+    thread_ = std::thread([this, &drain, timeout] {
+      std::unique_lock lock(mu_);
+      while (!done_ && !drain.load()) cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (done_) return;
+      if (!cv_.wait_for(lock, timeout, [this] { return done_; })) {
+        spdlog::warn("asked to stop, and the gang did not stop together within {}: stopping now",
+                     FormatDuration(timeout));
+        EscalateDrain();
+      }
+    });
+  }
+  ~DrainWatchdog() {
+    {
+      std::lock_guard lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  DrainWatchdog(const DrainWatchdog&) = delete;
+  DrainWatchdog& operator=(const DrainWatchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+// Runs the trainer; with the process's own drain flag, in a DrainScope under the watchdog.
+StatusOr<train::TrainResult> RunDraining(Trainer& trainer, const RankDeps& deps) {
+  if (deps.drain != &DrainFlag()) return trainer.Run();
+  DrainScope draining;
+  DrainWatchdog watchdog(DrainFlag(), contract::kDrainTimeout);
+  auto result = trainer.Run();
+  if (!result.ok() && result.status().code() == StatusCode::kCancelled && DrainFlag().load()) {
+    // The drain is over: the signal that asked for it is now this rank's stop (exit 128 + it).
+    EscalateDrain();
+    return Cancelled(StoppedStatus("training").message() + "; " + result.status().message());
+  }
+  return result;
+}
 
 }  // namespace
 
@@ -215,6 +269,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       ed.test = deps.test;
       ed.metrics = deps.metrics;
       ed.stop = deps.stop;
+      ed.drain = deps.drain;
       ed.attempt = env.attempt;
       ed.device = placement.cuda ? placement.device : -1;
       ed.collective_timeout = env.collective_timeout;
@@ -227,7 +282,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
         return failed(lost.WithContext("in-place recovery: " + rejoined.message()));
     }
     comm = std::move(next);  // the last round's communicator goes only now
-    auto result = trainer->Run();
+    auto result = RunDraining(*trainer, deps);
     if (result.ok()) {
       if (placement.cuda) {
         spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", result->device_busy,

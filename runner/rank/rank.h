@@ -86,6 +86,10 @@ struct RankDeps {
   const data::Dataset* test = nullptr;
   metrics::RunnerMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;
+  // The drain request (common/stop.h DrainFlag()): with the process's own flag, training runs
+  // in a DrainScope, so a SIGTERM stops the gang at an agreed step boundary (a watchdog stops
+  // the rank at once after contract::kDrainTimeout). Tests pass their own flag per rank.
+  const std::atomic<bool>* drain = nullptr;
   std::string advertise_host;  // what peers dial (the TCP ring)
   // Called with this rank's final failure before the communicator closes, so the cause reaches
   // the store while the peers still see the ring up (then they report it rather than a lost

@@ -29,6 +29,8 @@ struct EngineDeps {
   const data::Dataset* test = nullptr;        // may be null: no evaluation
   metrics::RunnerMetrics* metrics = nullptr;  // may be null
   const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
+  // Set by a SIGTERM while draining (common/stop.h): the gang stops at an agreed step boundary.
+  const std::atomic<bool>* drain = nullptr;
   int attempt = 0;
   int device = -1;  // the CUDA device this rank computes on; -1 = the CPU
   Duration collective_timeout = comm::kDefaultCollectiveTimeout;

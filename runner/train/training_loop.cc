@@ -210,6 +210,8 @@ class TrainingLoop::Pass {
   // Loss, throughput and busy fraction over the window since the last report.
   Status Report(bool force);
   Status Evaluate();
+  // The drain handshake (LoopDeps::drain): Ok when no rank was asked to leave.
+  Status DrainVote(bool checkpointed);
 
   TrainingLoop& loop_;
   const TrainConfig& config_;
@@ -392,10 +394,40 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
           result_.test_loss, progress_.samples_per_second);
     }
   }
+  if (loop_.deps_.drain != nullptr && global_step_ % kDrainVoteSteps == 0) {
+    RETURN_IF_ERROR(DrainVote(checkpoint_now));
+  }
   // A step's time runs from the previous step's completion: not through a checkpoint or an
   // evaluation (nothing is in flight after them).
   if (checkpoint_now || eval_now) last_done_ = std::chrono::steady_clock::now();
   return Status::Ok();
+}
+
+Status TrainingLoop::Pass::DrainVote(bool checkpointed) {
+  const std::int32_t mine = loop_.deps_.drain->load() ? 1 : 0;
+  std::vector<std::int32_t> all(static_cast<std::size_t>(world_));
+  RETURN_IF_ERROR(comm_.AllGather(&mine, sizeof(mine), all.data()).WithContext("drain vote"));
+  std::string leaving;
+  for (int r = 0; r < world_; ++r) {
+    if (all[static_cast<std::size_t>(r)] == 0) continue;
+    leaving += (leaving.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (leaving.empty()) return Status::Ok();
+  // The whole gang stops after this very step (the one in flight completes): no step is lost.
+  ASSIGN_OR_RETURN(const std::optional<StepStats> flushed, engine_.Flush());
+  OnDone(flushed);
+  if (!checkpointed) {
+    RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
+  }
+  const bool ckpt = comm_.rank() == 0 && !config_.checkpoint_dir.empty();
+  if (mine != 0) {
+    spdlog::warn("leaving the gang at step {} as asked{}", global_step_,
+                 ckpt ? " (checkpoint written)" : "");
+    return Cancelled("asked to stop: the gang stopped with this rank after step " +
+                     std::to_string(global_step_));
+  }
+  return Aborted("rank(s) " + leaving + " left the gang after step " +
+                 std::to_string(global_step_) + " (asked to stop); this rank keeps its state");
 }
 
 StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {

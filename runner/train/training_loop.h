@@ -45,8 +45,18 @@ struct LoopDeps {
   bool evaluate = false;                      // the engine has a test set
   metrics::RunnerMetrics* metrics = nullptr;  // may be null
   const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
+  // A drain request (SIGTERM while draining, common/stop.h); may be null. Every
+  // kDrainVoteSteps steps the ranks agree whether any of them was asked to leave; if so the
+  // whole gang stops after that same step: rank 0 writes a checkpoint (when it has a directory),
+  // the ranks that were asked leave (Cancelled), the others keep their state for the next round
+  // (Aborted naming the ranks that left).
+  const std::atomic<bool>* drain = nullptr;
   int attempt = 0;
 };
+
+// How often the gang agrees on drain requests: a SIGTERM is answered within this many steps
+// (one 4-byte all-gather each time).
+inline constexpr std::int64_t kDrainVoteSteps = 16;
 
 // The loop's part of an engine's dependencies.
 inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
@@ -56,6 +66,7 @@ inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
   d.evaluate = deps.test != nullptr;
   d.metrics = deps.metrics;
   d.stop = deps.stop;
+  d.drain = deps.drain;
   d.attempt = deps.attempt;
   return d;
 }

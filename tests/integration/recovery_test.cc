@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -62,10 +63,13 @@ train::TrainConfig Config() {
 
 // Forwards to the rank's real communicator until its `die_at`-th collective, where the rank
 // dies: its sockets are shut (the peers see what a killed process leaves) and it fails.
+// At its `drain_at`-th collective the rank is asked to stop (what a SIGTERM does while it
+// trains), and goes on.
 class Mortal final : public comm::Communicator {
  public:
-  Mortal(std::unique_ptr<comm::Communicator> inner, int die_at)
-      : inner_(std::move(inner)), die_at_(die_at) {}
+  Mortal(std::unique_ptr<comm::Communicator> inner, int die_at, std::atomic<bool>* drain = nullptr,
+         int drain_at = -1)
+      : inner_(std::move(inner)), die_at_(die_at), drain_(drain), drain_at_(drain_at) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   Status AllReduce(float* d, std::size_t n, comm::ReduceOp op) override {
@@ -84,12 +88,16 @@ class Mortal final : public comm::Communicator {
 
  private:
   Status Tick() {
-    if (die_at_ < 0 || ++calls_ < die_at_) return Status::Ok();
+    const int n = ++calls_;
+    if (drain_ != nullptr && n == drain_at_) drain_->store(true);
+    if (die_at_ < 0 || n < die_at_) return Status::Ok();
     inner_->Abort();
     return Internal("rank " + std::to_string(inner_->rank()) + " died");
   }
   std::unique_ptr<comm::Communicator> inner_;
   const int die_at_;
+  std::atomic<bool>* drain_;
+  const int drain_at_;
   std::atomic<int> calls_{0};
 };
 
@@ -98,9 +106,14 @@ struct Gang {
   data::Dataset train = Synthetic(480, 1);
   data::Dataset test = Synthetic(96, 2);
 
-  // One rank's whole life; dies at its `die_at`-th collective of its first round (-1: never).
-  StatusOr<train::TrainResult> RunRank(int rank, int world, bool recover, int die_at) {
+  // One rank's whole life; dies at its `die_at`-th collective of its first round (-1: never),
+  // or is asked to stop at its `drain_at`-th.
+  StatusOr<train::TrainResult> RunRank(int rank, int world, bool recover, int die_at,
+                                       int drain_at = -1,
+                                       const train::TrainConfig& config = Config()) {
+    std::atomic<bool> drain{false};
     RankDeps deps;
+    deps.drain = &drain;
     deps.store = &store;
     deps.train = &train;
     deps.test = &test;
@@ -111,10 +124,12 @@ struct Gang {
             const std::string& host) -> StatusOr<std::unique_ptr<comm::Communicator>> {
       ASSIGN_OR_RETURN(auto c, MakeCommunicator(s, env, p, host));
       const int at = first ? die_at : -1;
+      const bool first_round = first;
       first = false;
-      return std::unique_ptr<comm::Communicator>(new Mortal(std::move(c), at));
+      const int asked_at = first_round ? drain_at : -1;
+      return std::unique_ptr<comm::Communicator>(new Mortal(std::move(c), at, &drain, asked_at));
     };
-    return TrainRank(EnvFor(rank, world, recover), Config(), Placement{}, deps);
+    return TrainRank(EnvFor(rank, world, recover), config, Placement{}, deps);
   }
 };
 
@@ -211,6 +226,75 @@ TEST_F(RecoveryTest, AReplacementLostDuringTheStateTransferIsReplacedAgain) {
   }
   ASSERT_TRUE(r[2].ok()) << r[2].status().ToString();
   EXPECT_EQ(r[2]->test_loss, base_->test_loss);
+}
+
+// SIGTERM is a handshake: the asked rank and the gang stop after the same step, the asked rank
+// leaves (Cancelled: exit 143), the others keep their state, and the replacement continues
+// from exactly there.
+TEST_F(RecoveryTest, ARankAskedToStopLeavesAtAStepTheGangAgreesOnAndNoStepIsLost) {
+  Gang g;
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] {
+      if (i != 1) {
+        r[i] = g.RunRank(i, kWorld, true, -1);
+        return;
+      }
+      auto left = g.RunRank(1, kWorld, true, -1, /*drain_at=*/25);
+      EXPECT_FALSE(left.ok());
+      EXPECT_EQ(left.status().code(), StatusCode::kCancelled) << left.status().ToString();
+      EXPECT_NE(left.status().message().find("the gang stopped with this rank after step"),
+                std::string::npos)
+          << left.status().message();
+      r[i] = g.RunRank(1, kWorld, true, -1);  // the replacement
+    });
+  }
+  for (auto& x : t) x.join();
+  ExpectSameEndAs(r, *base_, 1);
+}
+
+// Without in-place recovery the gang stops together as well, and rank 0's checkpoint of that
+// step lets the next attempt resume with nothing lost.
+TEST_F(RecoveryTest, WithoutRecoveryTheGangStopsTogetherAndResumesFromThatStep) {
+  const std::string dir = ::testing::TempDir() + "ringtrain-drain-ckpt";
+  std::filesystem::remove_all(dir);
+  train::TrainConfig c = Config();
+  c.checkpoint_dir = dir;
+  c.checkpoint_every = 1000;  // only the drain and the end write one
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
+  {
+    Gang g;
+    std::vector<std::thread> t;
+    for (int i = 0; i < kWorld; ++i) {
+      t.emplace_back([&, i] { r[i] = g.RunRank(i, kWorld, false, -1, i == 2 ? 25 : -1, c); });
+    }
+    for (auto& x : t) x.join();
+  }
+  EXPECT_EQ(r[2].status().code(), StatusCode::kCancelled) << r[2].status().ToString();
+  for (int i : {0, 1}) {
+    EXPECT_EQ(r[i].status().code(), StatusCode::kAborted) << r[i].status().ToString();
+    EXPECT_NE(r[i].status().message().find("rank(s) 2 left the gang after step"), std::string::npos)
+        << r[i].status().message();
+  }
+  // The next attempt resumes from the drain's checkpoint and ends where an undisturbed run does.
+  Gang again;
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] { r[i] = again.RunRank(i, kWorld, false, -1, -1, c); });
+  }
+  for (auto& x : t) x.join();
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(r[i].ok()) << r[i].status().ToString();
+    EXPECT_TRUE(r[i]->resumed);
+    EXPECT_EQ(r[i]->steps, base_->steps);
+    // It resumed at the drain's step: a vote step, short of the end.
+    const std::int64_t resumed_at = base_->steps - r[i]->steps_this_run;
+    EXPECT_GT(resumed_at, 0);
+    EXPECT_EQ(resumed_at % train::kDrainVoteSteps, 0) << resumed_at;
+    EXPECT_EQ(r[i]->test_loss, base_->test_loss) << "rank " << i;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

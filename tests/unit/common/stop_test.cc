@@ -97,5 +97,47 @@ TEST_F(StopTest, SignalHandlerRequestsTheStop) {
   std::signal(SIGINT, SIG_DFL);
 }
 
+// A SIGTERM while draining is a request to stop at an agreed step boundary, not a stop.
+TEST_F(StopTest, ASignalWhileDrainingOnlyAsksAndASecondOneStops) {
+  InstallStopSignalHandlers();
+  {
+    DrainScope draining;
+    ASSERT_EQ(std::raise(SIGTERM), 0);
+    EXPECT_TRUE(DrainFlag().load());
+    EXPECT_FALSE(StopRequested()) << "the first signal asks the gang to stop together";
+    ASSERT_EQ(std::raise(SIGTERM), 0);
+    EXPECT_TRUE(StopRequested()) << "a second signal stops at once";
+    EXPECT_EQ(StopSignal(), SIGTERM);
+  }
+}
+
+TEST_F(StopTest, EscalatingADrainStopsWithItsSignal) {
+  InstallStopSignalHandlers();
+  DrainScope draining;
+  ASSERT_EQ(std::raise(SIGINT), 0);
+  EXPECT_FALSE(StopRequested());
+  EscalateDrain();
+  EXPECT_TRUE(StopRequested());
+  EXPECT_EQ(StopSignal(), SIGINT);
+  EXPECT_NE(StoppedStatus("x").message().find("SIGINT"), std::string::npos);
+}
+
+TEST_F(StopTest, ADrainRequestNobodyActedOnStopsWhenDrainingEnds) {
+  InstallStopSignalHandlers();
+  {
+    DrainScope draining;
+    ASSERT_EQ(std::raise(SIGTERM), 0);
+    EXPECT_FALSE(StopRequested());
+  }
+  EXPECT_TRUE(StopRequested());
+}
+
+TEST_F(StopTest, OutsideADrainScopeASignalStopsAtOnce) {
+  InstallStopSignalHandlers();
+  ASSERT_EQ(std::raise(SIGTERM), 0);
+  EXPECT_TRUE(StopRequested());
+  EXPECT_FALSE(DrainFlag().load());
+}
+
 }  // namespace
 }  // namespace ringtrain
