@@ -27,6 +27,9 @@ inline constexpr Duration kCollectiveTimeout{std::chrono::seconds(60)};
 // model (MB, written in well under a second).
 inline constexpr Duration kDrainTimeout{std::chrono::seconds(10)};
 inline constexpr Duration kTerminationGracePeriod{std::chrono::seconds(30)};
+// How long the survivors of a lost rank wait for its replacement when the supervisor replaces
+// ranks in place (a pod to schedule and start, a process to spawn) before the gang restarts.
+inline constexpr Duration kRecoveryTimeout{std::chrono::seconds(120)};
 // How long a rank waits at the gang gate when its supervisor gives no bound: the operator's
 // runPolicy.schedulingTimeoutSeconds ends a wait first (and sets the variable from it).
 inline constexpr Duration kGangGateTimeout{std::chrono::hours(24)};

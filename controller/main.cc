@@ -157,6 +157,7 @@ int Run(const std::vector<std::string>& args) {
   summary["job"] = job->metadata.name;
   summary["phase"] = result->interrupted ? "Interrupted" : st.phase;
   summary["restarts"] = st.restarts;
+  summary["in_place_recoveries"] = st.in_place_recoveries;
   summary["attempts"] = st.attempt + 1;
   summary["world_size"] = job->spec.world_size();
   summary["wall_seconds"] = result->wall_seconds;
@@ -167,9 +168,9 @@ int Run(const std::vector<std::string>& args) {
                                {"reason", st.last_failure->reason},
                                {"message", st.last_failure->message}};
   }
-  std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d\n",
+  std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d, in-place recoveries %d\n",
               job->metadata.name.c_str(), summary["phase"].get<std::string>().c_str(),
-              result->wall_seconds, job->spec.world_size(), st.restarts);
+              result->wall_seconds, job->spec.world_size(), st.restarts, st.in_place_recoveries);
   if (summary.contains("test_accuracy")) {
     std::printf("  test accuracy %.4f, test loss %.4f, %lld steps, %.0f samples/s\n",
                 summary["test_accuracy"].get<double>(), summary["test_loss"].get<double>(),

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "common/runner_env.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -325,6 +327,7 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
   RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
   RETURN_IF_ERROR(f.Int("schedulingTimeoutSeconds", 0, INT64_MAX, &p->scheduling_timeout_seconds));
+  RETURN_IF_ERROR(f.Enum("recovery", {"InPlace", "GangRestart"}, &p->recovery));
   ASSIGN_OR_RETURN(const json* group, f.Object("podGroup"));
   if (group != nullptr) {
     Fields g(*group, "spec.runPolicy.podGroup");
@@ -544,6 +547,13 @@ void ParseStatus(const json& j, JobStatus* s) {
                                   req == a.end() || !req->is_boolean() || req->get<bool>()});
     }
   }
+  s->in_place_recoveries = static_cast<int>(std::clamp(num(j, "inPlaceRecoveries"), 0.0, 1e9));
+  if (auto it = j.find("replacedPods"); it != j.end() && it->is_array()) {
+    for (const auto& p : *it) {
+      if (!p.is_string() || s->replaced_pods.size() >= kMaxReplacedPods) continue;
+      s->replaced_pods.push_back(p.get<std::string>());
+    }
+  }
   if (auto it = j.find("lastFailure"); it != j.end() && it->is_object()) {
     s->last_failure =
         Failure{static_cast<int>(num(*it, "rank")), static_cast<int>(num(*it, "exitCode")),
@@ -682,6 +692,8 @@ std::string StatusToJson(const JobStatus& s) {
     }
     j["avoidedNodes"] = list;
   }
+  if (s.in_place_recoveries > 0) j["inPlaceRecoveries"] = s.in_place_recoveries;
+  if (!s.replaced_pods.empty()) j["replacedPods"] = s.replaced_pods;
   if (s.last_failure) {
     j["lastFailure"] = {{"rank", s.last_failure->rank},
                         {"exitCode", s.last_failure->exit_code},
@@ -715,6 +727,11 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
     args.push_back(checkpoint_dir);
   }
   return args;
+}
+
+Duration RecoveryTimeoutFor(const JobSpec& spec) {
+  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace") return Duration(0);
+  return contract::kRecoveryTimeout;
 }
 
 bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }

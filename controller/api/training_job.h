@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace ringtrain::api {
@@ -87,6 +88,10 @@ struct RunPolicy {
   // with the cluster's reason and its placed pods are released; 0 = as long as it may run.
   std::int64_t scheduling_timeout_seconds = 600;
   std::optional<PodGroupSpec> pod_group;
+  // InPlace: a lost replica of the built-in runner is replaced alone and the survivors keep
+  // their state (no step lost); GangRestart: every replica goes and the gang restarts from the
+  // newest checkpoint. A spec.command image always restarts the gang.
+  std::string recovery = "InPlace";  // InPlace | GangRestart
 };
 
 struct JobSpec {
@@ -169,6 +174,11 @@ struct JobStatus {
   std::optional<Progress> progress;
   std::optional<Failure> last_failure;
   std::vector<AvoidedNode> avoided_nodes;  // oldest first, at most kMaxAvoidedNodes
+  // In-place recoveries (a lost replica replaced alone; runPolicy.recovery InPlace), and the
+  // pods of the current attempt replaced so (their loss is accounted for; at most
+  // kMaxReplacedPods, cleared with each new attempt).
+  int in_place_recoveries = 0;
+  std::vector<std::string> replaced_pods;
   std::int64_t observed_generation = 0;
   bool operator==(const JobStatus&) const = default;
 };
@@ -187,6 +197,13 @@ StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::stri
 StatusOr<TrainingJob> ParseJobJson(const std::string& json);
 std::string StatusToJson(const JobStatus& status);
 
+// How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_
+// SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace and the built-in runner,
+// else 0 (the gang restarts).
+Duration RecoveryTimeoutFor(const JobSpec& spec);
+// Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
+inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
+
 // The runner's command line for the built-in trainer: identical for pods and local processes.
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir);
 
@@ -196,6 +213,7 @@ bool IsTerminal(const std::string& phase);
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.
 inline constexpr std::size_t kMaxJobNameLength = 50;
 inline constexpr std::size_t kMaxAvoidedNodes = 8;
+inline constexpr std::size_t kMaxReplacedPods = 64;
 // "" when `name` can name a job; else why not (the same rule as the CRD's CEL rule).
 std::string JobNameProblem(const std::string& name);
 

@@ -85,6 +85,7 @@ class Planner {
   void Restart(const std::string& reason, const std::string& message, bool counts) {
     if (counts) ++st().restarts;
     ++st().attempt;
+    st().replaced_pods.clear();
     // The new attempt's placement wait starts now, except after NotPlaced: that gang was never
     // whole, and its wait goes on.
     if (reason != "NotPlaced") ForgetPlacementWait();
@@ -164,6 +165,11 @@ class Planner {
   // size from the newest checkpoint, never a pod of one world beside ranks of another.
   bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
+  // runPolicy.recovery InPlace: the lost replicas are deleted and re-created alone (the same
+  // names, the same attempt) while the surviving ones keep running and hand their state to the
+  // replacements; true when that is the plan.
+  bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
+                      const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
@@ -201,6 +207,51 @@ bool Planner::HandleResize() {
       " replicas x " + std::to_string(gpus) +
       "): new attempt from the newest checkpoint, not counted against backoffLimit";
   Restart("Resized", message, false);
+  return true;
+}
+
+bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
+                             const ObservedReplica& pick, const std::string& what) {
+  if (!api::RecoversInPlace(spec_)) return false;
+  // The survivors hold the state: without one running, only a checkpoint can.
+  bool survivor = false;
+  std::vector<const ObservedReplica*> lost;
+  for (const auto* r : current) {
+    if (r->phase == ReplicaPhase::kFailed) {
+      lost.push_back(r);
+    } else if (r->phase == ReplicaPhase::kRunning && !r->terminating) {
+      survivor = true;
+    }
+  }
+  if (!survivor) return false;
+  auto& replaced = st().replaced_pods;
+  bool news = false;
+  for (const auto* r : lost) {
+    news = news || std::find(replaced.begin(), replaced.end(), r->name) == replaced.end();
+  }
+  // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
+  // gang nothing: not counted. Any other loss counts against backoffLimit.
+  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
+  if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
+  for (const auto* r : lost) {
+    // Deleted even while it terminates: the executor then forgets it (a vanished pod).
+    plan_.actions.push_back(
+        {Action::Kind::kDeleteReplica, r->rank, r->attempt, r->name, "replaced in place"});
+    if (std::find(replaced.begin(), replaced.end(), r->name) == replaced.end()) {
+      replaced.push_back(r->name);
+    }
+  }
+  if (news) {
+    if (!free) ++st().restarts;
+    ++st().in_place_recoveries;
+    const std::string message = what + ": replacing rank " + std::to_string(pick.rank) +
+                                " alone; the surviving ranks keep their state and hand it over" +
+                                (free ? " (not counted against backoffLimit)" : "");
+    plan_.events.push_back({"Warning", "InPlaceRecovery", message});
+    SetPhase("Restarting", "InPlaceRecovery", message, true);
+    SetCondition("Restarting", true, "InPlaceRecovery", message);
+  }
   return true;
 }
 
@@ -264,6 +315,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Cleanup();
     return true;
   }
+  if (RecoverInPlace(current, *pick, what)) return true;
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
@@ -531,6 +583,7 @@ Plan Planner::Run() {
   if (st().phase == "Suspended") {
     // A fresh gang on resume; the deadline counts from the resume, as for batch/v1 Jobs.
     ++st().attempt;
+    st().replaced_pods.clear();
     st().start_time = now_s_;
     ForgetPlacementWait();
     SetPhase("Pending", "Resumed", "job resumed");
@@ -577,6 +630,13 @@ Plan Planner::Run() {
     stale = stale || !(r.terminating && ended);
   }
   CountReplicas(current);
+  // A replacement that runs (or waits to) under a replaced name: the loss it replaced is over,
+  // and a loss of its own will be a new one.
+  std::erase_if(st().replaced_pods, [&](const std::string& name) {
+    return std::any_of(current.begin(), current.end(), [&](const ObservedReplica* r) {
+      return r->name == name && r->phase != ReplicaPhase::kFailed;
+    });
+  });
   if (stale) return std::move(plan_);
 
   if (HandleFailure(current)) return std::move(plan_);
@@ -643,6 +703,9 @@ std::optional<ObservedProgress> ParseRunnerStatus(std::string_view text) {
 }
 
 bool IsConsequence(const ObservedReplica& r) {
+  // A SIGKILLed process (137: the OOM killer, a kill -9) wrote no message of its own: what it
+  // has is the tail of its log, which may name an earlier lost peer it had recovered from.
+  if (r.exit_code == 128 + 9) return false;
   // Runners before the contract only said "lost peer"; those after it name the first failure.
   return r.message.starts_with(contract::kCausedByPrefix) ||
          r.message.find("lost peer") != std::string::npos;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Chaos: `ringtrain run` on a short 3-replica job that checkpoints often, while this driver
+# Chaos, gang restarts (runPolicy.recovery GangRestart; inplace_chaos_test.sh covers the
+# default): `ringtrain run` on a short 3-replica job that checkpoints often, while this driver
 # SIGKILLs or SIGSTOPs a random rank of each attempt (rank 0 at least once, and once while rank
 # 0 writes a checkpoint). The job must end Succeeded with one restart per kill, and every
 # restarted attempt must resume from a checkpoint at or after the last one seen before the kill,
@@ -13,6 +14,8 @@ echo "chaos: seed $seed, $kills kills (CHAOS_SEED=$seed to replay)"
 export RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=10
 example_with "$WORK/job.yaml" epochs "${CHAOS_EPOCHS:-3}" everySteps 20 backoffLimit $((kills + 2))
 sed -i 's|^\(\s*\)replicas:.*|\1replicas: 3|' "$WORK/job.yaml"
+sed -i "s|^\(\s*\)backoffLimit:.*|&\n\1recovery: GangRestart|" "$WORK/job.yaml"
+grep -q "recovery: GangRestart" "$WORK/job.yaml" || fail "could not set runPolicy.recovery"
 job=fashion-mnist-mlp
 ckpts=$WORK/run/checkpoints
 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/summary.json" \

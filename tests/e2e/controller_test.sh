@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The `ringtrain controller` binary against the fake API server, driven with the real kubectl:
 # health and readiness, leader election, the gang of pods + Secret + headless Service, truthful
-# `kubectl get tj`, a gang restart after a rank's pod reports exit code 137 (kubectl plays the
-# kubelet), metrics, and a graceful SIGTERM that releases the lease.
+# `kubectl get tj`, an in-place recovery after a rank's pod reports exit code 137 (kubectl plays
+# the kubelet: only that pod is replaced, the survivor stays), metrics, and a graceful SIGTERM
+# that releases the lease.
 source "$(dirname "$0")/lib.sh"
 start_fake_cluster
 
@@ -31,9 +32,13 @@ cat "$WORK/tj.txt"
 grep -q "^NAME *PHASE *REPLICAS *RESTARTS *STEP *SAMPLES/S *PODS *AGE" "$WORK/tj.txt" || fail "columns"
 grep -Eq "^fashion-mnist-mlp +Pending +2 +0" "$WORK/tj.txt" || fail "tj row"
 
-# Rank 1 "runs" then is OOM-killed: the whole gang is replaced by attempt 1.
+# Rank 1 "runs" then is OOM-killed: that pod alone is replaced (runPolicy.recovery InPlace).
 victim=$(pods 0 | grep -- '-1$' | sed 's|pod/||')
 [ -n "$victim" ] || fail "rank 1 pod of attempt 0 not found"
+survivor=$(pods 0 | grep -- '-0$' | sed 's|pod/||')
+uid() { k get pod "$1" -o 'jsonpath={.metadata.uid}' 2>/dev/null; }
+survivor_uid=$(uid "$survivor")
+victim_uid=$(uid "$victim")
 for p in $(pods 0 | sed 's|pod/||'); do
   k patch pod "$p" --subresource=status --type=merge \
     -p '{"status":{"phase":"Running","podIP":"127.0.0.1"}}' >/dev/null || fail "patch $p running"
@@ -42,20 +47,26 @@ k patch pod "$victim" --subresource=status --type=merge -p '{"status":{"phase":"
   "containerStatuses":[{"name":"runner","ready":false,"restartCount":0,"image":"x","imageID":"",
   "state":{"terminated":{"exitCode":137,"reason":"OOMKilled","message":"out of memory"}}}]}}' \
   >/dev/null || fail "patch $victim failed"
-wait_until 60 "the gang of attempt 1" two_pods 1
+replaced() { local u; u=$(uid "$victim"); [ -n "$u" ] && [ "$u" != "$victim_uid" ]; }
+wait_until 60 "rank 1's replacement" replaced
+[ "$(uid "$survivor")" = "$survivor_uid" ] || fail "the surviving pod was replaced too"
+two_pods 0 || fail "attempt 0 does not have two pods"
+[ -z "$(pods 1)" ] || fail "a gang of attempt 1 exists"
 restarts() { k get tj fashion-mnist-mlp -o 'jsonpath={.status.restarts}'; }
 [ "$(restarts)" = 1 ] || fail "status.restarts is $(restarts), expected 1"
+[ "$(k get tj fashion-mnist-mlp -o 'jsonpath={.status.inPlaceRecoveries}')" = 1 ] ||
+  fail "status.inPlaceRecoveries"
 [ "$(k get tj fashion-mnist-mlp -o 'jsonpath={.status.lastFailure.exitCode}')" = 137 ] ||
   fail "lastFailure.exitCode"
-gone_attempt0() { [ "$(pods 0 | wc -l)" = 0 ]; }
-wait_until 60 "the pods of attempt 0 to be deleted" gone_attempt0
 
 curl -sf "http://127.0.0.1:$mport/metrics" >"$WORK/metrics.txt" || fail "/metrics"
 if command -v promtool >/dev/null; then promtool check metrics <"$WORK/metrics.txt" || fail "promtool"; fi
 grep -q '^ringtrain_controller_is_leader 1' "$WORK/metrics.txt" || fail "is_leader metric"
-grep -Eq '^ringtrain_controller_pods_created_total [4-9]' "$WORK/metrics.txt" ||
-  fail "pods_created_total should be at least 4"
-grep -Eq '^ringtrain_controller_gang_restarts_total 1' "$WORK/metrics.txt" || fail "gang restarts"
+grep -Eq '^ringtrain_controller_pods_created_total 3' "$WORK/metrics.txt" ||
+  fail "pods_created_total should be 3"
+grep -Eq '^ringtrain_controller_gang_restarts_total 0' "$WORK/metrics.txt" || fail "gang restarts"
+grep -Eq '^ringtrain_controller_in_place_recoveries_total 1' "$WORK/metrics.txt" ||
+  fail "in-place recoveries"
 
 kill -TERM "$CTRL"
 wait_exit "$CTRL" 60

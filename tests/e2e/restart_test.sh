@@ -1,20 +1,52 @@
 #!/usr/bin/env bash
-# Kill -9 one rank mid-training: `ringtrain run` restarts the whole gang from the checkpoint,
-# and the job still succeeds with restarts = 1. Then every checkpoint corrupt: a fresh start
-# that says so.
+# Kill -9 one rank mid-training. By default (runPolicy.recovery InPlace) `ringtrain run` replaces
+# that rank alone: the survivor keeps its state, the replacement takes it, no completed step is
+# lost and the job succeeds in its first attempt. With recovery GangRestart the whole gang
+# restarts from the checkpoint, and the job still succeeds with restarts = 1. Then every
+# checkpoint corrupt: a fresh start that says so.
 source "$(dirname "$0")/lib.sh"
+
+# kill_rank_1 RUN_DIR: kill -9 rank 1 of the gang running under RUN_DIR, once it checkpointed.
+kill_rank_1() {
+  local run=$1 victim=""
+  wait_until 120 "a checkpoint of attempt 0" compgen -G "$run/checkpoints/ckpt-*.bin"
+  for pid in $(pgrep -f -- "$run/checkpoints"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RINGTRAIN_RANK=1; then
+      victim=$pid
+    fi
+  done
+  [ -n "$victim" ] || fail "rank 1 not found"
+  kill -9 "$victim"
+}
+
+# In place (the default).
 example_with "$WORK/job.yaml" epochs 8 everySteps 100
+"$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/inplace" \
+  --summary-json "$WORK/inplace.json" >"$WORK/inplace.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+kill_rank_1 "$WORK/inplace"
+wait_exit "$RUN_PID" 300
+rc=$RC
+cat "$WORK/inplace.json" || true
+[ "$rc" = 0 ] || fail "in place: ringtrain run exited with $rc"
+[ "$(json_get "$WORK/inplace.json" phase)" = Succeeded ] || fail "in place: not Succeeded"
+[ "$(json_get "$WORK/inplace.json" attempts)" = 1 ] || fail "in place: the gang restarted"
+[ "$(json_get "$WORK/inplace.json" in_place_recoveries)" = 1 ] || fail "no in-place recovery"
+[ "$(json_get "$WORK/inplace.json" recoveries)" = 1 ] || fail "rank 0 did not recover in place"
+[ "$(json_get "$WORK/inplace.json" steps)" = 3752 ] || fail "in place: not every step ran"
+grep -q "recovered in place: every rank continues from rank 0's state" \
+  "$WORK/inplace/fashion-mnist-mlp-a0-0.log" || fail "rank 0 kept no state"
+grep -q "InPlaceRecovery" "$WORK/inplace.log" || fail "no InPlaceRecovery event"
+
+# Gang restart.
+sed -i "s|^\(\s*\)backoffLimit: 3|&\n\1recovery: GangRestart|" "$WORK/job.yaml"
+grep -q "recovery: GangRestart" "$WORK/job.yaml" || fail "could not set runPolicy.recovery"
 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/summary.json" \
   >"$WORK/ringtrain.log" 2>&1 &
 RUN_PID=$!
 PIDS+=($RUN_PID)
-wait_until 120 "a checkpoint of attempt 0" compgen -G "$WORK/run/checkpoints/ckpt-*.bin"
-victim=""
-for pid in $(pgrep -f -- "$WORK/run/checkpoints"); do
-  if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RINGTRAIN_RANK=1; then victim=$pid; fi
-done
-[ -n "$victim" ] || fail "rank 1 not found"
-kill -9 "$victim"
+kill_rank_1 "$WORK/run"
 wait_exit "$RUN_PID" 300
 rc=$RC
 cat "$WORK/summary.json" || true

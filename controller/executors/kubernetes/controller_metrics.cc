@@ -42,6 +42,13 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                         .Help("Gang restarts ordered (retryable failures, disruptions, stalls)")
                         .Register(r)
                         .Add({});
+  in_place_recoveries_ = &prometheus::BuildCounter()
+                              .Name("ringtrain_controller_in_place_recoveries_total")
+                              .Help(
+                                  "Lost replicas replaced alone while the survivors kept "
+                                  "their state (runPolicy.recovery InPlace)")
+                              .Register(r)
+                              .Add({});
   pods_created_ = &prometheus::BuildCounter()
                        .Name("ringtrain_controller_pods_created_total")
                        .Help("Pods created by the controller")
@@ -94,6 +101,7 @@ void ControllerMetrics::SetJobPhase(const std::string& key, const std::string& p
 }
 
 void ControllerMetrics::IncGangRestarts() { gang_restarts_->Increment(); }
+void ControllerMetrics::IncInPlaceRecoveries() { in_place_recoveries_->Increment(); }
 void ControllerMetrics::IncPodsCreated() { pods_created_->Increment(); }
 void ControllerMetrics::IncWatchRestarts() { watch_restarts_->Increment(); }
 void ControllerMetrics::ObservePodsReady(double seconds) { pods_ready_seconds_->Observe(seconds); }

@@ -29,6 +29,7 @@ class ControllerMetrics {
   // The job's phase now ("" forgets the job: it was deleted).
   void SetJobPhase(const std::string& key, const std::string& phase);
   void IncGangRestarts();
+  void IncInPlaceRecoveries();
   void IncPodsCreated();
   void IncWatchRestarts();
   void ObservePodsReady(double seconds);
@@ -47,6 +48,7 @@ class ControllerMetrics {
   prometheus::Histogram* reconcile_seconds_;
   prometheus::Counter* reconcile_errors_;
   prometheus::Counter* gang_restarts_;
+  prometheus::Counter* in_place_recoveries_;
   prometheus::Counter* pods_created_;
   prometheus::Counter* watch_restarts_;
   prometheus::Histogram* pods_ready_seconds_;

@@ -98,6 +98,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   rank_env.metrics_port = kMetricsPort;
   rank_env.termination_log = "/dev/termination-log";
   rank_env.gang_gate = std::string(kGangGateDir) + "/" + kGangGateFile;
+  rank_env.recovery_timeout = api::RecoveryTimeoutFor(spec);
   if (spec.run_policy.scheduling_timeout_seconds > 0) {
     rank_env.gang_gate_timeout =
         std::chrono::seconds(spec.run_policy.scheduling_timeout_seconds) + kGangGateSlack;
@@ -478,6 +479,11 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   spec["containers"] = containers;
   ApplySecurityDefaults(&spec);
   spec["restartPolicy"] = "Never";
+  // A SIGTERM is a handshake: the gang stops after an agreed step and rank 0 checkpoints.
+  if (!spec.contains("terminationGracePeriodSeconds")) {
+    spec["terminationGracePeriodSeconds"] =
+        std::chrono::duration_cast<std::chrono::seconds>(contract::kTerminationGracePeriod).count();
+  }
   spec["hostname"] = name;
   spec["subdomain"] = ServiceName(job.metadata.name);
   if (!job.spec.run_policy.scheduler_name.empty()) {

@@ -527,6 +527,9 @@ StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std
     if (plan.status.attempt > job.status.attempt && plan.status.phase == "Restarting") {
       metrics_->IncGangRestarts();
     }
+    if (plan.status.in_place_recoveries > job.status.in_place_recoveries) {
+      metrics_->IncInPlaceRecoveries();
+    }
   }
   for (const auto& e : plan.events) {
     if (events_ != nullptr) events_->Record(raw, e.type, e.reason, e.message);

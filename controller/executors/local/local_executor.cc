@@ -143,7 +143,8 @@ class LocalRun {
   const std::string host_name_ = HostName();
   api::TrainingJob state_;
   std::map<std::string, Process> procs_;
-  std::map<int, int> master_port_;  // per attempt
+  std::map<int, int> master_port_;      // per attempt
+  std::map<std::string, int> spawned_;  // processes started under each name (in-place replacements)
   std::string token_ = RandomToken();
   std::optional<reconcile::ObservedProgress> progress_;
   SteadyTime next_poll_{};
@@ -165,6 +166,10 @@ Status LocalRun::Spawn(int rank, int attempt) {
   p.termination_log = options_.workdir + "/" + p.name + ".termination-log";
   std::remove(p.termination_log.c_str());
   p.log = options_.workdir + "/" + p.name + ".log";
+  // A replacement (in-place recovery) keeps the lost process's log beside its own: <name>.log.N.
+  if (const int before = spawned_[p.name]++; before > 0) {
+    std::rename(p.log.c_str(), (p.log + "." + std::to_string(before)).c_str());
+  }
 
   const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
   // One process per replica; with several GPUs it starts one rank per GPU (local launcher).
@@ -183,6 +188,7 @@ Status LocalRun::Spawn(int rank, int attempt) {
   rank_env.token = token_;
   rank_env.metrics_port = metrics_port;
   rank_env.termination_log = p.termination_log;
+  rank_env.recovery_timeout = api::RecoveryTimeoutFor(spec);
   auto injected = contract::RankEnvVars(rank_env, /*with_bind_addr=*/true);
   injected.emplace_back(kEnvPodIp, "127.0.0.1");
   injected.emplace_back(contract::kEnvGangGate, "");  // no gate: set empty over any inherited one

@@ -283,7 +283,9 @@ TEST_F(OperatorTest, TwoReplicaFashionMnistSucceedsWithTruthfulStatus) {
 
 TEST_F(OperatorTest, KilledRankRestartsTheGangWhichThenSucceeds) {
   StartController("c1");
-  Create(TrainingJob("kill"));
+  Json job = TrainingJob("kill");
+  job["spec"]["runPolicy"]["recovery"] = "GangRestart";
+  Create(job);
   ASSERT_TRUE(WaitPhase("kill", "Running"));
   ASSERT_TRUE(Eventually([&] { return kubelet_->Signal("default", "kill-a0-1", SIGKILL); }));
   ASSERT_TRUE(WaitPhase("kill", "Succeeded", std::chrono::seconds(120)));
@@ -297,6 +299,28 @@ TEST_F(OperatorTest, KilledRankRestartsTheGangWhichThenSucceeds) {
   EXPECT_EQ(started.size(), 4u);
   EXPECT_NE(metrics_[0]->RenderText().find("ringtrain_controller_gang_restarts_total 1"),
             std::string::npos);
+}
+
+// The default, runPolicy.recovery InPlace, with real runners: the killed rank alone comes back
+// (same name, same attempt), the survivor keeps its pod and its state, and the job succeeds.
+TEST_F(OperatorTest, KilledRankIsReplacedInPlaceWhichThenSucceeds) {
+  StartController("c1");
+  Create(TrainingJob("heal"));
+  ASSERT_TRUE(WaitPhase("heal", "Running"));
+  auto before = server_->GetObject(kPodsId, "default", "heal-a0-0");
+  ASSERT_TRUE(before.has_value());
+  ASSERT_TRUE(Eventually([&] { return kubelet_->Signal("default", "heal-a0-1", SIGKILL); }));
+  ASSERT_TRUE(WaitPhase("heal", "Succeeded", std::chrono::seconds(120)));
+  Json st = Status("heal");
+  EXPECT_EQ(st["attempt"], 0) << st.dump();
+  EXPECT_EQ(st["inPlaceRecoveries"], 1) << st.dump();
+  EXPECT_EQ(st["restarts"], 1) << "a crash counts against backoffLimit";
+  EXPECT_EQ(st["lastFailure"]["rank"], 1);
+  EXPECT_EQ(st["lastFailure"]["exitCode"], 137);
+  EXPECT_EQ(kubelet_->Started(), (std::set<std::string>{"heal-a0-0", "heal-a0-1"}));
+  auto after = server_->GetObject(kPodsId, "default", "heal-a0-0");
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ((*after)["metadata"]["uid"], (*before)["metadata"]["uid"]) << "the survivor stayed";
 }
 
 TEST_F(OperatorTest, ZeroReplicasIsRejectedByTheSchema) {

@@ -106,8 +106,11 @@ TEST_F(ReconcilerTest, FailedCreateIsRetriedWithoutWaitingForTheCache) {
   EXPECT_EQ(pods->at("items").size(), 2u);
 }
 
+// runPolicy.recovery GangRestart: any lost replica restarts the whole gang.
+const Json kGangRestart = {{"spec", {{"runPolicy", {{"recovery", "GangRestart"}}}}}};
+
 TEST_F(ReconcilerTest, RetryableExitRestartsTheWholeGangAndPermanentExitFails) {
-  CreateJob(Job(2));
+  CreateJob(Job(2, kGangRestart));
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   SetPodPhase("mnist-a0-0", "Running");
   SetPodPhase("mnist-a0-1", "Failed", 137);
@@ -132,7 +135,7 @@ TEST_F(ReconcilerTest, RetryableExitRestartsTheWholeGangAndPermanentExitFails) {
 }
 
 TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
-  CreateJob(Job(2));
+  CreateJob(Job(2, kGangRestart));
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   SetPodPhase("mnist-a0-0", "Running");
   SetPodPhase("mnist-a0-1", "Running");
@@ -147,6 +150,48 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
   EXPECT_EQ(Status()["restarts"], 1);
   EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+}
+
+// runPolicy.recovery InPlace (the default): only the deleted pod comes back, under its own name
+// in the same attempt; the survivor keeps running (same UID) and hands its state over.
+TEST_F(ReconcilerTest, APodDeletedBySomeoneIsReplacedAloneInPlace) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  const std::string survivor_uid =
+      client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 0);
+  EXPECT_EQ(Status()["restarts"], 0) << "a deleted pod is not counted against backoffLimit";
+  EXPECT_EQ(Status()["inPlaceRecoveries"], 1);
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  auto replacement = client_.Get(kube::kPods, "default", "mnist-a0-1");
+  ASSERT_TRUE(replacement.ok()) << "the lost rank comes back under its own name";
+  auto survivor = client_.Get(kube::kPods, "default", "mnist-a0-0");
+  ASSERT_TRUE(survivor.ok());
+  EXPECT_EQ(survivor->at("metadata").at("uid"), survivor_uid) << "the survivor was left alone";
+  // The replacement's runner waits for the survivors' state.
+  bool recovery_env = false;
+  for (const auto& e : replacement->at("spec").at("containers").at(0).at("env")) {
+    recovery_env = recovery_env || e.value("name", "") == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS";
+  }
+  EXPECT_TRUE(recovery_env);
+  EXPECT_EQ(replacement->at("spec").value("terminationGracePeriodSeconds", 0), 30);
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Status()["inPlaceRecoveries"], 1);
 }
 
 TEST_F(ReconcilerTest, InvalidSpecFailsOnceWithTheReason) {

@@ -14,12 +14,21 @@ using Kind = Action::Kind;
 const WallTime kT0 = *ParseRfc3339("2026-11-21T10:00:00Z");
 WallTime At(int seconds) { return kT0 + std::chrono::seconds(seconds); }
 
+// Gang-restart semantics unless a test asks for in-place recovery (InPlaceJob).
 api::TrainingJob Job(int replicas = 2) {
   api::TrainingJob j;
   j.metadata.name = "job";
   j.spec.replicas = replicas;
   j.spec.run_policy.backoff_limit = 2;
   j.spec.run_policy.progress_deadline_seconds = 0;
+  j.spec.run_policy.recovery = "GangRestart";
+  return j;
+}
+
+api::TrainingJob InPlaceJob(int replicas) {
+  api::TrainingJob j = Job(replicas);
+  j.spec.run_policy.recovery = "InPlace";
+  j.status.phase = "Running";
   return j;
 }
 
@@ -982,6 +991,135 @@ TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
   ASSERT_EQ(relaxed.status.avoided_nodes.size(), 1u);
   EXPECT_FALSE(relaxed.status.avoided_nodes[0].required);
   EXPECT_EQ(CountEvents(relaxed, "NodeAvoidanceRelaxed"), 1);
+}
+
+// runPolicy.recovery InPlace: only the lost replica goes and comes back (same name, same
+// attempt); the survivors keep running and hand it their state.
+TEST(PlannerInPlace, OnlyTheLostReplicaIsReplacedInTheSameAttempt) {
+  auto job = InPlaceJob(3);
+  auto lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+  Plan p = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), lost, Replica(2, 0, ReplicaPhase::kRunning)},
+      At(5));
+  ASSERT_EQ(p.actions.size(), 1u);
+  EXPECT_EQ(p.actions[0].kind, Kind::kDeleteReplica);
+  EXPECT_EQ(p.actions[0].name, "job-a0-1");
+  EXPECT_EQ(p.status.attempt, 0) << "no new attempt: the survivors stay";
+  EXPECT_EQ(p.status.restarts, 1) << "a crash counts against backoffLimit";
+  EXPECT_EQ(p.status.in_place_recoveries, 1);
+  EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"});
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "InPlaceRecovery");
+  ASSERT_EQ(p.events.size(), 2u);  // the phase change and the recovery
+  bool recovery_event = false;
+  for (const auto& e : p.events) {
+    if (e.reason != "InPlaceRecovery") continue;
+    recovery_event = true;
+    EXPECT_NE(e.message.find("replacing rank 1 alone"), std::string::npos) << e.message;
+  }
+  EXPECT_TRUE(recovery_event);
+
+  // While the lost pod terminates: nothing new is counted, and it is not created yet.
+  job.status = p.status;
+  lost.terminating = true;
+  Plan waiting = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), lost, Replica(2, 0, ReplicaPhase::kRunning)},
+      At(6));
+  EXPECT_EQ(Count(waiting, Kind::kCreateReplica), 0);
+  EXPECT_EQ(waiting.status.restarts, 1);
+  EXPECT_EQ(waiting.status.in_place_recoveries, 1);
+  EXPECT_TRUE(waiting.events.empty());
+
+  // Gone: the same name comes back into the same attempt.
+  Plan back = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(2, 0, ReplicaPhase::kRunning)}, At(7));
+  ASSERT_EQ(Count(back, Kind::kCreateReplica), 1);
+  EXPECT_EQ(back.actions[0].name, "job-a0-1");
+  EXPECT_EQ(back.actions[0].attempt, 0);
+  EXPECT_EQ(back.status.phase, "Restarting");
+
+  job.status = back.status;
+  Plan running =
+      PlanAt(job,
+             {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning),
+              Replica(2, 0, ReplicaPhase::kRunning)},
+             At(9));
+  EXPECT_EQ(running.status.phase, "Running");
+  EXPECT_EQ(running.status.in_place_recoveries, 1);
+  EXPECT_TRUE(running.status.replaced_pods.empty()) << "the replacement runs: that loss is over";
+
+  // The replacement is lost in turn: a new loss, counted again.
+  job.status = running.status;
+  Plan again =
+      PlanAt(job,
+             {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137),
+              Replica(2, 0, ReplicaPhase::kRunning)},
+             At(12));
+  EXPECT_EQ(again.status.in_place_recoveries, 2);
+  EXPECT_EQ(again.status.restarts, 2);
+}
+
+TEST(PlannerInPlace, ADisruptionOrAnAnsweredStopIsNotCounted) {
+  for (int code : {143, 0}) {
+    auto job = InPlaceJob(2);
+    auto lost = Replica(0, 0, ReplicaPhase::kFailed, code, code == 0 ? "Deleted" : "Error");
+    Plan p = PlanAt(job, {lost, Replica(1, 0, ReplicaPhase::kRunning)}, At(1));
+    EXPECT_EQ(p.status.restarts, 0) << code;
+    EXPECT_EQ(p.status.in_place_recoveries, 1) << code;
+    EXPECT_EQ(p.status.attempt, 0);
+  }
+}
+
+TEST(PlannerInPlace, TheGangRestartsWhenNoReplicaSurvivesOrTheImageIsTheUsers) {
+  auto job = InPlaceJob(2);
+  Plan all = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kFailed, 138), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+      At(1));
+  EXPECT_EQ(all.status.attempt, 1) << "no survivor kept the state: from the checkpoint";
+  EXPECT_EQ(all.status.in_place_recoveries, 0);
+  auto user = InPlaceJob(2);
+  user.spec.command = {"python3", "train.py"};
+  Plan own = PlanAt(
+      user, {Replica(0, 0, ReplicaPhase::kFailed, 137), Replica(1, 0, ReplicaPhase::kRunning)},
+      At(1));
+  EXPECT_EQ(own.status.attempt, 1) << "a spec.command image knows no in-place protocol";
+}
+
+TEST(PlannerInPlace, CrashesStillExhaustBackoffLimit) {
+  auto job = InPlaceJob(2);
+  job.status.restarts = 2;  // backoffLimit 2
+  Plan p = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+      At(1));
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "BackoffLimitExceeded");
+}
+
+TEST(PlannerInPlace, ANewAttemptForgetsTheReplacedPods) {
+  auto job = InPlaceJob(2);
+  job.status.replaced_pods = {"job-a0-1"};
+  job.status.in_place_recoveries = 1;
+  Plan p = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kFailed, 138), Replica(1, 0, ReplicaPhase::kFailed, 138)},
+      At(1));
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_TRUE(p.status.replaced_pods.empty());
+  EXPECT_EQ(p.status.in_place_recoveries, 1) << "the count stays";
+}
+
+TEST(PlannerInPlace, AKilledRanksOldLogIsNotTakenForAConsequence) {
+  auto job = InPlaceJob(3);
+  // Its termination message is its log's tail (FallbackToLogsOnError), from a recovery it took
+  // part in earlier.
+  auto killed = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+  killed.message = "W lost a peer in round 0: all-reduce: lost peer rank 2 (connection reset)";
+  killed.finished_at = At(1);
+  EXPECT_FALSE(IsConsequence(killed));
+  Plan p = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), killed, Replica(2, 0, ReplicaPhase::kRunning)},
+      At(2));
+  EXPECT_EQ(p.status.in_place_recoveries, 1) << "replaced at once, not after the root-cause wait";
+  EXPECT_FALSE(p.requeue_after.has_value() && *p.requeue_after > std::chrono::seconds(1));
 }
 
 }  // namespace
