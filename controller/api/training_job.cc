@@ -730,7 +730,10 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
 }
 
 Duration RecoveryTimeoutFor(const JobSpec& spec) {
-  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace") return Duration(0);
+  // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
+  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace" || spec.gpus_per_replica > 0) {
+    return Duration(0);
+  }
   return contract::kRecoveryTimeout;
 }
 

@@ -198,8 +198,8 @@ StatusOr<TrainingJob> ParseJobJson(const std::string& json);
 std::string StatusToJson(const JobStatus& status);
 
 // How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_
-// SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace and the built-in runner,
-// else 0 (the gang restarts).
+// SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace, the built-in runner and
+// CPU replicas, else 0 (the gang restarts).
 Duration RecoveryTimeoutFor(const JobSpec& spec);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }

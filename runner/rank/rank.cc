@@ -233,7 +233,9 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     monitor = StartGpuMonitor(deps.metrics, placement.device);
   }
 #endif
-  const bool may_recover = env.recovery_timeout > Duration::zero() && env.world_size > 1;
+  // The CUDA engine cannot rebind to a new communicator yet: a GPU rank restarts with its gang.
+  const bool may_recover =
+      env.recovery_timeout > Duration::zero() && env.world_size > 1 && !placement.cuda;
   auto make = deps.make_communicator ? deps.make_communicator : MakeCommunicator;
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<comm::Communicator> comm;

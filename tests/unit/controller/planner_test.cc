@@ -1083,6 +1083,12 @@ TEST(PlannerInPlace, TheGangRestartsWhenNoReplicaSurvivesOrTheImageIsTheUsers) {
       user, {Replica(0, 0, ReplicaPhase::kFailed, 137), Replica(1, 0, ReplicaPhase::kRunning)},
       At(1));
   EXPECT_EQ(own.status.attempt, 1) << "a spec.command image knows no in-place protocol";
+  auto gpu = InPlaceJob(2);
+  gpu.spec.gpus_per_replica = 1;
+  Plan cuda = PlanAt(
+      gpu, {Replica(0, 0, ReplicaPhase::kFailed, 137), Replica(1, 0, ReplicaPhase::kRunning)},
+      At(1));
+  EXPECT_EQ(cuda.status.attempt, 1) << "the CUDA engine cannot recover in place yet";
 }
 
 TEST(PlannerInPlace, CrashesStillExhaustBackoffLimit) {
