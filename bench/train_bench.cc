@@ -2,8 +2,11 @@
 // with and without bucketed all-reduce overlapped with backward. Reports samples/s and the
 // fraction of step time spent waiting for all-reduce and for data. Not a test: numbers only.
 //   bench/train_bench [--model mlp|cnn] [--steps N] [--batch B] [--ranks 1,2,4]
-//                     [--bucket-cap BYTES] [--slices on|off]
+//                     [--bucket-cap BYTES] [--slices on|off] [--drain on|off]
+// --drain on runs the SIGTERM handshake's vote every train::kDrainVoteSteps steps, as the runner
+// always does (a drain flag that is never set): its cost is the difference to --drain off.
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -31,8 +34,9 @@ struct Row {
   double unhidden = 0;
 };
 
-Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
+Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base, bool drain_vote) {
   testing::InMemoryStore store;
+  const std::atomic<bool> never{false};
   std::vector<train::TrainResult> results(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -48,6 +52,7 @@ Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
       train::EngineDeps deps;
       deps.comm = comm->get();
       deps.train = &ds;
+      if (drain_vote) deps.drain = &never;
       auto t = rank::Trainer::Create(base, deps);
       auto res = t.ok() ? (*t)->Run() : StatusOr<train::TrainResult>(t.status());
       if (!res.ok()) {
@@ -82,6 +87,7 @@ int main(int argc, char** argv) {
   int batch = 64;
   std::size_t bucket_cap = train::TrainConfig{}.bucket_cap_bytes;
   bool slices = true;
+  bool drain_vote = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--model"))
       model = argv[i + 1];
@@ -95,6 +101,8 @@ int main(int argc, char** argv) {
       slices = std::strcmp(argv[i + 1], "off") != 0;
     else if (!std::strcmp(argv[i], "--bucket-cap"))
       bucket_cap = std::strtoul(argv[i + 1], nullptr, 10);
+    else if (!std::strcmp(argv[i], "--drain"))
+      drain_vote = std::strcmp(argv[i + 1], "off") != 0;
     else if (!std::strcmp(argv[i], "--dataset"))
       dataset = argv[i + 1];
   }
@@ -105,9 +113,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "# model %s, per-rank batch %d, %ld steps per rank, bucket cap %zu bytes, slices %s, %u "
-      "cores\n",
-      model.c_str(), batch, steps, bucket_cap, slices ? "on" : "off",
+      "# model %s, per-rank batch %d, %ld steps per rank, bucket cap %zu bytes, slices %s, drain "
+      "vote %s, %u cores\n",
+      model.c_str(), batch, steps, bucket_cap, slices ? "on" : "off", drain_vote ? "on" : "off",
       std::thread::hardware_concurrency());
   std::printf("%6s %8s %12s %14s %10s %9s %8s\n", "ranks", "overlap", "samples/s", "allreduce_wait",
               "data_wait", "unhidden", "seconds");
@@ -126,7 +134,7 @@ int main(int argc, char** argv) {
       c.overlap = overlap;
       c.bucket_cap_bytes = bucket_cap;
       c.slice_gradients = slices;
-      Row row = Run(*ds, world, c);
+      Row row = Run(*ds, world, c, drain_vote);
       std::printf("%6d %8s %12.0f %13.1f%% %9.1f%% %9.2f %8.2f\n", world, overlap ? "yes" : "no",
                   row.samples_per_second, 100 * row.allreduce_fraction, 100 * row.data_fraction,
                   row.unhidden, row.seconds);
