@@ -84,6 +84,14 @@ class DrainWatchdog {
   std::thread thread_;
 };
 
+// A lost peer (the communication errors, never a stop) is worth a next round.
+bool IsPeerLoss(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
+         s.code() == StatusCode::kAborted;
+}
+
+bool Stopping(const RankDeps& deps) { return deps.stop != nullptr && deps.stop->load(); }
+
 // Runs the trainer; with the process's own drain flag, in a DrainScope under the watchdog.
 StatusOr<train::TrainResult> RunDraining(Trainer& trainer, const RankDeps& deps) {
   if (deps.drain != &DrainFlag()) return trainer.Run();
@@ -260,7 +268,17 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       if (deps.report_failure) deps.report_failure(*round_store, s);
       return s;
     };
-    ASSIGN_OR_RETURN(auto next, make(*round_store, env, placement, deps.advertise_host));
+    auto made = make(*round_store, env, placement, deps.advertise_host);
+    if (!made.ok()) {
+      // A replacement lost while the ring forms: the survivors try the next round.
+      if (failed_round && IsPeerLoss(made.status()) && !Stopping(deps)) {
+        lost = made.status();
+        failed_round = *round;
+        continue;
+      }
+      return failed(made.status());
+    }
+    std::unique_ptr<comm::Communicator> next = std::move(*made);
     spdlog::info("{} communicator ready: rank {}/{} (attempt {}{})", BackendName(placement.backend),
                  env.rank, env.world_size, env.attempt,
                  *round > 0 ? ", recovery round " + std::to_string(*round) : std::string());
@@ -293,12 +311,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       return result;
     }
     const Status& s = result.status();
-    // A lost peer (the communication errors, never a stop) is worth a next round.
-    const bool peer_lost = s.code() == StatusCode::kUnavailable ||
-                           s.code() == StatusCode::kDeadlineExceeded ||
-                           s.code() == StatusCode::kAborted;
-    const bool stopping = deps.stop != nullptr && deps.stop->load();
-    if (!may_recover || !peer_lost || stopping) return failed(s);
+    if (!may_recover || !IsPeerLoss(s) || Stopping(deps)) return failed(s);
     spdlog::warn(
         "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for "
         "its replacement",
