@@ -76,6 +76,10 @@ struct Reconciler::Pass {
   bool any_running = false;
   reconcile::Plan plan;
   Json latest;  // the job as last written (raw until the status is)
+  // Act: the pods of the plan's attempt that exist (released whole if the API refuses one),
+  // and how many this pass created.
+  std::vector<Json> gang;
+  int created = 0;
 };
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
@@ -301,8 +305,7 @@ Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   return Status::Ok();
 }
 
-Status Reconciler::FailedCreate(const Pass& pass, const std::vector<Json>& release,
-                                const Status& error, const std::string& what) {
+Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what) {
   const std::string& key = pass.key;
   const std::string& api_message = error.message();
   spdlog::warn("job {}: create {}: {}", key, what, api_message);
@@ -312,7 +315,7 @@ Status Reconciler::FailedCreate(const Pass& pass, const std::vector<Json>& relea
   }
   // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile.
   reconcile::PlanMemory& memory = pass.memory->plan;
-  for (const auto& pod : release) {
+  for (const auto& pod : pass.gang) {
     reconcile::RecordReplicaDeleted(&memory, MetaString(pod, "name"));
     if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
   }
@@ -515,92 +518,44 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
 }
 
 StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
-  const std::string& key = pass.key;
-  const std::string& ns = pass.ns;
-  const api::TrainingJob& job = pass.job;
   const reconcile::Plan& plan = pass.plan;
-  JobMemory& memory = *pass.memory;
-  int created = 0;
-  bool creates = false;
   // The pods of this attempt that exist: a gang the API refuses to complete releases them.
-  std::vector<Json> gang;
   for (const auto& pod : pass.owned) {
-    if (ObserveReplica(pod).attempt == plan.status.attempt) gang.push_back(pod);
+    if (ObserveReplica(pod).attempt == plan.status.attempt) pass.gang.push_back(pod);
   }
+  bool creates = false;
   for (const auto& a : plan.actions) {
     switch (a.kind) {
-      case Action::Kind::kCreateReplica: {
+      case Action::Kind::kCreateReplica:
         creates = true;
-        if (Status st = EnsureChildren(job, memory); !st.ok()) {
-          if (Transient(st)) return st;
-          return FailedCreate(pass, gang, st, "children");
-        }
-        if (Status st = EnsurePodGroup(job, a.attempt, memory); !st.ok()) {
-          if (Transient(st)) return st;
-          return FailedCreate(pass, gang, st, "PodGroup");
-        }
-        Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
-        expectations_.ExpectCreate(key, a.name);
-        auto r = client_->Create(kube::kPods, ns, pod);
-        if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
-          expectations_.Lower(key, a.name);
-          if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
-          return FailedCreate(pass, gang, r.status(), "pod " + a.name);
-        }
-        if (r.ok()) {
-          gang.push_back(*r);
-          ++created;
-          if (metrics_ != nullptr) metrics_->IncPodsCreated();
-          spdlog::debug("job {}: created pod {} ({})", key, a.name, a.reason);
-        }
+        RETURN_IF_ERROR(CreateReplica(pass, a));
         break;
-      }
       case Action::Kind::kDeleteReplica: {
-        reconcile::RecordReplicaDeleted(&memory.plan, a.name);
+        reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);
         auto it = pass.pod_by_name.find(a.name);
         if (it == pass.pod_by_name.end()) break;
-        spdlog::debug("job {}: deleting pod {} ({})", key, a.name, a.reason);
-        RETURN_IF_ERROR(DeletePod(key, *it->second));
+        spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
+        RETURN_IF_ERROR(DeletePod(pass.key, *it->second));
         break;
       }
       case Action::Kind::kOpenGate: {
-        auto it = pass.pod_by_name.find(a.name);
-        if (it == pass.pod_by_name.end()) break;
+        if (!pass.pod_by_name.contains(a.name)) break;
         auto patched =
-            client_->Patch(kube::kPods, ns, a.name, GangGatePatch(), kube::PatchType::kMerge);
+            client_->Patch(kube::kPods, pass.ns, a.name, GangGatePatch(), kube::PatchType::kMerge);
         if (!patched.ok() && patched.status().code() != StatusCode::kNotFound) {
           return patched.status().WithContext("open the gang gate of pod " + a.name);
         }
-        spdlog::debug("job {}: opened the gang gate of pod {}", key, a.name);
+        spdlog::debug("job {}: opened the gang gate of pod {}", pass.key, a.name);
         break;
       }
-      case Action::Kind::kDeleteJob: {
-        spdlog::info("job {}: deleting ({})", key, a.reason);
-        if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(ns, pass.name, pass.owned));
-        kube::DeleteOptions opts;
-        opts.precondition_uid = MetaString(pass.raw, "uid");
-        Status st = client_->Delete(kube::kTrainingJobs, ns, pass.name, opts);
-        if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + key);
-        ForgetMemory(key);
-        expectations_.Clear(key);
+      case Action::Kind::kDeleteJob:
+        spdlog::info("job {}: deleting ({})", pass.key, a.reason);
+        RETURN_IF_ERROR(DeleteJob(pass));
         return ReconcileResult{};
-      }
     }
   }
-
-  if (!memory.pods_ready_observed && created > 0 && metrics_ != nullptr) {
-    int current = created;
-    for (const auto& r : pass.in.replicas) {
-      current += r.attempt == plan.status.attempt && !r.terminating ? 1 : 0;
-    }
-    if (current >= job.spec.replicas) {
-      memory.pods_ready_observed = true;
-      if (auto t = ParseRfc3339(job.metadata.creation_timestamp)) {
-        metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
-      }
-    }
-  }
-  if (creates) reconcile::RecordGangCreated(&memory.plan);
+  NotePodsReady(pass);
+  if (creates) reconcile::RecordGangCreated(&pass.memory->plan);
 
   ReconcileResult result;
   result.requeue_after = plan.requeue_after;
@@ -608,6 +563,58 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
     result.requeue_after = Earliest(result.requeue_after, options_.progress_interval);
   }
   return result;
+}
+
+Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
+  const api::TrainingJob& job = pass.job;
+  if (Status st = EnsureChildren(job, *pass.memory); !st.ok()) {
+    if (Transient(st)) return st;
+    return FailedCreate(pass, st, "children");
+  }
+  if (Status st = EnsurePodGroup(job, a.attempt, *pass.memory); !st.ok()) {
+    if (Transient(st)) return st;
+    return FailedCreate(pass, st, "PodGroup");
+  }
+  Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
+  expectations_.ExpectCreate(pass.key, a.name);
+  auto r = client_->Create(kube::kPods, pass.ns, pod);
+  if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
+    expectations_.Lower(pass.key, a.name);
+    if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
+    return FailedCreate(pass, r.status(), "pod " + a.name);
+  }
+  if (r.ok()) {
+    pass.gang.push_back(*r);
+    ++pass.created;
+    if (metrics_ != nullptr) metrics_->IncPodsCreated();
+    spdlog::debug("job {}: created pod {} ({})", pass.key, a.name, a.reason);
+  }
+  return Status::Ok();
+}
+
+Status Reconciler::DeleteJob(const Pass& pass) {
+  if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(pass.ns, pass.name, pass.owned));
+  kube::DeleteOptions opts;
+  opts.precondition_uid = MetaString(pass.raw, "uid");
+  Status st = client_->Delete(kube::kTrainingJobs, pass.ns, pass.name, opts);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + pass.key);
+  ForgetMemory(pass.key);
+  expectations_.Clear(pass.key);
+  return Status::Ok();
+}
+
+void Reconciler::NotePodsReady(const Pass& pass) {
+  JobMemory& memory = *pass.memory;
+  if (memory.pods_ready_observed || pass.created == 0 || metrics_ == nullptr) return;
+  int current = pass.created;
+  for (const auto& r : pass.in.replicas) {
+    current += r.attempt == pass.plan.status.attempt && !r.terminating ? 1 : 0;
+  }
+  if (current < pass.job.spec.replicas) return;
+  memory.pods_ready_observed = true;
+  if (auto t = ParseRfc3339(pass.job.metadata.creation_timestamp)) {
+    metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
+  }
 }
 
 }  // namespace ringtrain::op
