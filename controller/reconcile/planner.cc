@@ -771,6 +771,96 @@ std::string ReplicaName(const std::string& job, int attempt, int rank) {
   return job + "-a" + std::to_string(attempt) + "-" + std::to_string(rank);
 }
 
-Plan PlanReconcile(const PlanInput& in) { return Planner(in).Run(); }
+namespace {
+
+// The vanished-replica policy: remembers the replicas of the current attempt (a terminating one
+// refreshes what was seen, since a pod the taint manager deletes carries DisruptionTarget only
+// while it terminates, but is never added: one the executor deletes leaves the memory first),
+// and returns what is observed plus, for each remembered replica that is gone, a retryable
+// failure with reason "Deleted". A replica deleted while no executor remembered it is simply
+// re-created as a missing rank.
+std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memory) {
+  const api::TrainingJob& job = *in.job;
+  const int attempt = job.status.attempt;
+  if (memory->seen_attempt != attempt || api::IsTerminal(job.status.phase) ||
+      job.spec.run_policy.suspend) {
+    memory->seen.clear();
+    memory->seen_attempt = attempt;
+  }
+  std::vector<ObservedReplica> replicas = in.replicas;
+  std::map<std::string, bool> present;
+  for (const auto& r : in.replicas) {
+    present[r.name] = true;
+    if (r.attempt != attempt || r.rank < 0) continue;
+    if (!r.terminating || memory->seen.contains(r.name)) memory->seen[r.name] = r;
+  }
+  for (const auto& [name, last] : memory->seen) {
+    if (present.contains(name)) continue;
+    ObservedReplica gone = last;
+    gone.phase = ReplicaPhase::kFailed;
+    gone.reason = "Deleted";
+    gone.exit_code = last.phase == ReplicaPhase::kFailed ? last.exit_code : 0;
+    gone.message = "pod " + name + " was deleted while the gang ran";
+    gone.terminating = true;  // nothing left to delete
+    replicas.push_back(std::move(gone));
+  }
+  return replicas;
+}
+
+// Without spec.checkpoint.volumeClaim or .volume the checkpoints die with rank 0's pod: say so
+// once, as a Warning event and a condition, rather than let a user find out at a restart.
+void NoteCheckpointStorage(const PlanInput& in, Plan* plan) {
+  auto& conditions = plan->status.conditions;
+  auto it = std::find_if(conditions.begin(), conditions.end(), [](const api::Condition& c) {
+    return c.type == kCheckpointsEphemeralCondition;
+  });
+  if (!in.checkpoints_ephemeral) {
+    if (it != conditions.end()) conditions.erase(it);
+    return;
+  }
+  if (it != conditions.end() || api::IsTerminal(plan->status.phase)) return;
+  const std::string message =
+      "spec.checkpoint has neither volumeClaim nor volume: checkpoints go to an emptyDir that "
+      "dies with the pod, so a gang restart starts from step 0";
+  conditions.push_back({kCheckpointsEphemeralCondition, "True", "NoCheckpointVolume", message,
+                        FormatRfc3339(in.now)});
+  plan->events.push_back({"Warning", "NoCheckpointVolume", message});
+}
+
+// The create-retry gate: after a refused create, the gang is created again only once its
+// backoff has passed, whatever woke this pass; the plan is requeued for then.
+void GateCreates(const PlanInput& in, Plan* plan) {
+  const bool creates = std::any_of(plan->actions.begin(), plan->actions.end(), [](const Action& a) {
+    return a.kind == Action::Kind::kCreateReplica;
+  });
+  const PlanMemory& m = in.memory;
+  if (!creates || m.failed_creates == 0 || in.steady_now >= m.create_retry_at) return;
+  const auto wait = std::chrono::duration_cast<Duration>(m.create_retry_at - in.steady_now);
+  std::erase_if(plan->actions,
+                [](const Action& a) { return a.kind == Action::Kind::kCreateReplica; });
+  if (!plan->requeue_after || wait < *plan->requeue_after) plan->requeue_after = wait;
+}
+
+}  // namespace
+
+Plan PlanReconcile(const PlanInput& in) {
+  PlanMemory memory = in.memory;
+  PlanInput observed = in;
+  observed.replicas = WithVanished(in, &memory);
+  Plan plan = Planner(observed).Run();
+  NoteCheckpointStorage(in, &plan);
+  GateCreates(in, &plan);
+  plan.memory = std::move(memory);
+  return plan;
+}
+
+void RecordReplicaDeleted(PlanMemory* memory, const std::string& name) { memory->seen.erase(name); }
+
+void RecordFailedCreate(PlanMemory* memory, SteadyTime now, const BackoffOptions& backoff) {
+  memory->failed_creates = std::min(memory->failed_creates + 1, 30);
+  memory->create_retry_at = now + BackoffDelay(backoff, memory->failed_creates - 1);
+}
+
+void RecordGangCreated(PlanMemory* memory) { memory->failed_creates = 0; }
 
 }  // namespace ringtrain::reconcile

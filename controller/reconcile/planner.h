@@ -1,13 +1,17 @@
 // PlanReconcile: the pure gang planner shared by the Kubernetes executor and `ringtrain run`.
-// Observed job + replicas + clock in; actions, the new status and events out. No I/O, no
-// clock reads, no randomness: the same input always gives the same plan (level-triggered).
+// Observed job + replicas + the executor's memory + clock in; actions, the new status, events and
+// the next memory out. No I/O, no clock reads, no randomness: the same input always gives the
+// same plan (level-triggered). Every decision is here; an executor observes, writes the status
+// and carries out the actions, and reports what it did to the memory (Record* below).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "controller/api/training_job.h"
 
@@ -70,18 +74,44 @@ struct Event {
   std::string message;
 };
 
+// What an executor keeps of one job between passes, for the planner: its own memory, lost on a
+// restart by design (it only sharpens decisions the observed state alone could also make). The
+// planner returns the next one in Plan::memory; the executor stores it and reports what it did
+// with RecordReplicaDeleted, RecordFailedCreate and RecordGangCreated.
+struct PlanMemory {
+  // Replicas of attempt `seen_attempt` observed before, as last seen, by name. One that vanishes
+  // without the executor's delete was deleted by someone else (a person, a drain, a node
+  // controller): the planner shows it as a retryable failure with reason "Deleted", so the whole
+  // gang restarts instead of just that rank being re-created into a gang that has moved on.
+  int seen_attempt = -1;
+  std::map<std::string, ObservedReplica> seen;
+  // The create-retry gate: creates the API refused in a row, and when the gang may be created
+  // again (whatever woke the pass; watch events of the released replicas would otherwise retry
+  // at once).
+  int failed_creates = 0;
+  SteadyTime create_retry_at{};
+};
+
 struct Plan {
   std::vector<Action> actions;
   api::JobStatus status;
   std::vector<Event> events;
   std::optional<Duration> requeue_after;  // when the plan may change with time alone
+  PlanMemory memory;                      // the executor's memory for the next pass
 };
 
 struct PlanInput {
   const api::TrainingJob* job = nullptr;
+  // What exists now; a replica deleted and gone is simply absent (the planner tells a vanished
+  // one from the memory).
   std::vector<ObservedReplica> replicas;
   std::optional<ObservedProgress> progress;  // nullopt: not asked this time
   WallTime now;
+  SteadyTime steady_now{};  // what the create-retry gate is measured on
+  PlanMemory memory;        // the previous pass's Plan::memory (default: a fresh executor)
+  // The executor keeps the checkpoints where they die with rank 0 (a pod's emptyDir): said
+  // once, as a Warning event and the condition kCheckpointsEphemeralCondition.
+  bool checkpoints_ephemeral = false;
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen
@@ -130,6 +160,9 @@ inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // passed, which restarts the scheduling wait: time in line is the queue's to bound.
 inline constexpr char kQueuedCondition[] = "Queued";
 
+// True while the checkpoints die with rank 0's replica (PlanInput::checkpoints_ephemeral).
+inline constexpr char kCheckpointsEphemeralCondition[] = "CheckpointsEphemeral";
+
 // Bad-node avoidance: a replica that failed for a cause of its node (the pod's reason
 // NodeLost, Evicted or UnexpectedAdmissionError, a DisruptionTarget of the taint manager or the
 // pod GC, or a termination message carrying kNodeFaultMarker, e.g. a GPU the driver lost) puts
@@ -149,5 +182,15 @@ bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt);
 bool IsPermanentWait(const std::string& wait_reason);
 
 Plan PlanReconcile(const PlanInput& in);
+
+// The executor deleted a replica (its own delete, planned or a release): it is no longer
+// expected, so its disappearance is no failure.
+void RecordReplicaDeleted(PlanMemory* memory, const std::string& name);
+// The API refused to create a child of the gang (a replica or what it needs), and the executor
+// released the gang's replicas (each reported with RecordReplicaDeleted). The gang is created
+// again only after BackoffDelay(backoff, n - 1) for the n-th refusal in a row, from `now`.
+void RecordFailedCreate(PlanMemory* memory, SteadyTime now, const BackoffOptions& backoff);
+// Every create of a plan succeeded: the next refusal starts from the first backoff again.
+void RecordGangCreated(PlanMemory* memory);
 
 }  // namespace ringtrain::reconcile

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/backoff.h"
+
 namespace ringtrain::op {
 
 void WorkQueue::AddLocked(const std::string& key) {
@@ -34,9 +36,7 @@ void WorkQueue::AddRateLimited(const std::string& key) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const int n = failures_[key]++;
-    double ms = static_cast<double>(options_.base_delay.count());
-    for (int i = 0; i < n && ms < static_cast<double>(options_.max_delay.count()); ++i) ms *= 2;
-    delay = std::min(options_.max_delay, Duration(static_cast<Duration::rep>(ms)));
+    delay = BackoffDelay({options_.base_delay, options_.max_delay, 2.0}, n);
   }
   AddAfter(key, delay);
 }

@@ -60,28 +60,27 @@ const kube::Resource kPersistentVolumeClaims{"", "v1", "persistentvolumeclaims"}
 const kube::Resource kCoschedulingPodGroups{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
 const kube::Resource kVolcanoPodGroups{"scheduling.volcano.sh", "v1beta1", "podgroups"};
 
-constexpr char kEphemeralCondition[] = "CheckpointsEphemeral";
-
-// Without spec.checkpoint.volumeClaim or .volume the checkpoints die with rank 0's pod: say so
-// once, as a Warning event and a condition, rather than let a user find out at a restart.
-void NoteCheckpointStorage(const api::TrainingJob& job, WallTime now, reconcile::Plan* plan) {
-  auto& conditions = plan->status.conditions;
-  auto it = std::find_if(conditions.begin(), conditions.end(),
-                         [](const api::Condition& c) { return c.type == kEphemeralCondition; });
-  if (!CheckpointsAreEphemeral(job.spec)) {
-    if (it != conditions.end()) conditions.erase(it);
-    return;
-  }
-  if (it != conditions.end() || api::IsTerminal(plan->status.phase)) return;
-  const std::string message =
-      "spec.checkpoint has neither volumeClaim nor volume: checkpoints go to an emptyDir that "
-      "dies with the pod, so a gang restart starts from step 0";
-  conditions.push_back(
-      {kEphemeralCondition, "True", "NoCheckpointVolume", message, FormatRfc3339(now)});
-  plan->events.push_back({"Warning", "NoCheckpointVolume", message});
-}
-
 }  // namespace
+
+// One pass over a job: what Observe read, what the planner made of it, what was written.
+struct Reconciler::Pass {
+  std::string ns;
+  std::string name;
+  std::string key;
+  Json raw;  // the job as the cache has it
+  api::TrainingJob job;
+  std::vector<Json> owned;                         // its pods (this job's uid)
+  std::map<std::string, const Json*> pod_by_name;  // into `owned`
+  JobMemory* memory = nullptr;
+  reconcile::PlanInput in;  // what was observed
+  bool any_running = false;
+  reconcile::Plan plan;
+  Json latest;  // the job as last written (raw until the status is)
+  // Act: the pods of the plan's attempt that exist (released whole if the API refuses one),
+  // and how many this pass created.
+  std::vector<Json> gang;
+  int created = 0;
+};
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
@@ -306,35 +305,33 @@ Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   return Status::Ok();
 }
 
-Status Reconciler::FailedCreate(const std::string& key, const Json& latest,
-                                const api::JobStatus& status, JobMemory& memory,
-                                const std::vector<Json>& release, const Status& error,
-                                const std::string& what) {
+Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what) {
+  const std::string& key = pass.key;
   const std::string& api_message = error.message();
   spdlog::warn("job {}: create {}: {}", key, what, api_message);
   if (events_ != nullptr) {
-    events_->Record(latest, "Warning", reconcile::kFailedCreateReason,
+    events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);
   }
   // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile.
-  for (const auto& pod : release) {
-    memory.seen.erase(MetaString(pod, "name"));
+  reconcile::PlanMemory& memory = pass.memory->plan;
+  for (const auto& pod : pass.gang) {
+    reconcile::RecordReplicaDeleted(&memory, MetaString(pod, "name"));
     if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
   }
-  memory.failed_creates = std::min(memory.failed_creates + 1, 30);
-  Duration delay = options_.create_retry_base;
-  for (int i = 1; i < memory.failed_creates && delay < options_.create_retry_max; ++i) delay *= 2;
-  delay = std::min(delay, options_.create_retry_max);
-  memory.create_retry_at = clock_->SteadyNow() + delay;
+  reconcile::RecordFailedCreate(
+      &memory, clock_->SteadyNow(),
+      BackoffOptions{options_.create_retry_base, options_.create_retry_max, 2.0});
 
+  const api::JobStatus& status = pass.plan.status;
   api::JobStatus next = status;
   reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
                              reconcile::kFailedCreateReason, api_message,
                              FormatRfc3339(clock_->Now()));
   if (next != status) {
-    Json obj = latest;
+    Json obj = pass.latest;
     obj["status"] = Json::parse(api::StatusToJson(next));
-    auto written = client_->UpdateStatus(kube::kTrainingJobs, MetaString(latest, "namespace"), obj);
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
     if (written.ok()) {
       expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
     } else {
@@ -394,234 +391,233 @@ void Reconciler::ExplainPendingClaims(const Json& pod, ObservedReplica* r,
 }
 
 StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
-  const std::string key = JobKey(ns, name);
+  Pass pass;
+  if (auto done = Observe(ns, name, pass)) return *done;
+  PlanPass(pass);
+  if (auto done = WriteStatus(pass)) return *done;
+  return Act(pass);
+}
+
+std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& ns,
+                                                             const std::string& name, Pass& pass) {
+  pass.ns = ns;
+  pass.name = name;
+  pass.key = JobKey(ns, name);
+  const std::string& key = pass.key;
   std::optional<Json> cached = cache_->GetJob(ns, name);
   std::vector<Json> pods = cache_->JobPods(ns, name);
   if (!cached) return HandleGone(ns, name, pods);
-  const Json& raw = *cached;
-  if (Deleting(raw)) return ReconcileResult{};  // the garbage collector takes it from here
+  if (Deleting(*cached)) return ReconcileResult{};  // the garbage collector takes it from here
+  pass.raw = std::move(*cached);
 
-  const std::string uid = MetaString(raw, "uid");
+  const std::string uid = MetaString(pass.raw, "uid");
   // Pods of another job of the same name (deleted and re-created) are strays.
-  std::vector<Json> owned;
   for (auto& pod : pods) {
     if (OwnedBy(pod, uid)) {
-      owned.push_back(std::move(pod));
+      pass.owned.push_back(std::move(pod));
     } else if (!Deleting(pod) && !MetaString(pod, "uid").empty()) {
-      RETURN_IF_ERROR(DeletePod(key, pod));
+      if (Status st = DeletePod(key, pod); !st.ok()) return st;
     }
   }
 
-  auto parsed = api::ParseJobJson(raw.dump());
-  if (!parsed.ok()) return HandleInvalid(raw, owned, parsed.status());
-  const api::TrainingJob& job = *parsed;
+  auto parsed = api::ParseJobJson(pass.raw.dump());
+  if (!parsed.ok()) return HandleInvalid(pass.raw, pass.owned, parsed.status());
+  pass.job = *std::move(parsed);
+  const api::TrainingJob& job = pass.job;
 
   std::vector<ObservedReplica> replicas;
   std::map<std::string, bool> present;
-  std::map<std::string, const Json*> pod_by_name;
-  for (const auto& pod : owned) {
+  for (const auto& pod : pass.owned) {
     replicas.push_back(ObserveReplica(pod));
     present[replicas.back().name] = replicas.back().terminating;
-    pod_by_name[replicas.back().name] = &pod;
+    pass.pod_by_name[replicas.back().name] = &pod;
   }
   if (!expectations_.Satisfied(key, present, job.metadata.resource_version)) {
     return ReconcileResult{options_.expectations_recheck};
   }
   std::map<std::string, std::string> claim_problems;  // one GET per claim and pass
-  for (std::size_t i = 0; i < owned.size(); ++i) {
+  for (std::size_t i = 0; i < pass.owned.size(); ++i) {
     if (replicas[i].wait_reason == "Unschedulable") {
-      ExplainPendingClaims(owned[i], &replicas[i], &claim_problems);
+      ExplainPendingClaims(pass.owned[i], &replicas[i], &claim_problems);
     }
   }
 
   JobMemory& memory = Memory(key);
   if (memory.uid != uid) memory = JobMemory{uid};
-  const int attempt = job.status.attempt;
-  if (memory.seen_attempt != attempt || api::IsTerminal(job.status.phase) ||
-      job.spec.run_policy.suspend) {
-    memory.seen.clear();
-    memory.seen_attempt = attempt;
-  }
-  // A pod of the running gang that vanished without our delete was deleted by someone (a
-  // person, a drain, a node controller). The planner alone would re-create just that rank into
-  // a gang that has moved on; showing it as failed with reason "Deleted" (retryable) makes the
-  // planner restart the whole gang instead. This memory is the controller's own: a pod deleted
-  // while no controller was running is simply re-created as a missing rank.
-  // A terminating one refreshes what we saw (a pod the taint manager deletes carries
-  // DisruptionTarget only while it terminates, and that says its node was lost), but is never
-  // added: one we delete ourselves leaves this memory first.
+  pass.memory = &memory;
   for (const auto& r : replicas) {
-    if (r.attempt != attempt || r.rank < 0) continue;
-    if (!r.terminating || memory.seen.contains(r.name)) memory.seen[r.name] = r;
+    pass.any_running =
+        pass.any_running || (r.attempt == job.status.attempt && r.phase == ReplicaPhase::kRunning);
   }
-  for (const auto& [seen_name, last] : memory.seen) {
-    if (present.count(seen_name)) continue;
-    ObservedReplica gone = last;
-    gone.phase = ReplicaPhase::kFailed;
-    gone.reason = "Deleted";
-    gone.exit_code = last.phase == ReplicaPhase::kFailed ? last.exit_code : 0;
-    gone.message = "pod " + seen_name + " was deleted while the gang ran";
-    gone.terminating = true;  // nothing left to delete
-    replicas.push_back(gone);
-  }
+  pass.in.job = &pass.job;
+  pass.in.steady_now = clock_->SteadyNow();
+  pass.in.progress = ObserveProgress(pass);
+  pass.in.replicas = std::move(replicas);
+  pass.in.now = clock_->Now();
+  pass.in.memory = memory.plan;
+  pass.in.checkpoints_ephemeral = CheckpointsAreEphemeral(job.spec);
+  return std::nullopt;
+}
 
-  // Progress: rank 0's /status, at most every progress_interval.
-  std::optional<reconcile::ObservedProgress> progress;
-  bool any_running = false;
-  for (const auto& r : replicas) {
-    any_running = any_running || (r.attempt == attempt && r.phase == ReplicaPhase::kRunning);
+std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pass& pass) {
+  JobMemory& memory = *pass.memory;
+  auto it = pass.pod_by_name.find(reconcile::ReplicaName(pass.name, pass.job.status.attempt, 0));
+  if (it == pass.pod_by_name.end() ||
+      pass.in.steady_now - memory.last_poll < options_.progress_interval) {
+    return std::nullopt;
   }
-  const auto steady_now = clock_->SteadyNow();
-  if (auto it = pod_by_name.find(reconcile::ReplicaName(name, attempt, 0));
-      it != pod_by_name.end() && steady_now - memory.last_poll >= options_.progress_interval) {
-    const Json& pod = *it->second;
-    const Json status = pod.value("status", Json::object());
-    const std::string ip = status.value("podIP", "");
-    if (status.value("phase", "") == "Running" && !ip.empty() && !Deleting(pod)) {
-      memory.last_poll = steady_now;
-      progress = fetch_(ip, MetricsPort(pod), options_.progress_timeout);
-      if (progress && !progress->reachable) {
-        spdlog::debug("job {}: rank 0's /status: {}", key, progress->error);
-      }
-    }
+  const Json& pod = *it->second;
+  const Json status = pod.value("status", Json::object());
+  const std::string ip = status.value("podIP", "");
+  if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod)) return std::nullopt;
+  memory.last_poll = pass.in.steady_now;
+  std::optional<reconcile::ObservedProgress> progress =
+      fetch_(ip, MetricsPort(pod), options_.progress_timeout);
+  if (progress && !progress->reachable) {
+    spdlog::debug("job {}: rank 0's /status: {}", pass.key, progress->error);
   }
+  return progress;
+}
 
-  reconcile::PlanInput in;
-  in.job = &job;
-  in.replicas = std::move(replicas);
-  in.progress = progress;
-  in.now = clock_->Now();
-  reconcile::Plan plan = reconcile::PlanReconcile(in);
-  NoteCheckpointStorage(job, in.now, &plan);
+void Reconciler::PlanPass(Pass& pass) {
+  pass.plan = reconcile::PlanReconcile(pass.in);
+  pass.memory->plan = pass.plan.memory;
+}
 
-  // A refused gang is created again only after its backoff, whatever woke this pass.
-  bool creates = false;
-  for (const auto& a : plan.actions) creates = creates || a.kind == Action::Kind::kCreateReplica;
-  std::optional<Duration> create_wait;
-  if (creates && memory.failed_creates > 0 && steady_now < memory.create_retry_at) {
-    create_wait = std::chrono::duration_cast<Duration>(memory.create_retry_at - steady_now);
-    std::erase_if(plan.actions,
-                  [](const Action& a) { return a.kind == Action::Kind::kCreateReplica; });
-  }
-
+std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
   // Status first: a gang restart is on record (attempt+1, restarts) before any pod is deleted,
   // so a crash between the two never loses the failure that caused it.
-  Json latest = raw;
-  if (plan.status != job.status) {
-    Json obj = raw;
-    obj["status"] = Json::parse(api::StatusToJson(plan.status));
-    auto written = client_->UpdateStatus(kube::kTrainingJobs, ns, obj);
+  const api::JobStatus& before = pass.job.status;
+  const api::JobStatus& after = pass.plan.status;
+  pass.latest = pass.raw;
+  if (after != before) {
+    Json obj = pass.raw;
+    obj["status"] = Json::parse(api::StatusToJson(after));
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
     if (!written.ok()) {
       if (written.status().code() == StatusCode::kNotFound) return ReconcileResult{};
-      return written.status().WithContext("update status of " + key);
+      return written.status().WithContext("update status of " + pass.key);
     }
-    expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
-    latest = *written;
-    if (plan.status.phase != job.status.phase) {
-      spdlog::info("job {}: {} -> {} (attempt {}, restarts {})", key, job.status.phase,
-                   plan.status.phase, plan.status.attempt, plan.status.restarts);
+    expectations_.ExpectJobVersion(pass.key, MetaString(*written, "resourceVersion"));
+    pass.latest = *written;
+    if (after.phase != before.phase) {
+      spdlog::info("job {}: {} -> {} (attempt {}, restarts {})", pass.key, before.phase,
+                   after.phase, after.attempt, after.restarts);
     }
   }
   if (metrics_ != nullptr) {
-    metrics_->SetJobPhase(key, plan.status.phase);
-    if (plan.status.attempt > job.status.attempt && plan.status.phase == "Restarting") {
+    metrics_->SetJobPhase(pass.key, after.phase);
+    if (after.attempt > before.attempt && after.phase == "Restarting") {
       metrics_->IncGangRestarts();
     }
-    if (plan.status.in_place_recoveries > job.status.in_place_recoveries) {
+    if (after.in_place_recoveries > before.in_place_recoveries) {
       metrics_->IncInPlaceRecoveries();
     }
   }
-  for (const auto& e : plan.events) {
-    if (events_ != nullptr) events_->Record(raw, e.type, e.reason, e.message);
+  for (const auto& e : pass.plan.events) {
+    if (events_ != nullptr) events_->Record(pass.raw, e.type, e.reason, e.message);
   }
+  return std::nullopt;
+}
 
-  int created = 0;
+StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
+  const reconcile::Plan& plan = pass.plan;
   // The pods of this attempt that exist: a gang the API refuses to complete releases them.
-  std::vector<Json> gang;
-  for (const auto& pod : owned) {
-    if (ObserveReplica(pod).attempt == plan.status.attempt) gang.push_back(pod);
+  for (const auto& pod : pass.owned) {
+    if (ObserveReplica(pod).attempt == plan.status.attempt) pass.gang.push_back(pod);
   }
+  bool creates = false;
   for (const auto& a : plan.actions) {
     switch (a.kind) {
-      case Action::Kind::kCreateReplica: {
-        if (Status st = EnsureChildren(job, memory); !st.ok()) {
-          if (Transient(st)) return st;
-          return FailedCreate(key, latest, plan.status, memory, gang, st, "children");
-        }
-        if (Status st = EnsurePodGroup(job, a.attempt, memory); !st.ok()) {
-          if (Transient(st)) return st;
-          return FailedCreate(key, latest, plan.status, memory, gang, st, "PodGroup");
-        }
-        Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
-        expectations_.ExpectCreate(key, a.name);
-        auto r = client_->Create(kube::kPods, ns, pod);
-        if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
-          expectations_.Lower(key, a.name);
-          if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
-          return FailedCreate(key, latest, plan.status, memory, gang, r.status(), "pod " + a.name);
-        }
-        if (r.ok()) {
-          gang.push_back(*r);
-          ++created;
-          if (metrics_ != nullptr) metrics_->IncPodsCreated();
-          spdlog::debug("job {}: created pod {} ({})", key, a.name, a.reason);
-        }
+      case Action::Kind::kCreateReplica:
+        creates = true;
+        RETURN_IF_ERROR(CreateReplica(pass, a));
         break;
-      }
       case Action::Kind::kDeleteReplica: {
-        memory.seen.erase(a.name);
-        auto it = pod_by_name.find(a.name);
-        if (it == pod_by_name.end()) break;
-        spdlog::debug("job {}: deleting pod {} ({})", key, a.name, a.reason);
-        RETURN_IF_ERROR(DeletePod(key, *it->second));
+        reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);
+        auto it = pass.pod_by_name.find(a.name);
+        if (it == pass.pod_by_name.end()) break;
+        spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
+        RETURN_IF_ERROR(DeletePod(pass.key, *it->second));
         break;
       }
       case Action::Kind::kOpenGate: {
-        auto it = pod_by_name.find(a.name);
-        if (it == pod_by_name.end()) break;
+        if (!pass.pod_by_name.contains(a.name)) break;
         auto patched =
-            client_->Patch(kube::kPods, ns, a.name, GangGatePatch(), kube::PatchType::kMerge);
+            client_->Patch(kube::kPods, pass.ns, a.name, GangGatePatch(), kube::PatchType::kMerge);
         if (!patched.ok() && patched.status().code() != StatusCode::kNotFound) {
           return patched.status().WithContext("open the gang gate of pod " + a.name);
         }
-        spdlog::debug("job {}: opened the gang gate of pod {}", key, a.name);
+        spdlog::debug("job {}: opened the gang gate of pod {}", pass.key, a.name);
         break;
       }
-      case Action::Kind::kDeleteJob: {
-        spdlog::info("job {}: deleting ({})", key, a.reason);
-        if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(ns, name, owned));
-        kube::DeleteOptions opts;
-        opts.precondition_uid = uid;
-        Status st = client_->Delete(kube::kTrainingJobs, ns, name, opts);
-        if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + key);
-        ForgetMemory(key);
-        expectations_.Clear(key);
+      case Action::Kind::kDeleteJob:
+        spdlog::info("job {}: deleting ({})", pass.key, a.reason);
+        RETURN_IF_ERROR(DeleteJob(pass));
         return ReconcileResult{};
-      }
     }
   }
-
-  if (!memory.pods_ready_observed && created > 0 && metrics_ != nullptr) {
-    int current = created;
-    for (const auto& r : in.replicas) {
-      current += r.attempt == plan.status.attempt && !r.terminating ? 1 : 0;
-    }
-    if (current >= job.spec.replicas) {
-      memory.pods_ready_observed = true;
-      if (auto t = ParseRfc3339(job.metadata.creation_timestamp)) {
-        metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
-      }
-    }
-  }
-
-  if (creates && !create_wait) memory.failed_creates = 0;
+  NotePodsReady(pass);
+  if (creates) reconcile::RecordGangCreated(&pass.memory->plan);
 
   ReconcileResult result;
-  result.requeue_after = Earliest(plan.requeue_after, create_wait);
-  if (any_running && !api::IsTerminal(plan.status.phase)) {
+  result.requeue_after = plan.requeue_after;
+  if (pass.any_running && !api::IsTerminal(plan.status.phase)) {
     result.requeue_after = Earliest(result.requeue_after, options_.progress_interval);
   }
   return result;
+}
+
+Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
+  const api::TrainingJob& job = pass.job;
+  if (Status st = EnsureChildren(job, *pass.memory); !st.ok()) {
+    if (Transient(st)) return st;
+    return FailedCreate(pass, st, "children");
+  }
+  if (Status st = EnsurePodGroup(job, a.attempt, *pass.memory); !st.ok()) {
+    if (Transient(st)) return st;
+    return FailedCreate(pass, st, "PodGroup");
+  }
+  Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
+  expectations_.ExpectCreate(pass.key, a.name);
+  auto r = client_->Create(kube::kPods, pass.ns, pod);
+  if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
+    expectations_.Lower(pass.key, a.name);
+    if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
+    return FailedCreate(pass, r.status(), "pod " + a.name);
+  }
+  if (r.ok()) {
+    pass.gang.push_back(*r);
+    ++pass.created;
+    if (metrics_ != nullptr) metrics_->IncPodsCreated();
+    spdlog::debug("job {}: created pod {} ({})", pass.key, a.name, a.reason);
+  }
+  return Status::Ok();
+}
+
+Status Reconciler::DeleteJob(const Pass& pass) {
+  if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(pass.ns, pass.name, pass.owned));
+  kube::DeleteOptions opts;
+  opts.precondition_uid = MetaString(pass.raw, "uid");
+  Status st = client_->Delete(kube::kTrainingJobs, pass.ns, pass.name, opts);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + pass.key);
+  ForgetMemory(pass.key);
+  expectations_.Clear(pass.key);
+  return Status::Ok();
+}
+
+void Reconciler::NotePodsReady(const Pass& pass) {
+  JobMemory& memory = *pass.memory;
+  if (memory.pods_ready_observed || pass.created == 0 || metrics_ == nullptr) return;
+  int current = pass.created;
+  for (const auto& r : pass.in.replicas) {
+    current += r.attempt == pass.plan.status.attempt && !r.terminating ? 1 : 0;
+  }
+  if (current < pass.job.spec.replicas) return;
+  memory.pods_ready_observed = true;
+  if (auto t = ParseRfc3339(pass.job.metadata.creation_timestamp)) {
+    metrics_->ObservePodsReady(std::chrono::duration<double>(clock_->Now() - *t).count());
+  }
 }
 
 }  // namespace ringtrain::op

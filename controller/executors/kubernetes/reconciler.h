@@ -1,8 +1,8 @@
-// The Kubernetes executor of the shared planner: reads a TrainingJob and its pods from the
-// informer cache, plans with reconcile::PlanReconcile, writes the status (only when it changed)
-// and then carries out the plan with pods, a headless Service, a token Secret and the
-// checkpoint PVC. Owns the
-// expectations and the small per-job memory; must not watch or list anything itself.
+// The Kubernetes executor of the shared planner, in four phases per pass: observe (a TrainingJob
+// and its pods from the informer cache, its claims, rank 0's /status), plan
+// (reconcile::PlanReconcile decides everything), write the status (only when it changed), act
+// (carry out the plan with pods, a headless Service, a token Secret and the checkpoint PVC). Owns
+// the expectations and the small per-job memory; must not watch or list anything itself.
 #pragma once
 
 #include <functional>
@@ -50,9 +50,9 @@ struct ReconcilerOptions {
   // does the same a moment later.
   bool delete_children = true;
   // After the API refused a child (quota, PodSecurity, invalid), the gang is released and
-  // created again whole after this delay, doubling up to create_retry_max; a gang created
-  // whole resets it. Kept here, not only in the work queue: watch events of the released pods
-  // would otherwise retry at once.
+  // created again whole after this delay, doubling up to create_retry_max (common/backoff.h's
+  // BackoffDelay, gated by the planner); a gang created whole resets it. Kept here, not only in
+  // the work queue: watch events of the released pods would otherwise retry at once.
   Duration create_retry_base{1000};
   Duration create_retry_max{60'000};
 };
@@ -80,16 +80,29 @@ class Reconciler {
   struct JobMemory {
     std::string uid;
     bool children_ready = false;
-    int seen_attempt = -1;
-    // Pods of the current attempt seen in the cache: one that vanishes without our delete was
-    // deleted by someone else, which restarts the gang (see Reconcile).
-    std::map<std::string, reconcile::ObservedReplica> seen;
+    reconcile::PlanMemory plan;  // the planner's (vanished pods, the create-retry gate)
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
-    int failed_creates = 0;      // in a row
-    SteadyTime create_retry_at{};
   };
+  // One pass over a job, phase by phase (defined in reconciler.cc).
+  struct Pass;
+
+  // The phases of Reconcile: observe the job, its pods and claims into the planner's input;
+  // plan (reconcile::PlanReconcile, nothing decided here); write the status; act on the plan.
+  // Observe and WriteStatus return a result when the pass ends there.
+  std::optional<StatusOr<ReconcileResult>> Observe(const std::string& ns, const std::string& name,
+                                                   Pass& pass);
+  void PlanPass(Pass& pass);
+  std::optional<StatusOr<ReconcileResult>> WriteStatus(Pass& pass);
+  StatusOr<ReconcileResult> Act(Pass& pass);
+  // Act's steps: one replica's pod (and what it needs first), the job itself (ttl), and the
+  // pods-ready metric once the whole gang exists.
+  Status CreateReplica(Pass& pass, const reconcile::Action& a);
+  Status DeleteJob(const Pass& pass);
+  void NotePodsReady(const Pass& pass);
+  // Rank 0's /status, at most every progress_interval, while it runs.
+  std::optional<reconcile::ObservedProgress> ObserveProgress(const Pass& pass);
 
   StatusOr<ReconcileResult> HandleGone(const std::string& ns, const std::string& name,
                                        const std::vector<Json>& pods);
@@ -108,11 +121,9 @@ class Reconciler {
   Status EnsureCheckpointClaim(const api::TrainingJob& job);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
-  // ReplicaFailure condition), release the partial gang and schedule the retry. Returns the
-  // error, so the work queue backs off too.
-  Status FailedCreate(const std::string& key, const Json& latest, const api::JobStatus& status,
-                      JobMemory& memory, const std::vector<Json>& release, const Status& error,
-                      const std::string& what);
+  // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to
+  // the planner's create-retry gate. Returns the error, so the work queue backs off too.
+  Status FailedCreate(const Pass& pass, const Status& error, const std::string& what);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
   Status DeletePod(const std::string& key, const Json& pod);

@@ -142,6 +142,9 @@ class LocalRun {
   const EnvMap host_env_ = HostEnvironment();
   const std::string host_name_ = HostName();
   api::TrainingJob state_;
+  // The planner's memory between passes (the same decisions as for pods: a process is only
+  // ever gone after the planner's delete, so its vanished-replica policy never fires here).
+  reconcile::PlanMemory memory_;
   std::map<std::string, Process> procs_;
   std::map<int, int> master_port_;      // per attempt
   std::map<std::string, int> spawned_;  // processes started under each name (in-place replacements)
@@ -341,7 +344,10 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     in.progress = PollProgress();  // this pass's read only: the planner judges each read once
     in.replicas = Observe();
     in.now = options_.clock->Now();
+    in.steady_now = options_.clock->SteadyNow();
+    in.memory = memory_;
     reconcile::Plan plan = reconcile::PlanReconcile(in);
+    memory_ = plan.memory;
     if (plan.status.attempt != state_.status.attempt) progress_.reset();
     state_.status = plan.status;
     for (const auto& e : plan.events) {
@@ -366,6 +372,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
           RETURN_IF_ERROR(Spawn(a.rank, a.attempt));
           break;
         case reconcile::Action::Kind::kDeleteReplica:
+          reconcile::RecordReplicaDeleted(&memory_, a.name);
           if (auto it = procs_.find(a.name); it != procs_.end()) {
             // A finished process is simply forgotten, as a deleted pod that had ended.
             if (it->second.exited) {

@@ -5,6 +5,7 @@
 #include "common/runner_contract.h"
 #include "common/time_format.h"
 #include "controller/reconcile/planner.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace ringtrain::reconcile {
 namespace {
@@ -1126,6 +1127,143 @@ TEST(PlannerInPlace, AKilledRanksOldLogIsNotTakenForAConsequence) {
       At(2));
   EXPECT_EQ(p.status.in_place_recoveries, 1) << "replaced at once, not after the root-cause wait";
   EXPECT_FALSE(p.requeue_after.has_value() && *p.requeue_after > std::chrono::seconds(1));
+}
+
+// The vanished-replica policy (moved from the Kubernetes executor): a replica of the running gang
+// that the executor remembers and that is gone without its delete was deleted by someone else,
+// a retryable failure with reason Deleted that restarts the whole gang.
+Plan PlanWith(const api::TrainingJob& job, std::vector<ObservedReplica> replicas, WallTime now,
+              const PlanMemory& memory, SteadyTime steady_now = {}) {
+  PlanInput in;
+  in.job = &job;
+  in.replicas = std::move(replicas);
+  in.now = now;
+  in.steady_now = steady_now;
+  in.memory = memory;
+  return PlanReconcile(in);
+}
+
+api::TrainingJob RunningJob(int replicas) {
+  auto job = Job(replicas);
+  job.status.phase = "Running";
+  job.status.start_time = "2026-11-21T10:00:00Z";
+  return job;
+}
+
+TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
+  const auto job = RunningJob(2);
+  const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  Plan seen = PlanWith(job, both, At(5), PlanMemory{});
+  EXPECT_TRUE(seen.actions.empty());
+  ASSERT_EQ(seen.memory.seen.size(), 2u);
+  EXPECT_EQ(seen.memory.seen_attempt, 0);
+
+  Plan p = PlanWith(job, {both[0]}, At(10), seen.memory);
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.restarts, 1);
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->reason, "Deleted");
+  EXPECT_EQ(p.status.last_failure->exit_code, 0);
+  EXPECT_EQ(p.status.last_failure->message, "pod job-a0-1 was deleted while the gang ran");
+  // The survivor goes; the vanished one has nothing left to delete; no rank is re-created into
+  // the old gang.
+  ASSERT_EQ(Count(p, Kind::kDeleteReplica), 1);
+  EXPECT_EQ(p.actions[0].name, both[0].name);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+}
+
+TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing) {
+  const auto job = RunningJob(2);
+  const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  // A fresh executor (a controller restart) knows nothing: the missing rank is re-created.
+  Plan fresh = PlanWith(job, {both[0]}, At(10), PlanMemory{});
+  EXPECT_EQ(fresh.status.restarts, 0);
+  EXPECT_FALSE(fresh.status.last_failure.has_value());
+  ASSERT_EQ(Count(fresh, Kind::kCreateReplica), 1);
+  EXPECT_EQ(fresh.actions[0].rank, 1);
+  // The executor's own delete is no failure either.
+  PlanMemory memory = PlanWith(job, both, At(5), PlanMemory{}).memory;
+  RecordReplicaDeleted(&memory, both[1].name);
+  Plan own = PlanWith(job, {both[0]}, At(10), memory);
+  EXPECT_EQ(own.status.restarts, 0);
+  EXPECT_FALSE(own.status.last_failure.has_value());
+  EXPECT_EQ(Count(own, Kind::kCreateReplica), 1);
+  // A replica seen only while terminating (deleted by us or anyone) is never added.
+  auto terminating = both[1];
+  terminating.terminating = true;
+  Plan t = PlanWith(job, {both[0], terminating}, At(5), PlanMemory{});
+  EXPECT_EQ(t.memory.seen.count(both[1].name), 0u);
+  // A new attempt forgets the old gang.
+  auto next = job;
+  next.status.attempt = 1;
+  Plan n = PlanWith(next, {}, At(20), memory);
+  EXPECT_TRUE(n.memory.seen.empty());
+  EXPECT_EQ(n.memory.seen_attempt, 1);
+  EXPECT_FALSE(n.status.last_failure.has_value());
+}
+
+// The create-retry gate (moved from the Kubernetes executor): after a refused create the gang is
+// created again only once common/backoff.h's delay has passed on the injected clock.
+TEST(Planner, CreateRetryIsGatedByTheBackoffAndRetriedAfterIt) {
+  ringtrain::testing::FakeClock clock;
+  const BackoffOptions backoff{Duration{1000}, Duration{60'000}, 2.0};
+  const auto job = Job(2);
+  PlanMemory memory;
+  Plan first = PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow());
+  ASSERT_EQ(Count(first, Kind::kCreateReplica), 2);
+  memory = first.memory;
+  RecordFailedCreate(&memory, clock.SteadyNow(), backoff);  // the API refused a pod
+
+  Plan gated = PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow());
+  EXPECT_EQ(Count(gated, Kind::kCreateReplica), 0);
+  ASSERT_TRUE(gated.requeue_after.has_value());
+  EXPECT_EQ(*gated.requeue_after, Duration{1000});
+  EXPECT_EQ(gated.status.phase, "Pending") << "the rest of the plan stands";
+
+  clock.Advance(Duration{999});
+  Plan still = PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow());
+  EXPECT_EQ(Count(still, Kind::kCreateReplica), 0);
+  EXPECT_EQ(still.requeue_after, Duration{1});
+
+  clock.Advance(Duration{1});
+  Plan retried = PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow());
+  EXPECT_EQ(Count(retried, Kind::kCreateReplica), 2);
+  EXPECT_EQ(retried.memory.failed_creates, 1) << "reset only once the creates succeed";
+
+  // A second refusal in a row waits the doubled delay; a gang created whole resets it.
+  RecordFailedCreate(&memory, clock.SteadyNow(), backoff);
+  EXPECT_EQ(memory.failed_creates, 2);
+  Plan twice = PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow());
+  EXPECT_EQ(Count(twice, Kind::kCreateReplica), 0);
+  EXPECT_EQ(twice.requeue_after, BackoffDelay(backoff, 1));
+  EXPECT_EQ(twice.requeue_after, Duration{2000});
+  clock.Advance(Duration{2000});
+  EXPECT_EQ(Count(PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow()), Kind::kCreateReplica),
+            2);
+  RecordGangCreated(&memory);
+  EXPECT_EQ(memory.failed_creates, 0);
+  RecordFailedCreate(&memory, clock.SteadyNow(), backoff);
+  EXPECT_EQ(PlanWith(job, {}, clock.Now(), memory, clock.SteadyNow()).requeue_after,
+            Duration{1000});
+}
+
+// A plan with no create is never delayed by the gate: deletes and status go on meanwhile.
+TEST(Planner, CreateRetryGateHoldsBackOnlyCreates) {
+  ringtrain::testing::FakeClock clock;
+  auto job = Job(2);
+  job.spec.run_policy.suspend = true;
+  job.status.phase = "Running";
+  PlanMemory memory;
+  RecordFailedCreate(&memory, clock.SteadyNow(), {Duration{1000}, Duration{60'000}, 2.0});
+  Plan p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, clock.Now(), memory,
+                    clock.SteadyNow());
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 1);
+  EXPECT_EQ(p.status.phase, "Suspended");
+  EXPECT_FALSE(p.requeue_after.has_value());
 }
 
 }  // namespace
