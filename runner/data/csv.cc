@@ -14,15 +14,16 @@
 namespace ringtrain::data {
 namespace {
 
-// The text of a whole file, refused before reading when a gzip file cannot be honest about its
-// size, and while reading as soon as it passes kMaxCsvBytes.
-StatusOr<std::string> ReadText(const std::string& path) {
+// The text of a whole file, refused as soon as it passes `max_bytes` (at most kMaxCsvBytes):
+// memory grows only as bytes arrive, so a gzip bomb costs at most the cap.
+StatusOr<std::string> ReadText(const std::string& path, std::uint64_t max_bytes) {
   ASSIGN_OR_RETURN(DataFile file, DataFile::Open(path));
+  const std::uint64_t cap = std::min(max_bytes, kMaxCsvBytes);
   std::string text;
-  ASSIGN_OR_RETURN(std::size_t got, file.ReadUpTo(kMaxCsvBytes + 1, text));
-  if (got > kMaxCsvBytes) {
-    return InvalidArgument(path + ": larger than " + std::to_string(kMaxCsvBytes) +
-                           " bytes, the most a CSV dataset may hold in memory");
+  ASSIGN_OR_RETURN(std::size_t got, file.ReadUpTo(static_cast<std::size_t>(cap) + 1, text));
+  if (got > cap) {
+    return InvalidArgument(path + ": more than " + std::to_string(cap) +
+                           " bytes (decompressed), the most a CSV dataset may hold in memory");
   }
   return text;
 }
@@ -156,7 +157,7 @@ struct Parsed {
 StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   Parsed p;
   p.path = path;
-  ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  ASSIGN_OR_RETURN(std::string text, ReadText(path, o.max_bytes));
   p.text = std::make_unique<std::string>(std::move(text));
   const char delim = PickDelimiter(*p.text, o.delimiter);
   if (delim != ',' && delim != ';' && delim != '\t' && delim != ' ') {

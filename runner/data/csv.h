@@ -40,6 +40,8 @@ struct CsvOptions {
   Task task;
   // Standardise every feature with the training split's mean and standard deviation.
   bool standardize = true;
+  // The most bytes a file may yield once decompressed (a gzip bomb stops here).
+  std::uint64_t max_bytes = kMaxCsvBytes;
 };
 
 // Where a split's samples are: one file with the label column, or a features file whose every

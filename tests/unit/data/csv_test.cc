@@ -182,6 +182,16 @@ TEST_F(CsvTest, WhitespaceDelimitedFeaturesWithATargetsFile) {
   EXPECT_NE(Error(ReadCsv({x, y}, o)).find("2 label columns"), std::string::npos);
 }
 
+TEST_F(CsvTest, AGzipBombStopsAtTheByteCap) {
+  // 1 MiB of digits compresses to about 1 KiB; the reader stops one byte past the cap.
+  const auto bomb = WriteGz("bomb.csv.gz", std::string(1 << 20, '1'));
+  CsvOptions o;
+  o.max_bytes = 4096;
+  auto t = ReadCsv({bomb, ""}, o);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(t).find(bomb + ": more than 4096 bytes"), std::string::npos) << Error(t);
+}
+
 TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {
   const auto path = Write("q.csv", "\"a,1\",\"y\"\n\"1\",\"0\"\n");
   CsvOptions o;
