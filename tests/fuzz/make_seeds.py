@@ -107,6 +107,75 @@ def idx():
     write("idx", "trailing-bytes", idx_input(0, images + b"\x00", labels))
 
 
+
+def csv_input(flags, opts, first, second):
+    first, second = first.encode(), second.encode()
+    return bytes([flags, opts]) + struct.pack(">H", len(first)) + first + second
+
+
+def csv():
+    # opts: bits 0-1 header mode (auto, none, header, counts), 2-4 delimiter (auto , ; tab ' '),
+    # 5-7 label column (index - 3, or 7: the column named "y"); label -1 is 2 << 5.
+    last = 2 << 5
+    train = "1,2,0\n3,4,1\n5,6,2\n"
+    write("csv", "split-flags0", csv_input(0, last, train, "7,8,1\n"))
+    write("csv", "split-gzip-standardise", csv_input(1 | 2 | 16, last, train, "7,8,1\n"))
+    write("csv", "header-by-name", csv_input(0, 7 << 5, "a,y,b\n1,0,2\n3,1,4\n", "a,y,b\n5,1,6\n"))
+    write("csv", "counts-iris", csv_input(0, last, "3,2,setosa,versicolor,virginica\n1,2,0\n"
+                                          "3,4,2\n5,6,1\n", "1,2,1\n"))
+    write("csv", "counts-boston", csv_input(8, 7 << 5, '2,1,,\n"A","y"\n1,24\n3,21.6\n',
+                                            '"A","y"\n2,22\n'))
+    write("csv", "whitespace-targets", csv_input(4 | 8, 4 << 2, "59 2 32.1\n48  1\t21.6\n",
+                                                 "Weight Waist\n191 36\n189 37\n"))
+    write("csv", "label-first-semicolon", csv_input(0, (2 << 2) | (3 << 5), "0;1.5;2\n1;3;4\n",
+                                                    "1;5;6\n"))
+    write("csv", "quoted-tab", csv_input(0, (3 << 2) | last, '"a\tb"\t"y"\n1\t0\n', "2\t0\n"))
+    write("csv", "non-numeric", csv_input(0, last, "1,x,0\n", "1,2,0\n"))
+    write("csv", "ragged", csv_input(0, last, "1,2,0\n1,0\n", "1,2,0\n"))
+    write("csv", "not-integer-label", csv_input(0, last, "1,2,0.5\n", "1,2,0\n"))
+    write("csv", "counts-mismatch", csv_input(0, 3 | last, "9,2,a,b\n1,2,0\n", "1,2,0\n"))
+    write("csv", "nan-and-exponent", csv_input(8, last, "nan,1e39,1\n-0,+1e-3,2\n", "1,2,3\n"))
+    write("csv", "crlf-blank-lines", csv_input(0, last, "1,2,0\r\n\r\n3,4,1\r\n", ""))
+    write("csv", "empty", csv_input(0, 0, "", ""))
+
+
+def npy_file(descr, shape, payload, version=1, fortran="False"):
+    d = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, shape)
+    pre = 10 if version == 1 else 12
+    d += " " * ((64 - (pre + len(d) + 1) % 64) % 64) + "\n"
+    length = struct.pack("<H", len(d)) if version == 1 else struct.pack("<I", len(d))
+    return b"\x93NUMPY" + bytes([version, 0]) + length + d.encode() + payload
+
+
+def npy_input(flags, x, y):
+    return bytes([flags]) + struct.pack(">H", len(x)) + x + y
+
+
+def npy():
+    y = npy_file("<i8", "(2,)", struct.pack("<2q", 0, 2))
+    x8 = npy_file("|u1", "(2, 2, 3)", bytes(range(0, 240, 20)))
+    for flags in range(4):
+        write("npy", f"uint8-flags{flags}", npy_input(flags, x8, y))
+    xf = npy_file("<f4", "(2, 2)", struct.pack("<4f", 1, 2, 3, 4), version=2)
+    write("npy", "float32-v2-standardise", npy_input(8, xf, y))
+    write("npy", "float64-v3-regression",
+          npy_input(4, npy_file("<f8", "(2,)", struct.pack("<2d", 1, 2), version=3),
+                    npy_file("<f4", "(2, 2)", struct.pack("<4f", 0.5, 1, 2, 3))))
+    write("npy", "int32-labels", npy_input(16, xf, npy_file("<i4", "(2, 1)", struct.pack("<2i", 9, 1))))
+    write("npy", "fortran", npy_input(0, npy_file("<f4", "(2, 2)", struct.pack("<4f", 1, 2, 3, 4),
+                                                  fortran="True"), y))
+    write("npy", "big-endian", npy_input(0, npy_file(">f4", "(2,)", struct.pack(">2f", 1, 2)), y))
+    write("npy", "huge-shape", npy_input(0, npy_file("|u1", "(1000000, 1000000)", b"tiny"), y))
+    write("npy", "lying-shape", npy_input(1, npy_file("<f4", "(1000000, 100)", b"tiny"), y))
+    write("npy", "truncated", npy_input(0, x8[:-3], y))
+    write("npy", "label-count", npy_input(0, x8, npy_file("<i8", "(3,)", struct.pack("<3q", 0, 1, 1))))
+    write("npy", "negative-label", npy_input(0, x8, npy_file("<i8", "(2,)", struct.pack("<2q", 0, -1))))
+    write("npy", "float-labels", npy_input(0, x8, npy_file("<f4", "(2,)", struct.pack("<2f", 0, 1))))
+    write("npy", "nan-feature", npy_input(0, npy_file("<f4", "(2,)", struct.pack("<2f", 1, float("nan"))), y))
+    write("npy", "bad-dict", npy_input(0, npy_file("<f4", "(2,", struct.pack("<2f", 1, 2)), y))
+    write("npy", "bad-magic", npy_input(0, b"\x93NUMPX\x01\x00\x00\x00", y))
+
+
 HEADER = struct.Struct("<8sqqqqqiI")  # runner/train/checkpoint.cc's HeaderV1: 56 bytes
 HEADER_V2 = struct.Struct("<8sqqqqqiiqII")  # HeaderV2: 72 bytes (world size, epoch samples)
 
@@ -217,5 +286,5 @@ def status():
 
 if __name__ == "__main__":
     shutil.rmtree(OUT, ignore_errors=True)
-    for f in (manifest, store, idx, checkpoint, kubeconfig, http, status):
+    for f in (manifest, store, idx, csv, npy, checkpoint, kubeconfig, http, status):
         f()

@@ -1,0 +1,381 @@
+#include "runner/data/csv.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "runner/data/data_file.h"
+
+namespace ringtrain::data {
+namespace {
+
+// The text of a whole file, refused as soon as it passes `max_bytes` (at most kMaxCsvBytes):
+// memory grows only as bytes arrive, so a gzip bomb costs at most the cap.
+StatusOr<std::string> ReadText(const std::string& path, std::uint64_t max_bytes) {
+  ASSIGN_OR_RETURN(DataFile file, DataFile::Open(path));
+  const std::uint64_t cap = std::min(max_bytes, kMaxCsvBytes);
+  std::string text;
+  ASSIGN_OR_RETURN(std::size_t got, file.ReadUpTo(static_cast<std::size_t>(cap) + 1, text));
+  if (got > cap) {
+    return InvalidArgument(path + ": more than " + std::to_string(cap) +
+                           " bytes (decompressed), the most a CSV dataset may hold in memory");
+  }
+  return text;
+}
+
+struct Line {
+  std::size_t number = 0;  // 1-based, for messages
+  std::vector<std::string_view> cells;
+};
+
+bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\r'; }
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && IsSpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && IsSpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+// A cell's text without surrounding quotes ("a ""b""" keeps its inner quotes doubled: such a cell
+// is only ever a header name or an error message).
+std::string_view Unquote(std::string_view s) {
+  s = Trim(s);
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+// Splits one line; a quoted cell may hold the delimiter. `delim` ' ' splits on runs of blanks.
+std::vector<std::string_view> SplitCells(std::string_view line, char delim) {
+  std::vector<std::string_view> cells;
+  if (delim == ' ') {
+    std::size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && IsSpace(line[i])) ++i;
+      if (i == line.size()) break;
+      const std::size_t start = i;
+      bool quoted = false;
+      while (i < line.size() && (quoted || !IsSpace(line[i]))) {
+        if (line[i] == '"') quoted = !quoted;
+        ++i;
+      }
+      cells.push_back(Unquote(line.substr(start, i - start)));
+    }
+    return cells;
+  }
+  std::size_t start = 0;
+  bool quoted = false;
+  for (std::size_t i = 0; i <= line.size(); ++i) {
+    if (i < line.size() && line[i] == '"') quoted = !quoted;
+    if (i == line.size() || (line[i] == delim && !quoted)) {
+      cells.push_back(Unquote(line.substr(start, i - start)));
+      start = i + 1;
+    }
+  }
+  return cells;
+}
+
+// The non-blank lines of `text`, split into cells.
+std::vector<Line> SplitLines(std::string_view text, char delim) {
+  std::vector<Line> lines;
+  std::size_t number = 0;
+  while (!text.empty()) {
+    const std::size_t nl = text.find('\n');
+    const std::string_view raw = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    ++number;
+    if (Trim(raw).empty()) continue;
+    lines.push_back({number, SplitCells(raw, delim)});
+  }
+  return lines;
+}
+
+char PickDelimiter(std::string_view text, char requested) {
+  if (requested != 0) return requested;
+  const std::string_view first = text.substr(0, text.find('\n'));
+  if (first.find(',') != std::string_view::npos) return ',';
+  if (first.find('\t') != std::string_view::npos) return '\t';
+  return ' ';
+}
+
+std::optional<double> ParseNumber(std::string_view s) {
+  if (!s.empty() && s.front() == '+') s.remove_prefix(1);
+  if (s.empty()) return std::nullopt;
+  double v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<std::int64_t> ParseCount(std::string_view s) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < 0) return std::nullopt;
+  return v;
+}
+
+// A header names columns: no cell of it is a number. A first line with some numbers and a bad
+// cell is a sample, so that it is reported rather than taken for names.
+bool LooksLikeHeader(const Line& line) {
+  return std::none_of(line.cells.begin(), line.cells.end(),
+                      [](std::string_view c) { return ParseNumber(c).has_value(); });
+}
+
+// sklearn's "150,4,setosa,versicolor,virginica": two counts, then names or empty cells.
+bool LooksLikeCounts(const Line& line) {
+  if (line.cells.size() < 3 || !ParseCount(line.cells[0]) || !ParseCount(line.cells[1])) {
+    return false;
+  }
+  return std::none_of(line.cells.begin() + 2, line.cells.end(),
+                      [](std::string_view c) { return ParseNumber(c).has_value(); });
+}
+
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s.substr(0, 64)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
+  return out + (s.size() > 64 ? "...\"" : "\"");
+}
+
+// One file's cells as numbers: the header and counts lines taken off, every row checked.
+struct Parsed {
+  std::string path;
+  std::vector<std::string> names;  // from the header line, if any
+  std::vector<std::string> class_names;
+  std::optional<std::int64_t> announced_samples;
+  std::optional<std::int64_t> announced_features;
+  std::size_t columns = 0;
+  std::vector<Line> rows;
+  // Owns what `rows` view: on the heap, so that moving a Parsed (and a short string's inline
+  // buffer with it) does not leave the views dangling.
+  std::unique_ptr<std::string> text;
+};
+
+StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
+  Parsed p;
+  p.path = path;
+  ASSIGN_OR_RETURN(std::string text, ReadText(path, o.max_bytes));
+  p.text = std::make_unique<std::string>(std::move(text));
+  const char delim = PickDelimiter(*p.text, o.delimiter);
+  if (delim != ',' && delim != ';' && delim != '\t' && delim != ' ') {
+    return InvalidArgument(path + ": unsupported delimiter " + Quote(std::string(1, delim)) +
+                           " (use ',', ';', tab or ' ')");
+  }
+  std::vector<Line> lines = SplitLines(*p.text, delim);
+  std::size_t first = 0;
+  if (lines.empty()) return InvalidArgument(path + ": no samples (the file is empty)");
+  const bool counts = o.header == CsvHeader::kSklearnCounts ||
+                      (o.header == CsvHeader::kAuto && LooksLikeCounts(lines[0]));
+  if (counts) {
+    const Line& c = lines[0];
+    if (c.cells.size() < 2 || !ParseCount(c.cells[0]) || !ParseCount(c.cells[1])) {
+      return InvalidArgument(path + ": line " + std::to_string(c.number) +
+                             " is not a sklearn counts line (n_samples,n_features,names...)");
+    }
+    p.announced_samples = ParseCount(c.cells[0]);
+    p.announced_features = ParseCount(c.cells[1]);
+    for (std::size_t i = 2; i < c.cells.size(); ++i) {
+      if (!c.cells[i].empty()) p.class_names.emplace_back(c.cells[i]);
+    }
+    first = 1;
+  }
+  const bool header =
+      o.header == CsvHeader::kHeader ||
+      (o.header != CsvHeader::kNone && first < lines.size() && LooksLikeHeader(lines[first]));
+  if (header && first < lines.size()) {
+    for (auto c : lines[first].cells) p.names.emplace_back(c);
+    ++first;
+  }
+  p.rows.assign(std::make_move_iterator(lines.begin() + static_cast<std::ptrdiff_t>(first)),
+                std::make_move_iterator(lines.end()));
+  if (p.rows.empty()) return InvalidArgument(path + ": no samples (no line after the header)");
+  p.columns = p.rows[0].cells.size();
+  if (!p.names.empty() && p.names.size() != p.columns) {
+    return DataLoss(path + ": the header names " + std::to_string(p.names.size()) +
+                    " columns, line " + std::to_string(p.rows[0].number) + " has " +
+                    std::to_string(p.columns));
+  }
+  for (const Line& r : p.rows) {
+    if (r.cells.size() != p.columns) {
+      return DataLoss(path + ": line " + std::to_string(r.number) + " has " +
+                      std::to_string(r.cells.size()) + " columns, line " +
+                      std::to_string(p.rows[0].number) + " has " + std::to_string(p.columns));
+    }
+  }
+  if (p.announced_samples && static_cast<std::uint64_t>(*p.announced_samples) != p.rows.size()) {
+    return DataLoss(path + ": the counts line announces " + std::to_string(*p.announced_samples) +
+                    " samples, the file has " + std::to_string(p.rows.size()));
+  }
+  return p;
+}
+
+std::string ColumnName(const Parsed& p, std::size_t col) {
+  std::string s = "column " + std::to_string(col + 1);
+  if (col < p.names.size()) s += " (" + Quote(p.names[col]) + ")";
+  return s;
+}
+
+StatusOr<float> Cell(const Parsed& p, const Line& row, std::size_t col) {
+  const std::string_view text = row.cells[col];
+  const auto v = ParseNumber(text);
+  const std::string where =
+      p.path + ": line " + std::to_string(row.number) + ", " + ColumnName(p, col) + ": ";
+  if (!v) {
+    return DataLoss(where + (text.empty() ? std::string("empty cell (missing value)")
+                                          : Quote(text) + " is not a number"));
+  }
+  if (!std::isfinite(*v) || std::abs(*v) > 3.4e38) {
+    return DataLoss(where + Quote(text) + " is not a finite float");
+  }
+  return static_cast<float>(*v);
+}
+
+StatusOr<std::int32_t> Label(const Parsed& p, const Line& row, std::size_t col) {
+  const std::string_view text = row.cells[col];
+  const auto v = ParseNumber(text);
+  if (!v || !(*v >= 0 && *v < 2147483647.0) || std::floor(*v) != *v) {
+    return DataLoss(p.path + ": line " + std::to_string(row.number) + ", " + ColumnName(p, col) +
+                    ": label " + Quote(text) + " is not a non-negative integer");
+  }
+  return static_cast<std::int32_t>(*v);
+}
+
+StatusOr<std::size_t> LabelColumn(const Parsed& p, const CsvOptions& o) {
+  if (!o.label_name.empty()) {
+    if (p.names.empty()) {
+      return InvalidArgument(p.path + ": the label column is named " + Quote(o.label_name) +
+                             " but the file has no header line");
+    }
+    const auto it = std::find(p.names.begin(), p.names.end(), o.label_name);
+    if (it == p.names.end()) {
+      return InvalidArgument(p.path + ": no column named " + Quote(o.label_name) +
+                             " in the header");
+    }
+    return static_cast<std::size_t>(it - p.names.begin());
+  }
+  const auto cols = static_cast<std::int64_t>(p.columns);
+  const std::int64_t i = o.label_index < 0 ? cols + o.label_index : o.label_index;
+  if (i < 0 || i >= cols) {
+    return InvalidArgument(p.path + ": label column index " + std::to_string(o.label_index) +
+                           " is outside the file's " + std::to_string(cols) + " columns");
+  }
+  return static_cast<std::size_t>(i);
+}
+
+}  // namespace
+
+StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
+  if (o.task.classes < 0 || o.task.classes > kMaxClasses || o.task.targets < 0) {
+    return InvalidArgument("csv options: classes must be in [0, " + std::to_string(kMaxClasses) +
+                           "] and targets non-negative");
+  }
+  ASSIGN_OR_RETURN(Parsed px, Parse(files.features, o));
+  const bool separate = !files.labels.empty();
+  Table t;
+  t.path = files.features;
+  t.labels_path = separate ? files.labels : files.features;
+  t.task = o.task;
+  t.n = px.rows.size();
+  std::optional<std::size_t> label_col;
+  if (!separate) {
+    ASSIGN_OR_RETURN(label_col, LabelColumn(px, o));
+    if (px.columns < 2) {
+      return InvalidArgument(px.path + ": one column: no features beside the label column");
+    }
+  }
+  t.features = px.columns - (label_col ? 1 : 0);
+  t.shape = {t.features};
+  if (px.announced_features && static_cast<std::uint64_t>(*px.announced_features) != t.features) {
+    return DataLoss(px.path + ": the counts line announces " +
+                    std::to_string(*px.announced_features) + " features, the file has " +
+                    std::to_string(t.features));
+  }
+  t.x.reserve(t.n * t.features);
+  for (const Line& row : px.rows) {
+    for (std::size_t c = 0; c < px.columns; ++c) {
+      if (label_col && c == *label_col) continue;
+      ASSIGN_OR_RETURN(float v, Cell(px, row, c));
+      t.x.push_back(v);
+    }
+  }
+  // The labels' cells: the label column, or every column of the labels file.
+  Parsed py;
+  const Parsed* ys = &px;
+  std::size_t y_first = label_col.value_or(0);
+  std::size_t y_count = 1;
+  if (separate) {
+    ASSIGN_OR_RETURN(py, Parse(files.labels, o));
+    ys = &py;
+    y_count = py.columns;
+    if (py.rows.size() != t.n) {
+      return DataLoss(py.path + ": " + std::to_string(py.rows.size()) + " label lines for " +
+                      std::to_string(t.n) + " samples in " + px.path);
+    }
+  }
+  const std::vector<std::string>& class_names =
+      separate && !py.class_names.empty() ? py.class_names : px.class_names;
+  if (t.task.classification()) {
+    if (y_count != 1) {
+      return InvalidArgument(ys->path + ": " + std::to_string(y_count) +
+                             " label columns; classification takes one");
+    }
+    if (t.task.classes == 0 && !class_names.empty()) {
+      if (class_names.size() > static_cast<std::size_t>(kMaxClasses)) {
+        return DataLoss(ys->path + ": the counts line names " + std::to_string(class_names.size()) +
+                        " classes, more than " + std::to_string(kMaxClasses));
+      }
+      t.task.classes = static_cast<int>(class_names.size());
+    }
+    t.labels.reserve(t.n);
+    std::int32_t top = -1;
+    for (const Line& row : ys->rows) {
+      ASSIGN_OR_RETURN(std::int32_t label, Label(*ys, row, y_first));
+      const int limit = t.task.classes > 0 ? t.task.classes : kMaxClasses;
+      if (label >= limit) {
+        return DataLoss(ys->path + ": line " + std::to_string(row.number) + ", " +
+                        ColumnName(*ys, y_first) + ": label " + std::to_string(label) +
+                        " is not below the " + std::to_string(limit) +
+                        (t.task.classes > 0 ? " classes" : " classes a model may have"));
+      }
+      top = std::max(top, label);
+      t.labels.push_back(label);
+    }
+    if (t.task.classes == 0) t.task.classes = top + 1;
+  } else {
+    if (t.task.targets != 0 && static_cast<std::size_t>(t.task.targets) != y_count) {
+      return InvalidArgument(ys->path + ": " + std::to_string(y_count) +
+                             " target columns, the task has " + std::to_string(t.task.targets));
+    }
+    t.task.targets = static_cast<int>(y_count);
+    t.targets.reserve(t.n * y_count);
+    for (const Line& row : ys->rows) {
+      for (std::size_t c = y_first; c < y_first + y_count; ++c) {
+        ASSIGN_OR_RETURN(float v, Cell(*ys, row, c));
+        t.targets.push_back(v);
+      }
+    }
+  }
+  return t;
+}
+
+StatusOr<TrainTest> LoadCsv(const CsvSplitFiles& train, const CsvSplitFiles& test,
+                            const CsvOptions& options) {
+  TrainTest out;
+  ASSIGN_OR_RETURN(out.train, ReadCsv(train, options));
+  RETURN_IF_ERROR(ValidateTable(out.train));
+  CsvOptions test_options = options;
+  test_options.task = out.train.task;
+  ASSIGN_OR_RETURN(out.test, ReadCsv(test, test_options));
+  RETURN_IF_ERROR(ValidateTable(out.test, &out.train));
+  if (options.standardize) {
+    out.scaling = FitStandardization(out.train);
+    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.train));
+    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.test));
+  }
+  return out;
+}
+
+}  // namespace ringtrain::data

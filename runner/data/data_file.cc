@@ -1,0 +1,114 @@
+#include "runner/data/data_file.h"
+
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+
+#include "runner/data/idx.h"
+
+namespace ringtrain::data {
+
+struct DataFile::Impl {
+  gzFile f = nullptr;
+  ~Impl() {
+    if (f != nullptr) gzclose(f);
+  }
+};
+
+DataFile::DataFile(std::unique_ptr<Impl> impl, std::string path, std::uint64_t size, bool gzip)
+    : impl_(std::move(impl)), path_(std::move(path)), size_(size), gzip_(gzip) {}
+DataFile::DataFile(DataFile&&) noexcept = default;
+DataFile& DataFile::operator=(DataFile&&) noexcept = default;
+DataFile::~DataFile() = default;
+
+StatusOr<DataFile> DataFile::Open(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
+  bool gzip = false;
+  if (FILE* raw = std::fopen(path.c_str(), "rb")) {
+    unsigned char m[2] = {0, 0};
+    gzip = std::fread(m, 1, 2, raw) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    std::fclose(raw);
+  } else {
+    return ErrnoStatus(errno == EACCES ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
+                       path, errno);
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->f = gzopen(path.c_str(), "rb");
+  if (impl->f == nullptr) return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  gzbuffer(impl->f, 1 << 20);
+  return DataFile(std::move(impl), path, static_cast<std::uint64_t>(st.st_size), gzip);
+}
+
+std::uint64_t DataFile::max_content_bytes() const {
+  if (!gzip_) return size_;
+  std::uint64_t bound = 0;
+  if (__builtin_mul_overflow(size_, kMaxDeflateRatio, &bound)) return UINT64_MAX;
+  return bound;
+}
+
+StatusOr<std::size_t> DataFile::ReadUpTo(std::size_t len, std::string& out) {
+  // Through a small buffer: growing `out` by a large zeroed chunk per call would cost more than
+  // the small files themselves.
+  char buf[1 << 16];
+  std::size_t got = 0;
+  while (got < len) {
+    const auto want = static_cast<unsigned>(std::min(len - got, sizeof buf));
+    const int n = gzread(impl_->f, buf, want);
+    if (n < 0) {
+      int err = 0;
+      return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+    got += static_cast<std::size_t>(n);
+  }
+  return got;
+}
+
+Status DataFile::ReadExact(void* buf, std::size_t len, const char* what) {
+  auto* p = static_cast<unsigned char*>(buf);
+  while (len > 0) {
+    const unsigned chunk = len > (1u << 30) ? (1u << 30) : static_cast<unsigned>(len);
+    const int n = gzread(impl_->f, p, chunk);
+    if (n < 0) {
+      int err = 0;
+      const char* msg = gzerror(impl_->f, &err);
+      return DataLoss(path_ + ": corrupt file while reading " + what + ": " + msg);
+    }
+    if (n == 0) return DataLoss(path_ + ": truncated file while reading " + what);
+    p += n;
+    len -= static_cast<std::size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status DataFile::ReadPayload(std::uint64_t total, std::vector<unsigned char>& out,
+                             const char* what) {
+  constexpr std::uint64_t kChunk = 16u << 20;
+  out.clear();
+  while (out.size() < total) {
+    const std::size_t done = out.size();
+    const auto next = static_cast<std::size_t>(std::min<std::uint64_t>(total, done + kChunk));
+    out.resize(next);
+    RETURN_IF_ERROR(ReadExact(out.data() + done, next - done, what));
+  }
+  return Status::Ok();
+}
+
+Status DataFile::ExpectEnd() {
+  unsigned char extra = 0;
+  const int n = gzread(impl_->f, &extra, 1);
+  if (n < 0) {
+    int err = 0;
+    return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
+  }
+  if (n > 0) return DataLoss(path_ + ": more data than the header announces");
+  return Status::Ok();
+}
+
+}  // namespace ringtrain::data

@@ -1,0 +1,49 @@
+// Reading a dataset file (plain or gzip) for the CSV and NPY readers: sizes bounded before
+// memory grows. Internal to runner/data; the IDX reader keeps its own streaming reader.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ringtrain::data {
+
+// An open dataset file; gzip is detected from its first two bytes, not from its name.
+class DataFile {
+ public:
+  // NotFound (a missing file cannot appear by restarting), PermissionDenied, or InvalidArgument
+  // for something that is not a regular file; the message names `path`.
+  static StatusOr<DataFile> Open(const std::string& path);
+
+  DataFile(DataFile&&) noexcept;
+  DataFile& operator=(DataFile&&) noexcept;
+  ~DataFile();
+
+  const std::string& path() const { return path_; }
+  bool gzip() const { return gzip_; }
+  // The most bytes the file can yield: its size, or size × deflate's best ratio for gzip.
+  std::uint64_t max_content_bytes() const;
+
+  // Reads exactly `len` bytes: DataLoss naming the file and `what` when it ends first.
+  Status ReadExact(void* buf, std::size_t len, const char* what);
+  // Appends up to `len` bytes to `out`, growing it only as bytes arrive; returns how many came
+  // (fewer only at the end of the file).
+  StatusOr<std::size_t> ReadUpTo(std::size_t len, std::string& out);
+  // Reads `total` bytes into `out`, in chunks, so a header that lies costs at most one chunk.
+  Status ReadPayload(std::uint64_t total, std::vector<unsigned char>& out, const char* what);
+  // DataLoss unless the file has no more bytes.
+  Status ExpectEnd();
+
+ private:
+  struct Impl;
+  explicit DataFile(std::unique_ptr<Impl> impl, std::string path, std::uint64_t size, bool gzip);
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  std::uint64_t size_ = 0;
+  bool gzip_ = false;
+};
+
+}  // namespace ringtrain::data

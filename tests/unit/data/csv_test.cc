@@ -1,0 +1,332 @@
+#include "runner/data/csv.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace ringtrain::data {
+namespace {
+
+class CsvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("csv_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+  std::string WriteGz(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    gzFile f = gzopen(path.c_str(), "wb");
+    gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    gzclose(f);
+    return path;
+  }
+  // An error's message, or "" when `s` is OK.
+  template <typename T>
+  static std::string Error(const StatusOr<T>& s) {
+    return s.ok() ? "" : s.status().message();
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(CsvTest, ReadsHeaderAndLabelColumnByName) {
+  const auto path = Write("a.csv", "f1,label,f2\n1,2,3\n4,0,6.5\n");
+  CsvOptions o;
+  o.label_name = "label";
+  auto t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  EXPECT_EQ(t->features, 2u);
+  EXPECT_EQ(t->x, (std::vector<float>{1, 3, 4, 6.5f}));
+  EXPECT_EQ(t->labels, (std::vector<std::int32_t>{2, 0}));
+  EXPECT_EQ(t->task.classes, 3);  // the largest label + 1
+  EXPECT_EQ(t->shape, (std::vector<std::size_t>{2}));
+}
+
+TEST_F(CsvTest, NoHeaderLabelIndexFromTheStartOrTheEnd) {
+  const auto path = Write("a.csv", "1,2,3\r\n4,5,6\r\n\r\n");
+  CsvOptions o;
+  o.label_index = 0;
+  o.task.classes = 10;
+  auto t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->labels, (std::vector<std::int32_t>{1, 4}));
+  EXPECT_EQ(t->x, (std::vector<float>{2, 3, 5, 6}));
+  o.label_index = -2;
+  t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->labels, (std::vector<std::int32_t>{2, 5}));
+  o.label_index = 3;
+  EXPECT_NE(Error(ReadCsv({path, ""}, o)).find("label column index 3"), std::string::npos);
+  o.header = CsvHeader::kHeader;  // the first line is then names: one sample left
+  o.label_index = -1;
+  t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 1u);
+}
+
+TEST_F(CsvTest, NonNumericCellNamesFileLineAndColumn) {
+  const auto path = Write("a.csv", "a,b,y\n1,2,0\n3,x7,1\n");
+  auto t = ReadCsv({path, ""}, CsvOptions{});
+  EXPECT_EQ(t.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(Error(t).find(path + ": line 3, column 2 (\"b\"): \"x7\" is not a number"),
+            std::string::npos)
+      << Error(t);
+  const auto empty = Write("b.csv", "1,,0\n");
+  EXPECT_NE(Error(ReadCsv({empty, ""}, CsvOptions{})).find("line 1, column 2: empty cell"),
+            std::string::npos);
+  const auto nan = Write("c.csv", "1,nan,0\n");
+  EXPECT_NE(Error(ReadCsv({nan, ""}, CsvOptions{})).find("not a finite float"), std::string::npos);
+  const auto huge = Write("d.csv", "1,1e39,0\n");
+  EXPECT_NE(Error(ReadCsv({huge, ""}, CsvOptions{})).find("not a finite float"), std::string::npos);
+}
+
+TEST_F(CsvTest, RaggedRowsAndBadHeaderAreErrors) {
+  const auto ragged = Write("a.csv", "1,2,0\n3,1\n");
+  EXPECT_NE(Error(ReadCsv({ragged, ""}, CsvOptions{})).find("line 2 has 2 columns, line 1 has 3"),
+            std::string::npos);
+  const auto header = Write("b.csv", "a,b\n1,2,0\n");
+  EXPECT_NE(Error(ReadCsv({header, ""}, CsvOptions{})).find("the header names 2 columns"),
+            std::string::npos);
+  CsvOptions o;
+  o.label_name = "missing";
+  const auto named = Write("c.csv", "a,y\n1,0\n");
+  EXPECT_NE(Error(ReadCsv({named, ""}, o)).find("no column named \"missing\""), std::string::npos);
+  const auto plain = Write("d.csv", "1,0\n");
+  EXPECT_NE(Error(ReadCsv({plain, ""}, o)).find("no header line"), std::string::npos);
+  EXPECT_NE(Error(ReadCsv({Write("e.csv", "\n\n"), ""}, CsvOptions{})).find("no samples"),
+            std::string::npos);
+  EXPECT_EQ(ReadCsv({(dir_ / "absent.csv").string(), ""}, CsvOptions{}).status().code(),
+            StatusCode::kNotFound);
+}
+
+TEST_F(CsvTest, ClassificationLabelsMustBeIntegersBelowClasses) {
+  CsvOptions o;
+  o.task.classes = 3;
+  EXPECT_NE(Error(ReadCsv({Write("a.csv", "1,2\n1,1.5\n"), ""}, o))
+                .find("line 2, column 2: label \"1.5\" is not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(Error(ReadCsv({Write("b.csv", "1,-1\n"), ""}, o)).find("not a non-negative integer"),
+            std::string::npos);
+  EXPECT_NE(Error(ReadCsv({Write("c.csv", "1,3\n"), ""}, o)).find("label 3 is not below the 3"),
+            std::string::npos);
+  EXPECT_NE(Error(ReadCsv({Write("d.csv", "1,0\n1,cat\n"), ""}, o)).find("\"cat\""),
+            std::string::npos);
+  o.task.classes = 0;
+  EXPECT_NE(Error(ReadCsv({Write("e.csv", "1,100000\n"), ""}, o)).find("a model may have"),
+            std::string::npos);
+  auto t = ReadCsv({Write("f.csv", "1,2.0\n"), ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->labels[0], 2);
+}
+
+TEST_F(CsvTest, SklearnCountsLineIsRecognisedAndChecked) {
+  const auto path = Write("iris.csv", "3,2,setosa,versicolor,virginica\n1,2,0\n3,4,2\n5,6,1\n");
+  auto t = ReadCsv({path, ""}, CsvOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 3u);
+  EXPECT_EQ(t->task.classes, 3);  // from the class names
+  EXPECT_EQ(t->labels, (std::vector<std::int32_t>{0, 2, 1}));
+  const auto short_file = Write("short.csv", "4,2,a,b,c\n1,2,0\n3,4,2\n5,6,1\n");
+  EXPECT_NE(Error(ReadCsv({short_file, ""}, CsvOptions{}))
+                .find("the counts line announces 4 samples, the file has 3"),
+            std::string::npos);
+  const auto wide = Write("wide.csv", "1,3,a,b\n1,2,0\n");
+  EXPECT_NE(Error(ReadCsv({wide, ""}, CsvOptions{})).find("announces 3 features"),
+            std::string::npos);
+  // boston_house_prices.csv: counts with empty names, then a header line.
+  const auto boston = Write("boston.csv", "2,2,,\n\"A\",\"B\",\"MEDV\"\n1,2,24\n3,4,21.6\n");
+  CsvOptions reg;
+  reg.task.kind = Task::Kind::kRegression;
+  reg.label_name = "MEDV";
+  t = ReadCsv({boston, ""}, reg);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->targets, (std::vector<float>{24, 21.6f}));
+  EXPECT_EQ(t->task.targets, 1);
+  CsvOptions forced;
+  forced.header = CsvHeader::kSklearnCounts;
+  EXPECT_NE(Error(ReadCsv({Write("nocounts.csv", "1.5,2,0\n"), ""}, forced))
+                .find("not a sklearn counts line"),
+            std::string::npos);
+}
+
+TEST_F(CsvTest, WhitespaceDelimitedFeaturesWithATargetsFile) {
+  const auto x = WriteGz("x.csv.gz", "59 2 32.1\n48  1\t21.6\n");
+  const auto y = Write("y.csv", "Weight Waist\n191 36\n189 37\n");
+  CsvOptions o;
+  o.task.kind = Task::Kind::kRegression;
+  auto t = ReadCsv({x, y}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->features, 3u);
+  EXPECT_EQ(t->x, (std::vector<float>{59, 2, 32.1f, 48, 1, 21.6f}));
+  EXPECT_EQ(t->task.targets, 2);
+  EXPECT_EQ(t->targets, (std::vector<float>{191, 36, 189, 37}));
+  EXPECT_EQ(t->labels_path, y);
+  const auto y_short = Write("y2.csv", "1\n");
+  EXPECT_NE(Error(ReadCsv({x, y_short}, o)).find("1 label lines for 2 samples"), std::string::npos);
+  o.task = Task{};  // classification takes one label column
+  EXPECT_NE(Error(ReadCsv({x, y}, o)).find("2 label columns"), std::string::npos);
+}
+
+TEST_F(CsvTest, AGzipBombStopsAtTheByteCap) {
+  // 1 MiB of digits compresses to about 1 KiB; the reader stops one byte past the cap.
+  const auto bomb = WriteGz("bomb.csv.gz", std::string(1 << 20, '1'));
+  CsvOptions o;
+  o.max_bytes = 4096;
+  auto t = ReadCsv({bomb, ""}, o);
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(t).find(bomb + ": more than 4096 bytes"), std::string::npos) << Error(t);
+}
+
+TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {
+  const auto path = Write("q.csv", "\"a,1\",\"y\"\n\"1\",\"0\"\n");
+  CsvOptions o;
+  o.label_name = "y";
+  auto t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->x, (std::vector<float>{1}));
+  o.delimiter = '|';
+  EXPECT_NE(Error(ReadCsv({path, ""}, o)).find("unsupported delimiter"), std::string::npos);
+}
+
+TEST_F(CsvTest, StandardisationUsesTheTrainingSplitOnly) {
+  const auto train = Write("train.csv", "1,5,0\n3,5,1\n");
+  const auto test = Write("test.csv", "5,7,1\n");
+  auto tt = LoadCsv({train, ""}, {test, ""}, CsvOptions{});
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  // Column 0: mean 2, std 1. Column 1 is constant in training: centred, not divided by zero.
+  EXPECT_EQ(tt->train.x, (std::vector<float>{-1, 0, 1, 0}));
+  EXPECT_EQ(tt->test.x, (std::vector<float>{3, 2}));
+  EXPECT_EQ(tt->scaling.mean, (std::vector<float>{2, 5}));
+  EXPECT_EQ(tt->test.task.classes, 2);
+  CsvOptions raw;
+  raw.standardize = false;
+  tt = LoadCsv({train, ""}, {test, ""}, raw);
+  ASSERT_TRUE(tt.ok());
+  EXPECT_EQ(tt->test.x, (std::vector<float>{5, 7}));
+  EXPECT_TRUE(tt->scaling.mean.empty());
+}
+
+TEST_F(CsvTest, TestSplitMustMatchTheTrainingSplit) {
+  const auto train = Write("train.csv", "1,5,0\n3,5,1\n");
+  const auto wide = Write("wide.csv", "1,2,3,0\n");
+  EXPECT_NE(Error(LoadCsv({train, ""}, {wide, ""}, CsvOptions{})).find("3 features"),
+            std::string::npos);
+  const auto unseen = Write("unseen.csv", "1,2,2\n");
+  auto tt = LoadCsv({train, ""}, {unseen, ""}, CsvOptions{});
+  EXPECT_NE(Error(tt).find(unseen + ": line 1, column 3: label 2 is not below the 2 classes"),
+            std::string::npos)
+      << Error(tt);
+}
+
+TEST_F(CsvTest, SplitHoldoutAndGatherCopyRows) {
+  std::string text;
+  for (int i = 0; i < 10; ++i) text += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
+  auto all = ReadCsv({Write("all.csv", text), ""}, CsvOptions{});
+  ASSERT_TRUE(all.ok());
+  auto a = SplitHoldout(*all, 0.3, 7);
+  auto b = SplitHoldout(*all, 0.3, 7);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->train.n, 7u);
+  EXPECT_EQ(a->test.n, 3u);
+  EXPECT_EQ(a->test.x, b->test.x);  // the same seed gives the same split
+  std::vector<float> seen = a->train.x;
+  seen.insert(seen.end(), a->test.x.begin(), a->test.x.end());
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, all->x);  // every sample lands on exactly one side
+  for (std::size_t i = 0; i < a->test.n; ++i) {
+    EXPECT_EQ(a->test.labels[i], static_cast<int>(a->test.x[i]) % 2);
+  }
+  EXPECT_FALSE(SplitHoldout(*all, 1.0, 7).ok());
+  std::size_t idx[2] = {3, 1};
+  float x[2];
+  std::int32_t y[2];
+  Gather(*all, idx, 2, x, y, nullptr);
+  EXPECT_EQ(x[0], 3);
+  EXPECT_EQ(y[0], 1);
+  EXPECT_EQ(x[1], 1);
+}
+
+// The files Debian's python3-sklearn ships (scripts/deps.sh installs it).
+constexpr char kSklearn[] = "/usr/lib/python3/dist-packages/sklearn/datasets/data/";
+
+class SklearnCsvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(std::string(kSklearn) + "iris.csv")) {
+      GTEST_SKIP() << "python3-sklearn is not installed (" << kSklearn << ")";
+    }
+  }
+  static std::string F(const char* name) { return std::string(kSklearn) + name; }
+};
+
+TEST_F(SklearnCsvTest, ClassificationFilesWithCountsLines) {
+  struct Case {
+    const char* file;
+    std::size_t n, features;
+    int classes;
+  };
+  for (const Case& c : {Case{"iris.csv", 150, 4, 3}, Case{"wine_data.csv", 178, 13, 3},
+                        Case{"breast_cancer.csv", 569, 30, 2}}) {
+    auto t = ReadCsv({F(c.file), ""}, CsvOptions{});
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(t->n, c.n) << c.file;
+    EXPECT_EQ(t->features, c.features) << c.file;
+    EXPECT_EQ(t->task.classes, c.classes) << c.file;
+    EXPECT_TRUE(ValidateTable(*t).ok()) << c.file;
+  }
+}
+
+TEST_F(SklearnCsvTest, DigitsIsGzipWithoutHeader) {
+  auto t = ReadCsv({F("digits.csv.gz"), ""}, CsvOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 1797u);
+  EXPECT_EQ(t->features, 64u);
+  EXPECT_EQ(t->task.classes, 10);
+  EXPECT_EQ(t->labels[0], 0);
+  auto tt = SplitHoldout(*std::move(t), 0.2, 1);
+  ASSERT_TRUE(tt.ok());
+  const FeatureScaling s = FitStandardization(tt->train);
+  ASSERT_TRUE(ApplyStandardization(s, tt->train).ok());
+  // Pixel 0 is blank in every image: centred to zero, not NaN.
+  EXPECT_EQ(tt->train.x[0], 0.0f);
+  EXPECT_TRUE(ValidateTable(tt->train).ok());
+}
+
+TEST_F(SklearnCsvTest, RegressionFiles) {
+  CsvOptions o;
+  o.task.kind = Task::Kind::kRegression;
+  auto diabetes = ReadCsv({F("diabetes_data_raw.csv.gz"), F("diabetes_target.csv.gz")}, o);
+  ASSERT_TRUE(diabetes.ok()) << diabetes.status().ToString();
+  EXPECT_EQ(diabetes->n, 442u);
+  EXPECT_EQ(diabetes->features, 10u);
+  EXPECT_EQ(diabetes->targets[0], 151.0f);
+  auto linnerud = ReadCsv({F("linnerud_exercise.csv"), F("linnerud_physiological.csv")}, o);
+  ASSERT_TRUE(linnerud.ok()) << linnerud.status().ToString();
+  EXPECT_EQ(linnerud->n, 20u);
+  EXPECT_EQ(linnerud->task.targets, 3);
+  if (std::filesystem::exists(F("boston_house_prices.csv"))) {
+    o.label_name = "MEDV";
+    auto boston = ReadCsv({F("boston_house_prices.csv"), ""}, o);
+    ASSERT_TRUE(boston.ok()) << boston.status().ToString();
+    EXPECT_EQ(boston->n, 506u);
+    EXPECT_EQ(boston->features, 13u);
+  }
+}
+
+}  // namespace
+}  // namespace ringtrain::data
