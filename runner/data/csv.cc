@@ -363,19 +363,13 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
 
 StatusOr<TrainTest> LoadCsv(const CsvSplitFiles& train, const CsvSplitFiles& test,
                             const CsvOptions& options) {
-  TrainTest out;
-  ASSIGN_OR_RETURN(out.train, ReadCsv(train, options));
-  RETURN_IF_ERROR(ValidateTable(out.train));
-  CsvOptions test_options = options;
-  test_options.task = out.train.task;
-  ASSIGN_OR_RETURN(out.test, ReadCsv(test, test_options));
-  RETURN_IF_ERROR(ValidateTable(out.test, &out.train));
-  if (options.standardize) {
-    out.scaling = FitStandardization(out.train);
-    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.train));
-    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.test));
-  }
-  return out;
+  return LoadTrainTest(
+      [&](const Task* train_task) {
+        CsvOptions o = options;
+        if (train_task != nullptr) o.task = *train_task;
+        return ReadCsv(train_task == nullptr ? train : test, o);
+      },
+      options.standardize);
 }
 
 }  // namespace ringtrain::data

@@ -400,19 +400,13 @@ StatusOr<Table> ReadNpy(const NpySplitFiles& files, const NpyOptions& o) {
 
 StatusOr<TrainTest> LoadNpy(const NpySplitFiles& train, const NpySplitFiles& test,
                             const NpyOptions& options) {
-  TrainTest out;
-  ASSIGN_OR_RETURN(out.train, ReadNpy(train, options));
-  RETURN_IF_ERROR(ValidateTable(out.train));
-  NpyOptions test_options = options;
-  test_options.task = out.train.task;
-  ASSIGN_OR_RETURN(out.test, ReadNpy(test, test_options));
-  RETURN_IF_ERROR(ValidateTable(out.test, &out.train));
-  if (options.standardize) {
-    out.scaling = FitStandardization(out.train);
-    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.train));
-    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.test));
-  }
-  return out;
+  return LoadTrainTest(
+      [&](const Task* train_task) {
+        NpyOptions o = options;
+        if (train_task != nullptr) o.task = *train_task;
+        return ReadNpy(train_task == nullptr ? train : test, o);
+      },
+      options.standardize);
 }
 
 }  // namespace ringtrain::data

@@ -191,4 +191,18 @@ void Gather(const Table& t, const std::size_t* idx, int n, float* x, std::int32_
   }
 }
 
+StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize) {
+  TrainTest out;
+  ASSIGN_OR_RETURN(out.train, read(nullptr));
+  RETURN_IF_ERROR(ValidateTable(out.train));
+  ASSIGN_OR_RETURN(out.test, read(&out.train.task));
+  RETURN_IF_ERROR(ValidateTable(out.test, &out.train));
+  if (standardize) {
+    out.scaling = FitStandardization(out.train);
+    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.train));
+    RETURN_IF_ERROR(ApplyStandardization(out.scaling, out.test));
+  }
+  return out;
+}
+
 }  // namespace ringtrain::data

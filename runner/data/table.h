@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,14 @@ struct TrainTest {
   Table test;
   FeatureScaling scaling;  // what was applied to both (empty when not standardised)
 };
+
+// Reads one split of a dataset: the training split with `train_task` null, the test split with
+// the training split's task.
+using SplitReader = std::function<StatusOr<Table>(const Task* train_task)>;
+// The two splits of any format: the test split takes the training split's task, each is
+// validated (the test split against the training split), and both are standardised with the
+// training split's statistics when `standardize`.
+StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize);
 
 // Whether `t` is self-consistent (sizes, labels below task.classes, finite values) and, when
 // `reference` is given, has its features and task (a test split of another width or with a label

@@ -12,22 +12,10 @@
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
+#include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::train {
 namespace {
-
-data::Dataset SyntheticDataset(std::size_t n, std::uint64_t seed) {
-  data::Dataset ds;
-  ds.count = n;
-  ds.rows = 28;
-  ds.cols = 28;
-  std::mt19937_64 rng(seed);
-  ds.images.resize(n * 28 * 28);
-  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
-  ds.labels.resize(n);
-  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
-  return ds;
-}
 
 TrainConfig BaseConfig(const std::string& model, const std::string& optimizer) {
   TrainConfig c;
@@ -116,7 +104,7 @@ TEST_P(DataParallelEquivalence, MatchesOneRankWithTheGlobalBatch) {
   const auto& c = GetParam();
   const int global_batch = 24;
   const int steps = 6;
-  data::Dataset ds = SyntheticDataset(240, 11);
+  data::Dataset ds = testing::SyntheticImages(240, 28, 28, 11);
 
   TrainConfig single = BaseConfig(c.model, c.optimizer);
   single.batch_size = global_batch;
@@ -147,7 +135,7 @@ INSTANTIATE_TEST_SUITE_P(Worlds, DataParallelEquivalence,
 
 TEST(DataParallel, NoOverlapGivesTheSameResult) {
   model::SetKernelThreads(1);
-  data::Dataset ds = SyntheticDataset(120, 5);
+  data::Dataset ds = testing::SyntheticImages(120, 28, 28, 5);
   TrainConfig c = BaseConfig("mlp", "adam");
   c.batch_size = 10;
   c.max_steps = 4;
@@ -159,7 +147,7 @@ TEST(DataParallel, NoOverlapGivesTheSameResult) {
 
 TEST(DataParallel, ResumeFromCheckpointContinuesExactly) {
   model::SetKernelThreads(1);
-  data::Dataset ds = SyntheticDataset(160, 7);
+  data::Dataset ds = testing::SyntheticImages(160, 28, 28, 7);
   auto dir = std::filesystem::temp_directory_path() / ("dp_resume_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   TrainConfig c = BaseConfig("mlp", "adam");
@@ -187,7 +175,7 @@ TEST(DataParallel, ResumeFromCheckpointContinuesExactly) {
 TEST(DataParallel, ResizeByRestartContinuesAtTheSameSample) {
   model::SetKernelThreads(1);
   const std::size_t n = 160;
-  data::Dataset ds = SyntheticDataset(n, 9);
+  data::Dataset ds = testing::SyntheticImages(n, 28, 28, 9);
   auto dir = std::filesystem::temp_directory_path() / ("dp_resize_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   TrainConfig c = BaseConfig("mlp", "sgd");

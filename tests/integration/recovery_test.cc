@@ -15,6 +15,7 @@
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
+#include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::rank {
 namespace {
@@ -29,26 +30,7 @@ train::RankEnv EnvFor(int rank, int world, bool recover) {
                                              {"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", "30"},
                                              {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "30"}};
   if (recover) vars["RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"] = "30";
-  auto env = contract::ParseRankEnv([&vars](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  });
-  EXPECT_TRUE(env.ok()) << env.status().ToString();
-  return *env;
-}
-
-data::Dataset Synthetic(std::size_t n, std::uint64_t seed) {
-  data::Dataset ds;
-  ds.count = n;
-  ds.rows = 28;
-  ds.cols = 28;
-  std::mt19937_64 rng(seed);
-  ds.images.resize(n * 28 * 28);
-  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
-  ds.labels.resize(n);
-  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
-  return ds;
+  return testing::RankEnvOf(vars);
 }
 
 train::TrainConfig Config() {
@@ -103,8 +85,8 @@ class Mortal final : public comm::Communicator {
 
 struct Gang {
   testing::InMemoryStore store;
-  data::Dataset train = Synthetic(480, 1);
-  data::Dataset test = Synthetic(96, 2);
+  data::Dataset train = testing::SyntheticImages(480, 28, 28, 1);
+  data::Dataset test = testing::SyntheticImages(96, 28, 28, 2);
 
   // One rank's whole life; dies at its `die_at`-th collective of its first round (-1: never),
   // or is asked to stop at its `drain_at`-th.

@@ -6,27 +6,19 @@
 
 #include <map>
 
+#include "tests/fakes/rank_fixtures.h"
+
 namespace ringtrain::rank {
 namespace {
 
-train::RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
-  auto env = contract::ParseRankEnv([&vars](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  });
-  EXPECT_TRUE(env.ok()) << env.status().ToString();
-  return *env;
-}
-
 TEST(TcpRingOptions, ListenWhereTheEnvironmentSays) {
-  train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "1"},
-                       {"RINGTRAIN_WORLD_SIZE", "4"},
-                       {"RINGTRAIN_TOKEN", "t"},
-                       {"RINGTRAIN_MASTER_ADDR", "job-a0-0.job.default.svc"},
-                       {"RINGTRAIN_BIND_ADDR", "10.1.2.3"},
-                       {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "42"},
-                       {"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", "7"}});
+  train::RankEnv env = testing::RankEnvOf({{"RINGTRAIN_RANK", "1"},
+                                           {"RINGTRAIN_WORLD_SIZE", "4"},
+                                           {"RINGTRAIN_TOKEN", "t"},
+                                           {"RINGTRAIN_MASTER_ADDR", "job-a0-0.job.default.svc"},
+                                           {"RINGTRAIN_BIND_ADDR", "10.1.2.3"},
+                                           {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "42"},
+                                           {"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", "7"}});
   comm::TcpCommOptions o = TcpRingOptions(env, "10.1.2.3");
   EXPECT_EQ(o.rank, 1);
   EXPECT_EQ(o.size, 4);
@@ -37,10 +29,10 @@ TEST(TcpRingOptions, ListenWhereTheEnvironmentSays) {
 }
 
 TEST(TcpRingOptions, ALoopbackGangListensOnLoopbackOnly) {
-  train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "0"},
-                       {"RINGTRAIN_WORLD_SIZE", "2"},
-                       {"RINGTRAIN_TOKEN", "t"},
-                       {"RINGTRAIN_MASTER_ADDR", "127.0.0.1"}});
+  train::RankEnv env = testing::RankEnvOf({{"RINGTRAIN_RANK", "0"},
+                                           {"RINGTRAIN_WORLD_SIZE", "2"},
+                                           {"RINGTRAIN_TOKEN", "t"},
+                                           {"RINGTRAIN_MASTER_ADDR", "127.0.0.1"}});
   EXPECT_EQ(TcpRingOptions(env, "127.0.0.1").bind_host, "127.0.0.1");
 }
 

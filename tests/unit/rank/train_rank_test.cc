@@ -13,34 +13,10 @@
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
 #include "tests/fakes/in_memory_store.h"
+#include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::rank {
 namespace {
-
-train::RankEnv EnvOf(const std::map<std::string, std::string>& vars) {
-  auto env = contract::ParseRankEnv([&vars](const char* name) -> std::optional<std::string> {
-    auto it = vars.find(name);
-    if (it == vars.end()) return std::nullopt;
-    return it->second;
-  });
-  EXPECT_TRUE(env.ok()) << env.status().ToString();
-  return *env;
-}
-
-data::Dataset Synthetic(std::size_t n, int side) {
-  data::Dataset ds;
-  ds.count = n;
-  ds.rows = side;
-  ds.cols = side;
-  ds.images_path = "/data/images";
-  ds.labels_path = "/data/labels";
-  std::mt19937_64 rng(3);
-  ds.images.resize(n * static_cast<std::size_t>(side * side));
-  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
-  ds.labels.resize(n);
-  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
-  return ds;
-}
 
 train::TrainConfig Small() {
   train::TrainConfig c;
@@ -87,7 +63,8 @@ StatusOr<train::TrainResult> RunWith(const data::Dataset& train, const data::Dat
                                      bool fail_broadcast, Reported& reported,
                                      std::shared_ptr<bool>& alive) {
   testing::InMemoryStore store;
-  const train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", "0"}, {"RINGTRAIN_WORLD_SIZE", "1"}});
+  const train::RankEnv env =
+      testing::RankEnvOf({{"RINGTRAIN_RANK", "0"}, {"RINGTRAIN_WORLD_SIZE", "1"}});
   RankDeps deps;
   deps.store = &store;
   deps.train = &train;
@@ -107,8 +84,9 @@ StatusOr<train::TrainResult> RunWith(const data::Dataset& train, const data::Dat
 
 TEST(TrainRank, AnEngineThatCannotStartIsReportedWhileTheCommunicatorIsUp) {
   model::SetKernelThreads(1);
-  const data::Dataset train = Synthetic(16, 28);
-  const data::Dataset test = Synthetic(8, 14);  // another shape: the engine refuses it
+  const data::Dataset train = testing::SyntheticImages(16, 28, 28, 3);
+  const data::Dataset test =
+      testing::SyntheticImages(8, 14, 14, 3);  // another shape: the engine refuses it
   Reported reported;
   auto alive = std::make_shared<bool>(false);
   auto r = RunWith(train, test, /*fail_broadcast=*/false, reported, alive);
@@ -122,7 +100,7 @@ TEST(TrainRank, AnEngineThatCannotStartIsReportedWhileTheCommunicatorIsUp) {
 
 TEST(TrainRank, ACollectiveFailureIsReportedWhileTheCommunicatorIsUp) {
   model::SetKernelThreads(1);
-  const data::Dataset ds = Synthetic(16, 28);
+  const data::Dataset ds = testing::SyntheticImages(16, 28, 28, 3);
   Reported reported;
   auto alive = std::make_shared<bool>(false);
   auto r = RunWith(ds, ds, /*fail_broadcast=*/true, reported, alive);
@@ -135,7 +113,7 @@ TEST(TrainRank, ACollectiveFailureIsReportedWhileTheCommunicatorIsUp) {
 
 TEST(TrainRank, ASuccessfulRankReportsNothing) {
   model::SetKernelThreads(1);
-  const data::Dataset ds = Synthetic(16, 28);
+  const data::Dataset ds = testing::SyntheticImages(16, 28, 28, 3);
   Reported reported;
   auto alive = std::make_shared<bool>(false);
   auto r = RunWith(ds, ds, /*fail_broadcast=*/false, reported, alive);
@@ -157,11 +135,12 @@ TEST(MakeCommunicator, AGpuRankOnTheTcpBackendJoinsTheRingACpuRankForms) {
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] {
-      const train::RankEnv env = EnvOf({{"RINGTRAIN_RANK", std::to_string(r)},
-                                        {"RINGTRAIN_WORLD_SIZE", "2"},
-                                        {"RINGTRAIN_TOKEN", "t"},
-                                        {"RINGTRAIN_BIND_ADDR", "127.0.0.1"},
-                                        {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "30"}});
+      const train::RankEnv env =
+          testing::RankEnvOf({{"RINGTRAIN_RANK", std::to_string(r)},
+                              {"RINGTRAIN_WORLD_SIZE", "2"},
+                              {"RINGTRAIN_TOKEN", "t"},
+                              {"RINGTRAIN_BIND_ADDR", "127.0.0.1"},
+                              {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "30"}});
       comms[r] = MakeCommunicator(store, env, r == 0 ? cpu : gpu_tcp, "127.0.0.1");
     });
   }

@@ -12,25 +12,19 @@
 #include "common/runner_contract.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
-#include "runner/train/checkpoint.h"
 #include "runner/rank/rank.h"
+#include "runner/train/checkpoint.h"
 #include "tests/fakes/in_memory_store.h"
+#include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::train {
 namespace {
 
+// The file names the shape errors must name.
 data::Dataset Synthetic(std::size_t n, int rows, int cols) {
-  data::Dataset ds;
-  ds.count = n;
-  ds.rows = rows;
-  ds.cols = cols;
+  data::Dataset ds = testing::SyntheticImages(n, rows, cols, 1);
   ds.images_path = "/data/t10k-images-idx3-ubyte.gz";
   ds.labels_path = "/data/t10k-labels-idx1-ubyte.gz";
-  std::mt19937_64 rng(1);
-  ds.images.resize(n * static_cast<std::size_t>(rows * cols));
-  for (auto& p : ds.images) p = static_cast<std::uint8_t>(rng() % 256);
-  ds.labels.resize(n);
-  for (auto& l : ds.labels) l = static_cast<std::uint8_t>(rng() % 10);
   return ds;
 }
 
