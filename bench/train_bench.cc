@@ -15,7 +15,7 @@
 #include "runner/data/idx.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 using namespace ringtrain;
 
@@ -32,7 +32,7 @@ struct Row {
 };
 
 Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   std::vector<train::TrainResult> results(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {

@@ -12,9 +12,9 @@
 #include "common/runner_contract.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
-#include "runner/train/checkpoint.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
+#include "runner/train/checkpoint.h"
 
 namespace ringtrain::train {
 namespace {
@@ -47,7 +47,7 @@ TrainConfig SmallConfig() {
 }
 
 struct OneRank {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   std::unique_ptr<comm::TcpCommunicator> comm;
   OneRank() {
     comm::TcpCommOptions o;
