@@ -162,7 +162,9 @@ TEST(TcpCommunicatorTest, BarrierWaitsForEveryRank) {
   std::atomic<int> entered{0};
   for (int round = 0; round < 3; ++round) {
     auto s = RunRanks(n, [&](int r) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 * r));
+      // Ranks enter one after another (rank r once r others of this round have), so the last
+      // rank to enter is the one every other rank's barrier must wait for.
+      while (entered.load() < n * round + r) std::this_thread::yield();
       entered.fetch_add(1);
       Status st = gang[r]->Barrier();
       // Nobody leaves round k before everybody entered it.

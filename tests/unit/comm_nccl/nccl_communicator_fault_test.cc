@@ -106,7 +106,8 @@ TEST(NcclCommunicatorFaultTest, FailureRecordedByAnotherRankEndsTheWait) {
   t.ReleaseOnAbortKey();
   const std::string theirs = "all-reduce: lost peer rank 2 (detected by rank 3)";
   std::thread other_rank([&] {
-    std::this_thread::sleep_for(200ms);
+    // Once the watchdog has polled the key (finding nothing): the wait is under way.
+    while (t.store.abort_reads() == 0) std::this_thread::yield();
     ASSERT_TRUE(t.mem.Set("abort", theirs).ok());
   });
 
