@@ -69,8 +69,11 @@ TEST(RendezvousTest, StopRequestEndsTheWait) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto client = TcpStoreClient::Create({"127.0.0.1", (*server)->port(), "tok", 5s, 5s});
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  std::thread stopper([] {
-    std::this_thread::sleep_for(200ms);
+  auto watcher = TcpStoreClient::Create({"127.0.0.1", (*server)->port(), "tok", 5s, 5s});
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  std::thread stopper([&] {
+    // Once rank 0 has arrived (its next step is the wait for rank 1), not after a guessed delay.
+    EXPECT_TRUE((*watcher)->Get("arrived/0", 60s).ok());
     RequestStop(15);
   });
   Status s = JoinRendezvous(**client, 0, 2, std::chrono::hours(1));
