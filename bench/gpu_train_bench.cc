@@ -21,8 +21,8 @@
 #include "runner/metrics/gpu_monitor.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rank/rank.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/train/config.h"
-#include "tests/fakes/in_memory_store.h"
 
 using namespace ringtrain;
 
@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   auto train_set = data::LoadFashionMnist(config->dataset, true);
   if (!train_set.ok()) return Fail(json_path, train_set.status().ToString(), 1);
 
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   comm::NcclCommOptions no;
   auto nccl = comm::NcclCommunicator::Create(store, no);
   if (!nccl.ok()) return Fail(json_path, nccl.status().ToString(), 1);

@@ -18,7 +18,7 @@
 #include "runner/data/idx.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 using namespace ringtrain;
 
@@ -35,7 +35,7 @@ struct Row {
 };
 
 Row Run(const data::Dataset& ds, int world, const train::TrainConfig& base, bool drain_vote) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   const std::atomic<bool> never{false};
   std::vector<train::TrainResult> results(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;

@@ -13,7 +13,6 @@
 
 #include "common/env.h"
 #include "common/logging.h"
-#include "common/random.h"
 #include "common/stop.h"
 #include "runner/data/idx.h"
 #include "runner/local_launcher.h"
@@ -22,6 +21,7 @@
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/gang_gate.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
@@ -154,23 +154,24 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
     RETURN_IF_ERROR(rendezvous::WaitForGangGate(env.gang_gate, env.gang_gate_timeout));
   }
 
-  // A gang of one has no peer to reach its store: loopback, any free port, a throwaway token
-  // (the contract asks for RINGTRAIN_TOKEN only when the world size is above 1).
-  const bool alone = env.world_size == 1;
-  const std::string token = alone && env.token.empty() ? RandomToken() : env.token;
+  // A gang of one has no peer to reach its store: it keeps it in memory and opens no socket.
+  if (env.world_size == 1) {
+    rendezvous::MemoryStore memory;
+    rendezvous::PrefixStore store(memory, env.job + "/" + std::to_string(env.attempt) + "/");
+    return TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
+  }
   std::string store_host = env.master_addr;
   int store_port = env.master_port;
   std::unique_ptr<rendezvous::TcpStoreServer> server;
   if (env.rank == 0) {
-    const std::string bind = alone ? "127.0.0.1" : env.bind_addr;
     ASSIGN_OR_RETURN(server,
-                     rendezvous::TcpStoreServer::Create(bind, alone ? 0 : env.master_port, token));
-    store_host = bind == "0.0.0.0" ? "127.0.0.1" : bind;
+                     rendezvous::TcpStoreServer::Create(env.bind_addr, env.master_port, env.token));
+    store_host = env.bind_addr == "0.0.0.0" ? "127.0.0.1" : env.bind_addr;
     store_port = server->port();
   }
   Status s = Train(env, config, placement, metrics, train_set, test_set, store_host, store_port,
-                   token, outcome);
-  if (!s.ok() && server != nullptr && !alone && s.code() != StatusCode::kCancelled) {
+                   env.token, outcome);
+  if (!s.ok() && server != nullptr && s.code() != StatusCode::kCancelled) {
     // The other ranks read the root cause of a failure from this store, a permanent one as
     // much as a retryable one: keep it up briefly (a stop request still ends the wait).
     (void)SleepOrStop(kStoreLinger);

@@ -1,6 +1,6 @@
 // The rendezvous key/value store seam (gloo's Store, c10d's Store): what every rank uses to
-// find its peers. Implementations: TcpStore (tcp_store.h), PrefixStore (prefix_store.h), and
-// an in-memory one for tests (tests/fakes/). Must not know about communicators or training.
+// find its peers. Implementations: TcpStore (tcp_store.h), PrefixStore (prefix_store.h) and
+// MemoryStore (memory_store.h, one process). Must not know about communicators or training.
 #pragma once
 
 #include <cstdint>

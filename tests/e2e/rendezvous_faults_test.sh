@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rendezvous faults: a timeout names the ranks that never arrived; a wrong token is refused
 # with a permanent exit code; a busy port is reported as such; a gang on loopback listens on
-# loopback only; a gang of one needs no token.
+# loopback only; a gang of one needs no token and opens no store port.
 source "$(dirname "$0")/lib.sh"
 
 # World size 1 without RINGTRAIN_TOKEN: the contract asks for the token only above 1.
@@ -9,6 +9,10 @@ port=$(free_port)
 start_rank 0 1 "$port" "" "$WORK/alone.log" --epochs 1 --max-steps 3
 wait_exit "$LAST_PID" 120
 [ "$RC" = 0 ] || fail "world size 1 without a token exited $RC"
+# ... and keeps its store in memory: no store server, no store port.
+if grep -q "rendezvous store listening" "$WORK/alone.log"; then
+  fail "a world of one started a store server"
+fi
 
 # The store and metrics ports of a gang on 127.0.0.1 are not open on other interfaces.
 port=$(free_port)

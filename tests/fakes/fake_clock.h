@@ -27,6 +27,12 @@ class FakeClock final : public Clock {
     wall_ += d;
     steady_ += d;
   }
+  // Sets the wall time only, as an NTP step or a test's "now is this date" does: monotonic
+  // time does not move.
+  void SetWall(WallTime wall) {
+    std::lock_guard lock(mu_);
+    wall_ = wall;
+  }
 
  private:
   mutable std::mutex mu_;

@@ -11,7 +11,7 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::train {
@@ -35,7 +35,7 @@ TrainConfig BaseConfig(const std::string& model, const std::string& optimizer) {
 // Trains `world` ranks as threads; returns rank 0's parameters after training.
 std::vector<float> Train(int world, TrainConfig config, const data::Dataset& ds,
                          TrainResult* result0 = nullptr) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   std::vector<std::vector<float>> params(static_cast<std::size_t>(world));
   std::vector<Status> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;

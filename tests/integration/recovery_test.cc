@@ -14,7 +14,7 @@
 
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::rank {
@@ -84,7 +84,7 @@ class Mortal final : public comm::Communicator {
 };
 
 struct Gang {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   data::Dataset train = testing::SyntheticImages(480, 28, 28, 1);
   data::Dataset test = testing::SyntheticImages(96, 28, 28, 2);
 

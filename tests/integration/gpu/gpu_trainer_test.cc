@@ -15,8 +15,8 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/cuda/cuda_util.h"
 #include "runner/rank/rank.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/train/checkpoint.h"
-#include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::gpu {
 namespace {
@@ -50,7 +50,7 @@ class GpuTrainerTest : public ::testing::Test {
   }
 
   StatusOr<train::TrainResult> RunNccl(const train::TrainConfig& c, bool* graph = nullptr) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     comm::NcclCommOptions o;
     ASSIGN_OR_RETURN(auto nccl, comm::NcclCommunicator::Create(store, o));
     train::EngineDeps d;
@@ -112,7 +112,7 @@ TEST_F(GpuTrainerTest, CnnWithCudnnTrains) {
 }
 
 TEST_F(GpuTrainerTest, TwoRanksShareOneGpuThroughTheTcpBackend) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   std::vector<StatusOr<train::TrainResult>> results(2, Internal("not run"));
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
@@ -161,7 +161,7 @@ TEST_F(GpuTrainerTest, CheckpointsAreTheCpuFormatAndResume) {
   EXPECT_TRUE(again->resumed);
   EXPECT_EQ(again->steps, 60);
   // ...and the CPU trainer reads the same files.
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = comm::TcpCommunicator::Create(store, comm::TcpCommOptions{});
   ASSERT_TRUE(comm.ok());
   train::EngineDeps d;  // device -1: the CPU engine

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "controller/kube/kube_config.h"
+#include "tests/fakes/fake_clock.h"
 #include "tests/integration/kube/kube_test_util.h"
 
 namespace ringtrain::kube {
@@ -21,19 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TestClock final : public Clock {
- public:
-  WallTime Now() const override { return WallTime(std::chrono::seconds(now_.load())); }
-  SteadyTime SteadyNow() const override { return std::chrono::steady_clock::now(); }
-  void Set(const std::string& rfc3339) {
-    std::tm tm{};
-    ::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    now_ = ::timegm(&tm);
-  }
-
- private:
-  std::atomic<std::int64_t> now_{0};
-};
+// "2030-01-01T00:00:00Z" as a wall time, for the fake clock.
+WallTime At(const std::string& rfc3339) {
+  std::tm tm{};
+  EXPECT_NE(::strptime(rfc3339.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm), nullptr) << rfc3339;
+  return WallTime(std::chrono::seconds(::timegm(&tm)));
+}
 
 std::string Slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -50,7 +44,7 @@ class ExecCredentialTest : public testing::KubeTest {
            ("rt-exec-" + std::to_string(::getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
-    clock_.Set("2029-06-01T00:00:00Z");
+    clock_.SetWall(At("2029-06-01T00:00:00Z"));
   }
   void TearDown() override {
     fs::remove_all(dir_);
@@ -116,7 +110,7 @@ class ExecCredentialTest : public testing::KubeTest {
   }
 
   fs::path dir_;
-  TestClock clock_;
+  ringtrain::testing::FakeClock clock_;
 };
 
 TEST_F(ExecCredentialTest, TokenFromThePluginIsUsedAndCachedUntilItExpires) {
@@ -139,7 +133,7 @@ TEST_F(ExecCredentialTest, TokenFromThePluginIsUsedAndCachedUntilItExpires) {
   // Past expirationTimestamp the plugin runs again and its new token is sent.
   server_->RequireBearerTokens({"plugin-token-2"});
   SetToken("plugin-token-2");
-  clock_.Set("2030-01-01T00:00:01Z");
+  clock_.SetWall(At("2030-01-01T00:00:01Z"));
   auto list = client->List(kPods, "default", {});
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ(Runs(), 2);
@@ -250,7 +244,7 @@ TEST_F(ExecCredentialTest, BadOutputIsRefusedWithTheReason) {
       kExecApiV1, "p");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->token, "t");
-  clock_.Set("2030-01-01T00:00:00Z");
+  clock_.SetWall(At("2030-01-01T00:00:00Z"));
   EXPECT_EQ(*ok->expiration, clock_.Now());
 
   // Years outside what system_clock holds are clamped, not overflowed (found by fuzzing).
@@ -280,7 +274,9 @@ TEST_F(ExecCredentialTest, AMissingCommandShowsTheInstallHint) {
 
 TEST_F(ExecCredentialTest, AHungPluginTimesOutAndAStopRequestWakesIt) {
   ExecConfig config;
-  config.command = Script("hang.sh", "echo waiting for a browser login >&2\nexec sleep 600\n");
+  config.command = Script("hang.sh",
+                          "echo waiting for a browser login >&2\ntouch \"$D/started\"\n"
+                          "exec sleep 600\n");
   config.api_version = kExecApiV1;
   config.interactive_mode = "Never";
   config.timeout = Duration(300);
@@ -292,8 +288,10 @@ TEST_F(ExecCredentialTest, AHungPluginTimesOutAndAStopRequestWakesIt) {
 
   config.timeout = Duration(600'000);
   std::atomic<bool> stop{false};
+  fs::remove(dir_ / "started");
   std::thread stopper([&] {
-    std::this_thread::sleep_for(Duration(200));
+    // Once this run of the plugin has started (and hangs), not after a guessed delay.
+    EXPECT_TRUE(testing::Eventually([&] { return fs::exists(dir_ / "started"); }));
     stop = true;
   });
   cred = RunExecPlugin(config, &stop);

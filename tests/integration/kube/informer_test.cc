@@ -233,11 +233,19 @@ TEST_F(InformerTest, ReconnectsAfterServerOutage) {
   Recorder rec;
   Informer informer(client_.get(), rec.Options(kPods));
   server_->Stop();
+  // Once back, the server refuses the first three lists: the test counts the refusals instead
+  // of sleeping, and two of them leave at most the third in flight, which is refused too.
+  constexpr int kRefused = 3;
+  server_->FailNextRequests("GET", "pods", 503, kRefused);
+  const std::int64_t lists_before = server_->RequestCount("GET", "pods");
   informer.Start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_FALSE(informer.HasSynced());
+  EXPECT_FALSE(informer.HasSynced());  // nothing to list from while the server is down
   ASSERT_TRUE(server_->Start().ok());
+  ASSERT_TRUE(Eventually(
+      [&] { return server_->RequestCount("GET", "pods") >= lists_before + kRefused - 1; }));
+  EXPECT_FALSE(informer.HasSynced()) << "synced from a refused list";
   ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(10)));
+  EXPECT_GE(server_->RequestCount("GET", "pods"), lists_before + kRefused + 1);
   ASSERT_TRUE(client_->Create(kPods, "default", Pod("late")).ok());
   EXPECT_TRUE(Eventually([&] { return informer.Get("default", "late").has_value(); }));
 }

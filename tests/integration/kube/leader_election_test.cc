@@ -69,12 +69,15 @@ TEST_F(LeaderElectionTest, ExactlyOneLeaderAndTakeoverAfterExpiry) {
   a->elector->Start();
   b->elector->Start();
   ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader() || b->elector->IsLeader(); }));
-  // Over several renew periods, never two leaders, and the lease names the one that leads.
-  for (int i = 0; i < 30; ++i) {
-    bool la = a->elector->IsLeader(), lb = b->elector->IsLeader();
-    ASSERT_FALSE(la && lb);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  // Over several renewals (counted at the server, not timed), never two leaders, and the
+  // lease names the one that leads.
+  const std::int64_t updates_before = server_->RequestCount("PUT", "leases");
+  bool two_leaders = false;
+  ASSERT_TRUE(Eventually([&] {
+    if (a->elector->IsLeader() && b->elector->IsLeader()) two_leaders = true;
+    return server_->RequestCount("PUT", "leases") >= updates_before + 4;
+  }));
+  EXPECT_FALSE(two_leaders);
   Candidate* leader = a->elector->IsLeader() ? a.get() : b.get();
   Candidate* follower = leader == a.get() ? b.get() : a.get();
   std::string leader_id = leader == a.get() ? "a" : "b";
@@ -103,7 +106,8 @@ TEST_F(LeaderElectionTest, GracefulStopReleasesTheLease) {
   ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }));
   auto b = NewCandidate("b");
   b->elector->Start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  // b has read the lease and found it held: while a renews, b must not lead.
+  ASSERT_TRUE(Eventually([&] { return b->elector->CurrentLeader() == "a"; }));
   EXPECT_FALSE(b->elector->IsLeader());
   a->elector->Stop();
   EXPECT_FALSE(a->elector->IsLeader());

@@ -491,11 +491,14 @@ TEST_F(OperatorTest, WatchCutsAndApiServerRestartsLoseNoPodAndDuplicateNone) {
     server_->ForceCompaction();
     server_->CloseAllWatches();
     // A job created while the watches are down still gets exactly its gang.
-    Create(SleepJob("cut" + std::to_string(round), 2));
-    for (int i = 0; i < 10; ++i) {
+    const std::string late = "cut" + std::to_string(round);
+    Create(SleepJob(late, 2));
+    // Until the operator has caught up (the new job's gang exists, not a guessed delay), the
+    // running job keeps exactly its gang.
+    ASSERT_TRUE(Eventually([&] {
       EXPECT_TRUE(ExactGang("cut", 3));
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+      return static_cast<bool>(ExactGang(late, 2));
+    }));
   }
   for (int round = 0; round < 3; ++round) {
     const std::string name = "cut" + std::to_string(round);

@@ -1,9 +1,8 @@
 // The reconciler against an in-memory KubeClient and a cache the test controls (so it can be
-// stale on purpose), plus the pod builder and the work queue.
+// stale on purpose), plus the work queue.
 #include <gtest/gtest.h>
 #include <fstream>
 #include <map>
-#include <set>
 
 #include "common/time_format.h"
 #include "controller/executors/kubernetes/pod_builder.h"
@@ -657,140 +656,6 @@ TEST_F(ReconcilerTest, AJobWithAKueueQueueMakesOneKueuePodGroup) {
   EXPECT_EQ(queued["status"], "True");
   EXPECT_NE(queued.value("message", "").find("queued in Kueue (LocalQueue team-a)"),
             std::string::npos);
-}
-
-TEST(PodBuilderTest, AvoidedNodesBecomeNodeAffinityOnTheNodesName) {
-  const Json tmpl = Json::parse(R"({"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
-      "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}}}}})");
-  auto job = api::ParseJobJson(Job(2, tmpl).dump());
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  job->status.avoided_nodes = {{"old", "NodeLost", 0, true}, {"bad", "Evicted", 3, true}};
-  Json pod = BuildPod(*job, 4, 0, PodOptions{});
-  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
-  const Json& term =
-      affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0];
-  // The user's term keeps its expression and gains ours (ANDed).
-  EXPECT_EQ(term["matchExpressions"][0]["key"], "pool");
-  EXPECT_EQ(term["matchFields"][0],
-            Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"bad"}}}));
-  // Four attempts after it failed there, "old" is only preferred against.
-  EXPECT_EQ(affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
-                    ["matchFields"][0]["values"],
-            Json({"old"}));
-  // No avoided node: no affinity added.
-  job->status.avoided_nodes.clear();
-  Json plain = BuildPod(*job, 4, 0, PodOptions{});
-  EXPECT_FALSE(plain["spec"]["affinity"]["nodeAffinity"]
-                    ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-                        .contains("matchFields"));
-}
-
-TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
-  Json raw = Job(
-      4, {{"metadata", {{"uid", "u1"}, {"namespace", "ml"}}},
-          {"spec",
-           {{"gpusPerReplica", 1},
-            {"runPolicy", {{"schedulerName", "volcano"}}},
-            {"template",
-             {{"metadata", {{"labels", {{"team", "a"}}}}},
-              {"spec",
-               {{"nodeSelector", {{"gpu", "a100"}}},
-                {"containers",
-                 {{{"name", "runner"},
-                   {"env",
-                    {{{"name", "EXTRA"}, {"value", "1"}}, {{"name", "RANK"}, {"value", "bogus"}}}},
-                   {"volumeMounts", {{{"name", "data"}, {"mountPath", "/d"}}}}},
-                  {{"name", "sidecar"}, {"image", "busybox"}}}}}}}}}}});
-  auto job = api::ParseJobJson(raw.dump());
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  Json pod = BuildPod(*job, 2, 3, PodOptions{});
-  EXPECT_EQ(pod["metadata"]["name"], "mnist-a2-3");
-  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
-  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/rank"], "3");
-  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/attempt"], "2");
-  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
-  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
-  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
-  EXPECT_EQ(pod["spec"]["hostname"], "mnist-a2-3");
-  EXPECT_EQ(pod["spec"]["subdomain"], "mnist");
-  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
-  EXPECT_EQ(pod["spec"]["nodeSelector"]["gpu"], "a100");
-  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
-  const Json& c = pod["spec"]["containers"][0];
-  EXPECT_EQ(c["name"], "runner");
-  EXPECT_EQ(c["command"][0], "ringtrain-runner");
-  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 1);
-  EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
-  EXPECT_EQ(c["volumeMounts"][0]["name"], "data");
-  std::map<std::string, Json> env;
-  for (const auto& e : c["env"]) env[e["name"]] = e;
-  EXPECT_EQ(env["RINGTRAIN_MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
-  EXPECT_EQ(env["MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
-  EXPECT_EQ(env["RINGTRAIN_MASTER_PORT"]["value"], "29500");
-  EXPECT_EQ(env["RANK"]["value"], "3");  // ours win over the template's
-  EXPECT_EQ(env["WORLD_SIZE"]["value"], "4");
-  EXPECT_EQ(env["RINGTRAIN_ATTEMPT"]["value"], "2");
-  EXPECT_EQ(env["RINGTRAIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"], "mnist-token");
-  EXPECT_EQ(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
-  EXPECT_EQ(env["RINGTRAIN_METRICS_PORT"]["value"], "9400");
-  EXPECT_EQ(env["EXTRA"]["value"], "1");
-  Json svc = BuildService(*job);
-  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
-  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
-}
-
-TEST(PodBuilderTest, SeveralGpusMakeOnePodANodeOfRanks) {
-  Json raw = Job(3, {{"metadata", {{"uid", "u1"}}}, {"spec", {{"gpusPerReplica", 4}}}});
-  auto job = api::ParseJobJson(raw.dump());
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  Json pod = BuildPod(*job, 0, 2, PodOptions{});
-  const Json& c = pod["spec"]["containers"][0];
-  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 4);
-  std::map<std::string, Json> env;
-  for (const auto& e : c["env"]) env[e["name"]] = e;
-  EXPECT_EQ(env["WORLD_SIZE"]["value"], "12");
-  EXPECT_EQ(env["RINGTRAIN_NPROC_PER_NODE"]["value"], "4");  // the runner starts 4 ranks
-  EXPECT_EQ(env["RINGTRAIN_NODE_RANK"]["value"], "2");
-  EXPECT_EQ(env["RANK"]["value"], "8");  // its first rank: ranks 8..11 live in this pod
-  std::set<int> ports;
-  for (const auto& p : c["ports"]) ports.insert(p["containerPort"].get<int>());
-  EXPECT_EQ(ports, (std::set<int>{29500, 9400, 9401, 9402, 9403}));
-  bool device_cuda = false;
-  for (std::size_t i = 0; i + 1 < c["args"].size(); ++i) {
-    if (c["args"][i] == "--device" && c["args"][i + 1] == "cuda") device_cuda = true;
-  }
-  EXPECT_TRUE(device_cuda);
-}
-
-TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
-  Json pod = {{"metadata",
-               {{"name", "j-a1-0"},
-                {"labels", {{"ringtrain.dev/rank", "0"}, {"ringtrain.dev/attempt", "1"}}},
-                {"deletionTimestamp", "2026-01-01T00:00:00Z"}}},
-              {"status",
-               {{"phase", "Failed"},
-                {"conditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}},
-                {"containerStatuses",
-                 {{{"name", "runner"},
-                   {"state",
-                    {{"terminated",
-                      {{"exitCode", 137}, {"reason", "OOMKilled"}, {"message", "oom\n"}}}}}}}}}}};
-  auto r = ObserveReplica(pod);
-  EXPECT_EQ(r.rank, 0);
-  EXPECT_EQ(r.attempt, 1);
-  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
-  EXPECT_EQ(r.exit_code, 137);
-  EXPECT_EQ(r.reason, "OOMKilled");
-  EXPECT_EQ(r.message, "oom");
-  EXPECT_TRUE(r.disruption);
-  EXPECT_TRUE(r.terminating);
-  pod["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "low memory"}};
-  r = ObserveReplica(pod);
-  EXPECT_EQ(r.reason, "Evicted");
-  EXPECT_TRUE(reconcile::IsRetryable(r));
-  pod["metadata"]["labels"]["ringtrain.dev/attempt"] = "x";
-  EXPECT_EQ(ObserveReplica(pod).rank, -1);
 }
 
 // Issue 10.4: past progressDeadlineSeconds, a rank 0 whose /status cannot be read (here: the

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runner/comm/tcp/tcp_communicator.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::comm {
 

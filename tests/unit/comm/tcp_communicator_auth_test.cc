@@ -8,13 +8,13 @@
 
 #include "common/net.h"
 #include "runner/comm/tcp/tcp_communicator.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::comm {
 namespace {
 
 TEST(TcpCommunicatorAuthTest, ImpostorWithoutTheRingKeyIsDropped) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   // Rank 1 starts alone and publishes its address; an impostor claiming to be rank 0 (its left
   // neighbour) connects first with a well-formed hello but the wrong key.
   StatusOr<std::unique_ptr<TcpCommunicator>> rank1 = Internal("not run");

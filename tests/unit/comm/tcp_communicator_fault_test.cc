@@ -1,13 +1,18 @@
 // A lost or stalled rank must never hang the others: every survivor returns a retryable error
 // naming the lost peer within the collective timeout, and the communicator stays aborted.
-// Assertions are on statuses only, never on wall-clock time.
+// Assertions are on statuses only, never on wall-clock time, and events are ordered by
+// latches, never by sleeps: a fault comes once the survivors have started their collective,
+// which cannot finish without the faulty rank, so whether a survivor is already blocked in it
+// or just entering it, the outcome asserted is the same.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <latch>
 #include <thread>
 
 #include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/unit/comm/gang.h"
 
 namespace ringtrain::comm {
@@ -25,16 +30,18 @@ TcpCommOptions ShortTimeout() {
 
 TEST(TcpCommunicatorFaultTest, DeadRankFailsEveryoneNamingIt) {
   constexpr int n = 4, kDead = 2;
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, n, ShortTimeout());
   std::vector<std::vector<float>> bufs(n, std::vector<float>(kCount, 1.0f));
+  std::latch survivors_started(n - 1);
   auto s = RunRanks(n, [&](int r) -> Status {
     if (r == kDead) {
-      // Dies while the others are inside the all-reduce: its sockets close under them.
-      std::this_thread::sleep_for(200ms);
+      // Dies once the others are in the all-reduce: its sockets close under them.
+      survivors_started.wait();
       gang[r].reset();
       return Status::Ok();
     }
+    survivors_started.count_down();
     return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
   });
   for (int r = 0; r < n; ++r) {
@@ -61,11 +68,12 @@ TEST(TcpCommunicatorFaultTest, DeadRankFailsEveryoneNamingIt) {
 
 TEST(TcpCommunicatorFaultTest, AbortFromAnotherThreadUnblocksTheRing) {
   constexpr int n = 3;
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, n, ShortTimeout());
   std::vector<std::vector<float>> bufs(n, std::vector<float>(kCount, 1.0f));
+  std::latch others_started(n - 1);  // ranks 0 and 2
   std::thread watchdog([&] {
-    std::this_thread::sleep_for(200ms);
+    others_started.wait();
     gang[0]->Abort();
   });
   // Rank 1 stalls outside the collective, so the all-reduce cannot finish before the abort.
@@ -74,6 +82,7 @@ TEST(TcpCommunicatorFaultTest, AbortFromAnotherThreadUnblocksTheRing) {
       watchdog.join();
       return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
     }
+    others_started.count_down();
     return gang[r]->AllReduce(bufs[r].data(), kCount, ReduceOp::kSum);
   });
   EXPECT_EQ(s[0].code(), StatusCode::kAborted) << s[0].ToString();
@@ -86,7 +95,7 @@ TEST(TcpCommunicatorFaultTest, AbortFromAnotherThreadUnblocksTheRing) {
 
 TEST(TcpCommunicatorFaultTest, StalledRankTimesOutNamingIt) {
   constexpr int n = 3, kStalled = 2;
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   TcpCommOptions o;
   o.collective_timeout = 300ms;
   auto gang = MakeGang(store, n, o);
@@ -110,13 +119,15 @@ TEST(TcpCommunicatorFaultTest, StalledRankTimesOutNamingIt) {
 }
 
 TEST(TcpCommunicatorFaultTest, WorldOfTwoLosesItsOnlyPeer) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, 2, ShortTimeout());
   std::vector<float> buf(kCount, 1.0f);
+  std::latch started(1);
   std::thread killer([&] {
-    std::this_thread::sleep_for(100ms);
+    started.wait();
     gang[1].reset();
   });
+  started.count_down();
   Status s = gang[0]->AllReduce(buf.data(), kCount, ReduceOp::kSum);
   killer.join();
   EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
@@ -167,16 +178,18 @@ class DyingStore final : public rendezvous::Store {
 // timeout), as Cancelled: the rank's own cause, not a lost peer.
 TEST(TcpCommunicatorFaultTest, StopRequestEndsAStalledCollective) {
   ResetStopForTest();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   TcpCommOptions o;
   o.collective_timeout = std::chrono::hours(1);
   auto gang = MakeGang(store, 2, o);
   ASSERT_EQ(gang.size(), 2u);
   std::vector<float> buf(kCount, 1.0f);
-  std::thread stopper([] {
-    std::this_thread::sleep_for(200ms);
+  std::latch started(1);
+  std::thread stopper([&] {
+    started.wait();
     RequestStop(15);
   });
+  started.count_down();
   Status s = gang[0]->AllReduce(buf.data(), kCount, ReduceOp::kSum);
   stopper.join();
   ResetStopForTest();
@@ -189,17 +202,22 @@ TEST(TcpCommunicatorFaultTest, StopRequestEndsAStalledCollective) {
 // must still name rank 0, the store host, as the dead rank (issue 10 item 9), not rank 2.
 TEST(TcpCommunicatorFaultTest, SurvivorOfTheStoreHostBlamesItNotItsNeighbour) {
   constexpr int n = 3;
-  testing::InMemoryStore mem;
+  rendezvous::MemoryStore mem;
   DyingStore store(mem);
   auto gang = MakeGang(store, n, ShortTimeout());
   ASSERT_EQ(gang.size(), 3u);
   std::vector<float> buf(kCount, 1.0f);
   Status s;
-  std::thread rank1([&] { s = gang[1]->AllReduce(buf.data(), kCount, ReduceOp::kSum); });
-  std::this_thread::sleep_for(200ms);
+  std::latch started(1);
+  std::thread rank1([&] {
+    started.count_down();
+    s = gang[1]->AllReduce(buf.data(), kCount, ReduceOp::kSum);
+  });
+  started.wait();
+  // Closed in this order; whichever close rank 1 notices first (it may already have sent rank
+  // 2 all it owes and watch only its left side), it must name rank 0.
   store.Kill();
   gang[2].reset();
-  std::this_thread::sleep_for(50ms);
   gang[0].reset();
   rank1.join();
   EXPECT_TRUE(s.retryable()) << s.ToString();

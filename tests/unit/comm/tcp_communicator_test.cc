@@ -10,9 +10,9 @@
 #include <random>
 #include <tuple>
 
+#include "runner/rendezvous/memory_store.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/tcp_store.h"
-#include "tests/fakes/in_memory_store.h"
 #include "tests/unit/comm/gang.h"
 
 namespace ringtrain::comm {
@@ -68,7 +68,7 @@ class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, std::size_
 
 TEST_P(AllReduceTest, SumMatchesFloat64Reference) {
   auto [n, count] = GetParam();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, n);
   ASSERT_EQ(gang.size(), static_cast<std::size_t>(n));
   for (const auto& c : gang) ASSERT_NE(c, nullptr);
@@ -96,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(WorldByCount, AllReduceTest, ::testing::ValuesIn(AllRed
 
 TEST(TcpCommunicatorTest, AverageDividesByWorldSize) {
   for (int n : {1, 3, 4}) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     auto gang = MakeGang(store, n);
     RunAllReduce(gang, 1001, ReduceOp::kAverage);
   }
@@ -104,7 +104,7 @@ TEST(TcpCommunicatorTest, AverageDividesByWorldSize) {
 
 TEST(TcpCommunicatorTest, TinyChunksSplitFloatsAcrossReads) {
   // Chunks of 8 bytes (10 rounds down) make every float straddle receive boundaries often.
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   TcpCommOptions o;
   o.chunk_bytes = 10;
   auto gang = MakeGang(store, 3, o);
@@ -115,7 +115,7 @@ TEST(TcpCommunicatorTest, TinyChunksSplitFloatsAcrossReads) {
 TEST(TcpCommunicatorTest, SmallSocketBuffersStillReduceExactly) {
   // 64 KiB kernel buffers under 256 KiB chunks: every send and receive is partial, and both
   // directions must keep streaming without a deadlock.
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   TcpCommOptions o;
   o.socket_buffer_bytes = 64 * 1024;
   auto gang = MakeGang(store, 3, o);
@@ -125,7 +125,7 @@ TEST(TcpCommunicatorTest, SmallSocketBuffersStillReduceExactly) {
 
 TEST(TcpCommunicatorTest, ManyCollectivesInSequenceStayAligned) {
   constexpr int n = 4;
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, n);
   for (std::size_t count : {7u, 1u, 0u, 100000u, 3u, 65537u}) {
     RunAllReduce(gang, count, ReduceOp::kSum);
@@ -136,7 +136,7 @@ TEST(TcpCommunicatorTest, ManyCollectivesInSequenceStayAligned) {
 
 TEST(TcpCommunicatorTest, BroadcastFromEveryKindOfRoot) {
   for (int n : {1, 2, 3, 5}) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     auto gang = MakeGang(store, n);
     for (int root : {0, n / 2, n - 1}) {
       for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{1000003}}) {
@@ -157,12 +157,14 @@ TEST(TcpCommunicatorTest, BroadcastFromEveryKindOfRoot) {
 
 TEST(TcpCommunicatorTest, BarrierWaitsForEveryRank) {
   constexpr int n = 5;
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto gang = MakeGang(store, n);
   std::atomic<int> entered{0};
   for (int round = 0; round < 3; ++round) {
     auto s = RunRanks(n, [&](int r) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 * r));
+      // Ranks enter one after another (rank r once r others of this round have), so the last
+      // rank to enter is the one every other rank's barrier must wait for.
+      while (entered.load() < n * round + r) std::this_thread::yield();
       entered.fetch_add(1);
       Status st = gang[r]->Barrier();
       // Nobody leaves round k before everybody entered it.
@@ -178,7 +180,7 @@ TEST(TcpCommunicatorTest, BarrierWaitsForEveryRank) {
 
 TEST(TcpCommunicatorTest, AllGatherIsRankMajor) {
   for (int n : {1, 2, 3, 5}) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     auto gang = MakeGang(store, n);
     for (std::size_t bytes : {std::size_t{1}, std::size_t{7}, std::size_t{100001}}) {
       std::vector<std::vector<char>> in(n), out(n, std::vector<char>(n * bytes));
@@ -238,7 +240,7 @@ TEST(TcpCommunicatorTest, RankThatFinishesFirstMayExitAtOnce) {
   // gone for a lost peer.
   for (int n : {2, 3, 4}) {
     for (int round = 0; round < 3; ++round) {
-      testing::InMemoryStore store;
+      rendezvous::MemoryStore store;
       auto gang = MakeGang(store, n);
       std::vector<std::vector<float>> bufs(n, std::vector<float>(1 << 18, 1.0f));
       auto s = RunRanks(n, [&](int r) {
@@ -255,7 +257,7 @@ TEST(TcpCommunicatorTest, RankThatFinishesFirstMayExitAtOnce) {
 }
 
 TEST(TcpCommunicatorTest, BadOptionsAreInvalid) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   TcpCommOptions o;
   o.rank = 2;
   o.size = 2;

@@ -14,7 +14,7 @@
 
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/cuda/cuda_util.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/unit/comm_nccl/nccl_test_util.h"
 #include "tests/unit/comm_nccl/stall_kernel.h"
 
@@ -30,7 +30,7 @@ bool Contains(const std::string& s, const std::string& part) {
 // A world of one with a GPU stalled behind a spinning kernel on a caller's stream, and an
 // event recorded after the stall that Wait cannot see complete until the flag is released.
 struct Stalled {
-  testing::InMemoryStore mem;
+  rendezvous::MemoryStore mem;
   testing::ObservedStore store{mem};
   std::unique_ptr<NcclCommunicator> comm;
   gpu::Stream stream;
@@ -106,7 +106,8 @@ TEST(NcclCommunicatorFaultTest, FailureRecordedByAnotherRankEndsTheWait) {
   t.ReleaseOnAbortKey();
   const std::string theirs = "all-reduce: lost peer rank 2 (detected by rank 3)";
   std::thread other_rank([&] {
-    std::this_thread::sleep_for(200ms);
+    // Once the watchdog has polled the key (finding nothing): the wait is under way.
+    while (t.store.abort_reads() == 0) std::this_thread::yield();
     ASSERT_TRUE(t.mem.Set("abort", theirs).ok());
   });
 
@@ -165,7 +166,7 @@ TEST(NcclCommunicatorFaultTest, AbortFromAnotherThreadEndsThePendingWait) {
 
 TEST(NcclCommunicatorFaultTest, AbortBeforeAnyCollectiveThenDestroy) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto c = NcclCommunicator::Create(store, NcclCommOptions{});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   (*c)->Abort();
@@ -175,7 +176,7 @@ TEST(NcclCommunicatorFaultTest, AbortBeforeAnyCollectiveThenDestroy) {
 
 TEST(NcclCommunicatorFaultTest, RankThatNeverJoinsFailsInitInBoundedTime) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   NcclCommOptions o;
   o.rank = 0;
   o.size = 2;  // rank 1 never comes
@@ -193,7 +194,7 @@ TEST(NcclCommunicatorFaultTest, RankThatNeverJoinsFailsInitInBoundedTime) {
 
 TEST(NcclCommunicatorFaultTest, InitGivesUpWhenAnotherRankRecordedAFailure) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   const std::string theirs = "cudaSetDevice(1): no CUDA-capable device (detected by rank 1)";
   ASSERT_TRUE(store.Set("abort", theirs).ok());
   NcclCommOptions o;
@@ -210,7 +211,7 @@ TEST(NcclCommunicatorFaultTest, InitGivesUpWhenAnotherRankRecordedAFailure) {
 // ---- No GPU needed: these run everywhere. ----
 
 TEST(NcclCommunicatorFaultTest, MissingRankZeroTimesOutNamingTheUniqueId) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   NcclCommOptions o;
   o.rank = 1;
   o.size = 2;
@@ -226,7 +227,7 @@ TEST(NcclCommunicatorFaultTest, MissingRankZeroTimesOutNamingTheUniqueId) {
 }
 
 TEST(NcclCommunicatorFaultTest, MalformedUniqueIdIsDataLoss) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   ASSERT_TRUE(store.Set("nccl/id", "not-a-unique-id").ok());
   NcclCommOptions o;
   o.rank = 1;
@@ -239,7 +240,7 @@ TEST(NcclCommunicatorFaultTest, MalformedUniqueIdIsDataLoss) {
 }
 
 TEST(NcclCommunicatorFaultTest, InvalidOptionsAreRejectedBeforeAnythingElse) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto create = [&](auto edit) {
     NcclCommOptions o;
     edit(o);
@@ -257,12 +258,12 @@ TEST(NcclCommunicatorFaultTest, InvalidOptionsAreRejectedBeforeAnythingElse) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(create([](NcclCommOptions& o) { o.init_timeout = 0ms; }).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(store.SizeForTest(), 0u) << "nothing published for a rejected configuration";
+  EXPECT_EQ(store.size(), 0u) << "nothing published for a rejected configuration";
 }
 
 TEST(NcclCommunicatorFaultTest, WithoutAGpuCreateFailsCleanlyAndTellsThePeers) {
   if (gpu::VisibleDeviceCount() > 0) GTEST_SKIP() << "checks the no-GPU path; a GPU is visible";
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto c = NcclCommunicator::Create(store, NcclCommOptions{});
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), StatusCode::kFailedPrecondition) << c.status().ToString();

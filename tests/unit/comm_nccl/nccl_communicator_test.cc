@@ -12,7 +12,7 @@
 
 #include "runner/comm/nccl/nccl_communicator.h"
 #include "runner/cuda/cuda_util.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/unit/comm_nccl/nccl_test_util.h"
 
 namespace ringtrain::comm {
@@ -47,7 +47,7 @@ std::unique_ptr<NcclCommunicator> WorldOfOne(rendezvous::Store& store) {
 
 TEST(NcclCommunicatorTest, CreatesAWorldOfOneAndPublishesTheUniqueId) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   EXPECT_EQ(comm->rank(), 0);
@@ -60,7 +60,7 @@ TEST(NcclCommunicatorTest, CreatesAWorldOfOneAndPublishesTheUniqueId) {
 
 TEST(NcclCommunicatorTest, AllReduceOnDeviceMemoryIsExact) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   constexpr std::size_t n = 100'003;  // not a multiple of anything NCCL likes
@@ -82,7 +82,7 @@ TEST(NcclCommunicatorTest, AllReduceOnDeviceMemoryIsExact) {
 
 TEST(NcclCommunicatorTest, AllReduceStagesPageableHostMemoryAndGrowsTheStagingBuffer) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   // Small, then much larger than the first staging buffer, then small again.
@@ -99,7 +99,7 @@ TEST(NcclCommunicatorTest, AllReduceStagesPageableHostMemoryAndGrowsTheStagingBu
 
 TEST(NcclCommunicatorTest, AllReduceOnPinnedAndManagedMemory) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   constexpr std::size_t n = 4099;
@@ -123,7 +123,7 @@ TEST(NcclCommunicatorTest, AllReduceOnPinnedAndManagedMemory) {
 
 TEST(NcclCommunicatorTest, BroadcastFromRootOnDeviceAndHost) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   constexpr std::size_t bytes = 12'345;
@@ -152,7 +152,7 @@ TEST(NcclCommunicatorTest, BroadcastFromRootOnDeviceAndHost) {
 
 TEST(NcclCommunicatorTest, AllGatherWithEveryMixOfHostAndDeviceBuffers) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   constexpr std::size_t bytes = 1001;  // world of one: out is exactly `bytes`
@@ -194,7 +194,7 @@ TEST(NcclCommunicatorTest, AllGatherWithEveryMixOfHostAndDeviceBuffers) {
 
 TEST(NcclCommunicatorTest, BarrierAndEmptyCollectivesSucceed) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   for (int i = 0; i < 3; ++i) {
@@ -208,7 +208,7 @@ TEST(NcclCommunicatorTest, BarrierAndEmptyCollectivesSucceed) {
 
 TEST(NcclCommunicatorTest, AllReduceAsyncOnACallersStreamThenWait) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   gpu::Stream stream;
@@ -238,7 +238,7 @@ TEST(NcclCommunicatorTest, AllReduceAsyncOnACallersStreamThenWait) {
 
 TEST(NcclCommunicatorTest, AllReduceAsyncCapturedInACudaGraphReplays) {
   RT_SKIP_WITHOUT_GPU();
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto comm = WorldOfOne(store);
   ASSERT_NE(comm, nullptr);
   gpu::Stream stream;
@@ -292,7 +292,7 @@ TEST(NcclCommunicatorTest, CommunicatorsCanBeCreatedAgainAfterDestruction) {
   // A gang restart in the same process (tests, benchmarks): a fresh store prefix, a fresh
   // communicator; the old one finalized cleanly.
   for (int attempt = 0; attempt < 2; ++attempt) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     auto comm = WorldOfOne(store);
     ASSERT_NE(comm, nullptr);
     std::vector<float> v(10, 1.5f);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
@@ -278,9 +279,22 @@ TEST(PinnedInput, DeliversThePrefetchLoadersBatches) {
   DeviceBatch previous;
   Expected previous_want;
   int batches = 0;
+  // wait_seconds() is the host time Next() spent waiting for the loader: none before the
+  // first call, never decreasing, and a part of the time spent inside Next() (an inclusion of
+  // intervals on one monotonic clock, not a bound on how long anything takes).
+  EXPECT_EQ((*input)->wait_seconds(), 0.0);
+  std::chrono::steady_clock::duration inside_next{0};
+  double last_wait = 0.0;
   for (;;) {
     auto want = (*loader)->Next();
+    const auto next_start = std::chrono::steady_clock::now();
     auto got = (*input)->Next();
+    inside_next += std::chrono::steady_clock::now() - next_start;
+    const double wait = (*input)->wait_seconds();
+    EXPECT_GE(wait, last_wait) << "batch " << batches;
+    EXPECT_LE(wait, std::chrono::duration<double>(inside_next).count() + 1e-6)
+        << "batch " << batches;
+    last_wait = wait;
     if (!want.ok()) {
       EXPECT_EQ(want.status().code(), StatusCode::kNotFound);
       EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
@@ -321,7 +335,6 @@ TEST(PinnedInput, DeliversThePrefetchLoadersBatches) {
     previous_want = std::move(w);
   }
   EXPECT_EQ(batches, 3 * 7 - 2);  // 102 samples per rank: 7 steps per epoch, from step 2
-  EXPECT_GE((*input)->wait_seconds(), 0.0);
 }
 
 }  // namespace

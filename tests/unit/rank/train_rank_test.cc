@@ -12,7 +12,7 @@
 
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 #include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::rank {
@@ -62,7 +62,7 @@ struct Reported {
 StatusOr<train::TrainResult> RunWith(const data::Dataset& train, const data::Dataset& test,
                                      bool fail_broadcast, Reported& reported,
                                      std::shared_ptr<bool>& alive) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   const train::RankEnv env =
       testing::RankEnvOf({{"RINGTRAIN_RANK", "0"}, {"RINGTRAIN_WORLD_SIZE", "1"}});
   RankDeps deps;
@@ -123,7 +123,7 @@ TEST(TrainRank, ASuccessfulRankReportsNothing) {
 }
 
 TEST(MakeCommunicator, AGpuRankOnTheTcpBackendJoinsTheRingACpuRankForms) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   Placement cpu;
   Placement gpu_tcp;
   gpu_tcp.cuda = true;

@@ -13,8 +13,8 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/train/checkpoint.h"
-#include "tests/fakes/in_memory_store.h"
 #include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::train {
@@ -41,7 +41,7 @@ TrainConfig SmallConfig() {
 }
 
 struct OneRank {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   std::unique_ptr<comm::TcpCommunicator> comm;
   OneRank() {
     comm::TcpCommOptions o;

@@ -7,8 +7,8 @@
 
 #include "common/runner_contract.h"
 #include "common/stop.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/rendezvous/tcp_store.h"
-#include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -36,7 +36,7 @@ TEST(FailureTest, CommunicatorRecordsHaveNoExitCode) {
 }
 
 TEST(FailureTest, ConsequencesReportTheFirstCauseAndItsExitCode) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   Status root = PermissionDenied("checkpoint dir /ckpt: Permission denied");
   FailureReport r0 = ResolveFailure(store, 0, root, 1);
   EXPECT_EQ(r0.message, "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied");
@@ -50,7 +50,7 @@ TEST(FailureTest, ConsequencesReportTheFirstCauseAndItsExitCode) {
 }
 
 TEST(FailureTest, UnknownExitCodeIsRetryable) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   ASSERT_TRUE(store.Set(kFailureKey, "all-reduce: lost peer rank 2 (detected by rank 3)").ok());
   FailureReport r = ResolveFailure(store, 1, Aborted("the communicator was aborted"), 138);
   EXPECT_EQ(r.message, "caused by rank 3: all-reduce: lost peer rank 2");
@@ -58,7 +58,7 @@ TEST(FailureTest, UnknownExitCodeIsRetryable) {
 }
 
 TEST(FailureTest, AnOwnFailureKeepsItsCauseEvenWhenSecond) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   (void)ResolveFailure(store, 0, DataLoss("bad file"), 1);
   FailureReport r = ResolveFailure(store, 1, InvalidArgument("bad flag"), 1);
   EXPECT_EQ(r.message, "INVALID_ARGUMENT: bad flag");
@@ -87,7 +87,7 @@ TEST(FailureTest, PublishesAfterAStopRequest) {
 
 // The communicators' side (TCP ring, NCCL): one GangFailure.
 TEST(GangFailure, TheFirstPublisherIsTheRootCauseForEveryRank) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   GangFailure rank2(store, 2);
   GangFailure rank3(store, 3);
   auto first = rank2.Publish(Unavailable("all-reduce: lost peer rank 1"));
@@ -106,7 +106,7 @@ TEST(GangFailure, TheFirstPublisherIsTheRootCauseForEveryRank) {
 }
 
 TEST(GangFailure, ProbeSeesNothingThenTheRecordedFailure) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   GangFailure watcher(store, 0);
   auto none = watcher.Probe();
   ASSERT_TRUE(none.ok()) << none.status().ToString();
@@ -120,7 +120,7 @@ TEST(GangFailure, ProbeSeesNothingThenTheRecordedFailure) {
 }
 
 TEST(GangFailure, ARecordInAnUnknownFormatIsKeptVerbatim) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   ASSERT_TRUE(store.Set(kFailureKey, "something else entirely").ok());
   auto first = GangFailure(store, 0).Publish(Unavailable("x"));
   ASSERT_TRUE(first.ok());
@@ -160,7 +160,7 @@ TEST(GangFailure, AStoreThatFailsTwiceInARowIsLost) {
 }
 
 TEST(GangFailure, AwaitingTheRootCauseReturnsOnceItIsRecorded) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   ASSERT_TRUE(GangFailure(store, 0).Publish(Unavailable("first")).ok());
   // Recorded already: returns at once, and works while the rank is being stopped.
   ResetStopForTest();

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -10,7 +10,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(PrefixStoreTest, AttemptsDoNotSeeEachOther) {
-  testing::InMemoryStore base;
+  rendezvous::MemoryStore base;
   PrefixStore attempt0(base, "job/0/");
   PrefixStore attempt1(base, "job/1/");
   ASSERT_TRUE(attempt0.Set("arrived/0", "1").ok());
@@ -27,7 +27,7 @@ TEST(PrefixStoreTest, AttemptsDoNotSeeEachOther) {
 }
 
 TEST(PrefixStoreTest, TimeoutNamesTheFullKey) {
-  testing::InMemoryStore base;
+  rendezvous::MemoryStore base;
   PrefixStore store(base, "job/3/");
   Status s = store.Wait({"a"}, 10ms);
   EXPECT_NE(s.message().find("job/3/a"), std::string::npos) << s.message();

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "common/stop.h"
+#include "runner/rendezvous/memory_store.h"
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/tcp_store.h"
-#include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -27,14 +27,14 @@ std::vector<Status> JoinAsThreads(Store& store, const std::vector<int>& ranks, i
 }
 
 TEST(RendezvousTest, AllRanksJoin) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   for (const Status& s : JoinAsThreads(store, {0, 1, 2, 3}, 4, 5s)) {
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
 }
 
 TEST(RendezvousTest, TimeoutNamesTheMissingRanks) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   for (const Status& s : JoinAsThreads(store, {0, 1}, 4, 200ms)) {
     ASSERT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
     EXPECT_TRUE(s.retryable());
@@ -45,19 +45,19 @@ TEST(RendezvousTest, TimeoutNamesTheMissingRanks) {
 }
 
 TEST(RendezvousTest, OneMissingRankAndLongRuns) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto one = JoinAsThreads(store, {0, 2}, 3, 50ms);
   EXPECT_NE(one[0].message().find("waiting for rank 1 (world size 3)"), std::string::npos)
       << one[0].message();
 
-  testing::InMemoryStore big;
+  rendezvous::MemoryStore big;
   auto many = JoinAsThreads(big, {0, 5}, 10, 50ms);
   EXPECT_NE(many[0].message().find("waiting for ranks 1-4, 6-9 (world size 10)"), std::string::npos)
       << many[0].message();
 }
 
 TEST(RendezvousTest, BadRankIsInvalid) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   EXPECT_EQ(JoinRendezvous(store, 4, 4, 1s).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(JoinRendezvous(store, -1, 4, 1s).code(), StatusCode::kInvalidArgument);
 }
@@ -69,8 +69,11 @@ TEST(RendezvousTest, StopRequestEndsTheWait) {
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   auto client = TcpStoreClient::Create({"127.0.0.1", (*server)->port(), "tok", 5s, 5s});
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  std::thread stopper([] {
-    std::this_thread::sleep_for(200ms);
+  auto watcher = TcpStoreClient::Create({"127.0.0.1", (*server)->port(), "tok", 5s, 5s});
+  ASSERT_TRUE(watcher.ok()) << watcher.status().ToString();
+  std::thread stopper([&] {
+    // Once rank 0 has arrived (its next step is the wait for rank 1), not after a guessed delay.
+    EXPECT_TRUE((*watcher)->Get("arrived/0", 60s).ok());
     RequestStop(15);
   });
   Status s = JoinRendezvous(**client, 0, 2, std::chrono::hours(1));

@@ -8,7 +8,7 @@
 #include <atomic>
 #include <future>
 
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -30,7 +30,7 @@ std::future<StatusOr<int>> JoinAsync(Store& store, RoundOptions o) {
 }
 
 TEST(Rounds, AFreshGangMeetsInRoundZeroUnderTheAttemptsOwnKeys) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto a = JoinAsync(store, Opts(0, 2));
   auto b = JoinAsync(store, Opts(1, 2));
   ASSERT_EQ(*a.get(), 0);
@@ -41,7 +41,7 @@ TEST(Rounds, AFreshGangMeetsInRoundZeroUnderTheAttemptsOwnKeys) {
 
 TEST(Rounds, ASurvivorAndTheReplacementMeetInTheNextRoundInEitherOrder) {
   for (bool replacement_first : {false, true}) {
-    testing::InMemoryStore store;
+    rendezvous::MemoryStore store;
     {
       auto a = JoinAsync(store, Opts(0, 2));
       auto b = JoinAsync(store, Opts(1, 2));
@@ -68,7 +68,7 @@ TEST(Rounds, ASurvivorAndTheReplacementMeetInTheNextRoundInEitherOrder) {
 }
 
 TEST(Rounds, TwoSurvivorsAndTwoReplacementsFormOneRound) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   {
     std::vector<std::future<StatusOr<int>>> gang;
     for (int r = 0; r < 4; ++r) gang.push_back(JoinAsync(store, Opts(r, 4)));
@@ -87,7 +87,7 @@ TEST(Rounds, TwoSurvivorsAndTwoReplacementsFormOneRound) {
 }
 
 TEST(Rounds, ARankWaitingInARoundThatMovedOnFollowsIt) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto waiting = JoinAsync(store, Opts(0, 2));  // rank 1 never comes to round 0
   ASSERT_TRUE(store.Wait({"arrived/0"}, 10s).ok());
   ASSERT_TRUE(store.Set("round", "3").ok());
@@ -100,7 +100,7 @@ TEST(Rounds, ARankWaitingInARoundThatMovedOnFollowsIt) {
 
 TEST(Rounds, AFreshStoreHostedByRankZerosReplacementIsFoundAgain) {
   // Rank 0 (the store's host) was lost in round 5: the store is new and empty.
-  testing::InMemoryStore fresh;
+  rendezvous::MemoryStore fresh;
   auto rank0 = JoinAsync(fresh, Opts(0, 2));                   // knows no round: starts at 0
   auto survivor = JoinAsync(fresh, Opts(1, 2, /*failed=*/5));  // moves the new store to 6
   auto a = rank0.get();
@@ -112,7 +112,7 @@ TEST(Rounds, AFreshStoreHostedByRankZerosReplacementIsFoundAgain) {
 }
 
 TEST(Rounds, TimeoutNamesTheRanksThatNeverArrived) {
-  testing::InMemoryStore store;
+  rendezvous::MemoryStore store;
   auto r = JoinRound(store, Opts(0, 3, /*failed=*/0, 1500ms));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status().ToString();
@@ -158,7 +158,7 @@ class FlakyStore final : public Store {
 };
 
 TEST(Rounds, AStoreOutageIsRetriedWithinTheTimeout) {
-  testing::InMemoryStore inner;
+  rendezvous::MemoryStore inner;
   FlakyStore flaky(inner, 3);
   auto r = JoinRound(flaky, Opts(0, 1, /*failed=*/0));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -167,7 +167,7 @@ TEST(Rounds, AStoreOutageIsRetriedWithinTheTimeout) {
 }
 
 TEST(Rounds, AStoreThatNeverComesBackEndsTheJoinAtTheDeadline) {
-  testing::InMemoryStore inner;
+  rendezvous::MemoryStore inner;
   FlakyStore flaky(inner, 1 << 30);
   auto r = JoinRound(flaky, Opts(0, 2, /*failed=*/0, 600ms));
   ASSERT_FALSE(r.ok());

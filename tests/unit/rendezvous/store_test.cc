@@ -1,15 +1,16 @@
-// Store semantics that every implementation must share, run against the in-memory fake and
-// the TCP store alike so the fake cannot drift from the real thing.
+// Store semantics that every implementation must share, run against MemoryStore and the TCP
+// store alike so the two cannot drift apart.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "runner/rendezvous/memory_store.h"
 #include "runner/rendezvous/tcp_store.h"
-#include "tests/fakes/in_memory_store.h"
 
 namespace ringtrain::rendezvous {
 namespace {
@@ -21,6 +22,9 @@ class StoreKind {
  public:
   virtual ~StoreKind() = default;
   virtual std::unique_ptr<Store> NewClient() = 0;
+  // Returns once `n` Get/Wait calls are blocked in the store, true; false when this kind
+  // cannot observe that (the TCP server does not say which requests it has parked).
+  virtual bool AwaitBlockedCalls(int n) = 0;
 };
 
 class InMemoryKind final : public StoreKind {
@@ -43,9 +47,13 @@ class InMemoryKind final : public StoreKind {
     };
     return std::make_unique<Alias>(store_);
   }
+  bool AwaitBlockedCalls(int n) override {
+    while (store_.waiters() != n) std::this_thread::yield();
+    return true;
+  }
 
  private:
-  testing::InMemoryStore store_;
+  rendezvous::MemoryStore store_;
 };
 
 class TcpKind final : public StoreKind {
@@ -60,6 +68,7 @@ class TcpKind final : public StoreKind {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return std::move(c).value();
   }
+  bool AwaitBlockedCalls(int /*n*/) override { return false; }
 
  private:
   std::unique_ptr<TcpStoreServer> server_;
@@ -95,16 +104,27 @@ TEST_P(StoreTest, GetTimesOutNamingTheKey) {
   EXPECT_NE(got.status().message().find("never/set"), std::string::npos) << got.status().message();
 }
 
+// The Set is ordered after the Get has started (and, where the kind can see it, after the Get
+// is blocked): a Get that did not block would return DeadlineExceeded, not the value.
 TEST_P(StoreTest, GetBlocksUntilAnotherClientSets) {
   auto other = kind_->NewClient();
-  std::thread setter([&] {
-    std::this_thread::sleep_for(50ms);
-    EXPECT_TRUE(other->Set("late", "here").ok());
+  std::atomic<bool> started{false};
+  std::atomic<bool> returned{false};
+  std::optional<StatusOr<std::string>> got;
+  std::thread getter([&] {
+    started = true;
+    got = store_->Get("late", 60s);
+    returned = true;
   });
-  auto got = store_->Get("late", 5s);
-  setter.join();
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  EXPECT_EQ(*got, "here");
+  while (!started) std::this_thread::yield();
+  if (kind_->AwaitBlockedCalls(1)) {
+    EXPECT_FALSE(returned) << "Get returned before any Set";
+  }
+  ASSERT_TRUE(other->Set("late", "here").ok());
+  getter.join();
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->ok()) << got->status().ToString();
+  EXPECT_EQ(**got, "here");
 }
 
 TEST_P(StoreTest, AddStartsAtZeroAndIsAtomic) {
@@ -150,14 +170,19 @@ TEST_P(StoreTest, CompareSetOnlyWhenExpected) {
 TEST_P(StoreTest, WaitReturnsOnceAllKeysExist) {
   EXPECT_TRUE(store_->Wait({}, 10ms).ok());
   auto other = kind_->NewClient();
-  std::thread setter([&] {
-    EXPECT_TRUE(other->Set("a", "1").ok());
-    std::this_thread::sleep_for(30ms);
-    EXPECT_TRUE(other->Set("b", "1").ok());
+  ASSERT_TRUE(other->Set("a", "1").ok());
+  std::atomic<bool> started{false};
+  std::optional<Status> waited;
+  std::thread waiter([&] {
+    started = true;
+    waited = store_->Wait({"a", "b"}, 60s);
   });
-  Status s = store_->Wait({"a", "b"}, 5s);
-  setter.join();
-  EXPECT_TRUE(s.ok()) << s.ToString();
+  while (!started) std::this_thread::yield();
+  (void)kind_->AwaitBlockedCalls(1);
+  ASSERT_TRUE(other->Set("b", "1").ok());
+  waiter.join();
+  ASSERT_TRUE(waited.has_value());
+  EXPECT_TRUE(waited->ok()) << waited->ToString();
 }
 
 TEST_P(StoreTest, WaitTimeoutListsMissingKeys) {

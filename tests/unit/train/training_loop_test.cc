@@ -16,7 +16,7 @@
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rank/rank.h"
-#include "tests/fakes/in_memory_store.h"
+#include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::train {
 namespace {

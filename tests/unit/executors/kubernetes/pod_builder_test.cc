@@ -1,0 +1,369 @@
+// The pod builder alone (controller/executors/kubernetes/pod_builder.h): pods, their env
+// contract, placement, restricted security defaults, resources and checkpoint storage, and
+// what is observed back from a pod. Pure functions of a TrainingJob: no API server, no client.
+#include "controller/executors/kubernetes/pod_builder.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+
+namespace ringtrain::op {
+namespace {
+
+api::TrainingJob ParseJob(const std::string& name, const std::string& ns, Json spec) {
+  Json raw = {{"apiVersion", "ringtrain.dev/v1alpha1"},
+              {"kind", "TrainingJob"},
+              {"metadata", {{"name", name}, {"namespace", ns}, {"uid", "u1"}}},
+              {"spec", spec}};
+  auto job = api::ParseJobJson(raw.dump());
+  EXPECT_TRUE(job.ok()) << job.status().ToString();
+  return job.ok() ? *job : api::TrainingJob{};
+}
+
+// A TrainingJob named mnist in default, as the API server stores it.
+Json Job(int replicas, Json extra = Json::object()) {
+  Json j = {{"apiVersion", "ringtrain.dev/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "mnist"}, {"namespace", "default"}, {"generation", 1}}},
+            {"spec", {{"replicas", replicas}, {"train", {{"epochs", 1}}}}}};
+  j.merge_patch(extra);
+  return j;
+}
+
+// A template whose fields have the wrong types (the CRD keeps the template as free-form JSON)
+// must not throw out of the pod builder: such fields read as absent, and the pod still carries
+// everything the runner needs.
+TEST(PodBuilderTest, WrongTypedTemplateFieldsNeverThrow) {
+  const Json hostile_runners[] = {
+      {{"name", "runner"}, {"env", {"x", 5, {{"name", 7}}, {{"name", "RANK"}, {"value", "9"}}}}},
+      {{"name", "runner"}, {"ports", {"p", 3, {{"containerPort", "9400"}}}}},
+      {{"name", "runner"}, {"resources", "lots"}},
+      {{"name", "runner"}, {"resources", {{"requests", "1"}, {"limits", 5}}}},
+      {{"name", "runner"}, {"securityContext", "privileged"}},
+      {{"name", "runner"}, {"volumeMounts", "none"}},
+      {{"name", 42}},
+  };
+  for (const Json& runner : hostile_runners) {
+    for (int gpus : {0, 2}) {
+      Json tmpl_spec = {{"containers", Json::array({runner, "sidecar"})}, {"volumes", "none"}};
+      Json tmpl = {{"metadata", {{"labels", "x"}, {"annotations", 3}}}, {"spec", tmpl_spec}};
+      Json spec = {{"replicas", 2}, {"gpusPerReplica", gpus}, {"template", tmpl}};
+      if (gpus > 0) spec["backend"] = "nccl";
+      api::TrainingJob job = ParseJob("hostile", "default", spec);
+      Json pod;
+      ASSERT_NO_THROW(pod = BuildPod(job, 0, 1, PodOptions{})) << runner.dump();
+      const Json& c = pod["spec"]["containers"][0];
+      EXPECT_EQ(c["name"], "runner");
+      bool has_rank = false;
+      for (const auto& e : c["env"]) {
+        if (e.is_object() && e.value("name", Json()) == "RANK") {
+          EXPECT_EQ(e["value"], std::to_string(gpus > 0 ? gpus : 1)) << "ours wins";
+          has_rank = true;
+        }
+      }
+      EXPECT_TRUE(has_rank) << runner.dump();
+      EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/rank"], "1");
+    }
+  }
+}
+
+TEST(PodSecurityTest, PodIsRestrictedAndTheTemplateMayOverride) {
+  Json pod = BuildPod(ParseJob("j", "default", {{"replicas", 1}}), 0, 0, PodOptions{});
+  EXPECT_EQ(pod["spec"]["securityContext"],
+            Json({{"runAsNonRoot", true},
+                  {"runAsUser", 65532},
+                  {"runAsGroup", 65532},
+                  {"fsGroup", 65532},
+                  {"fsGroupChangePolicy", "OnRootMismatch"},
+                  {"seccompProfile", {{"type", "RuntimeDefault"}}}}));
+  EXPECT_EQ(pod["spec"]["automountServiceAccountToken"], false);
+  EXPECT_EQ(pod["spec"]["containers"][0]["securityContext"],
+            Json({{"allowPrivilegeEscalation", false}, {"capabilities", {{"drop", {"ALL"}}}}}));
+
+  // A user image that must run as root says so in the template; we do not contradict it.
+  Json root = BuildPod(
+      ParseJob("j", "default",
+               {{"replicas", 1},
+                {"template",
+                 {{"spec",
+                   {{"securityContext", {{"runAsUser", 0}}},
+                    {"automountServiceAccountToken", true},
+                    {"containers",
+                     {{{"name", "runner"},
+                       {"securityContext", {{"capabilities", {{"add", {"SYS_PTRACE"}}}}}}}}}}}}}}),
+      0, 0, PodOptions{});
+  EXPECT_EQ(root["spec"]["securityContext"]["runAsUser"], 0);
+  EXPECT_FALSE(root["spec"]["securityContext"].contains("runAsNonRoot"));
+  EXPECT_EQ(root["spec"]["automountServiceAccountToken"], true);
+  EXPECT_EQ(root["spec"]["containers"][0]["securityContext"]["capabilities"],
+            Json({{"add", {"SYS_PTRACE"}}}));
+}
+
+TEST(PodSecurityTest, ResourcesComeFromTheSpecWithDefaults) {
+  auto runner = [](Json spec) {
+    spec["replicas"] = 1;
+    return BuildPod(ParseJob("j", "default", spec), 0, 0,
+                    PodOptions{})["spec"]["containers"][0]["resources"];
+  };
+  // A CPU gang of two fits a 2-CPU node beside the operator and a control plane.
+  EXPECT_EQ(runner(Json::object()), Json({{"requests", {{"cpu", "500m"}, {"memory", "512Mi"}}},
+                                          {"limits", {{"memory", "2Gi"}}}}));
+  EXPECT_EQ(runner({{"resources", {{"requests", {{"cpu", 3}}}}}}),
+            Json({{"requests", {{"cpu", "3"}}}}));
+  Json gpu = runner({{"gpusPerReplica", 2}});
+  EXPECT_EQ(gpu["limits"]["nvidia.com/gpu"], 2);
+  EXPECT_EQ(gpu["limits"]["memory"], "4Gi");
+  EXPECT_EQ(gpu["requests"]["cpu"], "1");
+  // The template's runner container with its own resources wins.
+  Json templated = runner(
+      {{"template",
+        {{"spec",
+          {{"containers",
+            {{{"name", "runner"}, {"resources", {{"requests", {{"memory", "9Gi"}}}}}}}}}}}}});
+  EXPECT_EQ(templated, Json({{"requests", {{"memory", "9Gi"}}}}));
+}
+
+// The checkpoint volume and its mount on pod `index`, or nulls.
+std::pair<Json, Json> CheckpointMount(const Json& pod, const std::string& path) {
+  Json volume, mount;
+  for (const auto& v : pod["spec"].value("volumes", Json::array())) {
+    if (v["name"] == kCheckpointVolume) volume = v;
+  }
+  for (const auto& m : pod["spec"]["containers"][0].value("volumeMounts", Json::array())) {
+    if (m["mountPath"] == path) mount = m;
+  }
+  return {volume, mount};
+}
+
+TEST(CheckpointStorageTest, ClaimIsOwnedByTheJobAndMountedWhereRankZeroRuns) {
+  api::TrainingJob job = ParseJob(
+      "ckpt-job", "ml",
+      {{"replicas", 2},
+       {"checkpoint", {{"volumeClaim", {{"size", "5Gi"}, {"storageClassName", "fast"}}}}}});
+  auto claim = BuildCheckpointClaim(job);
+  ASSERT_TRUE(claim.has_value());
+  EXPECT_EQ((*claim)["metadata"]["name"], "ckpt-job-checkpoints");
+  EXPECT_EQ((*claim)["metadata"]["namespace"], "ml");
+  EXPECT_EQ((*claim)["metadata"]["ownerReferences"][0], OwnerReference(job));
+  EXPECT_EQ((*claim)["spec"], Json({{"accessModes", {"ReadWriteOnce"}},
+                                    {"resources", {{"requests", {{"storage", "5Gi"}}}}},
+                                    {"storageClassName", "fast"}}));
+  auto [volume, mount] = CheckpointMount(BuildPod(job, 0, 0, PodOptions{}), "/ckpt");
+  EXPECT_EQ(volume, Json({{"name", kCheckpointVolume},
+                          {"persistentVolumeClaim", {{"claimName", "ckpt-job-checkpoints"}}}}));
+  EXPECT_EQ(mount, Json({{"name", kCheckpointVolume}, {"mountPath", "/ckpt"}}));
+  // ReadWriteOnce: the pod of rank 1 (maybe on another node) must not claim it.
+  auto [v1, m1] = CheckpointMount(BuildPod(job, 0, 1, PodOptions{}), "/ckpt");
+  EXPECT_TRUE(v1.is_null());
+  EXPECT_TRUE(m1.is_null());
+
+  api::TrainingJob rwx = ParseJob(
+      "shared", "ml",
+      {{"replicas", 2},
+       {"checkpoint", {{"path", "/out"}, {"volumeClaim", {{"accessModes", {"ReadWriteMany"}}}}}}});
+  EXPECT_FALSE(CheckpointMount(BuildPod(rwx, 0, 1, PodOptions{}), "/out").second.is_null());
+}
+
+TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
+  api::TrainingJob nfs = ParseJob(
+      "n", "default",
+      {{"replicas", 2},
+       {"checkpoint", {{"volume", {{"nfs", {{"server", "nas"}, {"path", "/exports"}}}}}}}});
+  EXPECT_FALSE(BuildCheckpointClaim(nfs).has_value());
+  EXPECT_FALSE(CheckpointsAreEphemeral(nfs.spec));
+  auto [volume, mount] = CheckpointMount(BuildPod(nfs, 0, 0, PodOptions{}), "/ckpt");
+  EXPECT_EQ(volume, Json({{"name", kCheckpointVolume},
+                          {"nfs", {{"server", "nas"}, {"path", "/exports"}}}}));
+  EXPECT_FALSE(mount.is_null());
+
+  api::TrainingJob none = ParseJob("e", "default", {{"replicas", 1}});
+  EXPECT_TRUE(CheckpointsAreEphemeral(none.spec));
+  auto [empty, empty_mount] = CheckpointMount(BuildPod(none, 0, 0, PodOptions{}), "/ckpt");
+  EXPECT_EQ(empty, Json({{"name", kCheckpointVolume}, {"emptyDir", Json::object()}}));
+  EXPECT_FALSE(empty_mount.is_null());
+
+  // A mount the template already puts at the path is left alone.
+  api::TrainingJob own =
+      ParseJob("o", "default",
+               {{"replicas", 1},
+                {"template",
+                 {{"spec",
+                   {{"volumes", {{{"name", "mine"}, {"emptyDir", Json::object()}}}},
+                    {"containers",
+                     {{{"name", "runner"},
+                       {"volumeMounts", {{{"name", "mine"}, {"mountPath", "/ckpt"}}}}}}}}}}}});
+  Json pod = BuildPod(own, 0, 0, PodOptions{});
+  int checkpoint_volumes = 0;
+  for (const auto& v : pod["spec"]["volumes"]) {
+    checkpoint_volumes += v["name"] == kCheckpointVolume || v["name"] == "mine" ? 1 : 0;
+  }
+  EXPECT_EQ(checkpoint_volumes, 1);
+  int ckpt_mounts = 0;
+  for (const auto& m : pod["spec"]["containers"][0]["volumeMounts"]) {
+    ckpt_mounts += m["mountPath"] == "/ckpt" ? 1 : 0;
+  }
+  EXPECT_EQ(ckpt_mounts, 1);
+  // ... and an emptyDir of the template's is as ephemeral as ours.
+  EXPECT_TRUE(CheckpointsAreEphemeral(own.spec));
+
+  // The template's own volume at the path keeps the checkpoints: no NoCheckpointVolume warning.
+  api::TrainingJob pvc = ParseJob(
+      "p", "default",
+      {{"replicas", 1},
+       {"template",
+        {{"spec",
+          {{"volumes", {{{"name", "mine"}, {"persistentVolumeClaim", {{"claimName", "c"}}}}}},
+           {"containers",
+            {{{"name", "runner"},
+              {"volumeMounts", {{{"name", "mine"}, {"mountPath", "/ckpt"}}}}}}}}}}}});
+  EXPECT_FALSE(CheckpointsAreEphemeral(pvc.spec));
+
+  // A template of the wrong shape never throws out of the builder: the API server refuses it.
+  Json odd_runner = {{"name", "runner"}, {"volumeMounts", Json::array({"x"})}};
+  Json odd_spec = {{"securityContext", {{"runAsUser", "0"}}},
+                   {"volumes", "none"},
+                   {"containers", Json::array({odd_runner, "junk"})}};
+  api::TrainingJob odd =
+      ParseJob("odd", "default", {{"replicas", 1}, {"template", {{"spec", odd_spec}}}});
+  EXPECT_NO_THROW(BuildPod(odd, 0, 0, PodOptions{}));
+}
+
+TEST(PodBuilderTest, AvoidedNodesBecomeNodeAffinityOnTheNodesName) {
+  const Json tmpl = Json::parse(R"({"spec": {"template": {"spec": {"affinity": {"nodeAffinity": {
+      "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}}}}})");
+  auto job = api::ParseJobJson(Job(2, tmpl).dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job->status.avoided_nodes = {{"old", "NodeLost", 0, true}, {"bad", "Evicted", 3, true}};
+  Json pod = BuildPod(*job, 4, 0, PodOptions{});
+  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
+  const Json& term =
+      affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0];
+  // The user's term keeps its expression and gains ours (ANDed).
+  EXPECT_EQ(term["matchExpressions"][0]["key"], "pool");
+  EXPECT_EQ(term["matchFields"][0],
+            Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"bad"}}}));
+  // Four attempts after it failed there, "old" is only preferred against.
+  EXPECT_EQ(affinity["preferredDuringSchedulingIgnoredDuringExecution"][0]["preference"]
+                    ["matchFields"][0]["values"],
+            Json({"old"}));
+  // No avoided node: no affinity added.
+  job->status.avoided_nodes.clear();
+  Json plain = BuildPod(*job, 4, 0, PodOptions{});
+  EXPECT_FALSE(plain["spec"]["affinity"]["nodeAffinity"]
+                    ["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+                        .contains("matchFields"));
+}
+
+TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
+  Json raw = Job(
+      4, {{"metadata", {{"uid", "u1"}, {"namespace", "ml"}}},
+          {"spec",
+           {{"gpusPerReplica", 1},
+            {"runPolicy", {{"schedulerName", "volcano"}}},
+            {"template",
+             {{"metadata", {{"labels", {{"team", "a"}}}}},
+              {"spec",
+               {{"nodeSelector", {{"gpu", "a100"}}},
+                {"containers",
+                 {{{"name", "runner"},
+                   {"env",
+                    {{{"name", "EXTRA"}, {"value", "1"}}, {{"name", "RANK"}, {"value", "bogus"}}}},
+                   {"volumeMounts", {{{"name", "data"}, {"mountPath", "/d"}}}}},
+                  {{"name", "sidecar"}, {"image", "busybox"}}}}}}}}}}});
+  auto job = api::ParseJobJson(raw.dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Json pod = BuildPod(*job, 2, 3, PodOptions{});
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-a2-3");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "a");
+  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/rank"], "3");
+  EXPECT_EQ(pod["metadata"]["labels"]["ringtrain.dev/attempt"], "2");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(pod["spec"]["restartPolicy"], "Never");
+  EXPECT_EQ(pod["spec"]["hostname"], "mnist-a2-3");
+  EXPECT_EQ(pod["spec"]["subdomain"], "mnist");
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["gpu"], "a100");
+  ASSERT_EQ(pod["spec"]["containers"].size(), 2u);
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["name"], "runner");
+  EXPECT_EQ(c["command"][0], "ringtrain-runner");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 1);
+  EXPECT_EQ(c["terminationMessagePolicy"], "FallbackToLogsOnError");
+  EXPECT_EQ(c["volumeMounts"][0]["name"], "data");
+  std::map<std::string, Json> env;
+  for (const auto& e : c["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["RINGTRAIN_MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
+  EXPECT_EQ(env["MASTER_ADDR"]["value"], "mnist-a2-0.mnist.ml.svc");
+  EXPECT_EQ(env["RINGTRAIN_MASTER_PORT"]["value"], "29500");
+  EXPECT_EQ(env["RANK"]["value"], "3");  // ours win over the template's
+  EXPECT_EQ(env["WORLD_SIZE"]["value"], "4");
+  EXPECT_EQ(env["RINGTRAIN_ATTEMPT"]["value"], "2");
+  EXPECT_EQ(env["RINGTRAIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"], "mnist-token");
+  EXPECT_EQ(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(env["RINGTRAIN_METRICS_PORT"]["value"], "9400");
+  EXPECT_EQ(env["EXTRA"]["value"], "1");
+  Json svc = BuildService(*job);
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+}
+
+TEST(PodBuilderTest, SeveralGpusMakeOnePodANodeOfRanks) {
+  Json raw = Job(3, {{"metadata", {{"uid", "u1"}}}, {"spec", {{"gpusPerReplica", 4}}}});
+  auto job = api::ParseJobJson(raw.dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Json pod = BuildPod(*job, 0, 2, PodOptions{});
+  const Json& c = pod["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 4);
+  std::map<std::string, Json> env;
+  for (const auto& e : c["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["WORLD_SIZE"]["value"], "12");
+  EXPECT_EQ(env["RINGTRAIN_NPROC_PER_NODE"]["value"], "4");  // the runner starts 4 ranks
+  EXPECT_EQ(env["RINGTRAIN_NODE_RANK"]["value"], "2");
+  EXPECT_EQ(env["RANK"]["value"], "8");  // its first rank: ranks 8..11 live in this pod
+  std::set<int> ports;
+  for (const auto& p : c["ports"]) ports.insert(p["containerPort"].get<int>());
+  EXPECT_EQ(ports, (std::set<int>{29500, 9400, 9401, 9402, 9403}));
+  bool device_cuda = false;
+  for (std::size_t i = 0; i + 1 < c["args"].size(); ++i) {
+    if (c["args"][i] == "--device" && c["args"][i + 1] == "cuda") device_cuda = true;
+  }
+  EXPECT_TRUE(device_cuda);
+}
+
+TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
+  Json pod = {{"metadata",
+               {{"name", "j-a1-0"},
+                {"labels", {{"ringtrain.dev/rank", "0"}, {"ringtrain.dev/attempt", "1"}}},
+                {"deletionTimestamp", "2026-01-01T00:00:00Z"}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"conditions", {{{"type", "DisruptionTarget"}, {"status", "True"}}}},
+                {"containerStatuses",
+                 {{{"name", "runner"},
+                   {"state",
+                    {{"terminated",
+                      {{"exitCode", 137}, {"reason", "OOMKilled"}, {"message", "oom\n"}}}}}}}}}}};
+  auto r = ObserveReplica(pod);
+  EXPECT_EQ(r.rank, 0);
+  EXPECT_EQ(r.attempt, 1);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_EQ(r.reason, "OOMKilled");
+  EXPECT_EQ(r.message, "oom");
+  EXPECT_TRUE(r.disruption);
+  EXPECT_TRUE(r.terminating);
+  pod["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "low memory"}};
+  r = ObserveReplica(pod);
+  EXPECT_EQ(r.reason, "Evicted");
+  EXPECT_TRUE(reconcile::IsRetryable(r));
+  pod["metadata"]["labels"]["ringtrain.dev/attempt"] = "x";
+  EXPECT_EQ(ObserveReplica(pod).rank, -1);
+}
+
+}  // namespace
+}  // namespace ringtrain::op
