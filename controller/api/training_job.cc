@@ -69,14 +69,15 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
       "--model", t.model, "--dataset", t.dataset, "--epochs", std::to_string(t.epochs),
       "--batch-size", std::to_string(t.batch_size_per_replica), "--optimizer", t.optimizer,
       "--learning-rate", num(t.learning_rate), "--momentum", num(t.momentum), "--weight-decay",
-      num(t.weight_decay), "--lr-scaling", t.lr_scaling, "--warmup-epochs", num(t.warmup_epochs),
-      "--lr-schedule", t.lr_schedule, "--seed", std::to_string(t.seed), "--checkpoint-every",
-      std::to_string(spec.checkpoint.every_steps),
+      num(t.weight_decay), "--lr-scaling", std::string(contract::NameOf(t.lr_scaling)),
+      "--warmup-epochs", num(t.warmup_epochs), "--lr-schedule",
+      std::string(contract::NameOf(t.lr_schedule)), "--seed", std::to_string(t.seed),
+      "--checkpoint-every", std::to_string(spec.checkpoint.every_steps),
       // gpusPerReplica 0 = CPU; otherwise every rank owns a GPU.
       "--device",
       std::string(contract::NameOf(spec.gpus_per_replica > 0 ? contract::Device::kCuda
                                                              : contract::Device::kCpu)),
-      "--backend", spec.backend};
+      "--backend", std::string(contract::NameOf(spec.backend))};
   if (!checkpoint_dir.empty()) {
     args.push_back("--checkpoint-dir");
     args.push_back(checkpoint_dir);

@@ -19,6 +19,15 @@ namespace {
 
 using nlohmann::json;
 
+// A closed set read at the edge: the manifest's name becomes the enum (contract::EnumNames).
+template <typename E>
+Status ReadEnum(Fields& f, const std::string& key, E* out) {
+  std::string name(contract::NameOf(*out));
+  RETURN_IF_ERROR(f.Enum(key, contract::NamesOf<E>(), &name));
+  *out = *contract::EnumFromName<E>(name);
+  return Status::Ok();
+}
+
 Status ParseTrain(const json& j, TrainSpec* t) {
   Fields f(j, "spec.train");
   RETURN_IF_ERROR(f.Enum("model", contract::ModelNames(), &t->model));
@@ -29,9 +38,9 @@ Status ParseTrain(const json& j, TrainSpec* t) {
   RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
   RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
   RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
-  RETURN_IF_ERROR(f.Enum("lrScaling", contract::NamesOf<contract::LrScaling>(), &t->lr_scaling));
+  RETURN_IF_ERROR(ReadEnum(f, "lrScaling", &t->lr_scaling));
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
-  RETURN_IF_ERROR(f.Enum("lrSchedule", contract::NamesOf<contract::LrSchedule>(), &t->lr_schedule));
+  RETURN_IF_ERROR(ReadEnum(f, "lrSchedule", &t->lr_schedule));
   RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
   if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
   return f.NoUnknown();
@@ -42,7 +51,7 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
   RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
   RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, &p->active_deadline_seconds));
   RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, &p->ttl_seconds_after_finished));
-  RETURN_IF_ERROR(f.Enum("cleanPodPolicy", {"None", "Running", "All"}, &p->clean_pod_policy));
+  RETURN_IF_ERROR(ReadEnum(f, "cleanPodPolicy", &p->clean_pod_policy));
   RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
   RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
@@ -52,9 +61,9 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
     Fields g(*group, "spec.runPolicy.podGroup");
     PodGroupSpec out;
     if (g.Find("type") == nullptr) return InvalidArgument(g.Path("type") + ": required");
-    RETURN_IF_ERROR(g.Enum("type", {"coscheduling", "volcano"}, &out.type));
+    RETURN_IF_ERROR(ReadEnum(g, "type", &out.type));
     RETURN_IF_ERROR(g.String("queue", &out.queue));
-    if (!out.queue.empty() && out.type != "volcano") {
+    if (!out.queue.empty() && out.type != PodGroupType::kVolcano) {
       return InvalidArgument(g.Path("queue") + ": only a volcano PodGroup has a queue");
     }
     RETURN_IF_ERROR(g.NoUnknown());
@@ -164,7 +173,7 @@ Status ParseSpec(const json& j, JobSpec* s) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
   RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
-  RETURN_IF_ERROR(f.Enum("backend", contract::NamesOf<contract::Backend>(), &s->backend));
+  RETURN_IF_ERROR(ReadEnum(f, "backend", &s->backend));
   RETURN_IF_ERROR(f.String("image", &s->image));
   ASSIGN_OR_RETURN(const json* train, f.Object("train"));
   if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
@@ -187,7 +196,7 @@ Status ParseSpec(const json& j, JobSpec* s) {
   ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
   if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));
   RETURN_IF_ERROR(f.NoUnknown());
-  if (s->backend == "nccl" && s->gpus_per_replica == 0) {
+  if (s->backend == contract::Backend::kNccl && s->gpus_per_replica == 0) {
     return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
   }
   return Status::Ok();

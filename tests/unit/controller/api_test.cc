@@ -32,7 +32,7 @@ TEST(Manifest, DefaultsApply) {
   EXPECT_EQ(job->spec.train.model, "mlp");
   EXPECT_EQ(job->spec.train.epochs, 10);
   EXPECT_EQ(job->spec.run_policy.backoff_limit, 3);
-  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, "Running");
+  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, api::CleanPodPolicy::kRunning);
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
@@ -168,7 +168,7 @@ TEST(Manifest, PlacementPolicyParses) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->spec.run_policy.scheduling_timeout_seconds, 0);
   ASSERT_TRUE(job->spec.run_policy.pod_group.has_value());
-  EXPECT_EQ(job->spec.run_policy.pod_group->type, "volcano");
+  EXPECT_EQ(job->spec.run_policy.pod_group->type, PodGroupType::kVolcano);
   EXPECT_EQ(job->spec.run_policy.pod_group->queue, "team-a");
 }
 
