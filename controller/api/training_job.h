@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/runner_flags.h"
 #include "common/status.h"
 
 namespace ringtrain::api {
@@ -23,6 +24,11 @@ inline constexpr char kKueueQueueLabel[] = "kueue.x-k8s.io/queue-name";
 // The longest duration a runPolicy field takes (10 years): time points stay far from overflow.
 inline constexpr std::int64_t kMaxPolicySeconds = 315'360'000;
 
+// The closed sets of the spec, parsed from and written back to the names of
+// contract::EnumNames below (the spelling of the manifest).
+enum class CleanPodPolicy { kNone, kRunning, kAll };  // which pods a finished job deletes
+enum class PodGroupType { kCoscheduling, kVolcano };  // scheduler-plugins or Volcano
+
 struct TrainSpec {
   std::string model = "mlp";
   std::string dataset = "/usr/share/datasets/fashion-mnist";
@@ -32,9 +38,9 @@ struct TrainSpec {
   double learning_rate = 0.001;
   double momentum = 0.9;
   double weight_decay = 0;
-  std::string lr_scaling = "linear";
+  contract::LrScaling lr_scaling = contract::LrScaling::kLinear;
   double warmup_epochs = 1;
-  std::string lr_schedule = "cosine";
+  contract::LrSchedule lr_schedule = contract::LrSchedule::kCosine;
   std::int64_t seed = 42;
 };
 
@@ -71,7 +77,7 @@ ResourceSpec DefaultResources(int gpus_per_replica);
 // runPolicy.podGroup: a PodGroup for a gang scheduler, created and owned by the job, that
 // places all of its pods or none (minMember = spec.replicas).
 struct PodGroupSpec {
-  std::string type;   // "coscheduling" (scheduler-plugins) | "volcano"
+  PodGroupType type = PodGroupType::kCoscheduling;
   std::string queue;  // Volcano's queue ("" = Volcano's default)
   bool operator==(const PodGroupSpec&) const = default;
 };
@@ -80,7 +86,7 @@ struct RunPolicy {
   int backoff_limit = 3;
   std::optional<std::int64_t> active_deadline_seconds;
   std::optional<std::int64_t> ttl_seconds_after_finished;
-  std::string clean_pod_policy = "Running";  // None | Running | All
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
   bool suspend = false;
   std::string scheduler_name;
   std::int64_t progress_deadline_seconds = 300;  // 0 = no stall detection
@@ -97,7 +103,7 @@ struct RunPolicy {
 struct JobSpec {
   int replicas = 1;
   int gpus_per_replica = 0;
-  std::string backend = "auto";  // auto | nccl | tcp
+  contract::Backend backend = contract::Backend::kAuto;
   std::string image = "ghcr.io/ringtrain/ringtrain-runner:0.1.0";
   TrainSpec train;
   CheckpointSpec checkpoint;
@@ -218,3 +224,16 @@ inline constexpr std::size_t kMaxReplacedPods = 64;
 std::string JobNameProblem(const std::string& name);
 
 }  // namespace ringtrain::api
+
+namespace ringtrain::contract {
+
+template <>
+struct EnumNames<api::CleanPodPolicy> {
+  static constexpr std::array<std::string_view, 3> kNames{"None", "Running", "All"};
+};
+template <>
+struct EnumNames<api::PodGroupType> {
+  static constexpr std::array<std::string_view, 2> kNames{"coscheduling", "volcano"};
+};
+
+}  // namespace ringtrain::contract

@@ -15,8 +15,8 @@
 #include <thread>
 
 #include "common/backoff.h"
+#include "common/json_fields.h"
 #include "common/stop.h"
-#include "controller/kube/json_fields.h"
 #include "controller/kube/kube_config.h"
 #include "controller/kube/tls_material.h"
 #include "controller/kube/token_bucket.h"

@@ -1,5 +1,5 @@
 #include "controller/kube/leader_election.h"
-#include "controller/kube/json_fields.h"
+#include "common/json_fields.h"
 
 #include <spdlog/spdlog.h>
 

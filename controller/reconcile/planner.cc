@@ -100,10 +100,13 @@ class Planner {
   }
 
   void Cleanup() {
-    const std::string& policy = spec_.run_policy.clean_pod_policy;
+    const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
       bool active = r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning;
-      if (policy == "All" || (policy == "Running" && active)) Delete(r, "cleanPodPolicy " + policy);
+      if (policy == api::CleanPodPolicy::kAll ||
+          (policy == api::CleanPodPolicy::kRunning && active)) {
+        Delete(r, "cleanPodPolicy " + std::string(contract::NameOf(policy)));
+      }
     }
   }
 

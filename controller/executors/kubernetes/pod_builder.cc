@@ -304,7 +304,7 @@ void ObserveWait(const Json& status, reconcile::ObservedReplica* r) {
 void JoinGroups(const api::TrainingJob& job, Json* meta, Json* spec) {
   const auto& group = job.spec.run_policy.pod_group;
   if (group) {
-    const bool volcano = group->type == "volcano";
+    const bool volcano = group->type == api::PodGroupType::kVolcano;
     if (volcano) {
       ObjectAt(*meta, "annotations")[kVolcanoGroupAnnotation] = PodGroupName(job.metadata.name);
     } else {
@@ -361,7 +361,7 @@ std::string PodGroupName(const std::string& job) { return job; }
 std::optional<Json> BuildPodGroup(const api::TrainingJob& job) {
   const auto& group = job.spec.run_policy.pod_group;
   if (!group) return std::nullopt;
-  const bool volcano = group->type == "volcano";
+  const bool volcano = group->type == api::PodGroupType::kVolcano;
   Json spec = {{"minMember", job.spec.replicas}};
   const std::int64_t timeout = job.spec.run_policy.scheduling_timeout_seconds;
   if (!volcano && timeout > 0) {

@@ -266,7 +266,7 @@ Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory
 Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobMemory& memory) {
   std::optional<Json> group = BuildPodGroup(job);
   if (!group || memory.pod_group_attempt == attempt) return Status::Ok();
-  const bool volcano = job.spec.run_policy.pod_group->type == "volcano";
+  const bool volcano = job.spec.run_policy.pod_group->type == api::PodGroupType::kVolcano;
   const std::string& ns = job.metadata.ns;
   const std::string name = PodGroupName(job.metadata.name);
   auto created = volcano ? client_->Create(kVolcanoPodGroups, ns, *group)

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "controller/api/training_job.h"
 
@@ -32,7 +33,7 @@ TEST(Manifest, DefaultsApply) {
   EXPECT_EQ(job->spec.train.model, "mlp");
   EXPECT_EQ(job->spec.train.epochs, 10);
   EXPECT_EQ(job->spec.run_policy.backoff_limit, 3);
-  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, "Running");
+  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, api::CleanPodPolicy::kRunning);
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
@@ -168,8 +169,31 @@ TEST(Manifest, PlacementPolicyParses) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->spec.run_policy.scheduling_timeout_seconds, 0);
   ASSERT_TRUE(job->spec.run_policy.pod_group.has_value());
-  EXPECT_EQ(job->spec.run_policy.pod_group->type, "volcano");
+  EXPECT_EQ(job->spec.run_policy.pod_group->type, PodGroupType::kVolcano);
   EXPECT_EQ(job->spec.run_policy.pod_group->queue, "team-a");
+}
+
+TEST(Manifest, ClosedSetsParseToEnumsAndWriteBackTheirNames) {
+  auto job = ParseManifestYaml(WithSpec("  backend: tcp\n"
+                                        "  train: {dataset: /d, lrScaling: none, "
+                                        "lrSchedule: constant}\n"
+                                        "  runPolicy: {cleanPodPolicy: All}\n"),
+                               "e.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.backend, contract::Backend::kTcp);
+  EXPECT_EQ(job->spec.train.lr_scaling, contract::LrScaling::kNone);
+  EXPECT_EQ(job->spec.train.lr_schedule, contract::LrSchedule::kConstant);
+  EXPECT_EQ(job->spec.run_policy.clean_pod_policy, CleanPodPolicy::kAll);
+  const std::vector<std::string> args = RunnerArgs(job->spec, "");
+  auto after = [&](const std::string& flag) {
+    for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+      if (args[i] == flag) return args[i + 1];
+    }
+    return std::string("<missing>");
+  };
+  EXPECT_EQ(after("--backend"), "tcp");
+  EXPECT_EQ(after("--lr-scaling"), "none");
+  EXPECT_EQ(after("--lr-schedule"), "constant");
 }
 
 TEST(Manifest, WrongKindAndNameAreRejected) {

@@ -257,12 +257,12 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
 
 TEST(Planner, CleanPodPolicyAllDeletesFinishedReplicasToo) {
   auto job = Job(2);
-  job.spec.run_policy.clean_pod_policy = "All";
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kAll;
   job.status.phase = "Succeeded";
   Plan p = PlanAt(
       job, {Replica(0, 0, ReplicaPhase::kSucceeded), Replica(1, 0, ReplicaPhase::kSucceeded)}, kT0);
   EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
-  job.spec.run_policy.clean_pod_policy = "None";
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
   EXPECT_EQ(Count(PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning)}, kT0), Kind::kDeleteReplica),
             0);
 }
@@ -689,7 +689,7 @@ TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted)
 TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
   auto job = Job(2);
   job.spec.run_policy.scheduling_timeout_seconds = 60;
-  job.spec.run_policy.clean_pod_policy = "None";
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
   job.status = PlanAt(job, {}, kT0).status;
   std::vector<ObservedReplica> waiting = {GatedRunning(0, 0),
                                           Waiting(1, 0, "Unschedulable", kInsufficientCpu)};

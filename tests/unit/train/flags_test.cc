@@ -58,11 +58,11 @@ TEST(TrainFlags, WhatTheControllerWritesTheRunnerReadsBack) {
   spec.train.learning_rate = 0.0125;
   spec.train.momentum = 0.8;
   spec.train.weight_decay = 1e-4;
-  spec.train.lr_scaling = "none";
+  spec.train.lr_scaling = contract::LrScaling::kNone;
   spec.train.warmup_epochs = 0.5;
-  spec.train.lr_schedule = "constant";
+  spec.train.lr_schedule = contract::LrSchedule::kConstant;
   spec.train.seed = 7;
-  spec.backend = "tcp";
+  spec.backend = contract::Backend::kTcp;
   spec.gpus_per_replica = 0;
   auto c = ParseTrainFlags(api::RunnerArgs(spec, "/ckpt"));
   ASSERT_TRUE(c.ok()) << c.status().ToString();

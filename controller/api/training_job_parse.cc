@@ -1,0 +1,348 @@
+// The TrainingJob schema: reading and validating a manifest or an API object into the types of
+// training_job.h, every error naming the field path.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
+#include "common/json_fields.h"
+#include "common/runner_flags.h"
+#include "controller/api/training_job.h"
+#include "controller/api/yaml_to_json.h"
+
+namespace ringtrain::api {
+namespace {
+
+using nlohmann::json;
+
+// A closed set read at the edge: the manifest's name becomes the enum (contract::EnumNames).
+template <typename E>
+Status ReadEnum(Fields& f, const std::string& key, E* out) {
+  std::string name(contract::NameOf(*out));
+  RETURN_IF_ERROR(f.Enum(key, contract::NamesOf<E>(), &name));
+  *out = *contract::EnumFromName<E>(name);
+  return Status::Ok();
+}
+
+Status ParseTrain(const json& j, TrainSpec* t) {
+  Fields f(j, "spec.train");
+  RETURN_IF_ERROR(f.Enum("model", contract::ModelNames(), &t->model));
+  RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+  RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
+  RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));
+  RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
+  RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
+  RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
+  RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
+  RETURN_IF_ERROR(ReadEnum(f, "lrScaling", &t->lr_scaling));
+  RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
+  RETURN_IF_ERROR(ReadEnum(f, "lrSchedule", &t->lr_schedule));
+  RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
+  if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
+  return f.NoUnknown();
+}
+
+Status ParseRunPolicy(const json& j, RunPolicy* p) {
+  Fields f(j, "spec.runPolicy");
+  RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
+  RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, &p->active_deadline_seconds));
+  RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, &p->ttl_seconds_after_finished));
+  RETURN_IF_ERROR(ReadEnum(f, "cleanPodPolicy", &p->clean_pod_policy));
+  RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
+  RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
+  RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
+  RETURN_IF_ERROR(f.Int("schedulingTimeoutSeconds", 0, INT64_MAX, &p->scheduling_timeout_seconds));
+  RETURN_IF_ERROR(f.Enum("recovery", {"InPlace", "GangRestart"}, &p->recovery));
+  ASSIGN_OR_RETURN(const json* group, f.Object("podGroup"));
+  if (group != nullptr) {
+    Fields g(*group, "spec.runPolicy.podGroup");
+    PodGroupSpec out;
+    if (g.Find("type") == nullptr) return InvalidArgument(g.Path("type") + ": required");
+    RETURN_IF_ERROR(ReadEnum(g, "type", &out.type));
+    RETURN_IF_ERROR(g.String("queue", &out.queue));
+    if (!out.queue.empty() && out.type != PodGroupType::kVolcano) {
+      return InvalidArgument(g.Path("queue") + ": only a volcano PodGroup has a queue");
+    }
+    RETURN_IF_ERROR(g.NoUnknown());
+    p->pod_group = std::move(out);
+  }
+  return f.NoUnknown();
+}
+
+// A Kubernetes quantity: a decimal number with an optional suffix (m, k, Ki, M, Mi, ..., e3).
+bool IsQuantity(const std::string& q) {
+  static const std::set<std::string> kSuffixes = {"",  "m",  "k",  "M",  "G",  "T",  "P",
+                                                  "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"};
+  std::size_t i = 0;
+  if (i < q.size() && (q[i] == '+' || q[i] == '-')) ++i;
+  const std::size_t digits_start = i;
+  while (i < q.size() && ((q[i] >= '0' && q[i] <= '9') || q[i] == '.')) ++i;
+  if (i == digits_start) return false;
+  const std::string suffix = q.substr(i);
+  if (kSuffixes.count(suffix) > 0) return true;
+  if ((suffix[0] == 'e' || suffix[0] == 'E') && suffix.size() > 1) {
+    return suffix.find_first_not_of("0123456789", 1) == std::string::npos;
+  }
+  return false;
+}
+
+Status ParseQuantity(const json& v, const std::string& path, std::string* out) {
+  if (v.is_number_integer() || v.is_number_unsigned()) {
+    *out = std::to_string(v.get<std::int64_t>());
+  } else if (v.is_string()) {
+    *out = v.get<std::string>();
+  } else {
+    return InvalidArgument(path + ": must be a quantity (e.g. 1Gi, 500m), got " + JsonTypeName(v) +
+                           " " + QuoteJson(v));
+  }
+  if (!IsQuantity(*out) || (*out)[0] == '-') {
+    return InvalidArgument(path + ": must be a non-negative quantity (e.g. 1Gi, 500m), got " +
+                           QuoteJson(v));
+  }
+  return Status::Ok();
+}
+
+Status ParseQuantities(const json& obj, const std::string& path,
+                       std::map<std::string, std::string>* out) {
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    RETURN_IF_ERROR(ParseQuantity(*it, path + "." + it.key(), &(*out)[it.key()]));
+  }
+  return Status::Ok();
+}
+
+Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
+  Fields f(j, "spec.checkpoint");
+  RETURN_IF_ERROR(f.String("path", &c->path));
+  RETURN_IF_ERROR(f.Int("everySteps", 1, INT64_MAX, &c->every_steps));
+  if (!c->path.empty() && c->path.front() != '/') {
+    return InvalidArgument("spec.checkpoint.path: must be an absolute path, got \"" + c->path +
+                           "\"");
+  }
+  ASSIGN_OR_RETURN(const json* claim, f.Object("volumeClaim"));
+  if (claim != nullptr) {
+    Fields v(*claim, "spec.checkpoint.volumeClaim");
+    CheckpointVolumeClaim out;
+    if (const json* size = v.Find("size"); size != nullptr) {
+      RETURN_IF_ERROR(ParseQuantity(*size, v.Path("size"), &out.size));
+    }
+    RETURN_IF_ERROR(v.String("storageClassName", &out.storage_class_name));
+    if (const json* modes = v.Find("accessModes"); modes != nullptr) {
+      if (!modes->is_array() || modes->empty()) {
+        return InvalidArgument(v.Path("accessModes") + ": must be a non-empty list");
+      }
+      out.access_modes.clear();
+      for (std::size_t i = 0; i < modes->size(); ++i) {
+        const json& m = (*modes)[i];
+        const std::string path = v.Path("accessModes") + "[" + std::to_string(i) + "]";
+        if (!m.is_string() ||
+            (m != "ReadWriteOnce" && m != "ReadWriteOncePod" && m != "ReadWriteMany")) {
+          return InvalidArgument(path +
+                                 ": must be one of ReadWriteOnce, ReadWriteOncePod, "
+                                 "ReadWriteMany, got " +
+                                 QuoteJson(m));
+        }
+        out.access_modes.push_back(m.get<std::string>());
+      }
+    }
+    RETURN_IF_ERROR(v.NoUnknown());
+    c->volume_claim = std::move(out);
+  }
+  ASSIGN_OR_RETURN(const json* volume, f.Object("volume"));
+  if (volume != nullptr) {
+    if (volume->size() != 1) {
+      return InvalidArgument(
+          "spec.checkpoint.volume: must be one volume source (persistentVolumeClaim, nfs, "
+          "hostPath, ...), got " +
+          std::to_string(volume->size()) + " fields");
+    }
+    if (volume->contains("name")) {
+      return InvalidArgument("spec.checkpoint.volume: give the volume source only, not a name");
+    }
+    c->volume_json = volume->dump();
+  }
+  if (c->volume_claim && !c->volume_json.empty()) {
+    return InvalidArgument("spec.checkpoint: takes volumeClaim or volume, not both");
+  }
+  return f.NoUnknown();
+}
+
+Status ParseSpec(const json& j, JobSpec* s) {
+  Fields f(j, "spec");
+  RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
+  RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
+  RETURN_IF_ERROR(ReadEnum(f, "backend", &s->backend));
+  RETURN_IF_ERROR(f.String("image", &s->image));
+  ASSIGN_OR_RETURN(const json* train, f.Object("train"));
+  if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
+  ASSIGN_OR_RETURN(const json* ckpt, f.Object("checkpoint"));
+  if (ckpt != nullptr) RETURN_IF_ERROR(ParseCheckpoint(*ckpt, &s->checkpoint));
+  ASSIGN_OR_RETURN(const json* resources, f.Object("resources"));
+  if (resources != nullptr) {
+    Fields r(*resources, "spec.resources");
+    ResourceSpec spec;
+    for (auto [key, out] : {std::pair{"requests", &spec.requests}, {"limits", &spec.limits}}) {
+      ASSIGN_OR_RETURN(const json* list, r.Object(key));
+      if (list != nullptr) RETURN_IF_ERROR(ParseQuantities(*list, r.Path(key), out));
+    }
+    RETURN_IF_ERROR(r.NoUnknown());
+    s->resources = std::move(spec);
+  }
+  RETURN_IF_ERROR(f.Strings("command", &s->command));
+  ASSIGN_OR_RETURN(const json* tmpl, f.Object("template"));
+  if (tmpl != nullptr && !tmpl->empty()) s->pod_template_json = tmpl->dump();
+  ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
+  if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));
+  RETURN_IF_ERROR(f.NoUnknown());
+  if (s->backend == contract::Backend::kNccl && s->gpus_per_replica == 0) {
+    return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
+  }
+  return Status::Ok();
+}
+
+Status ParseMetadata(const json& j, ObjectMeta* m) {
+  if (!j.is_object()) return InvalidArgument("metadata: must be an object");
+  m->name = StringField(j, "name", m->name);
+  m->ns = StringField(j, "namespace", m->ns);
+  m->uid = StringField(j, "uid", m->uid);
+  m->resource_version = StringField(j, "resourceVersion", m->resource_version);
+  m->generation = IntField(j, "generation", m->generation);
+  m->creation_timestamp = StringField(j, "creationTimestamp", m->creation_timestamp);
+  if (auto it = j.find("labels"); it != j.end() && it->is_object()) {
+    for (auto l = it->begin(); l != it->end(); ++l) {
+      if (l->is_string()) m->labels[l.key()] = l->get<std::string>();
+    }
+  }
+  if (m->name.empty()) return InvalidArgument("metadata.name: required");
+  if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
+    return InvalidArgument("metadata.name: " + problem);
+  }
+  return Status::Ok();
+}
+
+// The status the operator wrote: read leniently, a field of the wrong type as its default.
+void ParseStatus(const json& j, JobStatus* s) {
+  auto str = [](const json& o, const char* k) { return StringField(o, k); };
+  auto num = [](const json& o, const char* k) { return NumberField(o, k); };
+  s->phase = str(j, "phase");
+  s->restarts = static_cast<int>(num(j, "restarts"));
+  s->attempt = static_cast<int>(num(j, "attempt"));
+  s->start_time = str(j, "startTime");
+  s->completion_time = str(j, "completionTime");
+  s->observed_generation = static_cast<std::int64_t>(num(j, "observedGeneration"));
+  if (auto it = j.find("conditions"); it != j.end() && it->is_array()) {
+    for (const auto& c : *it) {
+      s->conditions.push_back({str(c, "type"), str(c, "status"), str(c, "reason"),
+                               str(c, "message"), str(c, "lastTransitionTime")});
+    }
+  }
+  if (auto it = j.find("replicas"); it != j.end() && it->is_object()) {
+    s->replicas = {static_cast<int>(num(*it, "pending")), static_cast<int>(num(*it, "running")),
+                   static_cast<int>(num(*it, "succeeded")), static_cast<int>(num(*it, "failed"))};
+  }
+  if (auto it = j.find("progress"); it != j.end() && it->is_object()) {
+    s->progress =
+        Progress{static_cast<std::int64_t>(num(*it, "step")), static_cast<int>(num(*it, "epoch")),
+                 num(*it, "samplesPerSecond"), num(*it, "loss"), str(*it, "updatedAt")};
+  }
+  if (auto it = j.find("avoidedNodes"); it != j.end() && it->is_array()) {
+    for (const auto& a : *it) {
+      if (!a.is_object() || s->avoided_nodes.size() >= kMaxAvoidedNodes) continue;
+      auto req = a.find("required");
+      s->avoided_nodes.push_back({str(a, "node"), str(a, "reason"),
+                                  static_cast<int>(std::clamp(num(a, "attempt"), 0.0, 1e9)),
+                                  req == a.end() || !req->is_boolean() || req->get<bool>()});
+    }
+  }
+  s->in_place_recoveries = static_cast<int>(std::clamp(num(j, "inPlaceRecoveries"), 0.0, 1e9));
+  if (auto it = j.find("replacedPods"); it != j.end() && it->is_array()) {
+    for (const auto& p : *it) {
+      if (!p.is_string() || s->replaced_pods.size() >= kMaxReplacedPods) continue;
+      s->replaced_pods.push_back(p.get<std::string>());
+    }
+  }
+  if (auto it = j.find("lastFailure"); it != j.end() && it->is_object()) {
+    s->last_failure =
+        Failure{static_cast<int>(num(*it, "rank")), static_cast<int>(num(*it, "exitCode")),
+                str(*it, "reason"), str(*it, "message")};
+  }
+}
+
+// apiVersion and kind: required strings with one allowed value each.
+Status CheckTypeField(const json& doc, const char* key, const char* want) {
+  auto it = doc.find(key);
+  if (it == doc.end() || it->is_null()) return InvalidArgument(std::string(key) + ": required");
+  if (!it->is_string()) {
+    return InvalidArgument(std::string(key) + ": must be a string, got " + JsonTypeName(*it) + " " +
+                           QuoteJson(*it));
+  }
+  if (it->get_ref<const std::string&>() != want) {
+    return InvalidArgument(std::string(key) + ": must be " + want + ", got " + QuoteJson(*it));
+  }
+  return Status::Ok();
+}
+
+StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
+  if (doc.is_null()) return InvalidArgument("the manifest is empty");
+  if (!doc.is_object()) {
+    return InvalidArgument("the document must be a map (apiVersion, kind, metadata, spec), got " +
+                           JsonTypeName(doc));
+  }
+  RETURN_IF_ERROR(CheckTypeField(doc, "apiVersion", kApiVersion));
+  RETURN_IF_ERROR(CheckTypeField(doc, "kind", kKind));
+  // A manifest may carry the status of an exported object (ignored, as kubectl apply does);
+  // anything else at the top is a typo that would otherwise be silently dropped.
+  for (auto it = doc.begin(); it != doc.end() && !with_status; ++it) {
+    const std::string& k = it.key();
+    if (k != "apiVersion" && k != "kind" && k != "metadata" && k != "spec" && k != "status") {
+      return InvalidArgument(BoundedText(k) + ": unknown field");
+    }
+  }
+  TrainingJob job;
+  auto meta = doc.find("metadata");
+  if (meta == doc.end()) return InvalidArgument("metadata: required");
+  RETURN_IF_ERROR(ParseMetadata(*meta, &job.metadata));
+  auto spec = doc.find("spec");
+  if (spec == doc.end() || !spec->is_object()) {
+    return InvalidArgument("spec: required, must be an object");
+  }
+  RETURN_IF_ERROR(ParseSpec(*spec, &job.spec));
+  if (with_status) {
+    if (auto st = doc.find("status"); st != doc.end() && st->is_object()) {
+      ParseStatus(*st, &job.status);
+    }
+  }
+  return job;
+}
+
+}  // namespace
+
+StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source) {
+  ASSIGN_OR_RETURN(json doc, ManifestYamlToJson(yaml, source, kKind));
+  auto job = FromJson(doc, /*with_status=*/false);
+  if (!job.ok()) return job.status().WithContext(source);
+  return job;
+}
+
+StatusOr<TrainingJob> LoadManifestFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound(path + ": cannot open the manifest");
+  // Read one byte past the limit, never more: a huge file or an endless device (/dev/zero,
+  // a FIFO) is refused without reading it all.
+  std::string text(kMaxManifestBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return InvalidArgument(path + ": cannot read the manifest");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  return ParseManifestYaml(text, path);
+}
+
+StatusOr<TrainingJob> ParseJobJson(const std::string& text) {
+  json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return InvalidArgument("TrainingJob: not valid JSON");
+  return FromJson(doc, /*with_status=*/true);
+}
+
+}  // namespace ringtrain::api

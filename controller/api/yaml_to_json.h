@@ -1,0 +1,26 @@
+// Bounded YAML → JSON for manifests a user wrote: one document, YAML 1.2 core-schema typing,
+// caps on size, depth, nodes and expanded bytes (hostile input). Knows nothing of the schema.
+#pragma once
+
+#include <cstddef>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "common/status.h"
+
+namespace ringtrain::api {
+
+// Bounds on what one manifest may cost to read. A real TrainingJob is a few KiB; the API
+// server itself refuses objects over 1.5 MiB.
+inline constexpr std::size_t kMaxManifestBytes = 1024 * 1024;
+
+// The one YAML document of `yaml` as JSON; errors start with `source` and name the path of the
+// offending node. A second non-empty document is an error that tells to put one `kind` per file.
+StatusOr<nlohmann::json> ManifestYamlToJson(const std::string& yaml, const std::string& source,
+                                            const std::string& kind);
+
+// Text from the file in an error: bounded so that an error never echoes a huge key or value,
+// and cut on a character boundary so that it stays UTF-8.
+std::string BoundedText(const std::string& text, std::size_t max = 160);
+
+}  // namespace ringtrain::api
