@@ -179,8 +179,9 @@ void PollServer::Loop() {
       PollConn& c = *conns_[i];
       if (!c.dead && after >= c.deadline) handler_.OnDeadline(c);
     }
-    std::erase_if(conns_, [](const auto& c) { return c->dead; });
+    // After the accepts: a connection evicted for a newcomer closes now, not at the next wake.
     if (fds[1].revents & POLLIN) Accept(after);
+    std::erase_if(conns_, [](const auto& c) { return c->dead; });
   }
   conns_.clear();
   listener_.Close();

@@ -83,13 +83,14 @@ void Write(const Socket& s, const std::string& bytes) {
   ASSERT_TRUE(SendAll(s, bytes.data(), bytes.size(), DeadlineAfter(kPatience)).ok());
 }
 
-// Everything the server sends until it closes the connection.
+// Everything the server sends until it closes the connection; "<open>" if it never does.
 std::string ReadToEnd(const Socket& s) {
   std::string got;
   char buf[256];
   for (;;) {
     auto n = RecvSome(s, buf, sizeof(buf), DeadlineAfter(kPatience));
-    if (!n.ok() || *n == 0) return got;
+    if (!n.ok()) return n.status().code() == StatusCode::kDeadlineExceeded ? "<open>" : got;
+    if (*n == 0) return got;
     got.append(buf, *n);
   }
 }
