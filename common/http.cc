@@ -1,17 +1,13 @@
 #include "common/http.h"
 
-#include <poll.h>
+#include "common/poll_server.h"
+
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <list>
-#include <vector>
 
 namespace ringtrain::http {
 namespace {
@@ -93,163 +89,78 @@ std::string RespondTo(std::string_view head, const Handlers& handlers) {
   return Serialize(resp, !head_only);
 }
 
-struct Server::Connection {
-  net::Socket sock;
-  SteadyTime deadline;
-  std::string in;
-  std::string out;
-  std::size_t sent = 0;
-  bool responding = false;
+// HTTP on the poll-server core: one request head per connection, then the response, then close.
+class Server::Protocol final : public net::PollHandler {
+ public:
+  Protocol(const Handlers& handlers, const ServerOptions& options)
+      : handlers_(handlers), options_(options) {}
+
+  std::unique_ptr<net::PollConn> OnAccept(net::Socket sock, net::PollConns& /*conns*/) override {
+    auto c = std::make_unique<net::PollConn>();
+    c->sock = std::move(sock);
+    c->deadline = DeadlineAfter(options_.request_timeout);
+    return c;
+  }
+  // Oldest first: at the cap, the first connection still waiting for its request goes; when
+  // every slot is sending a response the newcomer waits for none.
+  net::PollConn* OnFull(const net::Socket& /*newcomer*/, net::PollConns& conns) override {
+    auto victim = std::find_if(conns.begin(), conns.end(),
+                               [](const auto& c) { return !c->dead && c->reading; });
+    return victim == conns.end() ? nullptr : victim->get();
+  }
+  void OnData(net::PollConn& c) override {
+    const auto end = c.in.find("\r\n\r\n");
+    if (end != std::string::npos && end + 4 <= options_.max_request_bytes) {
+      Respond(c, RespondTo(std::string_view(c.in).substr(0, end + 4), handlers_));
+    }
+  }
+  void OnOversize(net::PollConn& c) override {
+    Respond(c, Serialize({431, "text/plain", "request too large\n"}, true));
+  }
+  void OnDeadline(net::PollConn& c) override { c.dead = true; }
+  void OnAcceptPaused(int err) override {
+    spdlog::debug("http: accept: {}; pausing", std::strerror(err));
+  }
+
+ private:
+  void Respond(net::PollConn& c, const std::string& bytes) {
+    c.reading = false;
+    c.closing = true;
+    c.deadline = DeadlineAfter(options_.response_timeout);
+    c.Send(bytes);
+  }
+
+  const Handlers& handlers_;
+  const ServerOptions& options_;
 };
 
 StatusOr<std::unique_ptr<Server>> Server::Create(const std::string& host, int port,
                                                  Handlers handlers, ServerOptions options) {
   ASSIGN_OR_RETURN(net::Socket listener, net::Listen(host, port));
   ASSIGN_OR_RETURN(int bound, net::LocalPort(listener));
-  int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake < 0) return Internal(std::string("eventfd: ") + std::strerror(errno));
   options.max_connections = std::max(1, options.max_connections);
-  return std::unique_ptr<Server>(
-      new Server(std::move(listener), bound, wake, std::move(handlers), options));
+  std::unique_ptr<Server> server(new Server(bound, std::move(handlers), options));
+  net::PollServerOptions core;
+  core.max_connections = options.max_connections;
+  core.max_input_bytes = options.max_request_bytes;
+  core.accept_pause = kAcceptPause;
+  core.max_poll_wait = kMaxPollWait;
+  core.name = "http";
+  ASSIGN_OR_RETURN(server->core_,
+                   net::PollServer::Start(std::move(listener), *server->protocol_, core));
+  return server;
 }
 
-Server::Server(net::Socket listener, int port, int wake_fd, Handlers handlers,
-               ServerOptions options)
-    : listener_(std::move(listener)),
-      port_(port),
-      wake_fd_(wake_fd),
+Server::Server(int port, Handlers handlers, ServerOptions options)
+    : port_(port),
       handlers_(std::move(handlers)),
-      options_(options) {
-  thread_ = std::thread([this] { Loop(); });
-}
+      options_(options),
+      protocol_(std::make_unique<Protocol>(handlers_, options_)) {}
 
-Server::~Server() {
-  Stop();
-  ::close(wake_fd_);
-}
+Server::~Server() { Stop(); }
 
 void Server::Stop() {
-  stop_ = true;
-  const std::uint64_t one = 1;
-  if (::write(wake_fd_, &one, sizeof(one)) < 0 && errno != EAGAIN) {
-    spdlog::debug("http: cannot wake the server: {}", std::strerror(errno));
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void Server::Loop() {
-  // Oldest first: at the cap, the front connection still waiting for its request goes.
-  std::list<Connection> conns;
-  SteadyTime accept_paused_until{};
-  std::vector<pollfd> fds;
-  std::vector<std::list<Connection>::iterator> polled;
-  char buf[4096];
-
-  auto start_response = [&](Connection& c, std::string bytes) {
-    c.out = std::move(bytes);
-    c.sent = 0;
-    c.responding = true;
-    c.deadline = DeadlineAfter(options_.response_timeout);
-  };
-  // Sends what the socket takes now; true when the connection is finished (sent or failed).
-  auto flush = [&](Connection& c) {
-    while (c.sent < c.out.size()) {
-      ssize_t n = ::send(c.sock.fd(), c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
-      if (n > 0) {
-        c.sent += static_cast<std::size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
-    }
-    return true;
-  };
-  // Reads what has arrived; true when the connection is finished.
-  auto receive = [&](Connection& c) {
-    for (;;) {
-      ssize_t n = ::recv(c.sock.fd(), buf, sizeof(buf), 0);
-      if (n == 0) return true;
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return !(errno == EAGAIN || errno == EWOULDBLOCK);
-      }
-      c.in.append(buf, static_cast<std::size_t>(n));
-      const auto end = c.in.find("\r\n\r\n");
-      if (end != std::string::npos && end + 4 <= options_.max_request_bytes) {
-        start_response(c, RespondTo(std::string_view(c.in).substr(0, end + 4), handlers_));
-        return flush(c);
-      }
-      if (c.in.size() > options_.max_request_bytes) {
-        start_response(c, Serialize({431, "text/plain", "request too large\n"}, true));
-        return flush(c);
-      }
-    }
-  };
-
-  while (!stop_) {
-    const SteadyTime now = std::chrono::steady_clock::now();
-    fds.clear();
-    polled.clear();
-    fds.push_back({wake_fd_, POLLIN, 0});
-    const bool accepting = now >= accept_paused_until;
-    fds.push_back({accepting ? listener_.fd() : -1, POLLIN, 0});
-    SteadyTime wake_at = now + kMaxPollWait;
-    if (!accepting) wake_at = std::min(wake_at, accept_paused_until);
-    for (auto it = conns.begin(); it != conns.end(); ++it) {
-      fds.push_back({it->sock.fd(), static_cast<short>(it->responding ? POLLOUT : POLLIN), 0});
-      polled.push_back(it);
-      wake_at = std::min(wake_at, it->deadline);
-    }
-    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake_at - now).count();
-    int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long long>(0, wait)));
-    if (ready < 0 && errno != EINTR) {
-      spdlog::warn("http: poll: {}", std::strerror(errno));
-      std::this_thread::sleep_for(kAcceptPause);
-      continue;
-    }
-    if (stop_) break;
-    for (std::size_t i = 0; i < polled.size(); ++i) {
-      const short ev = fds[i + 2].revents;
-      if (ev == 0) continue;
-      Connection& c = *polled[i];
-      bool done = false;
-      if (c.responding) {
-        done = (ev & (POLLERR | POLLHUP | POLLNVAL)) != 0 || flush(c);
-      } else {
-        done = receive(c) || (ev & (POLLERR | POLLNVAL)) != 0;
-      }
-      if (done) conns.erase(polled[i]);
-    }
-    // Deadlines: a client that neither finishes its request nor takes its response is cut off.
-    const SteadyTime after = std::chrono::steady_clock::now();
-    for (auto it = conns.begin(); it != conns.end();) {
-      it = after >= it->deadline ? conns.erase(it) : std::next(it);
-    }
-    if ((fds[1].revents & POLLIN) == 0) continue;
-    // Take every connection waiting in the backlog, so that a flood cannot hide a real client
-    // behind a full backlog.
-    for (;;) {
-      int fd = ::accept4(listener_.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          spdlog::debug("http: accept: {}; pausing", std::strerror(errno));
-          accept_paused_until = after + kAcceptPause;
-        }
-        break;
-      }
-      if (conns.size() >= static_cast<std::size_t>(options_.max_connections)) {
-        auto victim = std::find_if(conns.begin(), conns.end(),
-                                   [](const Connection& c) { return !c.responding; });
-        if (victim == conns.end()) {
-          ::close(fd);  // every slot is sending a response: the newcomer waits for none
-          continue;
-        }
-        conns.erase(victim);
-      }
-      conns.push_back(Connection{net::Socket(fd), after + options_.request_timeout});
-    }
-  }
+  if (core_ != nullptr) core_->Stop();
 }
 
 StatusOr<GetResult> Get(const std::string& host, int port, const std::string& path,

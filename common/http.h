@@ -6,18 +6,20 @@
 // Handlers run on the server's thread and must be thread-safe and quick.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <thread>
 
 #include "common/clock.h"
 #include "common/net.h"
 #include "common/status.h"
+
+namespace ringtrain::net {
+class PollServer;
+}  // namespace ringtrain::net
 
 namespace ringtrain::http {
 
@@ -58,17 +60,14 @@ class Server {
   void Stop();
 
  private:
-  struct Connection;
-  Server(net::Socket listener, int port, int wake_fd, Handlers handlers, ServerOptions options);
-  void Loop();
+  class Protocol;
+  Server(int port, Handlers handlers, ServerOptions options);
 
-  net::Socket listener_;
   int port_;
-  int wake_fd_;  // an eventfd: Stop writes it to end the poll
   Handlers handlers_;
   ServerOptions options_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::unique_ptr<Protocol> protocol_;     // declared before core_: outlives it
+  std::unique_ptr<net::PollServer> core_;  // the thread (common/poll_server.h)
 };
 
 struct GetResult {

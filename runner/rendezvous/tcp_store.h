@@ -1,5 +1,7 @@
 // The TCP rendezvous store: a server (hosted by rank 0) and a client implementing Store, with
-// every connection proving the job token. Owns the wire protocol; must not know about ranks.
+// every connection proving the job token. Must not know about ranks. The pieces: the wire
+// codec (store_codec.h), the token handshake (store_auth.h), the server
+// (tcp_store_server.cc, on common/poll_server.h) and the client (tcp_store_client.cc).
 #pragma once
 
 #include <algorithm>
@@ -16,6 +18,10 @@
 #include "common/net.h"
 #include "common/status.h"
 #include "runner/rendezvous/store.h"
+
+namespace ringtrain::net {
+class PollServer;
+}  // namespace ringtrain::net
 
 namespace ringtrain::rendezvous {
 
@@ -55,20 +61,18 @@ class TcpStoreServer {
   // Closes every connection and joins the serving thread; idempotent.
   void Stop();
 
- private:
-  struct State;
-  TcpStoreServer(net::Socket listener, int port, std::string token,
-                 const TcpStoreServerLimits& limits);
-  void Serve();
+  // For tests of the serving loop: how often its thread has returned from poll(2), and how
+  // often it paused accepting for want of descriptors (it must wait then, not spin).
+  std::uint64_t poll_wakeups() const;
+  std::uint64_t accept_pauses() const;
 
-  net::Socket listener_;
+ private:
+  struct State;  // the protocol: tcp_store_server.cc
+  TcpStoreServer(int port, std::unique_ptr<State> state);
+
   int port_;
-  std::string token_;
-  TcpStoreServerLimits limits_;
-  int wake_fd_ = -1;
-  std::atomic<bool> stopping_{false};
-  std::unique_ptr<State> state_;
-  std::thread thread_;
+  std::unique_ptr<State> state_;           // declared before core_: outlives it
+  std::unique_ptr<net::PollServer> core_;  // the serving thread (common/poll_server.h)
 };
 
 struct TcpStoreClientOptions {

@@ -2,8 +2,8 @@
 // on loopback in this process; each input is one connection. The first byte picks the mode:
 // even = the harness proves the token first (so the bytes reach the request parser), odd = the
 // raw bytes go to the handshake. There is no pure parse function to call: the server's frame
-// parser is private to tcp_store.cc, and driving the real server also covers parking, wakeups
-// and replies. A sanitizer report in the server thread ends the process like one here.
+// parser is private to tcp_store_server.cc, and driving the real server also covers parking,
+// wakeups and replies. A sanitizer report in the server thread ends the process like one here.
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <spdlog/spdlog.h>
