@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A rank's container SIGKILLed mid-training, everything in containers (see container_train_test):
-# the kubelet reports exit code 137, the controller restarts the gang as attempt 1, the new
-# rank 0 resumes from the checkpoint that the killed gang's rank 0 wrote (not from step 0) on a
-# volume that outlived its pod, and the job ends Succeeded with restarts 1.
+# the kubelet reports exit code 137 and the controller replaces that pod alone (runPolicy.recovery
+# InPlace, the default): the surviving rank 0 keeps its pod and its state, the replacement takes
+# that state over the new ring, training goes on from the step rank 0 had reached (no checkpoint
+# needed), and the job ends Succeeded in attempt 0 with restarts 1 and one in-place recovery.
+# (The gang restart from a checkpoint: e2e_restart and the operator tests.)
 #
 # The checkpoint volume: when the operator mounts spec.checkpoint.volumeClaim (a PVC per job),
 # the job asks for one; until then the job brings its own PVC through spec.template (with
@@ -64,21 +66,29 @@ wait_until 300 "rank 0 of attempt 0 past step 1100 (checkpoints at 500 and 1000)
 victim=$(podman ps -q --filter "label=io.kubernetes.pod.name=$job-a0-1" \
   --filter "label=dev.ringtrain.container-kubelet=$KUBELET_INSTANCE")
 [ -n "$victim" ] || fail "no container for $job-a0-1"
-echo "SIGKILL to rank 1's container at step $(step_of $job-a0-0 || echo ?)"
+survivor_uid=$(k get pod "$job-a0-0" -o 'jsonpath={.metadata.uid}')
+killed_at=$(step_of $job-a0-0 || echo 0)
+echo "SIGKILL to rank 1's container at step $killed_at"
 podman kill -s KILL "$victim" >/dev/null || fail "podman kill"
 
 wait_job_done "$job" 600
 k get tj "$job" | tee "$WORK/tj.txt"
+[ "$(tj_field $job '{.status.phase}')" = Succeeded ] || fail "phase $(tj_field $job '{.status.phase}')"
+[ "$(tj_field $job '{.status.attempt}')" = 0 ] || fail "the gang restarted: attempt $(tj_field $job '{.status.attempt}')"
 [ "$(tj_field $job '{.status.restarts}')" = 1 ] ||
   fail "restarts $(tj_field $job '{.status.restarts}'), expected 1"
+[ "$(tj_field $job '{.status.inPlaceRecoveries}')" = 1 ] || fail "inPlaceRecoveries"
 echo "lastFailure: $(tj_field $job '{.status.lastFailure}')"
 [ "$(tj_field $job '{.status.lastFailure.exitCode}')" = 137 ] || fail "lastFailure.exitCode"
-resumed=$(pod_log "$job-a1-0" | grep -o 'resuming from checkpoint at step [0-9]*' | grep -o '[0-9]*$')
-[ -n "$resumed" ] || fail "attempt 1's rank 0 did not resume from a checkpoint"
-[ "$resumed" -ge 1000 ] || fail "resumed from step $resumed, expected at least 1000"
-echo "attempt 1 resumed from step $resumed"
-acc=$(accuracy_of "$job-a1-0")
+[ "$(k get pod "$job-a0-0" -o 'jsonpath={.metadata.uid}')" = "$survivor_uid" ] ||
+  fail "the surviving pod was replaced"
+from=$(pod_log "$job-a0-0" | grep -o "recovered in place: every rank continues from rank [0-9]*'s state at step [0-9]*" |
+  grep -o '[0-9]*$')
+[ -n "$from" ] || fail "rank 0 did not recover in place"
+[ "$from" -ge "$((killed_at - 1))" ] || fail "continued from step $from, before the kill at $killed_at"
+echo "the gang continued from step $from (rank 0 was at step $killed_at when rank 1 was killed)"
+acc=$(accuracy_of "$job-a0-0")
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 0.87 else 1)' "${acc:-0}" ||
-  fail "test accuracy '$acc' after the restart"
-echo "test accuracy after the restart: $acc"
+  fail "test accuracy '$acc' after the recovery"
+echo "test accuracy after the recovery: $acc"
 echo PASS
