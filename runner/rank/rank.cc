@@ -246,7 +246,10 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       env.recovery_timeout > Duration::zero() && env.world_size > 1 && !placement.cuda;
   auto make = deps.make_communicator ? deps.make_communicator : MakeCommunicator;
   std::unique_ptr<Trainer> trainer;
+  // The communicator of the round being trained, and that round's key space, which it reports
+  // failures to: they go together.
   std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<rendezvous::Store> comm_store;
   std::optional<int> failed_round;
   Status lost;  // what made this rank look for a next round
   for (;;) {
@@ -262,13 +265,14 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       return Status(lost.code(),
                     lost.message() + "; in-place recovery failed: " + round.status().message());
     }
-    auto round_store = rendezvous::RoundStore(*deps.store, *round);
+    std::unique_ptr<rendezvous::Store> round_store = rendezvous::RoundStore(*deps.store, *round);
+    rendezvous::Store& this_round = *round_store;
     // A failure is reported while `comm` is still up (it closes after this).
-    auto failed = [&](const Status& s) {
-      if (deps.report_failure) deps.report_failure(*round_store, s);
+    auto failed = [&deps, &this_round](const Status& s) {
+      if (deps.report_failure) deps.report_failure(this_round, s);
       return s;
     };
-    auto made = make(*round_store, env, placement, deps.advertise_host);
+    auto made = make(this_round, env, placement, deps.advertise_host);
     if (!made.ok()) {
       // A replacement lost while the ring forms: the survivors try the next round.
       if (failed_round && IsPeerLoss(made.status()) && !Stopping(deps)) {
@@ -301,7 +305,9 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       if (!rejoined.ok())
         return failed(lost.WithContext("in-place recovery: " + rejoined.message()));
     }
-    comm = std::move(next);  // the last round's communicator goes only now
+    // The last round's communicator goes only now, then the key space it reported to.
+    comm = std::move(next);
+    comm_store = std::move(round_store);
     auto result = RunDraining(*trainer, deps);
     if (result.ok()) {
       if (placement.cuda) {
