@@ -92,9 +92,11 @@ bool IsPeerLoss(const Status& s) {
 
 bool Stopping(const RankDeps& deps) { return deps.stop != nullptr && deps.stop->load(); }
 
-// Runs the trainer; with the process's own drain flag, in a DrainScope under the watchdog.
-StatusOr<train::TrainResult> RunDraining(Trainer& trainer, const RankDeps& deps) {
-  if (deps.drain != &DrainFlag()) return trainer.Run();
+// Runs the trainer; with the process's own drain flag, in a DrainScope under the watchdog. A GPU
+// rank stops at once on SIGTERM, as before: its drain vote (a host all-gather between NCCL's
+// stream-ordered steps) has never run on a GPU.
+StatusOr<train::TrainResult> RunDraining(Trainer& trainer, const RankDeps& deps, bool cuda) {
+  if (deps.drain != &DrainFlag() || cuda) return trainer.Run();
   DrainScope draining;
   DrainWatchdog watchdog(DrainFlag(), contract::kDrainTimeout);
   auto result = trainer.Run();
@@ -293,7 +295,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       ed.test = deps.test;
       ed.metrics = deps.metrics;
       ed.stop = deps.stop;
-      ed.drain = deps.drain;
+      ed.drain = placement.cuda ? nullptr : deps.drain;
       ed.attempt = env.attempt;
       ed.device = placement.cuda ? placement.device : -1;
       ed.collective_timeout = env.collective_timeout;
@@ -308,7 +310,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     // The last round's communicator goes only now, then the key space it reported to.
     comm = std::move(next);
     comm_store = std::move(round_store);
-    auto result = RunDraining(*trainer, deps);
+    auto result = RunDraining(*trainer, deps, placement.cuda);
     if (result.ok()) {
       if (placement.cuda) {
         spdlog::info("GPU busy {:.2f} of the training time; CUDA graph {}", result->device_busy,
