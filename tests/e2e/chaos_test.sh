@@ -24,18 +24,7 @@ RUN_PID=$!
 PIDS+=($RUN_PID)
 
 # rank_pid ATTEMPT RANK: the pid of that rank of that attempt, if it runs.
-rank_pid() {
-  local pid
-  for pid in $(pgrep -f -- "$ckpts"); do
-    local env
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    if grep -qx "RINGTRAIN_ATTEMPT=$1" <<<"$env" && grep -qx "RINGTRAIN_RANK=$2" <<<"$env"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-  return 1
-}
+rank_pid() { run_rank_pid "$WORK/run" "$1" "$2"; }
 # newest_step: the step of the newest complete checkpoint, 0 if none.
 newest_step() {
   local f best=0 n

@@ -18,18 +18,8 @@ RUN_PID=$!
 PIDS+=($RUN_PID)
 
 # rank_pid RANK: the pid of that rank of attempt 0, if it runs.
-rank_pid() {
-  local pid env
-  for pid in $(pgrep -f -- "$WORK/run/checkpoints"); do
-    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
-    if grep -qx "RINGTRAIN_ATTEMPT=0" <<<"$env" && grep -qx "RINGTRAIN_RANK=$1" <<<"$env"; then
-      echo "$pid"
-      return 0
-    fi
-  done
-  return 1
-}
-# trained_in_round R: rank 0 logged a training epoch or finished after joining round R.
+rank_pid() { run_rank_pid "$WORK/run" 0 "$1"; }
+# round_of_rank0: the last recovery round rank 0's communicator was formed in (none: empty).
 round_of_rank0() {
   sed -n 's/.*recovery round \([0-9]*\).*/\1/p' "$WORK/run/$job-a0-0.log" | tail -n1
 }

@@ -51,6 +51,20 @@ example_with() {
   done
 }
 
+# run_rank_pid RUN_DIR ATTEMPT RANK: the pid of that rank of that attempt of the `ringtrain run`
+# working in RUN_DIR (its runners' command lines name RUN_DIR/checkpoints), if it runs.
+run_rank_pid() {
+  local pid env
+  for pid in $(pgrep -f -- "$1/checkpoints"); do
+    env=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null) || continue
+    if grep -qx "RINGTRAIN_ATTEMPT=$2" <<<"$env" && grep -qx "RINGTRAIN_RANK=$3" <<<"$env"; then
+      echo "$pid"
+      return 0
+    fi
+  done
+  return 1
+}
+
 # start_rank RANK WORLD PORT TOKEN LOG [runner flags...]: a runner in the background.
 start_rank() {
   local rank=$1 world=$2 port=$3 token=$4 log=$5

@@ -8,14 +8,9 @@ source "$(dirname "$0")/lib.sh"
 
 # kill_rank_1 RUN_DIR: kill -9 rank 1 of the gang running under RUN_DIR, once it checkpointed.
 kill_rank_1() {
-  local run=$1 victim=""
-  wait_until 120 "a checkpoint of attempt 0" compgen -G "$run/checkpoints/ckpt-*.bin"
-  for pid in $(pgrep -f -- "$run/checkpoints"); do
-    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx RINGTRAIN_RANK=1; then
-      victim=$pid
-    fi
-  done
-  [ -n "$victim" ] || fail "rank 1 not found"
+  local victim
+  wait_until 120 "a checkpoint of attempt 0" compgen -G "$1/checkpoints/ckpt-*.bin"
+  victim=$(run_rank_pid "$1" 0 1) || fail "rank 1 not found"
   kill -9 "$victim"
 }
 
