@@ -9,17 +9,27 @@
 
 #include "runner/model/gemm.h"
 #include "runner/model/model.h"
+#include "runner/model/model_spec.h"
 #include "runner/model/optimizer.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int Run(const char* name, int batch, double seconds) {
-  ringtrain::model::ModelConfig config;
+// via_spec: the same preset built by Model::Create(PresetSpec(name)), the generic layer-list
+// path, instead of today's Model::Create(config).
+int Run(const char* name, int batch, double seconds, bool via_spec) {
+  namespace mdl = ringtrain::model;
+  mdl::ModelConfig config;
   config.name = name;
   config.max_batch = batch;
-  auto model = ringtrain::model::Model::Create(config);
+  auto model = [&]() -> ringtrain::StatusOr<std::unique_ptr<mdl::Model>> {
+    if (!via_spec) return mdl::Model::Create(config);
+    auto spec = mdl::PresetSpec(name, {config.channels, config.height, config.width},
+                                config.classes, config.hidden);
+    if (!spec.ok()) return spec.status();
+    return mdl::Model::Create(*spec, config);
+  }();
   if (!model.ok()) {
     std::fprintf(stderr, "%s\n", model.status().ToString().c_str());
     return 1;
@@ -51,10 +61,10 @@ int Run(const char* name, int batch, double seconds) {
     ++steps;
   }
   std::printf(
-      "%-4s batch %d params %zu: ForwardBackward %.0f samples/s (%.2f ms/batch), adam step "
+      "%-4s %-6s batch %d params %zu: ForwardBackward %.0f samples/s (%.2f ms/batch), adam step "
       "%.3f ms\n",
-      name, batch, m.params().size(), steps * batch / fb_seconds, 1e3 * fb_seconds / steps,
-      1e3 * opt_seconds / steps);
+      name, via_spec ? "spec" : "config", batch, m.params().size(), steps * batch / fb_seconds,
+      1e3 * fb_seconds / steps, 1e3 * opt_seconds / steps);
   return 0;
 }
 
@@ -77,9 +87,17 @@ int main(int argc, char** argv) {
   const int batch = argc > 1 ? std::atoi(argv[1]) : 64;
   const double seconds = argc > 2 ? std::atof(argv[2]) : 3.0;
   const std::string only = argc > 3 ? argv[3] : "";  // mlp or cnn; both when absent
+  // Each preset through today's path and through its layer list, alternated, so both see the
+  // same machine state; the order swaps every round.
+  const int rounds = argc > 4 ? std::atoi(argv[4]) : 1;
   int rc = 0;
-  for (const char* name : {"mlp", "cnn"}) {
-    if (only.empty() || only == name) rc |= Run(name, batch, seconds);
+  for (int round = 0; round < rounds; ++round) {
+    for (const char* name : {"mlp", "cnn"}) {
+      if (!only.empty() && only != name) continue;
+      const bool spec_first = round % 2 == 1;  // neither path always runs second
+      rc |= Run(name, batch, seconds, spec_first);
+      rc |= Run(name, batch, seconds, !spec_first);
+    }
   }
   return rc;
 }

@@ -32,6 +32,14 @@ void InitLikeTorch(std::mt19937_64& rng, std::size_t fan_in, float* w, std::size
   FillUniform(rng, bound, b, b_count);
 }
 
+// Keras' defaults: Glorot (Xavier) uniform weights, bound √(6 / (fan_in + fan_out)); zero biases.
+void InitGlorot(std::mt19937_64& rng, std::size_t fan_in, std::size_t fan_out, float* w,
+                std::size_t w_count, float* b, std::size_t b_count) {
+  const float bound = static_cast<float>(std::sqrt(6.0 / static_cast<double>(fan_in + fan_out)));
+  FillUniform(rng, bound, w, w_count);
+  std::fill(b, b + b_count, 0.0f);
+}
+
 // The elementwise kernels are target clones (clones.h); their loads are unconditional so that
 // the selects vectorize.
 RINGTRAIN_TARGET_CLONES void ReluForwardKernel(const float* x, float* y, std::size_t count) {
@@ -144,10 +152,11 @@ void Layer::BackwardSliced(const float* x, const float* dy, float* dx, int n,
   if (num_params() > 0 && ready) ready(ParamRange{0, num_params()});
 }
 
-Linear::Linear(int in_features, int out_features)
+Linear::Linear(int in_features, int out_features, Initializer init)
     : Layer(Shape{in_features, 1, 1}, Shape{out_features, 1, 1}),
       in_(in_features),
-      out_(out_features) {}
+      out_(out_features),
+      init_(init) {}
 
 std::size_t Linear::num_params() const { return static_cast<std::size_t>(out_) * (in_ + 1); }
 
@@ -160,6 +169,10 @@ void Linear::Bind(float* params, float* grads) {
 }
 
 void Linear::Init(std::mt19937_64& rng) {
+  if (init_ == Initializer::kGlorot) {
+    InitGlorot(rng, in_, out_, w_, static_cast<std::size_t>(out_) * in_, b_, out_);
+    return;
+  }
   InitLikeTorch(rng, in_, w_, static_cast<std::size_t>(out_) * in_, b_, out_);
 }
 
@@ -226,12 +239,20 @@ void ReLU::Backward(const float* x, const float* dy, float* dx, int n) {
   ReluBackwardKernel(x, dy, dx, in_shape().size() * n);
 }
 
-Conv2d::Conv2d(Shape in, int out_channels, int kernel, int padding)
-    : Layer(in,
-            Shape{out_channels, in.h + 2 * padding - kernel + 1, in.w + 2 * padding - kernel + 1}),
+Conv2d::Conv2d(Shape in, int out_channels, int kernel, int padding, Initializer init)
+    : Conv2d(in,
+             Shape{out_channels, in.h + 2 * padding - kernel + 1, in.w + 2 * padding - kernel + 1},
+             kernel, 1, padding, padding, init) {}
+
+Conv2d::Conv2d(Shape in, Shape out, int kernel, int stride, int pad_top, int pad_left,
+               Initializer init)
+    : Layer(in, out),
       kernel_(kernel),
-      padding_(padding),
+      stride_(stride),
+      pad_top_(pad_top),
+      padding_(pad_left),
       patch_(in.c * kernel * kernel),
+      init_(init),
       col_(static_cast<std::size_t>(patch_) * out_shape().h * out_shape().w) {}
 
 std::size_t Conv2d::num_params() const {
@@ -247,6 +268,12 @@ void Conv2d::Bind(float* params, float* grads) {
 }
 
 void Conv2d::Init(std::mt19937_64& rng) {
+  if (init_ == Initializer::kGlorot) {
+    const std::size_t window = static_cast<std::size_t>(kernel_) * kernel_;
+    InitGlorot(rng, patch_, window * out_shape().c, w_,
+               static_cast<std::size_t>(out_shape().c) * patch_, b_, out_shape().c);
+    return;
+  }
   InitLikeTorch(rng, patch_, w_, static_cast<std::size_t>(out_shape().c) * patch_, b_,
                 out_shape().c);
 }
@@ -258,6 +285,24 @@ void Conv2d::Im2Col(const float* x) {
   const int oh_count = out_shape().h;
   const int ow_count = out_shape().w;
   float* dst = col_.data();
+  if (stride_ != 1) {
+    for (int c = 0; c < in.c; ++c) {
+      const float* plane = x + static_cast<std::size_t>(c) * in.h * in.w;
+      for (int ki = 0; ki < kernel_; ++ki) {
+        for (int kj = 0; kj < kernel_; ++kj) {
+          for (int oh = 0; oh < oh_count; ++oh, dst += ow_count) {
+            const int ih = oh * stride_ + ki - pad_top_;
+            for (int ow = 0; ow < ow_count; ++ow) {
+              const int iw = ow * stride_ + kj - padding_;
+              const bool inside = ih >= 0 && ih < in.h && iw >= 0 && iw < in.w;
+              dst[ow] = inside ? plane[ih * in.w + iw] : 0.0f;
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   for (int c = 0; c < in.c; ++c) {
     const float* plane = x + static_cast<std::size_t>(c) * in.h * in.w;
     for (int ki = 0; ki < kernel_; ++ki) {
@@ -266,7 +311,7 @@ void Conv2d::Im2Col(const float* x) {
         const int ow_begin = std::clamp(-shift, 0, ow_count);
         const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
         for (int oh = 0; oh < oh_count; ++oh, dst += ow_count) {
-          const int ih = oh + ki - padding_;
+          const int ih = oh + ki - pad_top_;
           if (ih < 0 || ih >= in.h) {
             std::fill(dst, dst + ow_count, 0.0f);
             continue;
@@ -288,6 +333,24 @@ void Conv2d::Col2Im(float* dx) const {
   const int ow_count = out_shape().w;
   std::fill(dx, dx + in.size(), 0.0f);
   const float* src = col_.data();
+  if (stride_ != 1) {
+    for (int c = 0; c < in.c; ++c) {
+      float* plane = dx + static_cast<std::size_t>(c) * in.h * in.w;
+      for (int ki = 0; ki < kernel_; ++ki) {
+        for (int kj = 0; kj < kernel_; ++kj) {
+          for (int oh = 0; oh < oh_count; ++oh, src += ow_count) {
+            const int ih = oh * stride_ + ki - pad_top_;
+            if (ih < 0 || ih >= in.h) continue;
+            for (int ow = 0; ow < ow_count; ++ow) {
+              const int iw = ow * stride_ + kj - padding_;
+              if (iw >= 0 && iw < in.w) plane[ih * in.w + iw] += src[ow];
+            }
+          }
+        }
+      }
+    }
+    return;
+  }
   for (int c = 0; c < in.c; ++c) {
     float* plane = dx + static_cast<std::size_t>(c) * in.h * in.w;
     for (int ki = 0; ki < kernel_; ++ki) {
@@ -296,7 +359,7 @@ void Conv2d::Col2Im(float* dx) const {
         const int ow_begin = std::clamp(-shift, 0, ow_count);
         const int ow_end = std::clamp(in.w - shift, ow_begin, ow_count);
         for (int oh = 0; oh < oh_count; ++oh, src += ow_count) {
-          const int ih = oh + ki - padding_;
+          const int ih = oh + ki - pad_top_;
           if (ih < 0 || ih >= in.h) continue;
           float* row = plane + ih * in.w;
           for (int ow = ow_begin; ow < ow_end; ++ow) row[ow + shift] += src[ow];
@@ -380,10 +443,11 @@ void MaxPool2d::Backward(const float* /*x*/, const float* dy, float* dx, int n) 
   }
 }
 
-ConvReluPool::ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch)
+ConvReluPool::ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch,
+                           Initializer init)
     : Layer(in, Shape{out_channels, (in.h + 2 * padding - kernel + 1) / 2,
                       (in.w + 2 * padding - kernel + 1) / 2}),
-      conv_(in, out_channels, kernel, padding),
+      conv_(in, out_channels, kernel, padding, init),
       pool_(conv_.out_shape(), max_batch),
       relu_out_(conv_.out_shape().size() * static_cast<std::size_t>(max_batch)),
       grad_(conv_.out_shape().size()) {}
@@ -408,6 +472,158 @@ void ConvReluPool::Backward(const float* x, const float* dy, float* dx, int n) {
     conv_.BackwardSample(x + in_shape().size() * i, grad_.data(),
                          dx == nullptr ? nullptr : dx + in_shape().size() * i, i == 0);
   }
+}
+
+Pool2d::Pool2d(Shape in, Shape out, int pool, int stride, bool max, int max_batch)
+    : Layer(in, out),
+      pool_(pool),
+      stride_(stride),
+      max_(max),
+      argmax_(max ? out.size() * static_cast<std::size_t>(max_batch) : 0) {}
+
+void Pool2d::Forward(const float* x, float* y, int n) {
+  const Shape& in = in_shape();
+  const Shape& out = out_shape();
+  const float inv = 1.0f / static_cast<float>(pool_ * pool_);
+  for (int i = 0; i < n; ++i) {
+    const float* xs = x + in.size() * i;
+    float* ys = y + out.size() * i;
+    std::int32_t* arg = max_ ? argmax_.data() + out.size() * i : nullptr;
+    for (int c = 0; c < out.c; ++c) {
+      for (int oh = 0; oh < out.h; ++oh) {
+        for (int ow = 0; ow < out.w; ++ow) {
+          const int base = (c * in.h + oh * stride_) * in.w + ow * stride_;
+          const std::size_t o = (static_cast<std::size_t>(c) * out.h + oh) * out.w + ow;
+          if (max_) {
+            int best = base;
+            float m = xs[base];
+            for (int ki = 0; ki < pool_; ++ki) {
+              for (int kj = 0; kj < pool_; ++kj) {
+                const int at = base + ki * in.w + kj;
+                const float v = xs[at];
+                if (v > m || v != v) {
+                  if (m != m) continue;  // the first NaN stays
+                  m = v;
+                  best = at;
+                }
+              }
+            }
+            ys[o] = m;
+            arg[o] = best;
+          } else {
+            float sum = 0.0f;
+            for (int ki = 0; ki < pool_; ++ki) {
+              for (int kj = 0; kj < pool_; ++kj) sum += xs[base + ki * in.w + kj];
+            }
+            ys[o] = sum * inv;
+          }
+        }
+      }
+    }
+  }
+}
+
+void Pool2d::Backward(const float* /*x*/, const float* dy, float* dx, int n) {
+  if (dx == nullptr) return;
+  const Shape& in = in_shape();
+  const Shape& out = out_shape();
+  const float inv = 1.0f / static_cast<float>(pool_ * pool_);
+  std::fill(dx, dx + in.size() * n, 0.0f);
+  for (int i = 0; i < n; ++i) {
+    const float* dys = dy + out.size() * i;
+    float* dxs = dx + in.size() * i;
+    if (max_) {
+      const std::int32_t* arg = argmax_.data() + out.size() * i;
+      for (std::size_t j = 0; j < out.size(); ++j) dxs[arg[j]] += dys[j];
+      continue;
+    }
+    for (int c = 0; c < out.c; ++c) {
+      for (int oh = 0; oh < out.h; ++oh) {
+        for (int ow = 0; ow < out.w; ++ow) {
+          const int base = (c * in.h + oh * stride_) * in.w + ow * stride_;
+          const float g = dys[(static_cast<std::size_t>(c) * out.h + oh) * out.w + ow] * inv;
+          for (int ki = 0; ki < pool_; ++ki) {
+            for (int kj = 0; kj < pool_; ++kj) dxs[base + ki * in.w + kj] += g;
+          }
+        }
+      }
+    }
+  }
+}
+
+void Elementwise::Forward(const float* x, float* y, int n) {
+  const std::size_t count = in_shape().size() * n;
+  switch (kind_) {
+    case Activation::kTanh:
+      for (std::size_t i = 0; i < count; ++i) y[i] = std::tanh(x[i]);
+      break;
+    case Activation::kSigmoid:
+      for (std::size_t i = 0; i < count; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+      break;
+    case Activation::kGelu:
+      for (std::size_t i = 0; i < count; ++i) {
+        y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * static_cast<float>(M_SQRT1_2)));
+      }
+      break;
+  }
+}
+
+void Elementwise::Backward(const float* x, const float* dy, float* dx, int n) {
+  if (dx == nullptr) return;
+  const std::size_t count = in_shape().size() * n;
+  switch (kind_) {
+    case Activation::kTanh:
+      for (std::size_t i = 0; i < count; ++i) {
+        const float t = std::tanh(x[i]);
+        dx[i] = dy[i] * (1.0f - t * t);
+      }
+      break;
+    case Activation::kSigmoid:
+      for (std::size_t i = 0; i < count; ++i) {
+        const float s = 1.0f / (1.0f + std::exp(-x[i]));
+        dx[i] = dy[i] * s * (1.0f - s);
+      }
+      break;
+    case Activation::kGelu: {
+      // d/dx x·Φ(x) = Φ(x) + x·φ(x)
+      const float inv_sqrt_2pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+      for (std::size_t i = 0; i < count; ++i) {
+        const float v = x[i];
+        const float cdf = 0.5f * (1.0f + std::erf(v * static_cast<float>(M_SQRT1_2)));
+        const float pdf = inv_sqrt_2pi * std::exp(-0.5f * v * v);
+        dx[i] = dy[i] * (cdf + v * pdf);
+      }
+      break;
+    }
+  }
+}
+
+Dropout::Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch)
+    : Layer(shape, shape),
+      rate_(rate),
+      scale_(static_cast<float>(1.0 / (1.0 - rate))),
+      rng_(seed),
+      mask_(shape.size() * static_cast<std::size_t>(max_batch)) {}
+
+void Dropout::Forward(const float* x, float* y, int n) {
+  const std::size_t count = in_shape().size() * n;
+  if (!training_) {
+    std::copy(x, x + count, y);
+    return;
+  }
+  // Raw engine bits, as FillUniform: the same seed drops the same units on every build.
+  constexpr double kTwoToMinus53 = 1.0 / 9007199254740992.0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const double u = static_cast<double>(rng_() >> 11) * kTwoToMinus53;
+    mask_[i] = u < rate_ ? 0.0f : scale_;
+    y[i] = x[i] * mask_[i];
+  }
+}
+
+void Dropout::Backward(const float* /*x*/, const float* dy, float* dx, int n) {
+  if (dx == nullptr) return;
+  const std::size_t count = in_shape().size() * n;
+  for (std::size_t i = 0; i < count; ++i) dx[i] = dy[i] * mask_[i];
 }
 
 void Flatten::Forward(const float* x, float* y, int n) {
@@ -438,6 +654,27 @@ EvalResult SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, 
         dz[k] = static_cast<float>(((k == label ? p - 1.0 : p)) * inv_n);
       }
     }
+  }
+  return result;
+}
+
+}  // namespace ringtrain::model
+
+namespace ringtrain::model {
+
+EvalResult MeanSquaredError(const float* out, const float* targets, int n, int width, float* dout) {
+  EvalResult result;
+  const double inv_width = 1.0 / width;
+  const double grad_scale = 2.0 / (static_cast<double>(n) * width);
+  for (int i = 0; i < n; ++i) {
+    const std::size_t row = static_cast<std::size_t>(i) * width;
+    double sum = 0.0;
+    for (int k = 0; k < width; ++k) {
+      const double d = static_cast<double>(out[row + k]) - targets[row + k];
+      sum += d * d;
+      if (dout != nullptr) dout[row + k] = static_cast<float>(d * grad_scale);
+    }
+    result.loss_sum += sum * inv_width;
   }
   return result;
 }

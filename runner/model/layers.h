@@ -9,16 +9,9 @@
 #include <vector>
 
 #include "runner/model/model.h"
+#include "runner/model/model_spec.h"
 
 namespace ringtrain::model {
-
-// Per-sample tensor shape; a batch is n contiguous samples in C×H×W order (NCHW).
-struct Shape {
-  int c = 1;
-  int h = 1;
-  int w = 1;
-  std::size_t size() const { return static_cast<std::size_t>(c) * h * w; }
-};
 
 class Layer {
  public:
@@ -34,6 +27,8 @@ class Layer {
   virtual std::size_t num_params() const { return 0; }
   virtual void Bind(float* /*params*/, float* /*grads*/) {}
   virtual void Init(std::mt19937_64& /*rng*/) {}
+  // Training (ForwardBackward) or evaluation (Evaluate); only Dropout behaves differently.
+  virtual void SetTraining(bool /*training*/) {}
 
   virtual void Forward(const float* x, float* y, int n) = 0;
   // Overwrites this layer's gradients from the batch; dx may be null when nobody needs it (the
@@ -58,7 +53,7 @@ class Layer {
 // y = x·Wᵀ + b with W stored [out][in] like torch.nn.Linear, so checkpoints map one to one.
 class Linear final : public Layer {
  public:
-  Linear(int in_features, int out_features);
+  Linear(int in_features, int out_features, Initializer init = Initializer::kTorch);
   std::size_t num_params() const override;
   void Bind(float* params, float* grads) override;
   void Init(std::mt19937_64& rng) override;
@@ -75,6 +70,7 @@ class Linear final : public Layer {
 
   int in_;
   int out_;
+  Initializer init_;
   float* w_ = nullptr;
   float* b_ = nullptr;
   float* dw_ = nullptr;
@@ -88,12 +84,16 @@ class ReLU final : public Layer {
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 };
 
-// Stride-1 convolution as im2col + one GEMM per sample; W is [out][in][k][k] like torch.
+// Convolution as im2col + one GEMM per sample; W is [out][in][k][k] like torch. The first
+// constructor is torch's symmetric padding with stride 1; the second takes a stride, the
+// top/left padding and the output shape (Keras' "same" pads the odd pixel at the bottom/right).
 // The column buffer is recomputed in backward rather than kept for the whole batch: it is
 // C·k²× the input, which would dominate memory at max_batch.
 class Conv2d final : public Layer {
  public:
-  Conv2d(Shape in, int out_channels, int kernel, int padding);
+  Conv2d(Shape in, int out_channels, int kernel, int padding,
+         Initializer init = Initializer::kTorch);
+  Conv2d(Shape in, Shape out, int kernel, int stride, int pad_top, int pad_left, Initializer init);
   std::size_t num_params() const override;
   void Bind(float* params, float* grads) override;
   void Init(std::mt19937_64& rng) override;
@@ -110,8 +110,11 @@ class Conv2d final : public Layer {
   void Col2Im(float* dx) const;
 
   int kernel_;
-  int padding_;
-  int patch_;  // in.c · k²: the GEMM's inner dimension
+  int stride_ = 1;
+  int pad_top_;
+  int padding_;  // left
+  int patch_;    // in.c · k²: the GEMM's inner dimension
+  Initializer init_;
   std::vector<float> col_;
   float* w_ = nullptr;
   float* b_ = nullptr;
@@ -142,7 +145,8 @@ class MaxPool2d final : public Layer {
 // bit-identical to them, and the parameters are the convolution's (same checkpoint layout).
 class ConvReluPool final : public Layer {
  public:
-  ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch);
+  ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch,
+               Initializer init = Initializer::kTorch);
   std::size_t num_params() const override { return conv_.num_params(); }
   void Bind(float* params, float* grads) override { conv_.Bind(params, grads); }
   void Init(std::mt19937_64& rng) override { conv_.Init(rng); }
@@ -154,6 +158,54 @@ class ConvReluPool final : public Layer {
   MaxPool2d pool_;
   std::vector<float> relu_out_;  // per sample, the ReLU's output, kept for backward
   std::vector<float> grad_;      // one sample's gradient at the convolution's output
+};
+
+// Any pool × pool window and stride, floor mode, max (first maximum wins, NaN propagates,
+// like MaxPool2d) or average (over the whole window, which always lies inside the image).
+// Windows may overlap, so backward accumulates.
+class Pool2d final : public Layer {
+ public:
+  Pool2d(Shape in, Shape out, int pool, int stride, bool max, int max_batch);
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  int pool_;
+  int stride_;
+  bool max_;
+  std::vector<std::int32_t> argmax_;  // max only: per output element, offset within the sample
+};
+
+enum class Activation { kTanh, kSigmoid, kGelu };
+
+// tanh, the logistic sigmoid, or GELU in its exact erf form x·Φ(x) (torch.nn.GELU's default,
+// not the tanh approximation). Backward recomputes from the input.
+class Elementwise final : public Layer {
+ public:
+  Elementwise(Shape shape, Activation kind) : Layer(shape, shape), kind_(kind) {}
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  Activation kind_;
+};
+
+// Inverted dropout: in training each element is kept with probability 1 − rate and scaled by
+// 1 / (1 − rate), so evaluation is the identity. The mask comes from this layer's own RNG
+// (seed it per rank: replicas must not drop the same units).
+class Dropout final : public Layer {
+ public:
+  Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch);
+  void SetTraining(bool training) override { training_ = training; }
+  void Forward(const float* x, float* y, int n) override;
+  void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+ private:
+  double rate_;
+  float scale_;
+  bool training_ = true;
+  std::mt19937_64 rng_;
+  std::vector<float> mask_;  // 0 or scale_, per element of the last training batch
 };
 
 class Flatten final : public Layer {
@@ -168,5 +220,10 @@ class Flatten final : public Layer {
 // correct counts rows whose first maximal logit is the label.
 EvalResult SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int n, int classes,
                                float* dlogits);
+
+// Mean squared error over n rows of `width` outputs, torch's MSELoss(reduction="mean") and
+// Keras' "mse": the mean over all n·width elements. loss_sum is the sum over rows of each row's
+// mean, so loss_sum / n is the loss. dout, if not null, gets the gradient of the loss.
+EvalResult MeanSquaredError(const float* out, const float* targets, int n, int width, float* dout);
 
 }  // namespace ringtrain::model

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "runner/model/layers.h"
+#include "runner/model/model_spec.h"
 
 namespace ringtrain::model {
 namespace {
@@ -32,10 +33,13 @@ constexpr int kCnnDense = 128;
 
 class Sequential final : public Model {
  public:
-  Sequential(std::vector<std::unique_ptr<Layer>> layers, const ModelConfig& config)
+  // `outputs`: the classes (softmax cross-entropy) or the width of the targets (mse).
+  Sequential(std::vector<std::unique_ptr<Layer>> layers, const ModelConfig& config, Loss loss,
+             int outputs)
       : layers_(std::move(layers)),
         max_batch_(config.max_batch),
-        classes_(config.classes),
+        classes_(outputs),
+        loss_(loss),
         max_grad_slice_(config.max_grad_slice) {
     std::size_t total = 0;
     for (const auto& layer : layers_) {
@@ -50,7 +54,8 @@ class Sequential final : public Model {
     params_.resize(total);
     grads_.resize(total);
     std::mt19937_64 rng(config.seed);
-    std::size_t widest = 0;
+    // The loss writes its gradient to dy_ even when there is no layer to differentiate.
+    std::size_t widest = static_cast<std::size_t>(classes_);
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       Layer& layer = *layers_[i];
       if (range_of_layer_[i] >= 0) {
@@ -73,9 +78,42 @@ class Sequential final : public Model {
   float ForwardBackward(const float* x, const std::int32_t* y, int n,
                         const GradReadyFn& on_ready) override {
     if (n < 1) Fatal("ForwardBackward needs at least one sample", n, 1);
+    if (loss_ != Loss::kSoftmaxCrossEntropy) Fatal("labels given to an mse model", 0, 0);
     CheckBatch(y, n);
-    const float* logits = Forward(x, n);
+    const float* logits = Forward(x, n, true);
     const EvalResult loss = SoftmaxCrossEntropy(logits, y, n, classes_, dy_.data());
+    Backward(x, n, on_ready);
+    return static_cast<float>(loss.loss_sum / n);
+  }
+
+  float ForwardBackward(const float* x, const float* targets, int n,
+                        const GradReadyFn& on_ready) override {
+    if (n < 1) Fatal("ForwardBackward needs at least one sample", n, 1);
+    if (loss_ != Loss::kMse) Fatal("float targets given to a classifier", 0, 0);
+    if (n > max_batch_) Fatal("batch size outside [0, max_batch]", n, max_batch_);
+    const float* out = Forward(x, n, true);
+    const EvalResult loss = MeanSquaredError(out, targets, n, classes_, dy_.data());
+    Backward(x, n, on_ready);
+    return static_cast<float>(loss.loss_sum / n);
+  }
+
+  EvalResult Evaluate(const float* x, const std::int32_t* y, int n) override {
+    if (n == 0) return {};
+    if (loss_ != Loss::kSoftmaxCrossEntropy) Fatal("labels given to an mse model", 0, 0);
+    CheckBatch(y, n);
+    return SoftmaxCrossEntropy(Forward(x, n, false), y, n, classes_, nullptr);
+  }
+
+  EvalResult Evaluate(const float* x, const float* targets, int n) override {
+    if (n == 0) return {};
+    if (loss_ != Loss::kMse) Fatal("float targets given to a classifier", 0, 0);
+    if (n < 0 || n > max_batch_) Fatal("batch size outside [0, max_batch]", n, max_batch_);
+    return MeanSquaredError(Forward(x, n, false), targets, n, classes_, nullptr);
+  }
+
+ private:
+  // Back from the loss gradient in dy_.
+  void Backward(const float* x, int n, const GradReadyFn& on_ready) {
     float* dy = dy_.data();
     float* dx = dx_.data();
     for (std::size_t i = layers_.size(); i-- > 0;) {
@@ -91,16 +129,8 @@ class Sequential final : public Model {
       }
       std::swap(dy, dx);
     }
-    return static_cast<float>(loss.loss_sum / n);
   }
 
-  EvalResult Evaluate(const float* x, const std::int32_t* y, int n) override {
-    if (n == 0) return {};
-    CheckBatch(y, n);
-    return SoftmaxCrossEntropy(Forward(x, n), y, n, classes_, nullptr);
-  }
-
- private:
   void CheckBatch(const std::int32_t* y, int n) const {
     if (n < 0 || n > max_batch_) Fatal("batch size outside [0, max_batch]", n, max_batch_);
     for (int i = 0; i < n; ++i) {
@@ -108,7 +138,11 @@ class Sequential final : public Model {
     }
   }
 
-  const float* Forward(const float* x, int n) {
+  const float* Forward(const float* x, int n, bool training) {
+    if (training != training_) {
+      for (auto& layer : layers_) layer->SetTraining(training);
+      training_ = training;
+    }
     const float* input = x;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       layers_[i]->Forward(input, activations_[i].data(), n);
@@ -120,6 +154,8 @@ class Sequential final : public Model {
   std::vector<std::unique_ptr<Layer>> layers_;
   int max_batch_;
   int classes_;
+  Loss loss_;
+  bool training_ = true;
   std::size_t max_grad_slice_;
   std::vector<float> params_;
   std::vector<float> grads_;
@@ -186,7 +222,102 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config) {
   }
   RETURN_IF_ERROR(Validate(config));
   auto layers = config.name == "mlp" ? BuildMlp(config) : BuildCnn(config);
-  return std::unique_ptr<Model>(std::make_unique<Sequential>(std::move(layers), config));
+  return std::unique_ptr<Model>(std::make_unique<Sequential>(
+      std::move(layers), config, Loss::kSoftmaxCrossEntropy, config.classes));
+}
+
+StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const ModelConfig& config) {
+  if (config.max_batch < 1) {
+    return InvalidArgument("model max_batch must be positive, got " +
+                           std::to_string(config.max_batch));
+  }
+  ASSIGN_OR_RETURN(const ShapeReport report, InferShapes(spec));
+  if (!(report.output.h == 1 && report.output.w == 1)) {
+    return InvalidArgument("model: the output is " + std::to_string(report.output.c) + "x" +
+                           std::to_string(report.output.h) + "x" + std::to_string(report.output.w) +
+                           ", the loss needs a flat output (a flatten and a dense at the end)");
+  }
+  std::vector<std::unique_ptr<Layer>> layers;
+  Shape shape = spec.input;
+  std::uint64_t dropout_seed = config.dropout_seed;
+  const auto& l = spec.layers;
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    const LayerSpec& s = l[i];
+    const Shape out = report.layers[i].out;
+    switch (s.kind) {
+      case LayerKind::kDense:
+        layers.push_back(std::make_unique<Linear>(shape.c, s.units, spec.init));
+        break;
+      case LayerKind::kConv2d: {
+        // Keras' "same": total padding (out − 1)·stride + kernel − in, the odd pixel last.
+        int pad_top = 0;
+        int pad_left = 0;
+        if (s.padding == Padding::kSame) {
+          pad_top = std::max((out.h - 1) * s.stride + s.kernel - shape.h, 0) / 2;
+          pad_left = std::max((out.w - 1) * s.stride + s.kernel - shape.w, 0) / 2;
+        }
+        const bool symmetric = (out.h - 1) * s.stride + s.kernel - shape.h == 2 * pad_top &&
+                               (out.w - 1) * s.stride + s.kernel - shape.w == 2 * pad_left &&
+                               pad_top == pad_left;
+        // conv2d(stride 1, symmetric) → relu → max_pool2d(2, 2): the fused layer, which is
+        // bit-identical to the three and keeps a sample in cache between them.
+        if (s.stride == 1 && symmetric && i + 2 < l.size() && l[i + 1].kind == LayerKind::kRelu &&
+            l[i + 2].kind == LayerKind::kMaxPool2d && l[i + 2].pool == 2 && l[i + 2].stride == 2) {
+          layers.push_back(std::make_unique<ConvReluPool>(shape, s.filters, s.kernel, pad_top,
+                                                          config.max_batch, spec.init));
+          i += 2;
+        } else if (s.stride == 1 && symmetric) {
+          layers.push_back(
+              std::make_unique<Conv2d>(shape, s.filters, s.kernel, pad_top, spec.init));
+        } else {
+          layers.push_back(std::make_unique<Conv2d>(shape, out, s.kernel, s.stride, pad_top,
+                                                    pad_left, spec.init));
+        }
+        break;
+      }
+      case LayerKind::kMaxPool2d:
+        if (s.pool == 2 && s.stride == 2) {
+          layers.push_back(std::make_unique<MaxPool2d>(shape, config.max_batch));
+        } else {
+          layers.push_back(
+              std::make_unique<Pool2d>(shape, out, s.pool, s.stride, true, config.max_batch));
+        }
+        break;
+      case LayerKind::kAvgPool2d:
+        layers.push_back(
+            std::make_unique<Pool2d>(shape, out, s.pool, s.stride, false, config.max_batch));
+        break;
+      case LayerKind::kFlatten:
+        // The layout of a batch does not change (NCHW is already one row per sample): the next
+        // layer reads the same floats, so no copy is made.
+        break;
+      case LayerKind::kDropout:
+        if (s.rate > 0.0) {
+          // One stream per dropout layer, all derived from the rank's seed.
+          dropout_seed += 0x9E3779B97F4A7C15ULL;
+          layers.push_back(
+              std::make_unique<Dropout>(shape, s.rate, dropout_seed, config.max_batch));
+        }
+        break;
+      case LayerKind::kRelu:
+        layers.push_back(std::make_unique<ReLU>(shape));
+        break;
+      case LayerKind::kTanh:
+        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kTanh));
+        break;
+      case LayerKind::kSigmoid:
+        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kSigmoid));
+        break;
+      case LayerKind::kGelu:
+        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kGelu));
+        break;
+      case LayerKind::kSoftmax:
+        break;  // last, under softmax cross-entropy (InferShapes checked): part of the loss
+    }
+    shape = report.layers[i].out;  // after a fused conv-relu-pool, i is the pool's index
+  }
+  return std::unique_ptr<Model>(
+      std::make_unique<Sequential>(std::move(layers), config, spec.loss, report.output.c));
 }
 
 }  // namespace ringtrain::model

@@ -29,7 +29,12 @@ struct ModelConfig {
   // size (rows of the weight matrix), so its all-reduce can start before the layer is done;
   // 0 = a layer at a time. Only the step engine's bucketing depends on it, never the math.
   std::size_t max_grad_slice = 0;
+  // Dropout masks (Create(ModelSpec, ...) only): give each rank its own, or replicas drop the
+  // same units. Never affects the initial weights.
+  std::uint64_t dropout_seed = 0;
 };
+
+struct ModelSpec;
 
 // [offset, offset+count) of one layer's parameters in the flat buffers.
 struct ParamRange {
@@ -49,6 +54,10 @@ class Model {
  public:
   virtual ~Model() = default;
   static StatusOr<std::unique_ptr<Model>> Create(const ModelConfig& config);
+  // A model from a layer list (model_spec.h). Of `config` only max_batch, seed, max_grad_slice
+  // and dropout_seed are used; the input shape and outputs are the spec's. The presets'
+  // specs give exactly Create(config)'s models.
+  static StatusOr<std::unique_ptr<Model>> Create(const ModelSpec& spec, const ModelConfig& config);
 
   virtual std::span<float> params() = 0;
   virtual std::span<float> grads() = 0;
@@ -63,6 +72,13 @@ class Model {
   virtual float ForwardBackward(const float* x, const std::int32_t* y, int n,
                                 const GradReadyFn& on_ready) = 0;
   virtual EvalResult Evaluate(const float* x, const std::int32_t* y, int n) = 0;
+
+  // The regression path, for a model whose loss is mse: targets are n × outputs floats (the
+  // width of the last layer). Same contract as above otherwise; Evaluate's correct stays 0.
+  // Calling the label path on an mse model, or this one on a classifier, is a fatal error.
+  virtual float ForwardBackward(const float* x, const float* targets, int n,
+                                const GradReadyFn& on_ready) = 0;
+  virtual EvalResult Evaluate(const float* x, const float* targets, int n) = 0;
 };
 
 }  // namespace ringtrain::model
