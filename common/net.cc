@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -174,20 +175,32 @@ StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline)
   return last;
 }
 
-StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline) {
+StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
+                                  Duration attempt_timeout) {
   Backoff backoff;
   Status last = Unavailable("connect " + HostPort(host, port) + ": not attempted");
+  Duration budget = std::max(attempt_timeout, Duration(1));
+  int attempts = 0;
   for (;;) {
-    auto s = Connect(host, port, deadline);
+    const SteadyTime attempt_deadline = std::min(deadline, DeadlineAfter(budget));
+    ++attempts;
+    auto s = Connect(host, port, attempt_deadline);
     if (s.ok()) return s;
     last = s.status();
     if (s.status().code() == StatusCode::kCancelled) return s.status();
+    if (s.status().code() == StatusCode::kDeadlineExceeded && attempt_deadline < deadline) {
+      // Unanswered: resolve again at once, and give the next attempt longer.
+      last = Unavailable("connect " + HostPort(host, port) + ": no answer within " +
+                         std::to_string(budget.count()) + "ms");
+      budget = std::min(budget * 2, kMaxConnectAttemptTimeout);
+      continue;
+    }
     auto wait = backoff.Next();
     if (std::chrono::steady_clock::now() + wait >= deadline) break;
     if (!SleepOrStop(wait)) return StoppedStatus("connect " + HostPort(host, port));
   }
-  return DeadlineExceeded("gave up after " + std::to_string(backoff.attempts() + 1) +
-                          " attempts: " + last.message());
+  return DeadlineExceeded("gave up after " + std::to_string(attempts) +
+                          (attempts == 1 ? " attempt: " : " attempts: ") + last.message());
 }
 
 Status SendAll(const Socket& s, const void* data, std::size_t len, SteadyTime deadline) {

@@ -40,11 +40,20 @@ StatusOr<Socket> Listen(const std::string& host, int port, int backlog = 128);
 StatusOr<int> LocalPort(const Socket& s);
 StatusOr<Socket> Accept(const Socket& listener, SteadyTime deadline);
 
+// How long one connect attempt of ConnectWithRetry waits for an answer at first. A SYN to an
+// address with no host behind it (a replaced pod's old IP, still in DNS for a few seconds) is
+// never answered: a later attempt resolves the name again instead of waiting out the deadline
+// on a stale address. Doubles after each unanswered attempt, up to kMaxConnectAttemptTimeout
+// (a slow network still connects).
+inline constexpr Duration kConnectAttemptTimeout{std::chrono::seconds(2)};
+inline constexpr Duration kMaxConnectAttemptTimeout{std::chrono::seconds(30)};
+
 // One attempt: resolve and connect, bounded by the deadline.
 StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline);
-// Retries resolution and connection with jittered backoff until the deadline; the last error is
-// reported with the number of attempts.
-StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline);
+// Retries resolution and connection with jittered backoff until the deadline, each attempt
+// bounded as above; the last error is reported with the number of attempts.
+StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
+                                  Duration attempt_timeout = kConnectAttemptTimeout);
 
 Status SendAll(const Socket& s, const void* data, std::size_t len, SteadyTime deadline);
 Status RecvAll(const Socket& s, void* data, std::size_t len, SteadyTime deadline);

@@ -83,6 +83,11 @@ struct TcpStoreClientOptions {
   // since rank 0 may start after the others.
   Duration connect_timeout = kDefaultStoreTimeout;
   Duration op_timeout = kDefaultStoreOpTimeout;
+  // One connect attempt waits this long for an answer (net::ConnectWithRetry doubles it on a
+  // first connect). A reconnect inside a call makes one attempt: unanswered, it is Unavailable,
+  // not the call's whole deadline spent on a stale address, and the caller's retry resolves
+  // the name again (rank 0 lost: its replacement hosts the store at a new IP).
+  Duration connect_attempt_timeout = net::kConnectAttemptTimeout;
 };
 
 // Thread-safe: one request in flight at a time; waiting for the connection counts against the

@@ -81,6 +81,69 @@ TEST(TcpStoreTest, DeadServerIsUnavailable) {
   EXPECT_EQ((*client)->Get("k", 10s).status().code(), StatusCode::kUnavailable);
 }
 
+// A listener whose accept queue is full: SYNs to it are dropped, like those to a replaced
+// pod's old IP that DNS still returns. Holds the port until destroyed.
+struct Blackhole {
+  net::Socket listener;
+  net::Socket filler;  // the one connection a backlog of 0 queues
+};
+Blackhole BlackholeAt(int port) {
+  Blackhole b;
+  auto l = net::Listen("127.0.0.1", port, 0);
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  if (!l.ok()) return b;
+  b.listener = std::move(l).value();
+  auto f = net::Connect("127.0.0.1", port, DeadlineAfter(5s));
+  EXPECT_TRUE(f.ok()) << f.status().ToString();
+  if (f.ok()) b.filler = std::move(f).value();
+  return b;
+}
+
+TEST(TcpStoreTest, AReconnectToAnUnansweringAddressIsUnavailableAndTheNextReachesANewStore) {
+  auto server = StartServer();
+  const int port = server->port();
+  TcpStoreClientOptions o{"127.0.0.1", port, kToken, 5s, 5s};
+  o.connect_attempt_timeout = 100ms;
+  auto client = TcpStoreClient::Create(o);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  server.reset();  // rank 0 is lost; its address answers nothing
+  {
+    Blackhole hole = BlackholeAt(port);
+    // The first call finds the old connection closed; the next one connects again.
+    EXPECT_EQ((*client)->Set("k", "v2").code(), StatusCode::kUnavailable);
+    Status s = (*client)->Set("k", "v2");
+    // Not the call's 5 s deadline spent on one SYN: Unavailable, which the rounds retry.
+    EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+    EXPECT_NE(s.message().find("no answer within 100ms"), std::string::npos) << s.ToString();
+  }
+  // The replacement hosts a fresh store at the same address: the next call reaches it.
+  auto replacement = StartServer(port);
+  ASSERT_NE(replacement, nullptr);
+  ASSERT_TRUE((*client)->Set("k", "v3").ok());
+  auto got = (*client)->Get("k", 1s);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(*got, "v3");
+}
+
+TEST(TcpStoreTest, AFirstConnectRetriesAnUnansweringAddressInsteadOfWaitingOnIt) {
+  int port = 0;
+  {
+    auto l = net::Listen("127.0.0.1", 0);
+    ASSERT_TRUE(l.ok());
+    port = *net::LocalPort(*l);
+  }
+  Blackhole hole = BlackholeAt(port);
+  auto s = net::ConnectWithRetry("127.0.0.1", port, DeadlineAfter(1s), 100ms);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kDeadlineExceeded) << s.status().ToString();
+  // Several attempts (100, 200, 400 ms, then what is left), each resolving the name again; not
+  // one attempt that waited out the whole deadline.
+  EXPECT_EQ(s.status().message().find("gave up after 1 attempt:"), std::string::npos)
+      << s.status().ToString();
+  EXPECT_NE(s.status().message().find("gave up after"), std::string::npos) << s.status().ToString();
+}
+
 TEST(TcpStoreTest, ParkedGetDoesNotBlockOtherClients) {
   auto server = StartServer();
   auto waiter = Connect(server->port());
