@@ -10,6 +10,19 @@
 namespace ringtrain::reconcile {
 namespace {
 
+// What a failure's message says in one line. A runner reports its cause as one line; a process
+// killed before it could (SIGKILL, OOM) leaves Kubernetes' fallback, the tail of its log, whose
+// last line is the most an event or condition should carry (status.lastFailure keeps it all).
+std::string Headline(const std::string& message) {
+  if (message.find('\n') == std::string::npos) return message;
+  std::string_view m = message;
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ' || m.back() == '\r')) {
+    m.remove_suffix(1);
+  }
+  const auto nl = m.rfind('\n');
+  return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
+}
+
 using api::Condition;
 using api::JobStatus;
 
@@ -251,7 +264,8 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
     const std::string message = what + ": replacing rank " + std::to_string(pick.rank) +
                                 " alone; the surviving ranks keep their state and hand it over" +
                                 (free ? " (not counted against backoffLimit)" : "");
-    plan_.events.push_back({"Warning", "InPlaceRecovery", message});
+    // One event per loss: the phase change is it, or (already Restarting) one of its own.
+    if (st().phase == "Restarting") plan_.events.push_back({"Warning", "InPlaceRecovery", message});
     SetPhase("Restarting", "InPlaceRecovery", message, true);
     SetCondition("Restarting", true, "InPlaceRecovery", message);
   }
@@ -308,8 +322,9 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (what.empty()) what = "rank " + std::to_string(rank) + " (" + pick->name + ") failed";
   st().last_failure = api::Failure{rank, pick->exit_code, pick->reason, message};
   if (pick->exit_code != 0) what += " with exit code " + std::to_string(pick->exit_code);
+  if (pick->exit_code == 128 + 9) what += " (SIGKILL)";
   if (!pick->reason.empty()) what += ", reason " + pick->reason;
-  if (!message.empty()) what += ": " + message;
+  if (!message.empty()) what += ": " + Headline(message);
   for (const auto* r : current) {
     if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
   }

@@ -1011,7 +1011,8 @@ TEST(PlannerInPlace, OnlyTheLostReplicaIsReplacedInTheSameAttempt) {
   EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"});
   EXPECT_EQ(p.status.phase, "Restarting");
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "InPlaceRecovery");
-  ASSERT_EQ(p.events.size(), 2u);  // the phase change and the recovery
+  // One event: the phase change is the recovery's (two identical ones read "x2" in describe).
+  ASSERT_EQ(p.events.size(), 1u);
   bool recovery_event = false;
   for (const auto& e : p.events) {
     if (e.reason != "InPlaceRecovery") continue;
@@ -1058,6 +1059,38 @@ TEST(PlannerInPlace, OnlyTheLostReplicaIsReplacedInTheSameAttempt) {
              At(12));
   EXPECT_EQ(again.status.in_place_recoveries, 2);
   EXPECT_EQ(again.status.restarts, 2);
+}
+
+// A SIGKILLed runner writes no cause: Kubernetes falls back to its log's tail. The event says
+// the signal and the last log line once; status.lastFailure keeps the whole tail.
+TEST(PlannerInPlace, AKilledRankIsOneEventWithItsLastLogLine) {
+  auto job = InPlaceJob(3);
+  auto lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+  lost.message =
+      "2026-11-26T22:30:56.175 I [rank 1] serving /metrics\n"
+      "2026-11-26T22:30:57.444 I [rank 1] tcp communicator ready: rank 1/2 (attempt 0)\n";
+  Plan p = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), lost, Replica(2, 0, ReplicaPhase::kRunning)},
+      At(5));
+  ASSERT_EQ(CountEvents(p, "InPlaceRecovery"), 1);
+  const std::string& m = p.events[0].message;
+  EXPECT_NE(m.find("exit code 137 (SIGKILL), reason Error: last log line: "
+                   "2026-11-26T22:30:57.444 I [rank 1] tcp communicator ready"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("serving /metrics"), std::string::npos) << m;
+  EXPECT_EQ(p.status.last_failure->message, lost.message);
+
+  // Another rank lost while the job is still Restarting: its own single event.
+  job.status = p.status;
+  lost.terminating = true;
+  Plan second = PlanAt(job,
+                       {Replica(0, 0, ReplicaPhase::kRunning), lost,
+                        Replica(2, 0, ReplicaPhase::kFailed, 137, "Error")},
+                       At(6));
+  EXPECT_EQ(second.status.phase, "Restarting");
+  EXPECT_EQ(second.status.in_place_recoveries, 2);
+  EXPECT_EQ(CountEvents(second, "InPlaceRecovery"), 1);
 }
 
 TEST(PlannerInPlace, ADisruptionOrAnAnsweredStopIsNotCounted) {
