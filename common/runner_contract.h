@@ -21,5 +21,14 @@ inline constexpr std::string_view kCausedByPrefix = "caused by rank ";
 // /status fields: step, epoch (epochs completed), samplesPerSecond, loss, and, when rank 0
 // found checkpoints but could resume from none of them, "resumeWarning" (a one-line reason).
 inline constexpr std::string_view kStatusResumeWarning = "resumeWarning";
+// Where this run of rank 0 started: the step of the checkpoint or kept state it continued from.
+inline constexpr std::string_view kStatusStartStep = "startStep";
+// In-place recoveries of the attempt (the gang's totals, kept across a replaced rank 0): how
+// many, the steps they threw away, the seconds without training, the step the last one
+// continued from. Absent before the first.
+inline constexpr std::string_view kStatusRecoveries = "recoveries";
+inline constexpr std::string_view kStatusRecoveryStepsLost = "recoveryStepsLost";
+inline constexpr std::string_view kStatusRecoverySeconds = "recoverySeconds";
+inline constexpr std::string_view kStatusLastRecoveryStep = "lastRecoveryStep";
 
 }  // namespace ringtrain::contract

@@ -85,6 +85,14 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
   RETURN_IF_ERROR(ReadNumber(j, "loss", &r.loss));
   RETURN_IF_ERROR(ReadString(j, "state", &r.state));
   RETURN_IF_ERROR(ReadString(j, kStatusResumeWarning, &r.resume_warning));
+  constexpr auto kMaxInt64 = std::numeric_limits<std::int64_t>::max();
+  RETURN_IF_ERROR(ReadInt(j, kStatusStartStep, kMaxInt64, &r.start_step));
+  std::int64_t recoveries = 0;
+  RETURN_IF_ERROR(ReadInt(j, kStatusRecoveries, std::numeric_limits<int>::max(), &recoveries));
+  r.recoveries = static_cast<int>(recoveries);
+  RETURN_IF_ERROR(ReadInt(j, kStatusRecoveryStepsLost, kMaxInt64, &r.recovery_steps_lost));
+  RETURN_IF_ERROR(ReadNumber(j, kStatusRecoverySeconds, &r.recovery_seconds));
+  RETURN_IF_ERROR(ReadInt(j, kStatusLastRecoveryStep, kMaxInt64, &r.last_recovery_step));
   return r;
 }
 

@@ -19,6 +19,12 @@ struct RunnerStatus {
   double loss = 0;
   std::string state;           // starting | running | evaluating | succeeded | failed; "" if absent
   std::string resume_warning;  // "" unless rank 0 could resume from none of its checkpoints
+  std::int64_t start_step = -1;  // where this run started (contract::kStatusStartStep); -1 absent
+  // The attempt's in-place recoveries, the gang's totals (contract::kStatusRecoveries...).
+  int recoveries = 0;
+  std::int64_t recovery_steps_lost = 0;
+  double recovery_seconds = 0;
+  std::int64_t last_recovery_step = -1;
 };
 
 // Largest /status body read; the runner's is a few hundred bytes.

@@ -158,6 +158,12 @@ int Run(const std::vector<std::string>& args) {
   summary["phase"] = result->interrupted ? "Interrupted" : st.phase;
   summary["restarts"] = st.restarts;
   summary["in_place_recoveries"] = st.in_place_recoveries;
+  const api::RecoveryAccount& account = st.recovery;
+  summary["recovery"] = {{"in_place", account.in_place},
+                         {"gang_restarts", account.gang_restarts},
+                         {"from_checkpoint", account.from_checkpoint},
+                         {"steps_lost", account.steps_lost},
+                         {"seconds_without_training", account.seconds_without_training}};
   summary["attempts"] = st.attempt + 1;
   summary["world_size"] = job->spec.world_size();
   summary["wall_seconds"] = result->wall_seconds;
@@ -171,6 +177,13 @@ int Run(const std::vector<std::string>& args) {
   std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d, in-place recoveries %d\n",
               job->metadata.name.c_str(), summary["phase"].get<std::string>().c_str(),
               result->wall_seconds, job->spec.world_size(), st.restarts, st.in_place_recoveries);
+  if (account.in_place + account.gang_restarts > 0) {
+    std::printf(
+        "  recoveries: %d in place, %d gang restart(s) (%d from a checkpoint): %lld step(s) lost, "
+        "%.1fs without training\n",
+        account.in_place, account.gang_restarts, account.from_checkpoint,
+        static_cast<long long>(account.steps_lost), account.seconds_without_training);
+  }
   if (summary.contains("test_accuracy")) {
     std::printf("  test accuracy %.4f, test loss %.4f, %lld steps, %.0f samples/s\n",
                 summary["test_accuracy"].get<double>(), summary["test_loss"].get<double>(),

@@ -68,7 +68,8 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"allreduce_wait_seconds", r.allreduce_wait_seconds},
                       {"resumed", r.resumed},
                       {"recoveries", r.recoveries},
-                      {"recovery_seconds", r.recovery_seconds}};
+                      {"recovery_seconds", r.recovery_seconds},
+                      {"recovery_steps_lost", r.recovery_steps_lost}};
   if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   std::string tmp = path + ".tmp";
   {

@@ -52,6 +52,20 @@ std::string StatusToJson(const JobStatus& s) {
   }
   if (s.in_place_recoveries > 0) j["inPlaceRecoveries"] = s.in_place_recoveries;
   if (!s.replaced_pods.empty()) j["replacedPods"] = s.replaced_pods;
+  if (const RecoveryAccount& r = s.recovery; r != RecoveryAccount{}) {
+    j["recovery"] = {{"inPlace", r.in_place},
+                     {"gangRestarts", r.gang_restarts},
+                     {"fromCheckpoint", r.from_checkpoint},
+                     {"stepsLost", r.steps_lost},
+                     {"secondsWithoutTraining", r.seconds_without_training},
+                     {"attempt",
+                      {{"inPlace", r.attempt_in_place},
+                       {"stepsLost", r.attempt_steps_lost},
+                       {"seconds", r.attempt_seconds}}}};
+    if (r.restart_from_step >= 0) {
+      j["recovery"]["pendingRestart"] = {{"fromStep", r.restart_from_step}, {"at", r.restarted_at}};
+    }
+  }
   if (s.last_failure) {
     j["lastFailure"] = {{"rank", s.last_failure->rank},
                         {"exitCode", s.last_failure->exit_code},

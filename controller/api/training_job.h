@@ -161,6 +161,27 @@ struct AvoidedNode {
   bool operator==(const AvoidedNode&) const = default;
 };
 
+// What recoveries cost the job (goodput), by kind. In place: the gang's own account, read from
+// rank 0's /status. A gang restart: the steps between the last progress seen before it and the
+// step the new gang started from, and the time from the restart to the new gang's first
+// progress (an upper bound: progress is polled).
+struct RecoveryAccount {
+  int in_place = 0;         // in-place recoveries completed (the gang trains again)
+  int gang_restarts = 0;    // new gangs that trained again after a restart
+  int from_checkpoint = 0;  // of those, from a checkpoint (not step 0)
+  std::int64_t steps_lost = 0;
+  double seconds_without_training = 0;
+  // The current attempt's in-place totals already counted above (the runner's are per attempt).
+  int attempt_in_place = 0;
+  std::int64_t attempt_steps_lost = 0;
+  double attempt_seconds = 0;
+  // A gang restart waiting for its new gang's first progress: the step the old one had reached
+  // (-1: none pending) and when it restarted.
+  std::int64_t restart_from_step = -1;
+  std::string restarted_at;
+  bool operator==(const RecoveryAccount&) const = default;
+};
+
 struct ReplicaCounts {
   int pending = 0;
   int running = 0;
@@ -185,6 +206,7 @@ struct JobStatus {
   // kMaxReplacedPods, cleared with each new attempt).
   int in_place_recoveries = 0;
   std::vector<std::string> replaced_pods;
+  RecoveryAccount recovery;
   std::int64_t observed_generation = 0;
   bool operator==(const JobStatus&) const = default;
 };

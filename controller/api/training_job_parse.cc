@@ -264,6 +264,29 @@ void ParseStatus(const json& j, JobStatus* s) {
       s->replaced_pods.push_back(p.get<std::string>());
     }
   }
+  if (auto it = j.find("recovery"); it != j.end() && it->is_object()) {
+    RecoveryAccount& r = s->recovery;
+    auto count = [&](const json& o, const char* k) {
+      return static_cast<int>(std::clamp(num(o, k), 0.0, 1e9));
+    };
+    auto steps = [&](const json& o, const char* k) {
+      return static_cast<std::int64_t>(std::clamp(num(o, k), 0.0, 1e15));
+    };
+    r.in_place = count(*it, "inPlace");
+    r.gang_restarts = count(*it, "gangRestarts");
+    r.from_checkpoint = count(*it, "fromCheckpoint");
+    r.steps_lost = steps(*it, "stepsLost");
+    r.seconds_without_training = std::clamp(num(*it, "secondsWithoutTraining"), 0.0, 1e12);
+    if (auto a = it->find("attempt"); a != it->end() && a->is_object()) {
+      r.attempt_in_place = count(*a, "inPlace");
+      r.attempt_steps_lost = steps(*a, "stepsLost");
+      r.attempt_seconds = std::clamp(num(*a, "seconds"), 0.0, 1e12);
+    }
+    if (auto p = it->find("pendingRestart"); p != it->end() && p->is_object()) {
+      r.restart_from_step = steps(*p, "fromStep");
+      r.restarted_at = str(*p, "at");
+    }
+  }
   if (auto it = j.find("lastFailure"); it != j.end() && it->is_object()) {
     s->last_failure =
         Failure{static_cast<int>(num(*it, "rank")), static_cast<int>(num(*it, "exitCode")),

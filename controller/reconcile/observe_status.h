@@ -2,6 +2,8 @@
 // operator and `ringtrain run` so that both judge a failed read the same way (see planner.h).
 #pragma once
 
+#include <algorithm>
+
 #include "common/runner_status.h"
 #include "controller/reconcile/planner.h"
 
@@ -18,6 +20,13 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.epoch = read->epoch;
   p.samples_per_second = read->samples_per_second;
   p.loss = read->loss;
+  // Before it trains, a runner knows neither where it starts nor what its gang recovered.
+  p.training = !read->state.empty() && read->state != "starting";
+  p.start_step = read->start_step;
+  p.recoveries = read->recoveries;
+  p.recovery_steps_lost = read->recovery_steps_lost;
+  p.recovery_seconds = std::max(0.0, read->recovery_seconds);
+  p.last_recovery_step = read->last_recovery_step;
   return p;
 }
 

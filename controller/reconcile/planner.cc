@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/runner_contract.h"
 #include "common/time_format.h"
@@ -99,6 +100,16 @@ class Planner {
     if (counts) ++st().restarts;
     ++st().attempt;
     st().replaced_pods.clear();
+    // What this restart costs is known when the new gang trains (AccountRecoveries). A restart
+    // before that one trained keeps the earlier mark: the job has not trained since.
+    api::RecoveryAccount& account = st().recovery;
+    if (account.restart_from_step < 0) {
+      account.restart_from_step = st().progress ? st().progress->step : 0;
+      account.restarted_at = now_s_;
+    }
+    account.attempt_in_place = 0;
+    account.attempt_steps_lost = 0;
+    account.attempt_seconds = 0;
     // The new attempt's placement wait starts now, except after NotPlaced: that gang was never
     // whole, and its wait goes on.
     if (reason != "NotPlaced") ForgetPlacementWait();
@@ -164,7 +175,67 @@ class Planner {
     st().replicas = c;
   }
 
+  // Rank 0's account of the current attempt: a gang restart's cost once its new gang trains,
+  // and the in-place recoveries the gang completed since the last look; an event for each.
+  void AccountRecoveries(const ObservedProgress& p) {
+    if (!p.training) return;
+    api::RecoveryAccount& a = st().recovery;
+    auto seconds = [](double s) { return std::round(s * 10) / 10; };
+    if (a.restart_from_step >= 0 && p.start_step >= 0) {
+      const std::int64_t lost = std::max<std::int64_t>(0, a.restart_from_step - p.start_step);
+      const auto since = ParseRfc3339(a.restarted_at);
+      const double idle =
+          since ? seconds(std::max(0.0, std::chrono::duration<double>(in_.now - *since).count()))
+                : 0;
+      ++a.gang_restarts;
+      if (p.start_step > 0) ++a.from_checkpoint;
+      a.steps_lost += lost;
+      a.seconds_without_training = seconds(a.seconds_without_training + idle);
+      a.restart_from_step = -1;
+      a.restarted_at.clear();
+      plan_.events.push_back(
+          {"Normal", "GangRestarted",
+           "attempt " + std::to_string(st().attempt) + " trains again from " +
+               (p.start_step > 0 ? "its checkpoint's step " + std::to_string(p.start_step)
+                                 : std::string("step 0")) +
+               ": " + std::to_string(lost) + " step(s) lost, at most " + FormatSeconds(idle) +
+               " without training" + Totals()});
+    }
+    if (p.recoveries > a.attempt_in_place) {
+      const int n = p.recoveries - a.attempt_in_place;
+      const std::int64_t lost =
+          std::max<std::int64_t>(0, p.recovery_steps_lost - a.attempt_steps_lost);
+      const double idle = seconds(std::max(0.0, p.recovery_seconds - a.attempt_seconds));
+      a.in_place += n;
+      a.steps_lost += lost;
+      a.seconds_without_training = seconds(a.seconds_without_training + idle);
+      a.attempt_in_place = p.recoveries;
+      a.attempt_steps_lost = p.recovery_steps_lost;
+      a.attempt_seconds = p.recovery_seconds;
+      plan_.events.push_back(
+          {"Normal", "RecoveredInPlace",
+           (n == 1 ? std::string("the gang trains again")
+                   : std::to_string(n) + " in-place recoveries: the gang trains again") +
+               " from step " + std::to_string(p.last_recovery_step) + ": " + std::to_string(lost) +
+               " step(s) lost, " + FormatSeconds(idle) + " without training" + Totals()});
+    }
+  }
+
+  static std::string FormatSeconds(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%.1fs", s);
+    return buf;
+  }
+
+  std::string Totals() {
+    const api::RecoveryAccount& a = st().recovery;
+    return " (this job: " + std::to_string(a.in_place) + " in place, " +
+           std::to_string(a.gang_restarts) + " gang restart(s), " + std::to_string(a.steps_lost) +
+           " step(s) lost, " + FormatSeconds(a.seconds_without_training) + " without training)";
+  }
+
   void SetProgress(const ObservedProgress& p) {
+    AccountRecoveries(p);
     // For people (kubectl's SAMPLES/S column): a tenth of a sample per second is plenty; the
     // metrics carry the exact figure.
     const double samples_per_second = std::round(p.samples_per_second * 10) / 10;

@@ -56,6 +56,14 @@ struct ObservedProgress {
   double loss = 0;
   bool reachable = true;
   std::string error;  // why it could not be read, when !reachable
+  // Rank 0 trains (past its start): start_step and the recovery totals below are known.
+  bool training = false;
+  std::int64_t start_step = -1;  // where this gang started: a checkpoint's step, or 0
+  // The attempt's in-place recoveries as the gang counts them (common/runner_status.h).
+  int recoveries = 0;
+  std::int64_t recovery_steps_lost = 0;
+  double recovery_seconds = 0;
+  std::int64_t last_recovery_step = -1;
 };
 
 struct Action {

@@ -140,10 +140,17 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
   recovery_seconds_ = &prometheus::BuildCounter()
                            .Name("ringtrain_recovery_seconds_total")
                            .Help(
-                               "Seconds this rank did not train between losing a peer and "
+                               "Seconds the gang did not train between losing a peer and "
                                "training again in place")
                            .Register(r)
                            .Add(l);
+  recovery_steps_lost_ = &prometheus::BuildCounter()
+                              .Name("ringtrain_recovery_steps_lost_total")
+                              .Help(
+                                  "Steps whose work an in-place recovery threw away (a step in "
+                                  "flight when the peer was lost)")
+                              .Register(r)
+                              .Add(l);
   gpu_families_ = std::make_unique<GpuFamilies>(GpuFamilies{
       GaugeFamily(r, "ringtrain_gpu_utilization_ratio",
                   "NVML utilization: the fraction of the last sample period in which a kernel "
@@ -198,9 +205,10 @@ void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
 
-void RunnerMetrics::ObserveRecovery(double seconds_without_training) {
+void RunnerMetrics::ObserveRecovery(double seconds_without_training, long long steps_lost) {
   recoveries_->Increment();
   recovery_seconds_->Increment(std::max(0.0, seconds_without_training));
+  recovery_steps_lost_->Increment(static_cast<double>(std::max(0LL, steps_lost)));
 }
 
 void RunnerMetrics::SetGpu(const std::string& gpu_label) {
@@ -273,6 +281,13 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
                       {"loss", p.loss},
                       {"message", p.message}};
   if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
+  j[std::string(contract::kStatusStartStep)] = p.start_step;
+  if (p.recoveries > 0) {
+    j[std::string(contract::kStatusRecoveries)] = p.recoveries;
+    j[std::string(contract::kStatusRecoverySeconds)] = p.recovery_seconds;
+    j[std::string(contract::kStatusRecoveryStepsLost)] = p.recovery_steps_lost;
+    j[std::string(contract::kStatusLastRecoveryStep)] = p.last_recovery_step;
+  }
   if (!p.resume_warning.empty()) {
     j[std::string(contract::kStatusResumeWarning)] = p.resume_warning;
   }

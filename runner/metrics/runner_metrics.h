@@ -45,6 +45,12 @@ struct Progress {
   std::string message;
   // Rank 0: checkpoints existed but none could be resumed from (contract::kStatusResumeWarning).
   std::string resume_warning;
+  long long start_step = 0;  // where this run started (a checkpoint's or a kept state's step)
+  // In-place recoveries of this attempt, the gang's totals (train::TrainResult).
+  int recoveries = 0;
+  double recovery_seconds = 0;
+  long long recovery_steps_lost = 0;
+  long long last_recovery_step = -1;
 };
 
 class RunnerMetrics {
@@ -70,9 +76,9 @@ class RunnerMetrics {
   void SetTestAccuracy(double v);
   void SetWorldSize(int n);
   void IncCheckpoints();
-  // An in-place recovery completed: the gang trains again `seconds_without_training` after this
-  // rank lost a peer (goodput: the time every rank of the gang lost to it).
-  void ObserveRecovery(double seconds_without_training);
+  // An in-place recovery completed: the gang trains again `seconds_without_training` after it
+  // lost a peer, and threw away `steps_lost` steps (goodput: what every rank lost to it).
+  void ObserveRecovery(double seconds_without_training, long long steps_lost);
 
   // GPU series: the labels above plus `gpu` (the device index in the pod). Their families exist
   // from the start, their series only after SetGpu, so a CPU rank exports no GPU series. A gauge
@@ -110,6 +116,7 @@ class RunnerMetrics {
   prometheus::Counter* checkpoints_;
   prometheus::Counter* recoveries_;
   prometheus::Counter* recovery_seconds_;
+  prometheus::Counter* recovery_steps_lost_;
   struct GpuFamilies;
   struct GpuSeries;
   std::unique_ptr<GpuFamilies> gpu_families_;

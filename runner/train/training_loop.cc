@@ -22,17 +22,35 @@ constexpr double kReportSeconds = 1.0;
 StatusOr<std::optional<TrainingLoop::Start>> TrainingLoop::SyncKeptState() {
   comm::Communicator& comm = *deps_.comm;
   const int world = comm.size();
-  // [kept (0/1), its global step] from every rank.
-  std::int64_t mine[2] = {kept_ ? 1 : 0, kept_ ? kept_->global_step : -1};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world));
+  // From every rank: [kept (0/1), its global step, the step it failed on, µs since it failed,
+  // and its totals of recoveries, steps lost and µs without training]. A replacement knows none
+  // of these (-1, 0): the survivors' values are the gang's.
+  constexpr std::size_t kFields = 7;
+  const auto us_since_failure =
+      failed_at_ ? static_cast<std::int64_t>(SecondsSince(*failed_at_) * 1e6) : -1;
+  std::int64_t mine[kFields] = {kept_ ? 1 : 0,
+                                kept_ ? kept_->global_step : -1,
+                                failed_at_ ? failed_step_ : -1,
+                                us_since_failure,
+                                so_far_.recoveries,
+                                so_far_.recovery_steps_lost,
+                                static_cast<std::int64_t>(so_far_.recovery_seconds * 1e6)};
+  std::vector<std::int64_t> all(kFields * static_cast<std::size_t>(world));
   RETURN_IF_ERROR(comm.AllGather(mine, sizeof(mine), all.data()).WithContext("gather kept states"));
   int source = -1;
   std::int64_t best = -1;
+  std::int64_t reached = -1;
+  std::int64_t idle_us = 0;
+  std::int64_t totals[3] = {0, 0, 0};
   for (int r = 0; r < world; ++r) {
-    if (all[2 * r] != 0 && all[2 * r + 1] > best) {
-      best = all[2 * r + 1];
+    const std::int64_t* f = &all[kFields * static_cast<std::size_t>(r)];
+    if (f[0] != 0 && f[1] > best) {
+      best = f[1];
       source = r;
     }
+    reached = std::max(reached, f[2]);
+    idle_us = std::max(idle_us, f[3]);
+    for (int t = 0; t < 3; ++t) totals[t] = std::max(totals[t], f[4 + t]);
   }
   if (source < 0) return std::optional<Start>();
   // [global_step, epoch, epoch_samples, optimizer_steps] of the source.
@@ -60,9 +78,17 @@ StatusOr<std::optional<TrainingLoop::Start>> TrainingLoop::SyncKeptState() {
   start.global_step = pos[0];
   start.epoch = static_cast<int>(pos[1]);
   start.epoch_samples = pos[2];
+  start.idle_seconds = static_cast<double>(idle_us) / 1e6;
+  start.steps_lost = std::max<std::int64_t>(0, reached - start.global_step);
+  start.recoveries = static_cast<int>(totals[0]) + 1;
+  start.recovery_steps_lost = totals[1] + start.steps_lost;
+  start.recovery_seconds = static_cast<double>(totals[2]) / 1e6 + start.idle_seconds;
   if (comm.rank() == 0) {
-    spdlog::info("recovered in place: every rank continues from rank {}'s state at step {}", source,
-                 start.global_step);
+    spdlog::info(
+        "recovered in place: every rank continues from rank {}'s state at step {} ({} step(s) "
+        "lost, {:.1f}s without training; {} in-place recoveries, {} steps lost, {:.1f}s in all)",
+        source, start.global_step, start.steps_lost, start.idle_seconds, start.recoveries,
+        start.recovery_steps_lost, start.recovery_seconds);
   }
   return std::optional<Start>(start);
 }
@@ -279,11 +305,17 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   result_.world_size = world_;
   result_.resumed = result_.resumed || start.resumed;
   if (start.recovered) {
-    ++result_.recoveries;
-    const double idle = loop_.failed_at_ ? SecondsSince(*loop_.failed_at_) : 0;
-    result_.recovery_seconds += idle;
-    if (m_) m_->ObserveRecovery(idle);
+    result_.recoveries = start.recoveries;
+    result_.recovery_seconds = start.recovery_seconds;
+    result_.recovery_steps_lost = start.recovery_steps_lost;
+    result_.last_recovery_step = start.global_step;
+    if (m_) m_->ObserveRecovery(start.idle_seconds, start.steps_lost);
   }
+  progress_.recoveries = result_.recoveries;
+  progress_.recovery_seconds = result_.recovery_seconds;
+  progress_.recovery_steps_lost = result_.recovery_steps_lost;
+  progress_.last_recovery_step = result_.last_recovery_step;
+  progress_.start_step = start.global_step;
   result_.resume_warning = start.warning;
   train_start_ = std::chrono::steady_clock::now();
   window_start_ = train_start_;
@@ -467,10 +499,12 @@ StatusOr<TrainResult> TrainingLoop::Run() {
   kept_.reset();
   Pass pass(*this, so_far_);
   // However the pass ends, what it reached is what this rank would bring to a next round.
-  auto ended = [&](Status s) {
+  // `in_step`: it failed inside a step that did not complete (that step's work is lost).
+  auto ended = [&](Status s, bool in_step = false) {
     last_ = pass.position();
     so_far_ = pass.counted();
     if (!s.ok()) failed_at_ = std::chrono::steady_clock::now();
+    failed_step_ = last_->global_step + (in_step ? 1 : 0);
     return s;
   };
   if (Status s = pass.Begin(start); !s.ok()) return ended(s);
@@ -481,7 +515,10 @@ StatusOr<TrainResult> TrainingLoop::Run() {
     auto batch = deps_.engine->NextBatch();
     if (!batch.ok()) return ended(batch.status());
     if (!*batch) break;
-    if (Status s = pass.Advance(**batch); !s.ok()) return ended(s);
+    const std::int64_t before = pass.position().global_step;
+    if (Status s = pass.Advance(**batch); !s.ok()) {
+      return ended(s, pass.position().global_step == before);
+    }
   }
   auto result = pass.Finish(run_start);
   (void)ended(result.status());

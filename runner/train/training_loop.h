@@ -32,8 +32,14 @@ struct TrainResult {
   double allreduce_seconds = 0;       // the gradient collectives took, hidden or not
   double device_busy = 0;             // fraction of training time the accelerator was busy
   bool step_graph = false;            // the engine replayed the step as a CUDA graph
-  int recoveries = 0;                 // in place, from a surviving rank's state
-  double recovery_seconds = 0;        // not training between losing a peer and training again
+  // In-place recoveries of this attempt, as the gang counts them (a replacement takes the
+  // survivors' totals): how many, the steps they threw away (a step in flight when the peer
+  // was lost; 0 when the gang stopped at a step boundary), and the seconds the gang did not
+  // train (from the first rank noticing the loss to training again).
+  int recoveries = 0;
+  double recovery_seconds = 0;
+  std::int64_t recovery_steps_lost = 0;
+  std::int64_t last_recovery_step = -1;  // where the last one continued
   bool resumed = false;
   // Rank 0 only: checkpoints existed but none could be read, so training started from step 0.
   std::string resume_warning;
@@ -101,6 +107,12 @@ class TrainingLoop {
     std::int64_t epoch_samples = 0;  // of `epoch`, by the whole gang
     int checkpoint_world = 0;        // 0 = unknown or no checkpoint
     std::string warning;             // rank 0: why no checkpoint could be used
+    // A recovery's cost and the gang's totals after it (recovered only).
+    double idle_seconds = 0;
+    std::int64_t steps_lost = 0;
+    int recoveries = 0;
+    double recovery_seconds = 0;
+    std::int64_t recovery_steps_lost = 0;
   };
   class Pass;  // one run: position, schedule, accounting (training_loop.cc)
 
@@ -117,6 +129,9 @@ class TrainingLoop {
   std::optional<Position> kept_;         // the state this rank brings to the next Run (Rejoin)
   TrainResult so_far_;                   // what this process's earlier rounds counted (Rejoin)
   std::optional<SteadyTime> failed_at_;  // when the last Run failed
+  // The step the last failed Run was on: its last completed one, + 1 when it failed inside a
+  // step (that step's work is lost).
+  std::int64_t failed_step_ = -1;
 };
 
 }  // namespace ringtrain::train

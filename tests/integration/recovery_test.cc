@@ -12,6 +12,8 @@
 #include <random>
 #include <thread>
 
+#include "common/runner_status.h"
+#include "runner/metrics/runner_metrics.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/memory_store.h"
@@ -92,9 +94,11 @@ struct Gang {
   // or is asked to stop at its `drain_at`-th.
   StatusOr<train::TrainResult> RunRank(int rank, int world, bool recover, int die_at,
                                        int drain_at = -1,
-                                       const train::TrainConfig& config = Config()) {
+                                       const train::TrainConfig& config = Config(),
+                                       metrics::RunnerMetrics* metrics = nullptr) {
     std::atomic<bool> drain{false};
     RankDeps deps;
+    deps.metrics = metrics;
     deps.drain = &drain;
     deps.store = &store;
     deps.train = &train;
@@ -162,6 +166,10 @@ void ExpectSameEndAs(const std::vector<StatusOr<train::TrainResult>>& r,
     EXPECT_EQ(r[i]->test_loss, base.test_loss) << "rank " << i;
     EXPECT_EQ(r[i]->test_accuracy, base.test_accuracy) << "rank " << i;
     EXPECT_EQ(r[i]->recoveries, recoveries) << "rank " << i;
+    // The gang's account of its recoveries, the same on every rank, replacements included.
+    EXPECT_EQ(r[i]->recovery_seconds, r[0]->recovery_seconds) << "rank " << i;
+    EXPECT_EQ(r[i]->recovery_steps_lost, r[0]->recovery_steps_lost) << "rank " << i;
+    EXPECT_EQ(r[i]->last_recovery_step, r[0]->last_recovery_step) << "rank " << i;
   }
 }
 
@@ -176,20 +184,51 @@ class RecoveryTest : public ::testing::Test {
 };
 train::TrainResult* RecoveryTest::base_ = nullptr;
 
-TEST_F(RecoveryTest, ALostRankIsReplacedAndNoStepIsLost) {
+TEST_F(RecoveryTest, ALostRankIsReplacedAndOnlyTheStepInFlightIsRedone) {
   ASSERT_EQ(base_->steps, 60);  // 480 samples / (8 × 3) × 3 epochs
   auto r = WithLosses(kWorld, {1}, 40, {});
   ExpectSameEndAs(r, *base_, 1);
-  // The survivors count the time they did not train (the replacement never trained before).
-  for (int survivor : {0, 2}) {
-    ASSERT_TRUE(r[survivor].ok());
-    EXPECT_GT(r[survivor]->recovery_seconds, 0) << "rank " << survivor;
+  // Every rank counts the time the gang did not train, and the one step that was in flight
+  // when rank 1 died (its all-reduce failed): its work is done again.
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(r[i].ok());
+    EXPECT_GT(r[i]->recovery_seconds, 0) << "rank " << i;
+    EXPECT_EQ(r[i]->recovery_steps_lost, 1) << "rank " << i;
+    EXPECT_GT(r[i]->last_recovery_step, 0) << "rank " << i;
   }
 }
 
 TEST_F(RecoveryTest, RankZeroLostIsReplacedFromASurvivor) {
   auto r = WithLosses(kWorld, {0}, 40, {});
   ExpectSameEndAs(r, *base_, 1);
+}
+
+// What the operator reads from rank 0's /status: the gang's account, even when rank 0 is the
+// replacement (it takes the survivors' totals).
+TEST_F(RecoveryTest, ARankZeroReplacementReportsTheGangsRecoveryAccount) {
+  Gang g;
+  metrics::RunnerMetrics replacement_metrics({"job", "ns", 0});
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] {
+      if (i != 0) {
+        r[i] = g.RunRank(i, kWorld, true, -1);
+        return;
+      }
+      EXPECT_FALSE(g.RunRank(0, kWorld, false, 40).ok());
+      r[0] = g.RunRank(0, kWorld, true, -1, -1, Config(), &replacement_metrics);
+    });
+  }
+  for (auto& x : t) x.join();
+  ExpectSameEndAs(r, *base_, 1);
+  auto status = contract::ParseRunnerStatus(replacement_metrics.FinalStatusJson());
+  ASSERT_TRUE(status.ok()) << status.status().ToString();
+  EXPECT_EQ(status->recoveries, 1);
+  EXPECT_EQ(status->recovery_steps_lost, 1);
+  EXPECT_GT(status->recovery_seconds, 0) << "the survivors' time without training";
+  EXPECT_EQ(status->last_recovery_step, r[0]->last_recovery_step);
+  EXPECT_EQ(status->start_step, r[0]->last_recovery_step);
 }
 
 TEST_F(RecoveryTest, TwoRanksLostAtOnceAreBothReplaced) {
@@ -234,6 +273,9 @@ TEST_F(RecoveryTest, ARankAskedToStopLeavesAtAStepTheGangAgreesOnAndNoStepIsLost
   }
   for (auto& x : t) x.join();
   ExpectSameEndAs(r, *base_, 1);
+  ASSERT_TRUE(r[0].ok());
+  EXPECT_EQ(r[0]->recovery_steps_lost, 0) << "the gang stopped at a step boundary";
+  EXPECT_GT(r[0]->last_recovery_step, 0);
 }
 
 // Without in-place recovery the gang stops together as well, and rank 0's checkpoint of that

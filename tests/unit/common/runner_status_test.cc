@@ -25,6 +25,23 @@ TEST(RunnerStatus, ReadsTheRunnersFields) {
   ASSERT_TRUE(camel.ok()) << camel.status().ToString();
   EXPECT_DOUBLE_EQ(camel->samples_per_second, 7);
   EXPECT_EQ(camel->resume_warning, "a b");
+  EXPECT_EQ(camel->start_step, -1) << "absent";
+  EXPECT_EQ(camel->recoveries, 0);
+}
+
+// The gang's account of its in-place recoveries, as the runner writes it (runner_metrics.cc).
+TEST(RunnerStatus, ReadsTheRecoveryAccount) {
+  auto s =
+      ParseRunnerStatus(R"({"step":2400,"state":"running","startStep":1000,"recoveries":2,)"
+                        R"("recoveryStepsLost":1,"recoverySeconds":7.25,"lastRecoveryStep":2372})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->start_step, 1000);
+  EXPECT_EQ(s->recoveries, 2);
+  EXPECT_EQ(s->recovery_steps_lost, 1);
+  EXPECT_DOUBLE_EQ(s->recovery_seconds, 7.25);
+  EXPECT_EQ(s->last_recovery_step, 2372);
+  EXPECT_FALSE(ParseRunnerStatus(R"({"recoveries":-1})").ok());
+  EXPECT_FALSE(ParseRunnerStatus(R"({"recoveryStepsLost":"1"})").ok());
 }
 
 TEST(RunnerStatus, MissingAndNullFieldsKeepDefaults) {

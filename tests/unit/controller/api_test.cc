@@ -235,6 +235,9 @@ TEST(Json, StatusRoundTrips) {
   s.progress = Progress{120, 1, 5000.5, 0.25, "2026-11-21T10:01:00Z"};
   s.last_failure = Failure{1, 137, "OOMKilled", "out of memory"};
   s.avoided_nodes = {{"node-a", "NodeLost", 1, true}, {"node-b", "Evicted", 2, false}};
+  s.in_place_recoveries = 2;
+  s.replaced_pods = {"j-a3-1"};
+  s.recovery = {2, 1, 1, 1501, 12.3, 1, 1, 4.25, 118, "2026-11-21T10:02:00Z"};
   std::string doc = R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob",)"
                     R"("metadata":{"name":"j","namespace":"ml","generation":4},)"
                     R"("spec":{"replicas":4},"status":)" +

@@ -1301,3 +1301,123 @@ TEST(Planner, CreateRetryGateHoldsBackOnlyCreates) {
 
 }  // namespace
 }  // namespace ringtrain::reconcile
+
+// ---- goodput: what each recovery cost, from the gang's own account -----------------------
+
+namespace ringtrain::reconcile {
+namespace {
+
+Plan PlanWithProgress(const api::TrainingJob& job, std::vector<ObservedReplica> replicas,
+                      WallTime now, const ObservedProgress& progress) {
+  PlanInput in;
+  in.job = &job;
+  in.replicas = std::move(replicas);
+  in.now = now;
+  in.progress = progress;
+  return PlanReconcile(in);
+}
+
+ObservedProgress Training(std::int64_t step, std::int64_t start_step) {
+  ObservedProgress p;
+  p.training = true;
+  p.step = step;
+  p.start_step = start_step;
+  return p;
+}
+
+const Event* FindEvent(const Plan& p, const std::string& reason) {
+  for (const auto& e : p.events) {
+    if (e.reason == reason) return &e;
+  }
+  return nullptr;
+}
+
+TEST(PlannerAccounting, EachInPlaceRecoveryIsOneEventWithWhatItCost) {
+  auto job = InPlaceJob(2);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  ObservedProgress p = Training(2400, 0);
+  p.recoveries = 1;
+  p.recovery_steps_lost = 1;
+  p.recovery_seconds = 4.24;
+  p.last_recovery_step = 2372;
+  Plan first = PlanWithProgress(job, gang, At(10), p);
+  const Event* e = FindEvent(first, "RecoveredInPlace");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("the gang trains again from step 2372: 1 step(s) lost, 4.2s without "
+                            "training (this job: 1 in place, 0 gang restart(s), 1 step(s) lost"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(first.status.recovery.in_place, 1);
+  EXPECT_EQ(first.status.recovery.steps_lost, 1);
+  EXPECT_DOUBLE_EQ(first.status.recovery.seconds_without_training, 4.2);
+
+  // The same account read again: nothing new.
+  job.status = first.status;
+  Plan again = PlanWithProgress(job, gang, At(20), p);
+  EXPECT_EQ(FindEvent(again, "RecoveredInPlace"), nullptr);
+  EXPECT_EQ(again.status.recovery, first.status.recovery);
+
+  // A second one (rank 0 replaced: the gang's totals carried over to its replacement).
+  p.recoveries = 2;
+  p.recovery_seconds = 7.24;
+  p.last_recovery_step = 3000;
+  Plan second = PlanWithProgress(job, gang, At(30), p);
+  e = FindEvent(second, "RecoveredInPlace");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("from step 3000: 0 step(s) lost, 3.0s without training"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(second.status.recovery.in_place, 2);
+  EXPECT_EQ(second.status.recovery.steps_lost, 1);
+  EXPECT_DOUBLE_EQ(second.status.recovery.seconds_without_training, 7.2);
+
+  // A runner still starting knows nothing yet: not read as "no recoveries".
+  job.status = second.status;
+  ObservedProgress starting;
+  Plan early = PlanWithProgress(job, gang, At(40), starting);
+  EXPECT_EQ(early.status.recovery, second.status.recovery);
+  EXPECT_TRUE(early.events.empty());
+}
+
+TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{2000, 4, 50000, 0.3, "2026-01-01T00:00:00Z"};
+  Plan restart = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+      At(5));
+  ASSERT_EQ(restart.status.attempt, 1);
+  EXPECT_EQ(restart.status.recovery.restart_from_step, 2000);
+
+  job.status = restart.status;
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  ObservedProgress starting;  // the new gang loads its checkpoint
+  Plan waiting = PlanWithProgress(job, next, At(8), starting);
+  EXPECT_EQ(waiting.status.recovery.gang_restarts, 0);
+  EXPECT_EQ(waiting.status.recovery.restart_from_step, 2000);
+
+  job.status = waiting.status;
+  Plan trains = PlanWithProgress(job, next, At(12), Training(1010, 1000));
+  const Event* e = FindEvent(trains, "GangRestarted");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("attempt 1 trains again from its checkpoint's step 1000: 1000 step(s) "
+                            "lost, at most 7.0s without training"),
+            std::string::npos)
+      << e->message;
+  const api::RecoveryAccount& a = trains.status.recovery;
+  EXPECT_EQ(a.gang_restarts, 1);
+  EXPECT_EQ(a.from_checkpoint, 1);
+  EXPECT_EQ(a.steps_lost, 1000);
+  EXPECT_DOUBLE_EQ(a.seconds_without_training, 7.0);
+  EXPECT_EQ(a.restart_from_step, -1);
+
+  job.status = trains.status;
+  Plan later = PlanWithProgress(job, next, At(20), Training(1500, 1000));
+  EXPECT_EQ(FindEvent(later, "GangRestarted"), nullptr);
+  EXPECT_EQ(later.status.recovery, trains.status.recovery);
+}
+
+}  // namespace
+}  // namespace ringtrain::reconcile
