@@ -321,5 +321,51 @@ TEST_F(RecoveryTest, WithoutRecoveryTheGangStopsTogetherAndResumesFromThatStep) 
   std::filesystem::remove_all(dir);
 }
 
+// SIGTERM to rank 0 while it writes checkpoints (one after every step here): the handler only
+// asks, so the write under way runs to its end; the gang stops together at the next vote, rank 0
+// writes that step's checkpoint, and the next attempt resumes from it with nothing lost and no
+// torn or temporary file left behind.
+TEST_F(RecoveryTest, ASigtermToRankZeroWhileItWritesACheckpointLosesNothing) {
+  const std::string dir = ::testing::TempDir() + "ringtrain-drain-during-ckpt";
+  std::filesystem::remove_all(dir);
+  train::TrainConfig c = Config();
+  c.checkpoint_dir = dir;
+  c.checkpoint_every = 1;
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
+  {
+    Gang g;
+    std::vector<std::thread> t;
+    for (int i = 0; i < kWorld; ++i) {
+      t.emplace_back([&, i] { r[i] = g.RunRank(i, kWorld, false, -1, i == 0 ? 25 : -1, c); });
+    }
+    for (auto& x : t) x.join();
+  }
+  EXPECT_EQ(r[0].status().code(), StatusCode::kCancelled) << r[0].status().ToString();
+  for (int i : {1, 2}) {
+    EXPECT_NE(r[i].status().message().find("rank(s) 0 left the gang after step"), std::string::npos)
+        << r[i].status().ToString();
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
+    EXPECT_EQ(name.find(".corrupt"), std::string::npos) << name;
+  }
+  Gang again;
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] { r[i] = again.RunRank(i, kWorld, false, -1, -1, c); });
+  }
+  for (auto& x : t) x.join();
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(r[i].ok()) << r[i].status().ToString();
+    EXPECT_TRUE(r[i]->resumed);
+    const std::int64_t resumed_at = base_->steps - r[i]->steps_this_run;
+    EXPECT_GT(resumed_at, 0);
+    EXPECT_EQ(resumed_at % train::kDrainVoteSteps, 0) << resumed_at;
+    EXPECT_EQ(r[i]->test_loss, base_->test_loss) << "rank " << i;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ringtrain::rank

@@ -8,6 +8,9 @@
 #include <atomic>
 #include <future>
 
+#include <csignal>
+
+#include "common/stop.h"
 #include "runner/rendezvous/memory_store.h"
 
 namespace ringtrain::rendezvous {
@@ -172,6 +175,24 @@ TEST(Rounds, AStoreThatNeverComesBackEndsTheJoinAtTheDeadline) {
   auto r = JoinRound(flaky, Opts(0, 2, /*failed=*/0, 600ms));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << r.status().ToString();
+}
+
+// SIGTERM while a rank waits in a rendezvous (a fresh gang's, or a survivor's for its
+// replacement): it leaves at once with Cancelled (exit 143), not at the timeout.
+TEST(Rounds, ASigtermWhileWaitingEndsTheJoinAtOnce) {
+  for (const std::optional<int> failed : {std::optional<int>(), std::optional<int>(0)}) {
+    ResetStopForTest();
+    rendezvous::MemoryStore store;
+    auto waiting = JoinAsync(store, Opts(0, 2, failed, 600s));
+    const std::string arrived = failed ? "r1/arrived/0" : "arrived/0";
+    ASSERT_TRUE(store.Wait({arrived}, 20s).ok()) << "rank 0 never arrived";
+    RequestStop(SIGTERM);
+    ASSERT_EQ(waiting.wait_for(20s), std::future_status::ready) << "still waiting after SIGTERM";
+    auto r = waiting.get();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().ToString();
+  }
+  ResetStopForTest();
 }
 
 }  // namespace
