@@ -36,7 +36,7 @@ Status WaitFor(int fd, short events, SteadyTime deadline, const char* what) {
   for (;;) {
     const bool stoppable = !StopExemptForThisThread();
     if (stoppable && StopRequested()) return StoppedStatus(what);
-    pollfd p[2] = {{fd, events, 0}, {StopFd(), POLLIN, 0}};
+    pollfd p[2] = {{fd, events, 0}, {stoppable ? StopFdForBlockingPoll() : -1, POLLIN, 0}};
     int r = ::poll(p, stoppable ? 2 : 1, MillisLeft(deadline));
     if (r > 0 && p[0].revents != 0) return Status::Ok();
     if (r > 0) continue;  // the stop descriptor: reported at the top of the loop
@@ -175,6 +175,13 @@ StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline)
   return last;
 }
 
+EventCounter& ConnectRetries() {
+  static EventCounter retries;
+  return retries;
+}
+
+const EventCounter& ConnectRetriesForTest() { return ConnectRetries(); }
+
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
                                   Duration attempt_timeout) {
   Backoff backoff;
@@ -197,6 +204,7 @@ StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime 
     }
     auto wait = backoff.Next();
     if (std::chrono::steady_clock::now() + wait >= deadline) break;
+    ConnectRetries().Bump();
     if (!SleepOrStop(wait)) return StoppedStatus("connect " + HostPort(host, port));
   }
   return DeadlineExceeded("gave up after " + std::to_string(attempts) +

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/clock.h"
+#include "common/event_counter.h"
 #include "common/status.h"
 
 namespace ringtrain::net {
@@ -54,6 +55,9 @@ StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline)
 // bounded as above; the last error is reported with the number of attempts.
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
                                   Duration attempt_timeout = kConnectAttemptTimeout);
+// Counts ConnectWithRetry's failed attempts, each as it starts to back off: a test starts the
+// server only once a client has been refused (the retry, not a lucky first try, is tested).
+const EventCounter& ConnectRetriesForTest();
 
 Status SendAll(const Socket& s, const void* data, std::size_t len, SteadyTime deadline);
 Status RecvAll(const Socket& s, void* data, std::size_t len, SteadyTime deadline);

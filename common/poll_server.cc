@@ -73,7 +73,7 @@ void PollServer::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-PollServerStats PollServer::stats() const { return {wakeups_.load(), accept_pauses_.load()}; }
+PollServerStats PollServer::stats() const { return {wakeups_.load(), accept_pauses_.value()}; }
 
 void PollServer::Read(PollConn& c) {
   for (;;) {
@@ -104,7 +104,7 @@ void PollServer::Accept(SteadyTime now) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno != EAGAIN && errno != EWOULDBLOCK) {
         // EMFILE/ENFILE/ENOBUFS/ENOMEM: the connection stays queued and the listener readable.
-        accept_pauses_.fetch_add(1);
+        accept_pauses_.Bump();
         accept_paused_until_ = now + options_.accept_pause;
         handler_.OnAcceptPaused(errno);
       }

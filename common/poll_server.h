@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/event_counter.h"
 #include "common/net.h"
 #include "common/status.h"
 
@@ -99,6 +100,8 @@ class PollServer {
   // Idempotent.
   void Stop();
   PollServerStats stats() const;
+  // The accept pauses as an event a test can wait for (the server has met the limit).
+  const EventCounter& accept_pause_events() const { return accept_pauses_; }
 
  private:
   PollServer(Socket listener, int wake_fd, PollHandler& handler, PollServerOptions options);
@@ -115,7 +118,7 @@ class PollServer {
   std::string recv_buf_;
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> wakeups_{0};
-  std::atomic<std::uint64_t> accept_pauses_{0};
+  EventCounter accept_pauses_;
   std::thread thread_;
 };
 

@@ -285,7 +285,9 @@ void ChildProcess::WaitUntil(SteadyTime deadline, bool wake_on_stop) {
   nfds_t n = 0;
   if (pidfd >= 0) fds[n++] = {pidfd, POLLIN, 0};
   // Inside a StopExemptScope the stop descriptor stays readable: it would only spin the poll.
-  if (wake_on_stop && !StopExemptForThisThread()) fds[n++] = {StopFd(), POLLIN, 0};
+  if (wake_on_stop && !StopExemptForThisThread()) {
+    fds[n++] = {StopFdForBlockingPoll(), POLLIN, 0};
+  }
   int timeout_ms = MillisLeft(deadline);
   if (pidfd < 0) timeout_ms = std::min(timeout_ms, static_cast<int>(kPollFallback.count()));
   if (n == 0) {

@@ -22,6 +22,7 @@ thread_local bool t_exempt = false;
 std::atomic<int> g_draining{0};  // live DrainScopes
 std::atomic<bool> g_drain{false};
 std::atomic<int> g_drain_signal{0};
+EventCounter g_stop_fd_polls;
 
 void Signal(int fd) {
   std::uint64_t one = 1;
@@ -55,6 +56,13 @@ int StopFd() {
   });
   return g_fd.load();
 }
+
+int StopFdForBlockingPoll() {
+  g_stop_fd_polls.Bump();
+  return StopFd();
+}
+
+const EventCounter& StopFdPollsForTest() { return g_stop_fd_polls; }
 
 void InstallStopSignalHandlers() {
   StopFd();  // created here: the handler must not allocate it
@@ -98,7 +106,7 @@ bool SleepOrStop(Duration d) {
   SteadyTime deadline = DeadlineAfter(d);
   for (;;) {
     if (StopRequested()) return false;
-    pollfd p{StopFd(), POLLIN, 0};
+    pollfd p{StopFdForBlockingPoll(), POLLIN, 0};
     int r = ::poll(&p, 1, MillisLeft(deadline));
     if (r > 0) return false;
     if (r == 0) return true;

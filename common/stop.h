@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/clock.h"
+#include "common/event_counter.h"
 #include "common/status.h"
 
 namespace ringtrain {
@@ -22,6 +23,12 @@ bool StopRequested();
 int StopSignal();
 // Readable (POLLIN) from the moment a stop is requested, for poll() sets; never drained.
 int StopFd();
+// StopFd() for a wait that has checked StopRequested() and now blocks in poll(): counted, so
+// that a test requests the stop only once the waiter can notice it through the descriptor
+// alone (SleepOrStop, net's waits, ChildProcess::Wait; not the ring's hot loop).
+int StopFdForBlockingPoll();
+// How many times StopFdForBlockingPoll was called: "a waiter is blocked on the stop".
+const EventCounter& StopFdPollsForTest();
 // The flag itself, for loops that already take a `const std::atomic<bool>*` (the trainer).
 const std::atomic<bool>& StopFlag();
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/env.h"
+#include "common/flags.h"
 #include "common/http.h"
 #include "common/logging.h"
 #include "common/random.h"
@@ -36,70 +37,27 @@ struct Flags {
   std::string log_level = "info";
 };
 
-constexpr char kUsage[] =
-    "usage: ringtrain controller [--kubeconfig PATH] [--namespace NS] [--leader-elect]\n"
-    "         [--lease-namespace NS] [--lease-name NAME] [--identity ID]\n"
-    "         [--metrics-addr :8080] [--health-addr :8081] [--runner-image IMAGE]\n"
-    "         [--workers N] [--kube-qps Q] [--kube-burst B] [--progress-interval-ms MS]\n"
-    "         [--log-level LEVEL]\n";
-
-StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
-  Flags f;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string arg = args[i];
-    std::optional<std::string> inline_value;
-    if (auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      inline_value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    }
-    auto value = [&]() -> StatusOr<std::string> {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= args.size()) return InvalidArgument(arg + ": needs a value");
-      return args[++i];
-    };
-    auto integer = [&](std::int64_t min, std::int64_t max) -> StatusOr<std::int64_t> {
-      ASSIGN_OR_RETURN(std::string v, value());
-      ASSIGN_OR_RETURN(std::int64_t n, ParseInt(v, arg));
-      if (n < min || n > max) {
-        return InvalidArgument(arg + ": must be in [" + std::to_string(min) + ", " +
-                               std::to_string(max) + "], got " + v);
-      }
-      return n;
-    };
-    if (arg == "--leader-elect") {
-      f.leader_elect = !inline_value || *inline_value == "true" || *inline_value == "1";
-      continue;
-    }
-    std::string* target = arg == "--kubeconfig"        ? &f.kubeconfig
-                          : arg == "--namespace"       ? &f.ns
-                          : arg == "--lease-namespace" ? &f.lease_namespace
-                          : arg == "--lease-name"      ? &f.lease_name
-                          : arg == "--identity"        ? &f.identity
-                          : arg == "--metrics-addr"    ? &f.metrics_addr
-                          : arg == "--health-addr"     ? &f.health_addr
-                          : arg == "--runner-image"    ? &f.runner_image
-                          : arg == "--log-level"       ? &f.log_level
-                                                       : nullptr;
-    if (target != nullptr) {
-      ASSIGN_OR_RETURN(*target, value());
-    } else if (arg == "--workers") {
-      ASSIGN_OR_RETURN(std::int64_t n, integer(1, 256));
-      f.workers = static_cast<int>(n);
-    } else if (arg == "--kube-burst") {
-      ASSIGN_OR_RETURN(std::int64_t n, integer(1, 100000));
-      f.burst = static_cast<int>(n);
-    } else if (arg == "--progress-interval-ms") {
-      ASSIGN_OR_RETURN(std::int64_t n, integer(50, 3'600'000));
-      f.progress_interval_ms = static_cast<int>(n);
-    } else if (arg == "--kube-qps") {
-      ASSIGN_OR_RETURN(std::string v, value());
-      ASSIGN_OR_RETURN(f.qps, ParseDouble(v, arg));
-      if (f.qps <= 0) return InvalidArgument("--kube-qps: must be positive");
-    } else {
-      return InvalidArgument("unknown flag " + arg);
-    }
-  }
-  return f;
+// Every flag of `ringtrain controller`, one line each, writing into `f`.
+flags::FlagSet Declare(Flags& f) {
+  flags::FlagSet set("ringtrain controller [flags]",
+                     "Exit codes: 0 after a graceful stop, 1 on a startup error or a lost lease, "
+                     "2 on bad flags.\n");
+  set.String("kubeconfig", &f.kubeconfig, "else $KUBECONFIG, else the in-cluster account", "PATH");
+  set.String("namespace", &f.ns, "watch one namespace (empty = all)", "NS");
+  set.Bool("leader-elect", &f.leader_elect, "campaign for a Lease; only the leader writes");
+  set.String("lease-namespace", &f.lease_namespace, "default: the config's namespace", "NS");
+  set.String("lease-name", &f.lease_name, "the Lease's name", "NAME");
+  set.String("identity", &f.identity, "default: hostname_<random>", "ID");
+  set.String("metrics-addr", &f.metrics_addr, "/metrics; empty disables", "ADDR");
+  set.String("health-addr", &f.health_addr, "/healthz, /readyz; empty disables", "ADDR");
+  set.String("runner-image", &f.runner_image, "for jobs that leave spec.image unset", "IMAGE");
+  set.Int("workers", &f.workers, "reconcile workers", {.min = 1, .max = 256});
+  set.Double("kube-qps", &f.qps, "client-side write rate", {.min = 0, .exclusive_min = true});
+  set.Int("kube-burst", &f.burst, "client-side write burst", {.min = 1, .max = 100000});
+  set.Int("progress-interval-ms", &f.progress_interval_ms, "how often rank 0's /status is read",
+          {.min = 50, .max = 3'600'000});
+  set.String("log-level", &f.log_level, "trace|debug|info|warn|error", "LEVEL");
+  return set;
 }
 
 // ":8080" → 0.0.0.0:8080, "127.0.0.1:0" → itself.
@@ -129,18 +87,16 @@ std::string DefaultIdentity() {
 
 int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
         const sigset_t* signals) {
-  for (const auto& a : args) {
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  }
-  auto flags = ParseFlags(args);
-  if (!flags.ok()) {
-    std::fprintf(stderr, "error: %s\n%s", flags.status().message().c_str(), kUsage);
+  Flags f;
+  flags::FlagSet set = Declare(f);
+  if (Status s = set.Parse(args); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n%s", s.message().c_str(), set.Usage().c_str());
     return 2;
   }
-  Flags f = *flags;
+  if (set.help_requested()) {
+    std::fputs(set.Usage().c_str(), stdout);
+    return 0;
+  }
   if (signals != nullptr) InitLogging("controller", f.log_level);
   auto config = LoadConfig(f);
   if (!config.ok()) {

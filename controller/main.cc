@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/env.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "controller/api/training_job.h"
 #include "controller/controller_command.h"
@@ -42,54 +43,44 @@ std::string DefaultRunnerPath() {
   return (std::filesystem::path(buf).parent_path() / "ringtrain-runner").string();
 }
 
-int Validate(const std::vector<std::string>& args) {
-  if (args.size() != 1) {
-    std::fputs(kUsage, stderr);
+// Parses a subcommand's flags: -1 to go on, else the exit code (0 after --help, 2 on bad flags,
+// the error and the usage printed).
+int ParseOrUsage(flags::FlagSet& set, const std::vector<std::string>& args) {
+  if (Status s = set.Parse(args); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n%s", s.message().c_str(), set.Usage().c_str());
     return 2;
   }
-  auto job = api::LoadManifestFile(args[0]);
+  if (set.help_requested()) {
+    std::fputs(set.Usage().c_str(), stdout);
+    return 0;
+  }
+  return -1;
+}
+
+int Validate(const std::vector<std::string>& args) {
+  std::string manifest;
+  flags::FlagSet set("ringtrain validate JOB.yaml");
+  set.Positional("JOB.yaml", &manifest, "the TrainingJob manifest");
+  if (int rc = ParseOrUsage(set, args); rc >= 0) return rc;
+  auto job = api::LoadManifestFile(manifest);
   if (!job.ok()) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
     return 1;
   }
-  std::printf("%s: TrainingJob %s is valid (world size %d)\n", args[0].c_str(),
+  std::printf("%s: TrainingJob %s is valid (world size %d)\n", manifest.c_str(),
               job->metadata.name.c_str(), job->spec.world_size());
   return 0;
 }
 
 int Run(const std::vector<std::string>& args) {
   std::string manifest, summary_path, workdir, runner = DefaultRunnerPath();
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    auto value = [&](const char* flag) -> std::optional<std::string> {
-      if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "error: %s needs a value\n", flag);
-        return std::nullopt;
-      }
-      return args[++i];
-    };
-    if (args[i] == "--summary-json") {
-      auto v = value("--summary-json");
-      if (!v) return 2;
-      summary_path = *v;
-    } else if (args[i] == "--workdir") {
-      auto v = value("--workdir");
-      if (!v) return 2;
-      workdir = *v;
-    } else if (args[i] == "--runner") {
-      auto v = value("--runner");
-      if (!v) return 2;
-      runner = *v;
-    } else if (args[i].rfind("--", 0) == 0 || !manifest.empty()) {
-      std::fprintf(stderr, "error: unexpected argument '%s'\n%s", args[i].c_str(), kUsage);
-      return 2;
-    } else {
-      manifest = args[i];
-    }
-  }
-  if (manifest.empty()) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
+  flags::FlagSet set("ringtrain run JOB.yaml [flags]");
+  set.Positional("JOB.yaml", &manifest, "the TrainingJob manifest");
+  set.String("summary-json", &summary_path, "write the job's summary here as JSON", "FILE");
+  set.String("workdir", &workdir, "the ranks' logs and files (default: a new temporary one)",
+             "DIR");
+  set.String("runner", &runner, "the runner binary (else $RINGTRAIN_RUNNER)", "PATH");
+  if (int rc = ParseOrUsage(set, args); rc >= 0) return rc;
   auto job = api::LoadManifestFile(manifest);
   if (!job.ok()) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());

@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "common/env.h"
+#include "common/flags.h"
 #include "common/logging.h"
 #include "common/stop.h"
 #include "runner/data/idx.h"
@@ -182,7 +183,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
 
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "--help" || args[0] == "-h")) {
+  if (flags::HelpRequested(args)) {
     std::fputs(train::TrainFlagsHelp().c_str(), stdout);
     return 0;
   }

@@ -11,8 +11,8 @@
 
 #include "common/json_fields.h"
 #include "common/runner_flags.h"
+#include "common/yaml_to_json.h"
 #include "controller/api/training_job.h"
-#include "controller/api/yaml_to_json.h"
 
 namespace ringtrain::api {
 namespace {
@@ -344,7 +344,7 @@ StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
 }  // namespace
 
 StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source) {
-  ASSIGN_OR_RETURN(json doc, ManifestYamlToJson(yaml, source, kKind));
+  ASSIGN_OR_RETURN(json doc, YamlToJson(yaml, source, kKind));
   auto job = FromJson(doc, /*with_status=*/false);
   if (!job.ok()) return job.status().WithContext(source);
   return job;

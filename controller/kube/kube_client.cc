@@ -160,7 +160,9 @@ class RestWatchStream final : public WatchStream {
 
   StatusOr<std::optional<WatchEvent>> Next(Duration timeout) override {
     std::unique_lock<std::mutex> lock(mu_);
-    bool ready = cv_.wait_for(lock, timeout, [&] { return !events_.empty() || ended_ || closed_; });
+    auto ready_now = [&] { return !events_.empty() || ended_ || closed_; };
+    if (!ready_now()) blocked_nexts_.Bump();
+    bool ready = cv_.wait_for(lock, timeout, ready_now);
     if (!events_.empty()) {
       WatchEvent e = std::move(events_.front());
       events_.pop_front();
@@ -172,6 +174,8 @@ class RestWatchStream final : public WatchStream {
     if (!end_status_.ok()) return end_status_;
     return std::optional<WatchEvent>();
   }
+
+  const EventCounter& BlockedNextsForTest() const override { return blocked_nexts_; }
 
   void Close() override {
     {
@@ -248,6 +252,7 @@ class RestWatchStream final : public WatchStream {
   std::deque<WatchEvent> events_;
   bool ended_ = false;
   bool closed_ = false;
+  EventCounter blocked_nexts_;
   Status end_status_;
   std::thread reader_;
 };

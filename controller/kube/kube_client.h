@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/event_counter.h"
 #include "common/status.h"
 
 namespace ringtrain::kube {
@@ -63,6 +64,9 @@ class WatchStream {
   // The next event; nullopt when the server ended the stream. Times out with kDeadlineExceeded.
   virtual StatusOr<std::optional<WatchEvent>> Next(Duration timeout) = 0;
   virtual void Close() = 0;
+  // Counts the Next() calls that found nothing and blocked, under the lock Close() takes: once
+  // a test sees it move, a Close() can only reach the reader as a wake-up.
+  virtual const EventCounter& BlockedNextsForTest() const = 0;
 };
 
 enum class PatchType { kMerge, kStrategicMerge, kJson };

@@ -1,13 +1,12 @@
 #include "controller/kube/kube_config.h"
 
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/yaml.h>
-
 #include <cstdlib>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "common/base64.h"
-#include "common/yaml_guard.h"
+#include "common/json_fields.h"
+#include "common/yaml_to_json.h"
 #include "controller/kube/tls_material.h"
 
 namespace ringtrain::kube {
@@ -16,8 +15,8 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr std::size_t kMaxKubeconfigBytes = 16 << 20;
-constexpr int kMaxExtensionDepth = 32;
-constexpr int kMaxExtensionNodes = 10'000;
+// A kubeconfig is mostly base64 of certificates: far fewer nodes per byte than a manifest.
+constexpr std::size_t kMaxKubeconfigNodes = 1'000'000;
 
 std::string Trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
@@ -25,23 +24,13 @@ std::string Trim(std::string s) {
   return start == std::string::npos ? "" : s.substr(start);
 }
 
-const char* KindName(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Scalar:
-      return "a scalar";
-    case YAML::NodeType::Sequence:
-      return "a list";
-    case YAML::NodeType::Map:
-      return "a map";
-    case YAML::NodeType::Null:
-      return "null";
-    default:
-      return "undefined";
-  }
+std::string At(const std::string& list, std::size_t i) {
+  return list + "[" + std::to_string(i) + "]";
 }
 
-// Reads of one kubeconfig: every accessor checks the node's shape first (yaml-cpp throws on a
-// subscript of a scalar or a conversion of a map) and names the field path in its error.
+// Reads of one kubeconfig, already JSON (common/yaml_to_json.h): the field reads of
+// common/json_fields.h, whose errors name the field's full path, with the file in front.
+// Kubeconfigs carry fields for other clients (preferences, extensions): unknown ones are fine.
 class Reader {
  public:
   Reader(std::string source, std::filesystem::path base)
@@ -50,71 +39,58 @@ class Reader {
   Status Fail(const std::string& what) const {
     return InvalidArgument("kubeconfig " + source_ + ": " + what);
   }
+  Status Check(const Status& s) const { return s.ok() ? s : Fail(s.message()); }
 
-  // The child `key` of a map: Undefined when absent or null; an error when `node` is no map.
-  StatusOr<YAML::Node> Child(const YAML::Node& node, const char* key,
-                             const std::string& field) const {
-    if (!node || node.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
-    if (!node.IsMap()) return Fail(field + " must be a map, got " + KindName(node));
-    YAML::Node child = node[key];
-    if (!child || child.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
-    return child;
-  }
-
-  StatusOr<std::string> String(const YAML::Node& node, const char* key,
-                               const std::string& field) const {
-    ASSIGN_OR_RETURN(YAML::Node child, Child(node, key, field));
-    if (!child) return std::string();
-    if (!child.IsScalar()) {
-      return Fail(field + "." + key + " must be a string, got " + KindName(child));
-    }
-    return child.Scalar();
-  }
-
-  StatusOr<bool> Bool(const YAML::Node& node, const char* key, const std::string& field) const {
-    ASSIGN_OR_RETURN(std::string v, String(node, key, field));
-    if (v.empty() || v == "false" || v == "False" || v == "FALSE") return false;
-    if (v == "true" || v == "True" || v == "TRUE") return true;
-    return Fail(field + "." + key + " must be true or false, got \"" + v.substr(0, 64) + "\"");
-  }
-
-  StatusOr<std::vector<std::string>> Strings(const YAML::Node& node, const char* key,
-                                             const std::string& field) const {
-    ASSIGN_OR_RETURN(YAML::Node child, Child(node, key, field));
-    std::vector<std::string> out;
-    if (!child) return out;
-    if (!child.IsSequence()) {
-      return Fail(field + "." + key + " must be a list, got " + KindName(child));
-    }
-    for (std::size_t i = 0; i < child.size(); ++i) {
-      if (!child[i].IsScalar()) {
-        return Fail(field + "." + key + "[" + std::to_string(i) + "] must be a string, got " +
-                    KindName(child[i]));
-      }
-      out.push_back(child[i].Scalar());
-    }
+  // `key` of the object `obj` at `path`: "" (false, {}, nullptr) when absent or null.
+  StatusOr<std::string> String(const Json& obj, const std::string& path, const char* key) const {
+    std::string out;
+    RETURN_IF_ERROR(Check(Fields(obj, path).String(key, &out)));
     return out;
   }
+  StatusOr<bool> Bool(const Json& obj, const std::string& path, const char* key) const {
+    bool out = false;
+    RETURN_IF_ERROR(Check(Fields(obj, path).Bool(key, &out)));
+    return out;
+  }
+  StatusOr<std::vector<std::string>> Strings(const Json& obj, const std::string& path,
+                                             const char* key) const {
+    std::vector<std::string> out;
+    RETURN_IF_ERROR(Check(Fields(obj, path).Strings(key, &out)));
+    return out;
+  }
+  StatusOr<const Json*> Object(const Json& obj, const std::string& path, const char* key) const {
+    auto out = Fields(obj, path).Object(key);
+    if (!out.ok()) return Check(out.status());
+    return *out;
+  }
+  StatusOr<const Json*> List(const Json& obj, const std::string& path, const char* key) const {
+    Fields f(obj, path);
+    const Json* v = f.Find(key);
+    if (v != nullptr && !v->is_array()) {
+      return Fail(f.Path(key) + ": must be a list, got " + JsonTypeName(*v));
+    }
+    return v;
+  }
 
-  // The `field` (cluster, user, context) of the entry of `list` named `name`: the last such
+  // The `field` (cluster, user, context) of the entry of `list_key` named `name`: the last such
   // entry, as client-go's conversion into a map by name keeps the last.
-  StatusOr<YAML::Node> Named(const YAML::Node& root, const char* list_key, const std::string& name,
-                             const char* field, std::string* path) const {
-    ASSIGN_OR_RETURN(YAML::Node list, Child(root, list_key, "the top level"));
-    if (!list) return YAML::Node(YAML::NodeType::Undefined);
-    if (!list.IsSequence())
-      return Fail(std::string(list_key) + " must be a list, got " + KindName(list));
-    YAML::Node found(YAML::NodeType::Undefined);
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string at = std::string(list_key) + "[" + std::to_string(i) + "]";
-      ASSIGN_OR_RETURN(std::string entry_name, String(list[i], "name", at));
+  StatusOr<const Json*> Named(const Json& root, const char* list_key, const std::string& name,
+                              const char* field, std::string* path) const {
+    ASSIGN_OR_RETURN(const Json* list, List(root, "", list_key));
+    const Json* found = nullptr;
+    for (std::size_t i = 0; list != nullptr && i < list->size(); ++i) {
+      const std::string at = At(list_key, i);
+      const Json& entry = (*list)[i];
+      if (!entry.is_object()) {
+        return Fail(at + ": must be an object with name and " + field + ", got " +
+                    JsonTypeName(entry));
+      }
+      ASSIGN_OR_RETURN(std::string entry_name, String(entry, at, "name"));
       if (entry_name != name) continue;
-      ASSIGN_OR_RETURN(YAML::Node value, Child(list[i], field, at));
-      *path = at + "." + field;
-      if (!value) return Fail(*path + " (\"" + name + "\") is missing");
-      if (!value.IsMap())
-        return Fail(*path + " (\"" + name + "\") must be a map, got " + KindName(value));
-      found.reset(value);
+      ASSIGN_OR_RETURN(const Json* value, Object(entry, at, field));
+      *path = FieldPath(at, field);
+      if (value == nullptr) return Fail(*path + " (\"" + name + "\") is missing");
+      found = value;
     }
     return found;
   }
@@ -126,44 +102,12 @@ class Reader {
   }
 
   // A `*-data` field: base64 of PEM.
-  StatusOr<std::string> Data(const YAML::Node& node, const char* key,
-                             const std::string& field) const {
-    ASSIGN_OR_RETURN(std::string text, String(node, key, field));
+  StatusOr<std::string> Data(const Json& obj, const std::string& path, const char* key) const {
+    ASSIGN_OR_RETURN(std::string text, String(obj, path, key));
     if (text.empty()) return std::string();
     auto decoded = Base64Decode(text);
-    if (!decoded) return Fail(field + "." + key + ": invalid base64");
+    if (!decoded) return Fail(FieldPath(path, key) + ": invalid base64");
     return *decoded;
-  }
-
-  // Bounded YAML → JSON for the exec extension's free-form config (aliases may make a cycle).
-  StatusOr<Json> ToJson(const YAML::Node& node, const std::string& field, int depth,
-                        int* budget) const {
-    if (depth > kMaxExtensionDepth || --*budget < 0) {
-      return Fail(field + " is nested too deeply or too large");
-    }
-    switch (node.Type()) {
-      case YAML::NodeType::Scalar:
-        return Json(node.Scalar());
-      case YAML::NodeType::Sequence: {
-        Json out = Json::array();
-        for (const auto& item : node) {
-          ASSIGN_OR_RETURN(Json j, ToJson(item, field, depth + 1, budget));
-          out.push_back(std::move(j));
-        }
-        return out;
-      }
-      case YAML::NodeType::Map: {
-        Json out = Json::object();
-        for (const auto& kv : node) {
-          if (!kv.first.IsScalar()) return Fail(field + " has a key that is not a string");
-          ASSIGN_OR_RETURN(Json j, ToJson(kv.second, field, depth + 1, budget));
-          out[kv.first.Scalar()] = std::move(j);
-        }
-        return out;
-      }
-      default:
-        return Json(nullptr);
-    }
   }
 
  private:
@@ -182,36 +126,35 @@ std::string AuthProviderAdvice(const std::string& name) {
   return "use an exec credential plugin, a token or a client certificate";
 }
 
-Status ParseExec(const Reader& r, const YAML::Node& exec, const std::string& field,
-                 ExecConfig* out) {
-  ASSIGN_OR_RETURN(out->command, r.String(exec, "command", field));
+Status ParseExec(const Reader& r, const Json& exec, const std::string& field, ExecConfig* out) {
+  ASSIGN_OR_RETURN(out->command, r.String(exec, field, "command"));
   if (out->command.empty()) return r.Fail(field + ".command is missing");
   // Like clientcmd: only a command with a path separator is relative to the kubeconfig.
   if (out->command.find('/') != std::string::npos) out->command = r.Resolve(out->command);
-  ASSIGN_OR_RETURN(out->args, r.Strings(exec, "args", field));
-  ASSIGN_OR_RETURN(YAML::Node env, r.Child(exec, "env", field));
-  if (env) {
-    if (!env.IsSequence()) return r.Fail(field + ".env must be a list, got " + KindName(env));
-    for (std::size_t i = 0; i < env.size(); ++i) {
-      const std::string at = field + ".env[" + std::to_string(i) + "]";
-      if (!env[i].IsMap()) return r.Fail(at + " must be a map with name and value");
-      ASSIGN_OR_RETURN(std::string name, r.String(env[i], "name", at));
-      ASSIGN_OR_RETURN(std::string value, r.String(env[i], "value", at));
-      if (name.empty()) return r.Fail(at + ".name is missing");
-      if (name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
-        return r.Fail(at + ".name \"" + name.substr(0, 64) + "\" is not a variable name");
-      }
-      out->env.emplace_back(std::move(name), std::move(value));
+  ASSIGN_OR_RETURN(out->args, r.Strings(exec, field, "args"));
+  ASSIGN_OR_RETURN(const Json* env, r.List(exec, field, "env"));
+  for (std::size_t i = 0; env != nullptr && i < env->size(); ++i) {
+    const std::string at = At(field + ".env", i);
+    const Json& entry = (*env)[i];
+    if (!entry.is_object()) {
+      return r.Fail(at + ": must be an object with name and value, got " + JsonTypeName(entry));
     }
+    ASSIGN_OR_RETURN(std::string name, r.String(entry, at, "name"));
+    ASSIGN_OR_RETURN(std::string value, r.String(entry, at, "value"));
+    if (name.empty()) return r.Fail(at + ".name is missing");
+    if (name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
+      return r.Fail(at + ".name \"" + name.substr(0, 64) + "\" is not a variable name");
+    }
+    out->env.emplace_back(std::move(name), std::move(value));
   }
-  ASSIGN_OR_RETURN(out->api_version, r.String(exec, "apiVersion", field));
+  ASSIGN_OR_RETURN(out->api_version, r.String(exec, field, "apiVersion"));
   if (out->api_version.empty()) return r.Fail(field + ".apiVersion is missing");
   if (out->api_version != kExecApiV1 && out->api_version != kExecApiV1beta1) {
     return r.Fail(field + ".apiVersion \"" + out->api_version.substr(0, 100) +
                   "\" is not supported; use " + kExecApiV1 + " or " + kExecApiV1beta1);
   }
-  ASSIGN_OR_RETURN(out->install_hint, r.String(exec, "installHint", field));
-  ASSIGN_OR_RETURN(out->interactive_mode, r.String(exec, "interactiveMode", field));
+  ASSIGN_OR_RETURN(out->install_hint, r.String(exec, field, "installHint"));
+  ASSIGN_OR_RETURN(out->interactive_mode, r.String(exec, field, "interactiveMode"));
   if (out->interactive_mode.empty()) {
     // clientcmd's defaulting: v1beta1 may omit it, v1 must say.
     if (out->api_version == kExecApiV1) {
@@ -229,7 +172,7 @@ Status ParseExec(const Reader& r, const YAML::Node& exec, const std::string& fie
     return r.Fail(field +
                   ".interactiveMode is Always, but the controller has no terminal to prompt on");
   }
-  ASSIGN_OR_RETURN(out->provide_cluster_info, r.Bool(exec, "provideClusterInfo", field));
+  ASSIGN_OR_RETURN(out->provide_cluster_info, r.Bool(exec, field, "provideClusterInfo"));
   return Status::Ok();
 }
 
@@ -244,33 +187,37 @@ Status CheckPemFile(const Reader& r, const std::string& path, const std::string&
   return Status::Ok();
 }
 
-StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
-  if (!root.IsMap()) return r.Fail(std::string("not a YAML map (got ") + KindName(root) + ")");
-  ASSIGN_OR_RETURN(std::string current, r.String(root, "current-context", "the top level"));
+StatusOr<KubeConfig> Parse(const Reader& r, const Json& root) {
+  if (!root.is_object()) return r.Fail("not a YAML map (got " + JsonTypeName(root) + ")");
+  ASSIGN_OR_RETURN(std::string current, r.String(root, "", "current-context"));
   if (current.empty()) return r.Fail("current-context is not set");
   std::string context_path, cluster_path, user_path;
-  ASSIGN_OR_RETURN(YAML::Node context,
+  ASSIGN_OR_RETURN(const Json* context,
                    r.Named(root, "contexts", current, "context", &context_path));
-  if (!context)
+  if (context == nullptr) {
     return r.Fail("context \"" + current + "\" (current-context) not found in contexts");
-  ASSIGN_OR_RETURN(std::string cluster_name, r.String(context, "cluster", context_path));
+  }
+  ASSIGN_OR_RETURN(std::string cluster_name, r.String(*context, context_path, "cluster"));
   if (cluster_name.empty()) return r.Fail("context \"" + current + "\" has no cluster");
-  ASSIGN_OR_RETURN(YAML::Node cluster,
+  ASSIGN_OR_RETURN(const Json* cluster_ptr,
                    r.Named(root, "clusters", cluster_name, "cluster", &cluster_path));
-  if (!cluster) return r.Fail("cluster \"" + cluster_name + "\" not found in clusters");
+  if (cluster_ptr == nullptr) {
+    return r.Fail("cluster \"" + cluster_name + "\" not found in clusters");
+  }
+  const Json& cluster = *cluster_ptr;
 
   KubeConfig config;
-  ASSIGN_OR_RETURN(config.server, r.String(cluster, "server", cluster_path));
+  ASSIGN_OR_RETURN(config.server, r.String(cluster, cluster_path, "server"));
   if (config.server.empty()) return r.Fail("cluster \"" + cluster_name + "\" has no server");
   for (const char* unsupported : {"proxy-url", "tls-server-name"}) {
-    ASSIGN_OR_RETURN(std::string v, r.String(cluster, unsupported, cluster_path));
+    ASSIGN_OR_RETURN(std::string v, r.String(cluster, cluster_path, unsupported));
     if (!v.empty()) {
       return r.Fail(cluster_path + "." + unsupported + " is not supported by ringtrain");
     }
   }
   std::string ca_pem;
-  ASSIGN_OR_RETURN(config.ca_data, r.Data(cluster, "certificate-authority-data", cluster_path));
-  ASSIGN_OR_RETURN(std::string ca_file, r.String(cluster, "certificate-authority", cluster_path));
+  ASSIGN_OR_RETURN(config.ca_data, r.Data(cluster, cluster_path, "certificate-authority-data"));
+  ASSIGN_OR_RETURN(std::string ca_file, r.String(cluster, cluster_path, "certificate-authority"));
   if (!config.ca_data.empty()) {
     Status s = CheckPemCertificates(config.ca_data, cluster_path + ".certificate-authority-data");
     if (!s.ok()) return r.Fail(s.message());
@@ -281,23 +228,24 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
         CheckPemFile(r, config.ca_file, cluster_path + ".certificate-authority", false, &ca_pem));
   }
   ASSIGN_OR_RETURN(config.insecure_skip_tls_verify,
-                   r.Bool(cluster, "insecure-skip-tls-verify", cluster_path));
+                   r.Bool(cluster, cluster_path, "insecure-skip-tls-verify"));
 
-  ASSIGN_OR_RETURN(std::string user_name, r.String(context, "user", context_path));
+  ASSIGN_OR_RETURN(std::string user_name, r.String(*context, context_path, "user"));
   if (!user_name.empty()) {
-    ASSIGN_OR_RETURN(YAML::Node user, r.Named(root, "users", user_name, "user", &user_path));
-    if (!user) return r.Fail("user \"" + user_name + "\" not found in users");
+    ASSIGN_OR_RETURN(const Json* user_ptr, r.Named(root, "users", user_name, "user", &user_path));
+    if (user_ptr == nullptr) return r.Fail("user \"" + user_name + "\" not found in users");
+    const Json& user = *user_ptr;
     const std::string& at = user_path;
-    ASSIGN_OR_RETURN(YAML::Node provider, r.Child(user, "auth-provider", at));
-    if (provider) {
-      ASSIGN_OR_RETURN(std::string name, r.String(provider, "name", at + ".auth-provider"));
+    ASSIGN_OR_RETURN(const Json* provider, r.Object(user, at, "auth-provider"));
+    if (provider != nullptr) {
+      ASSIGN_OR_RETURN(std::string name, r.String(*provider, at + ".auth-provider", "name"));
       return r.Fail(at + ".auth-provider \"" + name +
                     "\" is not supported (client-go removed the legacy auth providers in "
                     "v1.26): " +
                     AuthProviderAdvice(name));
     }
     for (const char* unsupported : {"username", "password"}) {
-      ASSIGN_OR_RETURN(std::string v, r.String(user, unsupported, at));
+      ASSIGN_OR_RETURN(std::string v, r.String(user, at, unsupported));
       if (!v.empty()) {
         return r.Fail(at + "." + unsupported +
                       ": basic authentication is not supported (Kubernetes removed it in "
@@ -305,11 +253,12 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
       }
     }
     for (const char* unsupported : {"act-as", "act-as-uid", "act-as-groups", "act-as-user-extra"}) {
-      ASSIGN_OR_RETURN(YAML::Node v, r.Child(user, unsupported, at));
-      if (v) return r.Fail(at + "." + unsupported + ": impersonation is not supported");
+      if (Fields(user, at).Find(unsupported) != nullptr) {
+        return r.Fail(at + "." + unsupported + ": impersonation is not supported");
+      }
     }
-    ASSIGN_OR_RETURN(config.token, r.String(user, "token", at));
-    ASSIGN_OR_RETURN(std::string token_file, r.String(user, "tokenFile", at));
+    ASSIGN_OR_RETURN(config.token, r.String(user, at, "token"));
+    ASSIGN_OR_RETURN(std::string token_file, r.String(user, at, "tokenFile"));
     if (!token_file.empty() && config.token.empty()) {
       config.token_file = r.Resolve(token_file);
       auto token = ReadSmallFile(config.token_file, 1 << 20);
@@ -318,10 +267,10 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
       if (config.token.empty()) return r.Fail(at + ".tokenFile " + config.token_file + " is empty");
     }
 
-    ASSIGN_OR_RETURN(config.client_cert_data, r.Data(user, "client-certificate-data", at));
-    ASSIGN_OR_RETURN(config.client_key_data, r.Data(user, "client-key-data", at));
-    ASSIGN_OR_RETURN(std::string cert_file, r.String(user, "client-certificate", at));
-    ASSIGN_OR_RETURN(std::string key_file, r.String(user, "client-key", at));
+    ASSIGN_OR_RETURN(config.client_cert_data, r.Data(user, at, "client-certificate-data"));
+    ASSIGN_OR_RETURN(config.client_key_data, r.Data(user, at, "client-key-data"));
+    ASSIGN_OR_RETURN(std::string cert_file, r.String(user, at, "client-certificate"));
+    ASSIGN_OR_RETURN(std::string key_file, r.String(user, at, "client-key"));
     std::string cert_pem = config.client_cert_data, key_pem = config.client_key_data;
     if (!config.client_cert_data.empty()) {
       Status s = CheckPemCertificates(cert_pem, at + ".client-certificate-data");
@@ -346,28 +295,26 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
       if (!s.ok()) return r.Fail(s.message());
     }
 
-    ASSIGN_OR_RETURN(YAML::Node exec, r.Child(user, "exec", at));
-    if (exec) {
-      if (!exec.IsMap()) return r.Fail(at + ".exec must be a map, got " + KindName(exec));
+    ASSIGN_OR_RETURN(const Json* exec, r.Object(user, at, "exec"));
+    if (exec != nullptr) {
       ExecConfig e;
-      RETURN_IF_ERROR(ParseExec(r, exec, at + ".exec", &e));
+      RETURN_IF_ERROR(ParseExec(r, *exec, at + ".exec", &e));
       if (e.provide_cluster_info) {
         e.cluster_info = {{"server", config.server}};
         if (config.insecure_skip_tls_verify) e.cluster_info["insecure-skip-tls-verify"] = true;
         if (!ca_pem.empty()) e.cluster_info["certificate-authority-data"] = Base64Encode(ca_pem);
-        ASSIGN_OR_RETURN(YAML::Node extensions, r.Child(cluster, "extensions", cluster_path));
-        if (extensions && !extensions.IsSequence()) {
-          return r.Fail(cluster_path + ".extensions must be a list, got " + KindName(extensions));
-        }
-        for (std::size_t i = 0; extensions && i < extensions.size(); ++i) {
-          const std::string ext_at = cluster_path + ".extensions[" + std::to_string(i) + "]";
-          ASSIGN_OR_RETURN(std::string name, r.String(extensions[i], "name", ext_at));
+        ASSIGN_OR_RETURN(const Json* extensions, r.List(cluster, cluster_path, "extensions"));
+        for (std::size_t i = 0; extensions != nullptr && i < extensions->size(); ++i) {
+          const std::string ext_at = At(cluster_path + ".extensions", i);
+          const Json& ext = (*extensions)[i];
+          if (!ext.is_object()) {
+            return r.Fail(ext_at + ": must be an object with name and extension, got " +
+                          JsonTypeName(ext));
+          }
+          ASSIGN_OR_RETURN(std::string name, r.String(ext, ext_at, "name"));
           if (name != "client.authentication.k8s.io/exec") continue;
-          ASSIGN_OR_RETURN(YAML::Node ext, r.Child(extensions[i], "extension", ext_at));
-          int budget = kMaxExtensionNodes;
-          if (ext) {
-            ASSIGN_OR_RETURN(e.cluster_info["config"],
-                             r.ToJson(ext, ext_at + ".extension", 0, &budget));
+          if (const Json* config_json = Fields(ext, ext_at).Find("extension")) {
+            e.cluster_info["config"] = *config_json;
           }
         }
       }
@@ -375,7 +322,7 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
       if (config.token.empty() && cert_pem.empty()) config.exec = std::move(e);
     }
   }
-  ASSIGN_OR_RETURN(std::string ns, r.String(context, "namespace", context_path));
+  ASSIGN_OR_RETURN(std::string ns, r.String(*context, context_path, "namespace"));
   if (!ns.empty()) config.ns = ns;
   return config;
 }
@@ -385,18 +332,10 @@ StatusOr<KubeConfig> Parse(const Reader& r, const YAML::Node& root) {
 StatusOr<KubeConfig> ParseKubeconfig(std::string_view text, const std::string& source,
                                      const std::filesystem::path& base_dir) {
   Reader r(source, base_dir);
-  if (text.size() > kMaxKubeconfigBytes) return r.Fail("larger than 16 MiB");
-  RETURN_IF_ERROR(CheckYamlDocumentShape(text, "kubeconfig " + source));
-  try {
-    YAML::Node root = YAML::Load(std::string(text));
-    return Parse(r, root);
-  } catch (const YAML::DeepRecursion& e) {
-    return r.Fail("nested too deeply at line " + std::to_string(e.mark.line + 1));
-  } catch (const YAML::Exception& e) {
-    return r.Fail(e.what());
-  } catch (const std::exception& e) {
-    return r.Fail(e.what());
-  }
+  auto root = YamlToJson(std::string(text), "kubeconfig " + source, "kubeconfig",
+                         {.max_bytes = kMaxKubeconfigBytes, .max_nodes = kMaxKubeconfigNodes});
+  if (!root.ok()) return root.status();
+  return Parse(r, *root);
 }
 
 StatusOr<KubeConfig> LoadKubeconfig(const std::string& path) {

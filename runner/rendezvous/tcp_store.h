@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/event_counter.h"
 #include "common/net.h"
 #include "common/status.h"
 #include "runner/rendezvous/store.h"
@@ -65,6 +66,8 @@ class TcpStoreServer {
   // often it paused accepting for want of descriptors (it must wait then, not spin).
   std::uint64_t poll_wakeups() const;
   std::uint64_t accept_pauses() const;
+  // The accept pauses as an event to wait for; null before the server has started.
+  const EventCounter* accept_pause_events() const;
 
  private:
   struct State;  // the protocol: tcp_store_server.cc

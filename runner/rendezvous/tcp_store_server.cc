@@ -422,4 +422,8 @@ std::uint64_t TcpStoreServer::accept_pauses() const {
   return core_ == nullptr ? 0 : core_->stats().accept_pauses;
 }
 
+const EventCounter* TcpStoreServer::accept_pause_events() const {
+  return core_ == nullptr ? nullptr : &core_->accept_pause_events();
+}
+
 }  // namespace ringtrain::rendezvous

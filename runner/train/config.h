@@ -51,8 +51,9 @@ struct TrainConfig {
 // The rank's identity and rendezvous (common/runner_env.h: one builder, one parser).
 using RankEnv = contract::RankEnv;
 inline StatusOr<RankEnv> RankEnvFromEnvironment() { return contract::RankEnvFromEnvironment(); }
-// --flag=value or --flag value; unknown flags are errors naming the flag.
+// --flag=value or --flag value (common/flags.h); unknown flags are errors naming the flag.
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args);
+// The generated usage, every flag with its default.
 std::string TrainFlagsHelp();
 // The names of every flag ParseTrainFlags accepts (without "--").
 std::vector<std::string> TrainFlagNames();

@@ -483,6 +483,7 @@ Status NcclCommunicator::Wait(void* event_handle, std::string_view what) {
   SteadyTime next_probe = FirstProbe(options_.abort_poll_interval);
   bool failed = false;  // the hook already called Fail
   Status s = gpu::WaitEvent(event, timeout, what, [&]() -> Status {
+    pending_wait_checks_.Bump();
     bool in_progress = false;
     Status st = PollAsync(what, &in_progress);
     if (!st.ok()) {

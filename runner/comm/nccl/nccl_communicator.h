@@ -21,6 +21,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/event_counter.h"
 #include "runner/comm/communicator.h"
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/store.h"
@@ -77,6 +78,9 @@ class NcclCommunicator final : public Communicator, public DeviceCollectives {
   Status Wait(void* event, std::string_view what) override;
   // The communicator's own stream for the synchronous calls.
   cudaStream_t stream() const { return stream_; }
+  // Counts Wait()'s checks of an event found still pending: once it moves, a test's Abort()
+  // from another thread meets a wait in progress, not one yet to start.
+  const EventCounter& PendingWaitChecksForTest() const { return pending_wait_checks_; }
 
  private:
   struct AbortState;  // completion of the background ncclCommAbort
@@ -121,6 +125,7 @@ class NcclCommunicator final : public Communicator, public DeviceCollectives {
   bool staging_pooled_ = false;  // cudaMallocAsync (freed without a device synchronization)
   std::mutex abort_mu_;          // guards comm_: every NCCL call on it, and handing it to abort
   std::atomic<bool> aborted_{false};
+  EventCounter pending_wait_checks_;
   std::string failure_;
   std::shared_ptr<AbortState> abort_state_;
 };

@@ -315,7 +315,9 @@ TEST_F(KubeTest, WatchCloseIsPrompt) {
     EXPECT_TRUE(e.ok());
     returned = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Closed only once the reader is blocked in Next(): Close() must wake it, not pre-empt it.
+  ASSERT_TRUE((*w)->BlockedNextsForTest().AwaitAbove(0, std::chrono::seconds(60)));
+  EXPECT_FALSE(returned.load());
   (*w)->Close();
   EXPECT_TRUE(Eventually([&] { return returned.load(); }, std::chrono::seconds(5)));
   reader.join();

@@ -150,7 +150,8 @@ TEST(NcclCommunicatorFaultTest, AbortFromAnotherThreadEndsThePendingWait) {
   o.abort_poll_interval = 0ms;  // no store polling: only Abort() can end this wait
   ASSERT_TRUE(t.Start(o).ok());
   std::thread signal_thread([&] {
-    std::this_thread::sleep_for(200ms);
+    // Once the wait has found the event pending: Abort() must end a wait in progress.
+    EXPECT_TRUE(t.comm->PendingWaitChecksForTest().AwaitAbove(0, 60s));
     t.comm->Abort();
     t.comm->Abort();   // idempotent
     t.flag.Release();  // after Abort(): the wait must still report the abort

@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -331,8 +332,11 @@ TEST_F(ProcessTest, WaitTimesOutWithoutKilling) {
 
 TEST_F(ProcessTest, WaitWakesOnStopRequest) {
   ChildProcess child = Shell("exec sleep 600");
-  stopper_ = std::thread([] {
-    std::this_thread::sleep_for(100ms);
+  // The stop comes once the wait is blocked on the stop descriptor, so only its wake-up can
+  // end the wait.
+  const std::uint64_t seen = StopFdPollsForTest().value();
+  stopper_ = std::thread([seen] {
+    EXPECT_TRUE(StopFdPollsForTest().AwaitAbove(seen, kBound));
     RequestStop(SIGTERM);
   });
   Status s = child.Wait(std::chrono::hours(1));

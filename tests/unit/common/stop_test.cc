@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdint>
 #include <thread>
 
 #include "common/net.h"
@@ -16,6 +17,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr Duration kForever = std::chrono::hours(1);
+// Only turns a waiter that never blocks into a failure instead of a hang.
+constexpr Duration kBound = std::chrono::minutes(1);
 
 class StopTest : public ::testing::Test {
  protected:
@@ -24,10 +27,13 @@ class StopTest : public ::testing::Test {
     if (stopper_.joinable()) stopper_.join();
     ResetStopForTest();
   }
-  // Requests a stop from another thread once the caller is (very likely) blocked.
+  // Requests a stop from another thread once the caller is blocked on the stop descriptor: it
+  // has checked StopRequested() and polls, so only the wake-up can end its wait (a stop that
+  // came first would pass the test without testing it).
   void StopSoon(int signal = SIGTERM) {
-    stopper_ = std::thread([signal] {
-      std::this_thread::sleep_for(100ms);
+    const std::uint64_t seen = StopFdPollsForTest().value();
+    stopper_ = std::thread([signal, seen] {
+      EXPECT_TRUE(StopFdPollsForTest().AwaitAbove(seen, kBound)) << "the waiter never blocked";
       RequestStop(signal);
     });
   }

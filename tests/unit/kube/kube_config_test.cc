@@ -233,11 +233,12 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 // exception (a scalar `user:` aborted the controller with an uncaught yaml-cpp exception).
 TEST_F(KubeConfigTest, MalformedShapesAreErrorsNamingTheField) {
   std::string head = kHead;
-  Refused(head + "users: [{name: u, user: alice}]\n", {"users[0].user", "must be a map"});
+  Refused(head + "users: [{name: u, user: alice}]\n",
+          {"users[0].user: must be an object, got a string"});
   Refused(head + "users: [{name: u, user: [a, b]}]\n", {"users[0].user", "a list"});
   Refused(head + "users: [{name: u}]\n", {"users[0].user", "missing"});
-  Refused(head + "users: {u: {token: x}}\n", {"users must be a list"});
-  Refused(head + "users: [alice]\n", {"users[0]", "must be a map"});
+  Refused(head + "users: {u: {token: x}}\n", {"users: must be a list, got an object"});
+  Refused(head + "users: [alice]\n", {"users[0]: must be an object"});
   Refused(head + "users: [{name: [u], user: {}}]\n", {"users[0].name", "must be a string"});
   Refused(head + "users: [{name: u, user: {token: {a: b}}}]\n", {"users[0].user.token"});
   Refused(head + "users: [{name: u, user: {exec: run-me}}]\n", {"users[0].user.exec"});
@@ -252,7 +253,7 @@ TEST_F(KubeConfigTest, MalformedShapesAreErrorsNamingTheField) {
   Refused(
       "current-context: c\nclusters: [{name: k, cluster: https://x}]\n"
       "contexts: [{name: c, context: {cluster: k}}]\n",
-      {"clusters[0].cluster", "must be a map"});
+      {"clusters[0].cluster: must be an object"});
   Refused(
       "current-context: c\nclusters: [{name: k, cluster: {server: [a]}}]\n"
       "contexts: [{name: c, context: {cluster: k}}]\n",
@@ -262,14 +263,19 @@ TEST_F(KubeConfigTest, MalformedShapesAreErrorsNamingTheField) {
       "insecure-skip-tls-verify: maybe}}]\ncontexts: [{name: c, context: {cluster: k}}]\n",
       {"insecure-skip-tls-verify", "true or false"});
   Refused("current-context: c\ncontexts: [{name: c, context: dev}]\n",
-          {"contexts[0].context", "must be a map"});
+          {"contexts[0].context: must be an object"});
   Refused("current-context: c\ncontexts: [{name: c, context: {cluster: {a: b}}}]\n",
           {"contexts[0].context.cluster", "must be a string"});
   Refused("current-context: [c]\n", {"current-context", "must be a string"});
+  // Plain scalars are typed as YAML 1.2 (and kubectl) type them: a number is no token.
+  Refused(head + "users: [{name: u, user: {token: 12345}}]\n",
+          {"users[0].user.token: must be a string, got an integer 12345"});
   Refused("- a\n- b\n", {"not a YAML map"});
   Refused("a: [\n", {"kubeconfig"});             // a syntax error
   Refused("a: b\n---\nc: d\n", {"kubeconfig"});  // two documents (yaml-cpp's Load refuses)
-  Refused("x: &x [*x]\ncurrent-context: *x\n", {"current-context"});
+  // A cycle is refused where it is, before any field is read.
+  Refused("x: &x [*x]\ncurrent-context: *x\n",
+          {"x[0]: an alias refers to a node that contains it"});
 }
 
 // The fuzzing entry point never throws, whatever bytes it gets; a sample of hostile shapes.

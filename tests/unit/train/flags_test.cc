@@ -15,7 +15,7 @@ TEST(TrainFlags, ErrorsNameTheFlag) {
       {{"--epochs=ten"}, "--epochs"},
       {{"--lr-scaling", "sqrt"}, "--lr-scaling"},
       {{"--device", "tpu"}, "--device"},
-      {{"--overlap", "maybe"}, "--overlap"},
+      {{"--overlap=maybe"}, "--overlap"},
       {{"--no-such-flag", "1"}, "--no-such-flag"},
       {{"--batch-size"}, "--batch-size"},
       {{"stray"}, "stray"},

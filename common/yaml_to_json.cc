@@ -1,5 +1,6 @@
-#include "controller/api/yaml_to_json.h"
+#include "common/yaml_to_json.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include "common/env.h"
 #include "common/yaml_guard.h"
 
-namespace ringtrain::api {
+namespace ringtrain {
 namespace {
 
 using nlohmann::json;
@@ -18,8 +19,6 @@ using nlohmann::json;
 // laughs" parses in microseconds and only the conversion expands it), hence the caps on
 // converted nodes and bytes, not just on the text.
 constexpr int kMaxDepth = 64;
-constexpr std::size_t kMaxNodes = 100000;
-constexpr std::size_t kMaxConvertedBytes = 4 * kMaxManifestBytes;
 
 bool IsUtf8(const std::string& s) {
   std::size_t i = 0;
@@ -60,10 +59,13 @@ bool IsUtf8(const std::string& s) {
 // Every node converted counts against the caps above, aliases once per use.
 class YamlConverter {
  public:
+  explicit YamlConverter(const YamlLimits& limits)
+      : max_nodes_(limits.max_nodes), max_bytes_(4 * limits.max_bytes) {}
+
   StatusOr<json> Convert(const YAML::Node& node, const std::string& path) {
-    if (++nodes_ > kMaxNodes) {
+    if (++nodes_ > max_nodes_) {
       return InvalidArgument(Where(path) + "the document expands to more than " +
-                             std::to_string(kMaxNodes) + " nodes (aliases?)");
+                             std::to_string(max_nodes_) + " nodes (aliases?)");
     }
     if (node.IsSequence() || node.IsMap()) {
       for (const YAML::Node& open : ancestors_) {
@@ -94,9 +96,9 @@ class YamlConverter {
 
   Status CountBytes(std::size_t n, const std::string& path) {
     bytes_ += n;
-    if (bytes_ > kMaxConvertedBytes) {
+    if (bytes_ > max_bytes_) {
       return InvalidArgument(Where(path) + "the document expands to more than " +
-                             std::to_string(kMaxConvertedBytes) + " bytes of values (aliases?)");
+                             std::to_string(max_bytes_) + " bytes of values (aliases?)");
     }
     return Status::Ok();
   }
@@ -144,6 +146,8 @@ class YamlConverter {
   }
 
   std::vector<YAML::Node> ancestors_;
+  std::size_t max_nodes_;
+  std::size_t max_bytes_;
   std::size_t nodes_ = 0;
   std::size_t bytes_ = 0;
 };
@@ -156,16 +160,19 @@ std::string BoundedText(const std::string& text, std::size_t max) {
   return text.substr(0, cut) + "...";
 }
 
-StatusOr<json> ManifestYamlToJson(const std::string& yaml, const std::string& source,
-                                  const std::string& kind) {
-  if (yaml.size() > kMaxManifestBytes) {
+StatusOr<json> YamlToJson(const std::string& yaml, const std::string& source,
+                          const std::string& kind, const YamlLimits& limits) {
+  if (yaml.size() > limits.max_bytes) {
     return InvalidArgument(source + ": larger than the limit of " +
-                           std::to_string(kMaxManifestBytes) + " bytes for a manifest");
+                           std::to_string(limits.max_bytes) + " bytes for a " + kind);
   }
   RETURN_IF_ERROR(CheckYamlDocumentShape(yaml, source));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(yaml);
+  } catch (const YAML::DeepRecursion& e) {
+    return InvalidArgument(source + ": nested too deeply at line " +
+                           std::to_string(e.mark.line + 1));
   } catch (const std::exception& e) {  // YAML::Exception, and whatever else yaml-cpp lets out
     return InvalidArgument(source + ": not valid YAML: " + BoundedText(e.what(), 300));
   }
@@ -177,9 +184,9 @@ StatusOr<json> ManifestYamlToJson(const std::string& yaml, const std::string& so
     }
   }
   YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
-  auto doc = YamlConverter().Convert(root, "");
+  auto doc = YamlConverter(limits).Convert(root, "");
   if (!doc.ok()) return doc.status().WithContext(source);
   return doc;
 }
 
-}  // namespace ringtrain::api
+}  // namespace ringtrain
