@@ -277,6 +277,7 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   if (m_) m_->SetWorldSize(world_);
 
   result_.world_size = world_;
+  result_.regression = config_.model_spec && config_.model_spec->loss == model::Loss::kMse;
   result_.resumed = result_.resumed || start.resumed;
   if (start.recovered) {
     ++result_.recoveries;
@@ -348,8 +349,13 @@ Status TrainingLoop::Pass::Evaluate() {
   result_.test_accuracy = acc_loss.first;
   result_.test_loss = acc_loss.second;
   evaluated_last_ = true;
-  progress_.test_accuracy = acc_loss.first;
-  if (m_) m_->SetTestAccuracy(acc_loss.first);
+  if (result_.regression) {
+    progress_.test_mse = acc_loss.second;
+    if (m_) m_->SetTestMse(acc_loss.second);
+  } else {
+    progress_.test_accuracy = acc_loss.first;
+    if (m_) m_->SetTestAccuracy(acc_loss.first);
+  }
   return Status::Ok();
 }
 
@@ -387,7 +393,11 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
   if (eval_now) {
     RETURN_IF_ERROR(Evaluate());
     if (m_) m_->UpdateProgress(progress_);
-    if (comm_.rank() == 0) {
+    if (comm_.rank() == 0 && result_.regression) {
+      spdlog::info("epoch {}/{} step {} loss {:.4f} test_mse {:.4f} samples/s {:.0f}",
+                   batch.epoch + 1, config_.epochs, global_step_, mean_loss_, result_.test_loss,
+                   progress_.samples_per_second);
+    } else if (comm_.rank() == 0) {
       spdlog::info(
           "epoch {}/{} step {} loss {:.4f} test_accuracy {:.4f} test_loss {:.4f} samples/s {:.0f}",
           batch.epoch + 1, config_.epochs, global_step_, mean_loss_, result_.test_accuracy,
@@ -455,7 +465,7 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   progress_.state = "succeeded";
   progress_.step = global_step_;
   progress_.epoch = epoch_;
-  progress_.test_accuracy = result_.test_accuracy;
+  if (!result_.regression) progress_.test_accuracy = result_.test_accuracy;
   progress_.samples_per_second = result_.samples_per_second;
   if (m_) m_->UpdateProgress(progress_);
   return result_;
