@@ -52,6 +52,7 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   }
   ASSIGN_OR_RETURN(const model::ModelSpec spec, ResolveModelSpec(config, shape));
   e->regression_ = shape.regression;
+  e->checkpoint_model_ = CheckpointModelOf(spec, shape, IsPreset(config, shape, spec));
   model::ModelConfig mc = config.model;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;

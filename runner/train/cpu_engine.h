@@ -38,6 +38,7 @@ class CpuEngine final : public StepEngine {
   StatusOr<std::optional<StepStats>> Flush() override { return std::optional<StepStats>(); }
   StatusOr<std::pair<double, std::int64_t>> TakeLoss() override;
   StatusOr<EvalSums> EvaluateShard() override;
+  ExpectedModel checkpoint_model() const override { return checkpoint_model_; }
 
   model::Model& model() { return *model_; }
 
@@ -47,6 +48,7 @@ class CpuEngine final : public StepEngine {
   TrainConfig config_;
   EngineDeps deps_;
   bool regression_ = false;  // the model's loss is mse: float targets, no accuracy
+  ExpectedModel checkpoint_model_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;

@@ -174,4 +174,23 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
   return spec;
 }
 
+bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec) {
+  if (shape.regression) return false;
+  auto preset =
+      model::PresetSpec(config.model.name, shape.input, shape.outputs, config.model.hidden);
+  return preset.ok() && preset->init == spec.init &&
+         model::CanonicalString(*preset) == model::CanonicalString(spec);
+}
+
+ExpectedModel CheckpointModelOf(const model::ModelSpec& spec, const DataShape& shape, bool preset) {
+  ExpectedModel e;
+  e.model.architecture = model::CanonicalString(spec);
+  const model::Shape& s = shape.input;
+  e.model.features = s.h == 1 && s.w == 1 ? std::to_string(s.c)
+                                          : std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+                                                std::to_string(s.w);
+  e.accept_unrecorded = preset;
+  return e;
+}
+
 }  // namespace ringtrain::train

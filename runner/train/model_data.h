@@ -13,6 +13,7 @@
 #include "runner/data/idx.h"
 #include "runner/data/table.h"
 #include "runner/model/model_spec.h"
+#include "runner/train/checkpoint.h"
 #include "runner/train/config.h"
 
 namespace ringtrain::train {
@@ -60,5 +61,12 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
 // InvalidArgument naming the layer that does not fit) and its task (softmax_cross_entropy for
 // classes, mse for regression).
 StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const DataShape& shape);
+
+// Whether `spec` is the preset config.model.name for data of `shape` (same architecture and
+// initialisation): what old checkpoints, which record no architecture, may resume.
+bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec);
+
+// What a checkpoint of `spec` trained on data of `shape` records, and what its resume accepts.
+ExpectedModel CheckpointModelOf(const model::ModelSpec& spec, const DataShape& shape, bool preset);
 
 }  // namespace ringtrain::train

@@ -117,6 +117,9 @@ class StepEngine {
   virtual StatusOr<std::pair<double, std::int64_t>> TakeLoss() = 0;
   // Evaluates this rank's shard of the test set (samples rank, rank+world, ...).
   virtual StatusOr<EvalSums> EvaluateShard() = 0;
+  // What a checkpoint records of the model, and what a resume must find there
+  // (checkpoint.h); an empty architecture records nothing and checks sizes only.
+  virtual ExpectedModel checkpoint_model() const { return {}; }
   // An accelerator runs the steps: the loop then reports its busy fraction.
   virtual bool has_device() const { return false; }
   // The engine replays each step as one captured graph (CUDA graphs).

@@ -90,8 +90,10 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
     failure = CheckCheckpointDirWritable(config_.checkpoint_dir);
     StatusOr<CheckpointState> ckpt = failure;
     if (failure.ok()) {
+      const ExpectedModel expected = engine.checkpoint_model();
       ckpt = LoadNewestCheckpoint(config_.checkpoint_dir, engine.num_params(),
-                                  engine.optimizer_state_size());
+                                  engine.optimizer_state_size(),
+                                  expected.model.architecture.empty() ? nullptr : &expected);
     }
     if (ckpt.ok()) failure = engine.Restore(*ckpt);
     if (ckpt.ok() && failure.ok()) {
@@ -170,8 +172,9 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
   pos.step_in_epoch = step_in_epoch;
   pos.epoch_samples = epoch_samples;
   pos.world_size = deps_.comm->size();
-  RETURN_IF_ERROR(
-      WriteCheckpoint(config_.checkpoint_dir, pos, params, state).WithContext("checkpoint"));
+  RETURN_IF_ERROR(WriteCheckpoint(config_.checkpoint_dir, pos,
+                                  deps_.engine->checkpoint_model().model, params, state)
+                      .WithContext("checkpoint"));
   if (deps_.metrics) deps_.metrics->IncCheckpoints();
   return Status::Ok();
 }
