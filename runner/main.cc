@@ -70,13 +70,13 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"resumed", r.resumed},
                       {"recoveries", r.recoveries},
                       {"recovery_seconds", r.recovery_seconds}};
+  if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   // Regression reports the test MSE (the test loss) instead of an accuracy.
   if (r.regression) {
     j["test_mse"] = r.test_loss;
   } else {
     j["test_accuracy"] = r.test_accuracy;
   }
-  if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

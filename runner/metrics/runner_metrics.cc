@@ -278,8 +278,8 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
                       {"samples_per_second", p.samples_per_second},
                       {"loss", p.loss},
                       {"message", p.message}};
-  if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
   if (p.test_mse >= 0) j["test_mse"] = p.test_mse;
+  if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
   if (!p.resume_warning.empty()) {
     j[std::string(contract::kStatusResumeWarning)] = p.resume_warning;
   }
