@@ -154,6 +154,8 @@ Status Run(const train::RankEnv& env, train::TrainConfig config, metrics::Runner
       train::LoadTrainingData(train::DatasetSpecOf(config), config.seed, config.model.classes));
   if (StopRequested()) return StoppedStatus("data loading");
   const bool preset = !config.model_spec.has_value();
+  // IDX images carry no class count: the dataset spec's, else --model's 10, for every engine.
+  if (data.idx) config.model.classes = data.shape.outputs;
   ASSIGN_OR_RETURN(config.model_spec, train::ResolveModelSpec(config, data.shape));
   // The CUDA engine trains the presets on IDX images; anything else computes on the CPU.
   if (!preset || !data.idx) {
