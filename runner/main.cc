@@ -26,6 +26,7 @@
 #include "runner/rendezvous/prefix_store.h"
 #include "runner/rendezvous/tcp_store.h"
 #include "runner/train/config.h"
+#include "runner/train/model_data.h"
 
 namespace ringtrain {
 namespace {
@@ -57,7 +58,7 @@ void WriteTerminationLog(const std::string& path, const std::string& line) {
 }
 
 Status WriteResult(const std::string& path, const train::TrainResult& r) {
-  nlohmann::json j = {{"test_accuracy", r.test_accuracy},
+  nlohmann::json j = {{"task", r.regression ? "regression" : "classification"},
                       {"test_loss", r.test_loss},
                       {"epochs", r.epochs},
                       {"steps", r.steps},
@@ -72,6 +73,12 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
                       {"recovery_seconds", r.recovery_seconds},
                       {"recovery_steps_lost", r.recovery_steps_lost}};
   if (!r.resume_warning.empty()) j["resume_warning"] = r.resume_warning;
+  // Regression reports the test MSE (the test loss) instead of an accuracy.
+  if (r.regression) {
+    j["test_mse"] = r.test_loss;
+  } else {
+    j["test_accuracy"] = r.test_accuracy;
+  }
   std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
@@ -98,12 +105,13 @@ std::string AdvertiseAddress(const train::RankEnv& env) {
 // Everything after the store exists: rendezvous (and recovery rounds), communicator, training.
 Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& config,
                       const rank::Placement& placement, metrics::RunnerMetrics* metrics,
-                      const data::Dataset& train_set, const data::Dataset& test_set,
-                      rendezvous::Store& store, Outcome& outcome) {
+                      const train::TrainingData& data, rendezvous::Store& store, Outcome& outcome) {
   rank::RankDeps deps;
   deps.store = &store;
-  deps.train = &train_set;
-  deps.test = &test_set;
+  deps.train = data.idx_train();
+  deps.test = data.idx_test();
+  deps.train_table = data.table_train();
+  deps.test_table = data.table_test();
   deps.metrics = metrics;
   deps.stop = &StopFlag();
   deps.drain = &DrainFlag();
@@ -112,8 +120,10 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
     Resolve(round_store, env, s, outcome);
   };
   ASSIGN_OR_RETURN(const train::TrainResult result, rank::TrainRank(env, config, placement, deps));
-  spdlog::info("done: {} steps, test_accuracy {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
-               result.test_accuracy, result.samples_per_second, result.wall_seconds);
+  spdlog::info("done: {} steps, {} {:.4f}, {:.0f} samples/s, {:.1f}s", result.steps,
+               result.regression ? "test_mse" : "test_accuracy",
+               result.regression ? result.test_loss : result.test_accuracy,
+               result.samples_per_second, result.wall_seconds);
   if (env.rank == 0 && !config.result_file.empty()) {
     RETURN_IF_ERROR(WriteResult(config.result_file, result));
   }
@@ -123,9 +133,8 @@ Status TrainWithStore(const train::RankEnv& env, const train::TrainConfig& confi
 // Connects to the gang's store, then trains; publishes a failure before the store goes.
 Status Train(const train::RankEnv& env, const train::TrainConfig& config,
              const rank::Placement& placement, metrics::RunnerMetrics* metrics,
-             const data::Dataset& train_set, const data::Dataset& test_set,
-             const std::string& store_host, int store_port, const std::string& token,
-             Outcome& outcome) {
+             const train::TrainingData& data, const std::string& store_host, int store_port,
+             const std::string& token, Outcome& outcome) {
   rendezvous::TcpStoreClientOptions so;
   so.host = store_host;
   so.port = store_port;
@@ -133,22 +142,40 @@ Status Train(const train::RankEnv& env, const train::TrainConfig& config,
   so.connect_timeout = env.rendezvous_timeout;
   ASSIGN_OR_RETURN(auto client, rendezvous::TcpStoreClient::Create(so));
   rendezvous::PrefixStore store(*client, env.job + "/" + std::to_string(env.attempt) + "/");
-  Status s = TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
+  Status s = TrainWithStore(env, config, placement, metrics, data, store, outcome);
   Resolve(store, env, s, outcome);
   return s;
 }
 
-Status Run(const train::RankEnv& env, const train::TrainConfig& config,
-           metrics::RunnerMetrics* metrics, Outcome& outcome) {
-  // Data first: a bad file is a permanent error and must not cost the others a rendezvous wait.
-  ASSIGN_OR_RETURN(data::Dataset train_set, data::LoadFashionMnist(config.dataset, true));
-  ASSIGN_OR_RETURN(data::Dataset test_set, data::LoadFashionMnist(config.dataset, false));
+Status Run(const train::RankEnv& env, train::TrainConfig config, metrics::RunnerMetrics* metrics,
+           Outcome& outcome) {
+  // Data first, then the model against it: a bad file or a model that does not fit is a
+  // permanent error and must not cost the others a rendezvous wait.
+  ASSIGN_OR_RETURN(
+      const train::TrainingData data,
+      train::LoadTrainingData(train::DatasetSpecOf(config), config.seed, config.model.classes));
   if (StopRequested()) return StoppedStatus("data loading");
-  RETURN_IF_ERROR(
-      data::ValidateForModel(test_set, train_set.rows, train_set.cols, config.model.classes));
+  const bool preset = !config.model_spec.has_value();
+  // IDX images carry no class count: the dataset spec's, else --model's 10, for every engine.
+  if (data.idx) config.model.classes = data.shape.outputs;
+  ASSIGN_OR_RETURN(config.model_spec, train::ResolveModelSpec(config, data.shape));
+  // The CUDA engine trains the presets on IDX images; anything else computes on the CPU.
+  if (!preset || !data.idx) {
+    const std::string what = !preset ? "a --model-spec model" : "a CSV/NPY dataset";
+    if (config.device == contract::Device::kCuda) {
+      return InvalidArgument(
+          "--device cuda: the CUDA engine trains the presets on IDX data only; " + what +
+          " trains with --device cpu");
+    }
+    if (config.device == contract::Device::kAuto) {
+      spdlog::info("{}: training on the CPU engine", what);
+      config.device = contract::Device::kCpu;
+    }
+  }
   ASSIGN_OR_RETURN(const rank::Placement placement, rank::PlaceThisRank(config, env));
-  spdlog::info("loaded {} training and {} test samples from {}", train_set.count, test_set.count,
-               config.dataset);
+  ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(*config.model_spec));
+  spdlog::info("loaded {}; model {} ({} parameters)", data.description,
+               preset ? config.model.name : std::string("from --model-spec"), report.params);
 
   // The rendezvous clock starts once the whole gang is placed: a scheduling wait (a peer
   // unschedulable, pulling its image) is the operator's to bound, not a rendezvous timeout.
@@ -160,7 +187,7 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
   if (env.world_size == 1) {
     rendezvous::MemoryStore memory;
     rendezvous::PrefixStore store(memory, env.job + "/" + std::to_string(env.attempt) + "/");
-    return TrainWithStore(env, config, placement, metrics, train_set, test_set, store, outcome);
+    return TrainWithStore(env, config, placement, metrics, data, store, outcome);
   }
   std::string store_host = env.master_addr;
   int store_port = env.master_port;
@@ -171,8 +198,8 @@ Status Run(const train::RankEnv& env, const train::TrainConfig& config,
     store_host = env.bind_addr == "0.0.0.0" ? "127.0.0.1" : env.bind_addr;
     store_port = server->port();
   }
-  Status s = Train(env, config, placement, metrics, train_set, test_set, store_host, store_port,
-                   env.token, outcome);
+  Status s =
+      Train(env, config, placement, metrics, data, store_host, store_port, env.token, outcome);
   if (!s.ok() && server != nullptr && s.code() != StatusCode::kCancelled) {
     // The other ranks read the root cause of a failure from this store, a permanent one as
     // much as a retryable one: keep it up briefly (a stop request still ends the wait).

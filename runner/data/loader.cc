@@ -12,7 +12,17 @@ StatusOr<std::unique_ptr<PrefetchLoader>> PrefetchLoader::Create(const Dataset& 
     return InvalidArgument("loader needs at least 1 worker and a prefetch depth of at least 2");
   }
   if (dataset.count == 0) return InvalidArgument("the dataset is empty");
-  return std::unique_ptr<PrefetchLoader>(new PrefetchLoader(dataset, options));
+  return std::unique_ptr<PrefetchLoader>(new PrefetchLoader(&dataset, nullptr, options));
+}
+
+StatusOr<std::unique_ptr<PrefetchLoader>> PrefetchLoader::Create(const Table& table,
+                                                                 const LoaderOptions& options) {
+  if (options.batch_size <= 0) return InvalidArgument("batch size must be positive");
+  if (options.workers <= 0 || options.prefetch < 2) {
+    return InvalidArgument("loader needs at least 1 worker and a prefetch depth of at least 2");
+  }
+  if (table.n == 0) return InvalidArgument(table.path + ": the dataset is empty");
+  return std::unique_ptr<PrefetchLoader>(new PrefetchLoader(nullptr, &table, options));
 }
 
 namespace {
@@ -27,15 +37,23 @@ std::int64_t StartSamples(const LoaderOptions& o) {
 
 }  // namespace
 
-PrefetchLoader::PrefetchLoader(const Dataset& dataset, const LoaderOptions& options)
+PrefetchLoader::PrefetchLoader(const Dataset* dataset, const Table* table,
+                               const LoaderOptions& options)
     : dataset_(dataset),
+      table_(table),
+      count_(dataset != nullptr ? dataset->count : table->n),
+      sample_(dataset != nullptr ? static_cast<std::size_t>(dataset->sample_size())
+                                 : table->features),
+      targets_(table != nullptr && !table->task.classification()
+                   ? static_cast<std::size_t>(table->task.targets)
+                   : 0),
       options_(options),
-      sampler_(dataset.count, options.rank, options.world_size, options.seed, options.shuffle),
+      sampler_(count_, options.rank, options.world_size, options.seed, options.shuffle),
       steps_per_epoch_(sampler_.steps_per_epoch(options.batch_size)),
       start_epoch_(options.start_epoch),
       start_samples_(StartSamples(options)) {
   // A position at or past the end of the epoch is the start of the next one.
-  if (start_samples_ >= static_cast<std::int64_t>(dataset.count)) {
+  if (start_samples_ >= static_cast<std::int64_t>(count_)) {
     ++start_epoch_;
     start_samples_ = 0;
   }
@@ -50,8 +68,12 @@ PrefetchLoader::PrefetchLoader(const Dataset& dataset, const LoaderOptions& opti
   slots_.resize(static_cast<std::size_t>(options.prefetch));
   const auto bs = static_cast<std::size_t>(options.batch_size);
   for (auto& s : slots_) {
-    s.x.resize(bs * static_cast<std::size_t>(dataset.sample_size()));
-    s.y.resize(bs);
+    s.x.resize(bs * sample_);
+    if (targets_ > 0) {
+      s.targets.resize(bs * targets_);
+    } else {
+      s.y.resize(bs);
+    }
     s.idx.reserve(bs);
   }
   for (int w = 0; w < options.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
@@ -87,7 +109,7 @@ void PrefetchLoader::Work(int worker) {
   const auto depth = static_cast<std::int64_t>(slots_.size());
   // Worker w fills batches first_seq + w, + workers, ...; a batch waits for its slot to be freed.
   const std::int64_t global_batch = std::int64_t{options_.batch_size} * options_.world_size;
-  const auto dataset_size = static_cast<std::int64_t>(dataset_.count);
+  const auto dataset_size = static_cast<std::int64_t>(count_);
   for (std::int64_t seq = worker; seq < end_seq_; seq += options_.workers) {
     Slot* slot = &slots_[static_cast<std::size_t>(seq % depth)];
     {
@@ -109,11 +131,18 @@ void PrefetchLoader::Work(int worker) {
               : std::min(dataset_size, pos.offset + (pos.index + 1) * global_batch);
     }
     int n = static_cast<int>(slot->idx.size());
-    Gather(dataset_, slot->idx.data(), n, slot->x.data(), slot->y.data());
+    if (dataset_ != nullptr) {
+      Gather(*dataset_, slot->idx.data(), n, slot->x.data(), slot->y.data());
+    } else {
+      Gather(*table_, slot->idx.data(), n, slot->x.data(),
+             slot->y.empty() ? nullptr : slot->y.data(),
+             slot->targets.empty() ? nullptr : slot->targets.data());
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       slot->view.x = slot->x.data();
-      slot->view.y = slot->y.data();
+      slot->view.y = slot->y.empty() ? nullptr : slot->y.data();
+      slot->view.targets = slot->targets.empty() ? nullptr : slot->targets.data();
       slot->view.n = n;
       slot->seq = seq;
     }

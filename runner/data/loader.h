@@ -1,6 +1,7 @@
 // A prefetching batch loader: worker threads decode and normalize batches into a ring of
 // preallocated slots ahead of the trainer, across epoch boundaries, so compute never waits on
-// decoding. Owns no model or communicator; the trainer reads batches in order.
+// decoding. Reads IDX images (uint8, normalised per batch: the whole set never exists as floats)
+// or a Table (already float). Owns no model or communicator; the trainer reads batches in order.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include "common/status.h"
 #include "runner/data/idx.h"
 #include "runner/data/sampler.h"
+#include "runner/data/table.h"
 
 namespace ringtrain::data {
 
@@ -38,7 +40,8 @@ struct LoaderOptions {
 
 struct BatchView {
   const float* x = nullptr;
-  const std::int32_t* y = nullptr;
+  const std::int32_t* y = nullptr;  // labels (classification); null for a regression Table
+  const float* targets = nullptr;   // n × targets floats (a regression Table); else null
   int n = 0;
   int epoch = 0;
   std::int64_t step = 0;       // within the epoch (counted in this world's steps)
@@ -51,6 +54,9 @@ struct BatchView {
 class PrefetchLoader {
  public:
   static StatusOr<std::unique_ptr<PrefetchLoader>> Create(const Dataset& dataset,
+                                                          const LoaderOptions& options);
+  // The same over a Table (ValidateTable'd: Gather trusts its shape and labels).
+  static StatusOr<std::unique_ptr<PrefetchLoader>> Create(const Table& table,
                                                           const LoaderOptions& options);
   ~PrefetchLoader();
   PrefetchLoader(const PrefetchLoader&) = delete;
@@ -70,12 +76,14 @@ class PrefetchLoader {
   struct Slot {
     std::vector<float> x;
     std::vector<std::int32_t> y;
+    std::vector<float> targets;
     std::vector<std::size_t> idx;
     std::int64_t seq = -1;  // which batch the slot holds once ready; -1 = free
     BatchView view;
   };
 
-  PrefetchLoader(const Dataset& dataset, const LoaderOptions& options);
+  // Exactly one of `dataset` and `table` is set.
+  PrefetchLoader(const Dataset* dataset, const Table* table, const LoaderOptions& options);
   void Work(int worker);
   // The sampler's indices for `epoch`, computed once and shared by the workers.
   const std::vector<std::size_t>& EpochIndices(int epoch);
@@ -88,7 +96,11 @@ class PrefetchLoader {
   };
   Position Locate(std::int64_t seq) const;
 
-  const Dataset& dataset_;
+  const Dataset* dataset_;
+  const Table* table_;
+  std::size_t count_;    // samples
+  std::size_t sample_;   // floats per sample
+  std::size_t targets_;  // floats of targets per sample (a regression Table); else 0
   LoaderOptions options_;
   DistributedSampler sampler_;
   std::int64_t steps_per_epoch_;

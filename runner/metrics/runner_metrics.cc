@@ -118,6 +118,11 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                         .Help("Test accuracy of the last evaluation (0-1)")
                         .Register(r)
                         .Add(l);
+  test_mse_ = &prometheus::BuildGauge()
+                   .Name("ringtrain_test_mse")
+                   .Help("Test mean squared error of the last evaluation (regression models)")
+                   .Register(r)
+                   .Add(l);
   world_size_ = &prometheus::BuildGauge()
                      .Name("ringtrain_world_size")
                      .Help("Ranks in the gang")
@@ -202,6 +207,7 @@ void RunnerMetrics::SetEpoch(int epoch) { epoch_->Set(epoch); }
 void RunnerMetrics::SetStep(long long step) { step_->Set(static_cast<double>(step)); }
 void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v); }
 void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
+void RunnerMetrics::SetTestMse(double v) { test_mse_->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
 
@@ -280,6 +286,7 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
                       {"samples_per_second", p.samples_per_second},
                       {"loss", p.loss},
                       {"message", p.message}};
+  if (p.test_mse >= 0) j["test_mse"] = p.test_mse;
   if (p.test_accuracy >= 0) j["test_accuracy"] = p.test_accuracy;
   j[std::string(contract::kStatusStartStep)] = p.start_step;
   if (p.recoveries > 0) {

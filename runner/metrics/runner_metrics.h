@@ -41,7 +41,8 @@ struct Progress {
   long long steps_total = 0;
   double samples_per_second = 0;  // whole job: this rank's rate × world size
   double loss = 0;
-  double test_accuracy = -1;  // -1 until the first evaluation
+  double test_accuracy = -1;  // -1 until the first evaluation (and for regression)
+  double test_mse = -1;       // regression: -1 until the first evaluation
   std::string message;
   // Rank 0: checkpoints existed but none could be resumed from (contract::kStatusResumeWarning).
   std::string resume_warning;
@@ -74,6 +75,7 @@ class RunnerMetrics {
   void SetStep(long long step);
   void SetSamplesPerSecond(double v);
   void SetTestAccuracy(double v);
+  void SetTestMse(double v);  // regression, instead of an accuracy
   void SetWorldSize(int n);
   void IncCheckpoints();
   // An in-place recovery completed: the gang trains again `seconds_without_training` after it
@@ -112,6 +114,7 @@ class RunnerMetrics {
   prometheus::Gauge* step_;
   prometheus::Gauge* samples_per_second_;
   prometheus::Gauge* test_accuracy_;
+  prometheus::Gauge* test_mse_;
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
   prometheus::Counter* recoveries_;

@@ -29,6 +29,10 @@ class Layer {
   virtual void Init(std::mt19937_64& /*rng*/) {}
   // Training (ForwardBackward) or evaluation (Evaluate); only Dropout behaves differently.
   virtual void SetTraining(bool /*training*/) {}
+  // Whether the layer draws random numbers in training (dropout), and restarting its stream
+  // at `seed`; other layers ignore it.
+  virtual bool random() const { return false; }
+  virtual void Reseed(std::uint64_t /*seed*/) {}
 
   virtual void Forward(const float* x, float* y, int n) = 0;
   // Overwrites this layer's gradients from the batch; dx may be null when nobody needs it (the
@@ -197,6 +201,8 @@ class Dropout final : public Layer {
  public:
   Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch);
   void SetTraining(bool training) override { training_ = training; }
+  bool random() const override { return true; }
+  void Reseed(std::uint64_t seed) override { rng_.seed(seed); }
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 

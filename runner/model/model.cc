@@ -25,6 +25,9 @@ constexpr int kCnnDense = 128;
 // what Create sized the buffers for, a label the data module should have rejected) cannot be
 // reported as a Status, and carrying on would write out of bounds. It is an assertion, so the
 // exit code is a permanent one: abort()'s 134 would read as retryable and restart the gang.
+// The distance between the seeds of successive dropout layers' streams.
+constexpr std::uint64_t kDropoutStreamStride = 0x9E3779B97F4A7C15ULL;
+
 [[noreturn]] void Fatal(const char* what, long long value, long long limit) {
   std::fprintf(stderr, "ringtrain model: %s (got %lld, limit %lld)\n", what, value, limit);
   std::fflush(stderr);
@@ -72,6 +75,14 @@ class Sequential final : public Model {
 
   std::span<float> params() override { return params_; }
   std::span<float> grads() override { return grads_; }
+  void SeedDropout(std::uint64_t seed) override {
+    // The derivation of Create(spec): one stream per dropout layer, in order.
+    for (const auto& layer : layers_) {
+      if (!layer->random()) continue;
+      seed += kDropoutStreamStride;
+      layer->Reseed(seed);
+    }
+  }
   const std::vector<ParamRange>& layer_ranges() const override { return ranges_; }
   const std::vector<ParamRange>& grad_ranges() const override { return grad_ranges_; }
 
@@ -294,7 +305,7 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Mode
       case LayerKind::kDropout:
         if (s.rate > 0.0) {
           // One stream per dropout layer, all derived from the rank's seed.
-          dropout_seed += 0x9E3779B97F4A7C15ULL;
+          dropout_seed += kDropoutStreamStride;
           layers.push_back(
               std::make_unique<Dropout>(shape, s.rate, dropout_seed, config.max_batch));
         }

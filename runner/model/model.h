@@ -79,6 +79,12 @@ class Model {
   virtual float ForwardBackward(const float* x, const float* targets, int n,
                                 const GradReadyFn& on_ready) = 0;
   virtual EvalResult Evaluate(const float* x, const float* targets, int n) = 0;
+
+  // Restarts the dropout masks' streams as Create would with ModelConfig::dropout_seed = seed:
+  // a trainer reseeds before each step from (seed, rank, position), so the masks of a step do
+  // not depend on how the process got there (a resume, an in-place recovery). No-op without
+  // dropout.
+  virtual void SeedDropout(std::uint64_t seed) { (void)seed; }
 };
 
 }  // namespace ringtrain::model

@@ -82,8 +82,11 @@ class Trainer {
 // What TrainRank needs besides the env contract and the flags.
 struct RankDeps {
   rendezvous::Store* store = nullptr;  // the attempt's prefixed store (rounds.h keys under it)
+  // IDX images, or Tables (CSV/NPY) as in train::EngineDeps: one training set.
   const data::Dataset* train = nullptr;
   const data::Dataset* test = nullptr;
+  const data::Table* train_table = nullptr;
+  const data::Table* test_table = nullptr;
   metrics::RunnerMetrics* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;
   // The drain request (common/stop.h DrainFlag()): with the process's own flag, training runs

@@ -16,6 +16,9 @@ namespace {
 
 constexpr char kMagicV1[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '1'};
 constexpr char kMagicV2[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '2'};
+constexpr char kMagicV3[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '3'};
+// A model record longer than this is corruption (a canonical string is a line per layer at most).
+constexpr std::uint32_t kMaxModelRecord = 1u << 20;
 
 // The first format (no data position in samples, no world size); still read.
 struct HeaderV1 {
@@ -40,17 +43,25 @@ struct HeaderV2 {
   std::int32_t epoch;
   std::int32_t world_size;
   std::int64_t epoch_samples;
-  std::uint32_t crc;  // over the header with crc = 0, then the payload
-  std::uint32_t reserved;
+  std::uint32_t crc;  // over the header with crc = 0, then the model record, then the payload
+  // Format 3 ("RTCKPT03", same header): bytes of the model record that follow the header
+  // (the architecture, '\n', the features); 0 and reserved in format 2.
+  std::uint32_t model_bytes;
 };
 static_assert(sizeof(HeaderV1) == 56 && sizeof(HeaderV2) == 72);
 
+std::string ModelRecord(const CheckpointModel& m) { return m.architecture + "\n" + m.features; }
+
+std::string Quoted(const std::string& s) { return s.empty() ? "(none)" : "\"" + s + "\""; }
+
 template <typename Header>
-std::uint32_t Crc(const Header& h, std::span<const float> a, std::span<const float> b) {
+std::uint32_t Crc(const Header& h, const std::string& record, std::span<const float> a,
+                  std::span<const float> b) {
   Header copy = h;
   copy.crc = 0;
   uLong c = crc32(0L, Z_NULL, 0);
   c = crc32(c, reinterpret_cast<const Bytef*>(&copy), sizeof(copy));
+  c = crc32(c, reinterpret_cast<const Bytef*>(record.data()), static_cast<uInt>(record.size()));
   // zlib's crc32 takes an unsigned int length: feed large payloads in pieces.
   auto feed = [&](std::span<const float> v) {
     const auto* p = reinterpret_cast<const Bytef*>(v.data());
@@ -123,7 +134,7 @@ class Fd {
 // anything is allocated, and against the model's: an intact file of another model is
 // FailedPrecondition, anything inconsistent is DataLoss (skipped by the caller).
 StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t num_params,
-                                         std::size_t state_size) {
+                                         std::size_t state_size, const ExpectedModel* expected) {
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
     const int err = errno;
@@ -148,10 +159,14 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
   HeaderV2 h{};
   HeaderV1 h1{};  // as read, for the CRC of a first-format file
   bool v2 = false;
+  bool v3 = false;
   RETURN_IF_ERROR(read_all(h.magic, sizeof(h.magic)));
-  if (std::memcmp(h.magic, kMagicV2, sizeof(kMagicV2)) == 0) {
+  if (std::memcmp(h.magic, kMagicV2, sizeof(kMagicV2)) == 0 ||
+      std::memcmp(h.magic, kMagicV3, sizeof(kMagicV3)) == 0) {
     v2 = true;
+    v3 = std::memcmp(h.magic, kMagicV3, sizeof(kMagicV3)) == 0;
     RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h) + 8, sizeof(HeaderV2) - 8));
+    if (!v3) h.model_bytes = 0;
   } else if (std::memcmp(h.magic, kMagicV1, sizeof(kMagicV1)) == 0) {
     std::memcpy(h1.magic, h.magic, sizeof(h1.magic));
     RETURN_IF_ERROR(read_all(reinterpret_cast<char*>(&h1) + 8, sizeof(HeaderV1) - 8));
@@ -168,7 +183,14 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
     return DataLoss(path + ": not a ringtrain checkpoint");
   }
   const std::uint64_t header_bytes = v2 ? sizeof(HeaderV2) : sizeof(HeaderV1);
-  const std::uint64_t payload_bytes = file_size - std::min(file_size, header_bytes);
+  if (h.model_bytes > kMaxModelRecord || header_bytes + h.model_bytes > file_size) {
+    return DataLoss(path + ": header announces a model record of " + std::to_string(h.model_bytes) +
+                    " bytes in a file of " + std::to_string(file_size) +
+                    " (truncated or corrupt checkpoint)");
+  }
+  std::string record(h.model_bytes, '\0');
+  RETURN_IF_ERROR(read_all(record.data(), record.size()));
+  const std::uint64_t payload_bytes = file_size - header_bytes - h.model_bytes;
   // Both counts are bounded by the file before they are multiplied or allocated.
   if (h.num_params < 0 || h.state_size < 0 ||
       static_cast<std::uint64_t>(h.num_params) > payload_bytes / sizeof(float) ||
@@ -192,9 +214,35 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
   out.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
   RETURN_IF_ERROR(read_all(out.params.data(), out.params.size() * sizeof(float)));
   RETURN_IF_ERROR(read_all(out.optimizer_state.data(), out.optimizer_state.size() * sizeof(float)));
-  const std::uint32_t crc =
-      v2 ? Crc(h, out.params, out.optimizer_state) : Crc(h1, out.params, out.optimizer_state);
+  const std::uint32_t crc = v2 ? Crc(h, record, out.params, out.optimizer_state)
+                               : Crc(h1, record, out.params, out.optimizer_state);
   if (crc != h.crc) return DataLoss(path + ": checksum mismatch (torn or corrupt checkpoint)");
+  if (v3) {
+    const std::size_t nl = record.find('\n');
+    if (nl == std::string::npos) return DataLoss(path + ": malformed model record");
+    out.model.architecture = record.substr(0, nl);
+    out.model.features = record.substr(nl + 1);
+  }
+  if (expected != nullptr) {
+    const CheckpointModel& want = expected->model;
+    if (out.model.architecture.empty()) {
+      if (!expected->accept_unrecorded) {
+        return FailedPrecondition(
+            path +
+            ": written before checkpoints recorded the architecture, and only the presets "
+            "(--model mlp|cnn) resume from such a checkpoint; this job's model is " +
+            Quoted(want.architecture) +
+            " (start it with an empty checkpoint directory or another job name)");
+      }
+    } else if (out.model != want) {
+      return FailedPrecondition(
+          path + ": written for another model: the checkpoint's architecture is " +
+          Quoted(out.model.architecture) + " on data of shape " + Quoted(out.model.features) +
+          ", this job's is " + Quoted(want.architecture) + " on data of shape " +
+          Quoted(want.features) +
+          " (start it with an empty checkpoint directory or another job name)");
+    }
+  }
   if (!same_model) {
     return FailedPrecondition(
         path + ": written for a different model or optimizer (" + std::to_string(h.num_params) +
@@ -215,9 +263,23 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep) {
+  return WriteCheckpoint(dir, position, CheckpointModel{}, params, optimizer_state, keep);
+}
+
+Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
+                       const CheckpointModel& model, std::span<const float> params,
+                       std::span<const float> optimizer_state, int keep) {
   RETURN_IF_ERROR(MakeDir(dir));
+  // No recorded model: the second format, as before records existed.
+  const bool record_model = !model.architecture.empty();
+  const std::string record = record_model ? ModelRecord(model) : std::string();
+  if (record.size() > kMaxModelRecord || model.architecture.find('\n') != std::string::npos) {
+    return InvalidArgument("checkpoint: a model record of " + std::to_string(record.size()) +
+                           " bytes, or with a line break in the architecture");
+  }
   HeaderV2 h{};
-  std::memcpy(h.magic, kMagicV2, sizeof(kMagicV2));
+  std::memcpy(h.magic, record_model ? kMagicV3 : kMagicV2, sizeof(kMagicV2));
+  h.model_bytes = static_cast<std::uint32_t>(record.size());
   h.global_step = position.global_step;
   h.step_in_epoch = position.step_in_epoch;
   h.optimizer_steps = position.optimizer_steps;
@@ -226,7 +288,7 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   h.epoch = position.epoch;
   h.world_size = position.world_size;
   h.epoch_samples = position.epoch_samples;
-  h.crc = Crc(h, params, optimizer_state);
+  h.crc = Crc(h, record, params, optimizer_state);
 
   std::string final_path = dir + "/ckpt-" + std::to_string(position.global_step) + ".bin";
   std::string tmp = final_path + ".tmp";
@@ -235,6 +297,7 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir + ": open " + tmp, errno);
     s = WriteAll(fd.get(), &h, sizeof(h), tmp);
+    if (s.ok()) s = WriteAll(fd.get(), record.data(), record.size(), tmp);
     if (s.ok()) s = WriteAll(fd.get(), params.data(), params.size_bytes(), tmp);
     if (s.ok()) s = WriteAll(fd.get(), optimizer_state.data(), optimizer_state.size_bytes(), tmp);
     if (s.ok() && ::fsync(fd.get()) != 0) s = ErrnoStatus("fsync " + tmp, errno);
@@ -275,7 +338,8 @@ Status CheckCheckpointDirWritable(const std::string& dir) {
 }
 
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
-                                               std::size_t state_size) {
+                                               std::size_t state_size,
+                                               const ExpectedModel* expected) {
   std::error_code ec;
   auto all = ListCheckpoints(dir, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
@@ -283,7 +347,7 @@ StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size
   }
   std::string reasons;
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    auto st = ReadCheckpoint(it->second, num_params, state_size);
+    auto st = ReadCheckpoint(it->second, num_params, state_size, expected);
     if (st.ok()) return st;
     if (st.status().code() != StatusCode::kDataLoss) return st.status();
     // Moved aside, not deleted: left in place, a corrupt file numbered above the checkpoints

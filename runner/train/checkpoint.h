@@ -26,7 +26,26 @@ struct CheckpointPosition {
   std::int32_t world_size = 0;  // that wrote it; 0 = unknown (first format)
 };
 
+// What a checkpoint was written for: the model's architecture (model::CanonicalString, one line)
+// and the dataset's per-sample shape ("1x28x28", "13"). Checkpoints of the first two formats
+// record neither (both empty).
+struct CheckpointModel {
+  std::string architecture;
+  std::string features;
+  bool operator==(const CheckpointModel&) const = default;
+};
+
+// What a resume expects: the job's model, and whether a checkpoint that records no model (written
+// before checkpoints recorded one) may be resumed from. Only the presets (--model mlp|cnn) may:
+// they were the only models then, and their parameter counts differ, so the size check still
+// tells them apart; a user-defined list of the same size could not be told from them.
+struct ExpectedModel {
+  CheckpointModel model;
+  bool accept_unrecorded = false;
+};
+
 struct CheckpointState : CheckpointPosition {
+  CheckpointModel model;  // as recorded (empty for the first two formats)
   std::vector<float> params;
   std::vector<float> optimizer_state;
 };
@@ -34,6 +53,11 @@ struct CheckpointState : CheckpointPosition {
 // Writes <dir>/ckpt-<global_step>.bin and keeps the newest `keep` files. Errors a restart cannot
 // fix (EACCES, EPERM, EROFS, ENOSPC, ENOTDIR, ...) are permanent (PermissionDenied or
 // FailedPrecondition) and name the path with strerror; others (EIO) stay retryable.
+// `model` is recorded in the file (format 3).
+Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
+                       const CheckpointModel& model, std::span<const float> params,
+                       std::span<const float> optimizer_state, int keep = 2);
+// The same recording no model (tests of older-format behaviour; the trainer records its model).
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep = 2);
@@ -51,9 +75,13 @@ Status CheckCheckpointDirWritable(const std::string& dir);
 //    (`num_params`, `state_size`) before anything is allocated;
 //  - DataLoss naming the files when checkpoints exist but none is readable (the caller starts
 //    from step 0 and must say so);
-//  - FailedPrecondition when an intact checkpoint was written for another model (permanent);
+//  - FailedPrecondition when an intact checkpoint was written for another model (permanent):
+//    another architecture or data shape than `expected` (the message names both), no recorded
+//    model where `expected` does not accept that, or other parameter/optimizer sizes;
 //  - PermissionDenied when the dir or a file cannot be read (permanent).
+// `expected` null: the recorded model is not checked (sizes only).
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
-                                               std::size_t state_size);
+                                               std::size_t state_size,
+                                               const ExpectedModel* expected = nullptr);
 
 }  // namespace ringtrain::train

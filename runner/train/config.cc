@@ -1,6 +1,8 @@
 #include "runner/train/config.h"
 
 #include "common/flags.h"
+#include "runner/data/dataset_spec.h"
+#include "runner/model/model_spec.h"
 
 namespace ringtrain::train {
 namespace {
@@ -9,12 +11,20 @@ constexpr char kEpilogue[] =
     "Rank and rendezvous come from RINGTRAIN_* (or torchrun's RANK, WORLD_SIZE,\n"
     "MASTER_ADDR, MASTER_PORT) environment variables.\n";
 
-// Every runner flag, one line each, writing into `c`: the one table the parser, the usage, the
-// help test and the controller's RunnerArgs test agree on.
-flags::FlagSet Flags(TrainConfig& c) {
+// The two specs as given (JSON), parsed once the flags are read.
+struct SpecFlags {
+  std::string model;
+  std::string dataset;
+};
+
+// Every runner flag, one line each, writing into `c` (and `specs`): the one table the parser,
+// the usage, the help test and the controller's RunnerArgs test agree on.
+flags::FlagSet Flags(TrainConfig& c, SpecFlags& specs) {
   flags::FlagSet f("ringtrain-runner [flags]", kEpilogue);
-  f.Choice("model", &c.model.name, contract::ModelNames(), "the model");
-  f.String("dataset", &c.dataset, "the dataset's directory", "DIR");
+  f.Choice("model", &c.model.name, contract::ModelNames(), "a preset model");
+  f.String("model-spec", &specs.model, "a layer list (model_spec.h), instead of --model", "JSON");
+  f.String("dataset", &c.dataset, "the dataset's directory (IDX)", "DIR");
+  f.String("dataset-spec", &specs.dataset, "idx/csv/npy files, instead of --dataset", "JSON");
   f.Int("epochs", &c.epochs, "passes over the training set", {.min = 1});
   f.Int("batch-size", &c.batch_size, "samples per step, per replica", {.min = 1});
   f.Choice("optimizer", &c.optimizer.name, contract::OptimizerNames(), "the optimizer");
@@ -48,22 +58,40 @@ flags::FlagSet Flags(TrainConfig& c) {
 
 std::vector<std::string> TrainFlagNames() {
   TrainConfig ignored;
-  return Flags(ignored).Names();
+  SpecFlags specs;
+  return Flags(ignored, specs).Names();
 }
 
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
   TrainConfig c;
-  flags::FlagSet f = Flags(c);
+  SpecFlags specs;
+  flags::FlagSet f = Flags(c, specs);
   RETURN_IF_ERROR(f.Parse(args));
   // Callers that print the usage for --help ask flags::HelpRequested first (runner/main.cc);
   // anywhere else the usage is the answer.
   if (f.help_requested()) return InvalidArgument(f.Usage());
+  // A layer list replaces the preset, a dataset spec the IDX directory: both at once is a
+  // contradiction (--model mlp, the default, is no contradiction).
+  if (!specs.model.empty()) {
+    if (c.model.name != TrainConfig{}.model.name) {
+      return InvalidArgument("--model-spec: not with --model " + c.model.name +
+                             " (a preset; the spec is the model)");
+    }
+    ASSIGN_OR_RETURN(c.model_spec, model::ParseModelSpec(specs.model, "--model-spec"));
+  }
+  if (!specs.dataset.empty()) {
+    if (c.dataset != TrainConfig{}.dataset) {
+      return InvalidArgument("--dataset-spec: not with --dataset (the spec names the files)");
+    }
+    ASSIGN_OR_RETURN(c.dataset_spec, data::ParseDatasetSpec(specs.dataset, "--dataset-spec"));
+  }
   return c;
 }
 
 std::string TrainFlagsHelp() {
   TrainConfig defaults;
-  return Flags(defaults).Usage();
+  SpecFlags specs;
+  return Flags(defaults, specs).Usage();
 }
 
 }  // namespace ringtrain::train

@@ -4,33 +4,72 @@
 
 #include "common/clock.h"
 #include "runner/train/bucket_plan.h"
+#include "runner/train/model_data.h"
 
 namespace ringtrain::train {
 
+namespace {
+
+// The dropout masks of a step depend only on the job's seed, the rank and the step's position in
+// the data (epoch, step), so a resumed or recovered rank draws the masks it would have drawn.
+std::uint64_t DropoutSeed(std::uint64_t seed, int rank, int epoch, std::int64_t step) {
+  std::uint64_t h = seed ^ 0x6A09E667F3BCC908ULL;
+  for (const std::uint64_t v : {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(epoch),
+                                static_cast<std::uint64_t>(step)}) {
+    h = (h ^ v) * 0x100000001B3ULL;  // FNV-style mixing, then splitmix64's finaliser
+    h ^= h >> 30;
+    h *= 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBULL;
+    h ^= h >> 31;
+  }
+  return h;
+}
+
+}  // namespace
+
 StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config, EngineDeps deps) {
-  if (deps.comm == nullptr || deps.train == nullptr) {
-    return InvalidArgument("trainer needs a communicator and a training set");
+  if (deps.comm == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
+    return InvalidArgument("trainer needs a communicator and one training set");
   }
   std::unique_ptr<CpuEngine> e(new CpuEngine(config, deps));
+  DataShape shape;
+  if (deps.train != nullptr) {
+    shape = ShapeOf(*deps.train, config.model.classes);
+    // Gather and the model trust the data's shape and labels: check them once, here.
+    RETURN_IF_ERROR(
+        data::ValidateForModel(*deps.train, deps.train->rows, deps.train->cols, shape.outputs));
+    if (deps.test != nullptr) {
+      RETURN_IF_ERROR(
+          data::ValidateForModel(*deps.test, deps.train->rows, deps.train->cols, shape.outputs));
+    }
+  } else {
+    RETURN_IF_ERROR(data::ValidateTable(*deps.train_table));
+    if (deps.test_table != nullptr) {
+      RETURN_IF_ERROR(data::ValidateTable(*deps.test_table, deps.train_table));
+    }
+    ASSIGN_OR_RETURN(shape, ShapeOf(*deps.train_table));
+  }
+  ASSIGN_OR_RETURN(const model::ModelSpec spec, ResolveModelSpec(config, shape));
+  e->regression_ = shape.regression;
+  e->checkpoint_model_ = CheckpointModelOf(spec, shape, IsPreset(config, shape, spec));
   model::ModelConfig mc = config.model;
-  mc.height = deps.train->rows;
-  mc.width = deps.train->cols;
   mc.max_batch = config.batch_size;
   mc.seed = config.seed;
   mc.max_grad_slice =
       GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
-  // Gather and the model trust the data's shape and labels: check them once, here.
-  RETURN_IF_ERROR(data::ValidateForModel(*deps.train, mc.height, mc.width, mc.classes));
-  if (deps.test != nullptr) {
-    RETURN_IF_ERROR(data::ValidateForModel(*deps.test, mc.height, mc.width, mc.classes));
-  }
-  ASSIGN_OR_RETURN(e->model_, model::Model::Create(mc));
+  mc.dropout_seed = DropoutSeed(config.seed, deps.comm->rank(), 0, 0);
+  ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
   ASSIGN_OR_RETURN(e->optimizer_,
                    model::Optimizer::Create(config.optimizer, e->model_->params().size()));
   RETURN_IF_ERROR(e->Rebind(deps.comm));
   const auto bs = static_cast<std::size_t>(config.batch_size);
-  e->eval_x_.resize(bs * static_cast<std::size_t>(deps.train->sample_size()));
-  e->eval_y_.resize(bs);
+  e->eval_x_.resize(bs * shape.input.size());
+  if (e->regression_) {
+    e->eval_targets_.resize(bs * static_cast<std::size_t>(shape.outputs));
+  } else {
+    e->eval_y_.resize(bs);
+  }
   e->eval_idx_.resize(bs);
   return e;
 }
@@ -97,7 +136,11 @@ StatusOr<InputStart> CpuEngine::OpenInput(int epoch, std::int64_t epoch_samples)
   lo.start_epoch = epoch;
   lo.start_samples = epoch_samples;
   lo.end_epoch = config_.epochs;
-  ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(*deps_.train, lo));
+  if (deps_.train != nullptr) {
+    ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(*deps_.train, lo));
+  } else {
+    ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(*deps_.train_table, lo));
+  }
   return InputStart{loader_->steps_per_epoch(), loader_->start_epoch(), loader_->start_samples()};
 }
 
@@ -115,9 +158,11 @@ StatusOr<std::optional<EngineBatch>> CpuEngine::NextBatch() {
 StatusOr<std::optional<StepStats>> CpuEngine::Step(double lr) {
   step_allreduce_seconds_ = 0;
   GradReducer* reducer = reducer_.get();
-  const float loss =
-      model_->ForwardBackward(batch_.x, batch_.y, batch_.n,
-                              [reducer](const model::ParamRange& r) { reducer->OnRangeReady(r); });
+  const auto ready = [reducer](const model::ParamRange& r) { reducer->OnRangeReady(r); };
+  model_->SeedDropout(DropoutSeed(config_.seed, deps_.comm->rank(), batch_.epoch, batch_.step));
+  const float loss = regression_
+                         ? model_->ForwardBackward(batch_.x, batch_.targets, batch_.n, ready)
+                         : model_->ForwardBackward(batch_.x, batch_.y, batch_.n, ready);
   const auto wait_start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(reducer_->Finish().WithContext("gradient all-reduce"));
   StepStats stats;
@@ -139,16 +184,27 @@ StatusOr<std::pair<double, std::int64_t>> CpuEngine::TakeLoss() {
 
 StatusOr<EvalSums> CpuEngine::EvaluateShard() {
   EvalSums sums;
-  if (deps_.test == nullptr) return sums;
-  const data::Dataset& ds = *deps_.test;
+  const std::size_t count = deps_.test != nullptr         ? deps_.test->count
+                            : deps_.test_table != nullptr ? deps_.test_table->n
+                                                          : 0;
   // Disjoint shards without padding: rank r takes r, r+world, ...
   std::size_t i = static_cast<std::size_t>(deps_.comm->rank());
   const auto stride = static_cast<std::size_t>(deps_.comm->size());
-  while (i < ds.count) {
+  while (i < count) {
     int n = 0;
-    for (; n < config_.batch_size && i < ds.count; ++n, i += stride) eval_idx_[n] = i;
-    data::Gather(ds, eval_idx_.data(), n, eval_x_.data(), eval_y_.data());
-    auto r = model_->Evaluate(eval_x_.data(), eval_y_.data(), n);
+    for (; n < config_.batch_size && i < count; ++n, i += stride) eval_idx_[n] = i;
+    model::EvalResult r;
+    if (deps_.test != nullptr) {
+      data::Gather(*deps_.test, eval_idx_.data(), n, eval_x_.data(), eval_y_.data());
+      r = model_->Evaluate(eval_x_.data(), eval_y_.data(), n);
+    } else if (regression_) {
+      data::Gather(*deps_.test_table, eval_idx_.data(), n, eval_x_.data(), nullptr,
+                   eval_targets_.data());
+      r = model_->Evaluate(eval_x_.data(), eval_targets_.data(), n);
+    } else {
+      data::Gather(*deps_.test_table, eval_idx_.data(), n, eval_x_.data(), eval_y_.data(), nullptr);
+      r = model_->Evaluate(eval_x_.data(), eval_y_.data(), n);
+    }
     sums.loss_sum += r.loss_sum;
     sums.correct += static_cast<double>(r.correct);
     sums.count += n;

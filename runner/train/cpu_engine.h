@@ -1,6 +1,7 @@
 // The CPU step engine: model and optimizer in host memory (runner/model), input from the
-// prefetching loader, gradient buckets all-reduced by GradReducer's comm thread while backward
-// still runs. Every step completes before Step returns.
+// prefetching loader (IDX images or a CSV/NPY Table), the model built from its layer list
+// (model::Model::Create(spec)), gradient buckets all-reduced by GradReducer's comm thread while
+// backward still runs. Every step completes before Step returns.
 #pragma once
 
 #include <atomic>
@@ -37,6 +38,7 @@ class CpuEngine final : public StepEngine {
   StatusOr<std::optional<StepStats>> Flush() override { return std::optional<StepStats>(); }
   StatusOr<std::pair<double, std::int64_t>> TakeLoss() override;
   StatusOr<EvalSums> EvaluateShard() override;
+  ExpectedModel checkpoint_model() const override { return checkpoint_model_; }
 
   model::Model& model() { return *model_; }
 
@@ -45,6 +47,8 @@ class CpuEngine final : public StepEngine {
 
   TrainConfig config_;
   EngineDeps deps_;
+  bool regression_ = false;  // the model's loss is mse: float targets, no accuracy
+  ExpectedModel checkpoint_model_;
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<model::Optimizer> optimizer_;
   std::unique_ptr<GradReducer> reducer_;
@@ -56,6 +60,7 @@ class CpuEngine final : public StepEngine {
   std::int64_t loss_steps_ = 0;
   std::vector<float> eval_x_;
   std::vector<std::int32_t> eval_y_;
+  std::vector<float> eval_targets_;
   std::vector<std::size_t> eval_idx_;
 };
 

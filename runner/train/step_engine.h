@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "runner/comm/communicator.h"
 #include "runner/data/idx.h"
+#include "runner/data/table.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/train/checkpoint.h"
 
@@ -25,8 +26,12 @@ namespace ringtrain::train {
 // loop uses comm, metrics, stop and attempt; the engine everything but stop and attempt).
 struct EngineDeps {
   comm::Communicator* comm = nullptr;  // any backend; device collectives through its seam
+  // The data: IDX images (train/test) or Tables (train_table/test_table, CSV and NPY; the CPU
+  // engine only). One training set; its test set may be null: no evaluation.
   const data::Dataset* train = nullptr;
-  const data::Dataset* test = nullptr;        // may be null: no evaluation
+  const data::Dataset* test = nullptr;
+  const data::Table* train_table = nullptr;
+  const data::Table* test_table = nullptr;
   metrics::RunnerMetrics* metrics = nullptr;  // may be null
   const std::atomic<bool>* stop = nullptr;    // set by a signal handler; may be null
   // Set by a SIGTERM while draining (common/stop.h): the gang stops at an agreed step boundary.
@@ -65,8 +70,8 @@ struct StepStats {
 
 // This rank's shard of the test set, not yet summed across ranks.
 struct EvalSums {
-  double loss_sum = 0;
-  double correct = 0;
+  double loss_sum = 0;  // cross-entropy, or squared error (each sample's mean) for regression
+  double correct = 0;   // 0 for regression
   double count = 0;
 };
 
@@ -112,6 +117,9 @@ class StepEngine {
   virtual StatusOr<std::pair<double, std::int64_t>> TakeLoss() = 0;
   // Evaluates this rank's shard of the test set (samples rank, rank+world, ...).
   virtual StatusOr<EvalSums> EvaluateShard() = 0;
+  // What a checkpoint records of the model, and what a resume must find there
+  // (checkpoint.h); an empty architecture records nothing and checks sizes only.
+  virtual ExpectedModel checkpoint_model() const { return {}; }
   // An accelerator runs the steps: the loop then reports its busy fraction.
   virtual bool has_device() const { return false; }
   // The engine replays each step as one captured graph (CUDA graphs).

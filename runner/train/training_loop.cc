@@ -116,8 +116,10 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
     failure = CheckCheckpointDirWritable(config_.checkpoint_dir);
     StatusOr<CheckpointState> ckpt = failure;
     if (failure.ok()) {
+      const ExpectedModel expected = engine.checkpoint_model();
       ckpt = LoadNewestCheckpoint(config_.checkpoint_dir, engine.num_params(),
-                                  engine.optimizer_state_size());
+                                  engine.optimizer_state_size(),
+                                  expected.model.architecture.empty() ? nullptr : &expected);
     }
     if (ckpt.ok()) failure = engine.Restore(*ckpt);
     if (ckpt.ok() && failure.ok()) {
@@ -196,8 +198,9 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
   pos.step_in_epoch = step_in_epoch;
   pos.epoch_samples = epoch_samples;
   pos.world_size = deps_.comm->size();
-  RETURN_IF_ERROR(
-      WriteCheckpoint(config_.checkpoint_dir, pos, params, state).WithContext("checkpoint"));
+  RETURN_IF_ERROR(WriteCheckpoint(config_.checkpoint_dir, pos,
+                                  deps_.engine->checkpoint_model().model, params, state)
+                      .WithContext("checkpoint"));
   if (deps_.metrics) deps_.metrics->IncCheckpoints();
   return Status::Ok();
 }
@@ -303,6 +306,7 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   if (m_) m_->SetWorldSize(world_);
 
   result_.world_size = world_;
+  result_.regression = config_.model_spec && config_.model_spec->loss == model::Loss::kMse;
   result_.resumed = result_.resumed || start.resumed;
   if (start.recovered) {
     result_.recoveries = start.recoveries;
@@ -380,8 +384,13 @@ Status TrainingLoop::Pass::Evaluate() {
   result_.test_accuracy = acc_loss.first;
   result_.test_loss = acc_loss.second;
   evaluated_last_ = true;
-  progress_.test_accuracy = acc_loss.first;
-  if (m_) m_->SetTestAccuracy(acc_loss.first);
+  if (result_.regression) {
+    progress_.test_mse = acc_loss.second;
+    if (m_) m_->SetTestMse(acc_loss.second);
+  } else {
+    progress_.test_accuracy = acc_loss.first;
+    if (m_) m_->SetTestAccuracy(acc_loss.first);
+  }
   return Status::Ok();
 }
 
@@ -419,7 +428,11 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
   if (eval_now) {
     RETURN_IF_ERROR(Evaluate());
     if (m_) m_->UpdateProgress(progress_);
-    if (comm_.rank() == 0) {
+    if (comm_.rank() == 0 && result_.regression) {
+      spdlog::info("epoch {}/{} step {} loss {:.4f} test_mse {:.4f} samples/s {:.0f}",
+                   batch.epoch + 1, config_.epochs, global_step_, mean_loss_, result_.test_loss,
+                   progress_.samples_per_second);
+    } else if (comm_.rank() == 0) {
       spdlog::info(
           "epoch {}/{} step {} loss {:.4f} test_accuracy {:.4f} test_loss {:.4f} samples/s {:.0f}",
           batch.epoch + 1, config_.epochs, global_step_, mean_loss_, result_.test_accuracy,
@@ -487,7 +500,7 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   progress_.state = "succeeded";
   progress_.step = global_step_;
   progress_.epoch = epoch_;
-  progress_.test_accuracy = result_.test_accuracy;
+  if (!result_.regression) progress_.test_accuracy = result_.test_accuracy;
   progress_.samples_per_second = result_.samples_per_second;
   if (m_) m_->UpdateProgress(progress_);
   return result_;

@@ -18,6 +18,8 @@
 namespace ringtrain::train {
 
 struct TrainResult {
+  // Regression (a model with loss mse): test_loss is the test MSE and test_accuracy stays 0.
+  bool regression = false;
   double test_accuracy = 0;
   double test_loss = 0;
   int epochs = 0;                     // epochs completed
@@ -69,7 +71,7 @@ inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
   LoopDeps d;
   d.comm = deps.comm;
   d.engine = engine;
-  d.evaluate = deps.test != nullptr;
+  d.evaluate = deps.test != nullptr || deps.test_table != nullptr;
   d.metrics = deps.metrics;
   d.stop = deps.stop;
   d.drain = deps.drain;

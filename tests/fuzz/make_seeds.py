@@ -196,7 +196,26 @@ def ckpt_v2(step, params, state, world=2, epoch_samples=64, epoch=1):
     return HEADER_V2.pack(*fields, crc, 0) + body
 
 
+def ckpt_v3(step, params, state, record=b"input=2;dense(units=2);relu;loss=softmax_cross_entropy\n2",
+            model_bytes=None):
+    """HeaderV2's layout with magic RTCKPT03, its last field the model record's length."""
+    body = b"".join(struct.pack("<f", x) for x in params) + \
+        b"".join(struct.pack("<f", x) for x in state)
+    n = len(record) if model_bytes is None else model_bytes
+    fields = (b"RTCKPT03", step, 2, step, len(params), len(state), 1, 2, 64)
+    crc = zlib.crc32(HEADER_V2.pack(*fields, 0, n) + record + body) & 0xFFFFFFFF
+    return HEADER_V2.pack(*fields, crc, n) + record + body
+
+
 def checkpoint():
+    good_v3 = ckpt_v3(9, [0.1 * i for i in range(6)], [0.01 * i for i in range(12)])
+    write("checkpoint", "valid-v3", b"\x00" + good_v3)
+    write("checkpoint", "v3-other-architecture",
+          b"\x01" + ckpt_v3(9, [1.0] * 6, [2.0] * 12, record=b"input=2;dense(units=2);tanh\n2"))
+    write("checkpoint", "v3-record-without-newline",
+          b"\x01" + ckpt_v3(9, [1.0] * 6, [2.0] * 12, record=b"input=2"))
+    write("checkpoint", "v3-huge-record",
+          b"\x01" + ckpt_v3(9, [1.0] * 6, [2.0] * 12, model_bytes=0xFFFFFFF0))
     good_v2 = ckpt_v2(9, [0.1 * i for i in range(6)], [0.01 * i for i in range(12)])
     write("checkpoint", "valid-v2", b"\x00" + good_v2)
     write("checkpoint", "v2-huge-epoch-samples",

@@ -85,10 +85,26 @@ class Mortal final : public comm::Communicator {
   std::atomic<int> calls_{0};
 };
 
+// A user-defined model with dropout on a Table: the state a rank keeps is the same flat
+// parameters, and the masks of a step come from (seed, rank, position), so a replacement draws
+// exactly the masks the rank it replaces would have drawn.
+train::TrainConfig TableConfig() {
+  train::TrainConfig c = Config();
+  auto spec = model::ParseModelSpec(R"({"input": [12], "layers": [{"dense": {"units": 16}},
+      "gelu", {"dropout": {"rate": 0.25}}, {"dense": {"units": 4}}]})");
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (spec.ok()) c.model_spec = *spec;
+  return c;
+}
+
 struct Gang {
+  explicit Gang(bool tables = false) : tables(tables) {}
+  const bool tables;  // train TableConfig() on the tables instead of the images
   rendezvous::MemoryStore store;
   data::Dataset train = testing::SyntheticImages(480, 28, 28, 1);
   data::Dataset test = testing::SyntheticImages(96, 28, 28, 2);
+  data::Table train_table = testing::SyntheticTable(480, 12, 4, 1);
+  data::Table test_table = testing::SyntheticTable(96, 12, 4, 2);
 
   // One rank's whole life; dies at its `die_at`-th collective of its first round (-1: never),
   // or is asked to stop at its `drain_at`-th.
@@ -101,8 +117,10 @@ struct Gang {
     deps.metrics = metrics;
     deps.drain = &drain;
     deps.store = &store;
-    deps.train = &train;
-    deps.test = &test;
+    deps.train = tables ? nullptr : &train;
+    deps.test = tables ? nullptr : &test;
+    deps.train_table = tables ? &train_table : nullptr;
+    deps.test_table = tables ? &test_table : nullptr;
     deps.advertise_host = "127.0.0.1";
     bool first = true;
     deps.make_communicator =
@@ -115,12 +133,13 @@ struct Gang {
       const int asked_at = first_round ? drain_at : -1;
       return std::unique_ptr<comm::Communicator>(new Mortal(std::move(c), at, &drain, asked_at));
     };
-    return TrainRank(EnvFor(rank, world, recover), config, Placement{}, deps);
+    return TrainRank(EnvFor(rank, world, recover), tables ? TableConfig() : config, Placement{},
+                     deps);
   }
 };
 
-train::TrainResult Undisturbed(int world) {
-  Gang g;
+train::TrainResult Undisturbed(int world, bool tables = false) {
+  Gang g(tables);
   std::vector<StatusOr<train::TrainResult>> r(world, Internal("not run"));
   std::vector<std::thread> t;
   for (int i = 0; i < world; ++i) t.emplace_back([&, i] { r[i] = g.RunRank(i, world, false, -1); });
@@ -133,8 +152,9 @@ train::TrainResult Undisturbed(int world) {
 // rank once it is gone, and a replacement in `doomed` itself dies at its first collective
 // (during the state transfer), to be replaced again.
 std::vector<StatusOr<train::TrainResult>> WithLosses(int world, const std::vector<int>& victims,
-                                                     int die_at, const std::vector<int>& doomed) {
-  Gang g;
+                                                     int die_at, const std::vector<int>& doomed,
+                                                     bool tables = false) {
+  Gang g(tables);
   std::vector<StatusOr<train::TrainResult>> r(world, Internal("not run"));
   std::vector<std::thread> t;
   for (int i = 0; i < world; ++i) {
@@ -196,6 +216,14 @@ TEST_F(RecoveryTest, ALostRankIsReplacedAndOnlyTheStepInFlightIsRedone) {
     EXPECT_EQ(r[i]->recovery_steps_lost, 1) << "rank " << i;
     EXPECT_GT(r[i]->last_recovery_step, 0) << "rank " << i;
   }
+}
+
+TEST_F(RecoveryTest, AUserModelWithDropoutOnATableRecoversBitIdentically) {
+  const train::TrainResult base = Undisturbed(kWorld, /*tables=*/true);
+  ASSERT_EQ(base.steps, 60);
+  EXPECT_GT(base.test_accuracy, 0);
+  auto r = WithLosses(kWorld, {1}, 40, {}, /*tables=*/true);
+  ExpectSameEndAs(r, base, 1);
 }
 
 TEST_F(RecoveryTest, RankZeroLostIsReplacedFromASurvivor) {

@@ -14,6 +14,7 @@
 #include "runner/model/cuda/gpu_model.h"
 #include "runner/model/cuda/gpu_optimizer.h"
 #include "runner/train/bucket_plan.h"
+#include "runner/train/model_data.h"
 
 namespace ringtrain::gpu {
 namespace {
@@ -71,6 +72,14 @@ class CudaEngine final : public train::StepEngine {
   StatusOr<std::pair<double, std::int64_t>> TakeLoss() override;
   StatusOr<train::EvalSums> EvaluateShard() override;
   bool has_device() const override { return true; }
+  // The presets only (rank.cc refuses other lists): their architecture for the data's shape.
+  train::ExpectedModel checkpoint_model() const override {
+    const train::DataShape shape = train::ShapeOf(*deps_.train, config_.model.classes);
+    auto spec =
+        model::PresetSpec(config_.model.name, shape.input, shape.outputs, config_.model.hidden);
+    if (!spec.ok()) return {};
+    return train::CheckpointModelOf(*spec, shape, /*preset=*/true);
+  }
 
  private:
   Status WaitFor(cudaEvent_t event, std::string_view what) {

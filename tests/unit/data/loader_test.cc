@@ -61,6 +61,77 @@ TEST(PrefetchLoader, DeliversTheSamplerOrderAcrossEpochs) {
   }
 }
 
+// Sample i of a Table: features (i, -i, 0.5), label i % 3 or targets (2i, i + 0.25).
+Table MakeTable(std::size_t n, bool regression) {
+  Table t;
+  t.n = n;
+  t.features = 3;
+  t.shape = {3};
+  t.path = "/data/t.csv";
+  t.task.kind = regression ? Task::Kind::kRegression : Task::Kind::kClassification;
+  t.task.classes = regression ? 0 : 3;
+  t.task.targets = regression ? 2 : 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto f = static_cast<float>(i);
+    t.x.insert(t.x.end(), {f, -f, 0.5f});
+    if (regression) {
+      t.targets.insert(t.targets.end(), {2 * f, f + 0.25f});
+    } else {
+      t.labels.push_back(static_cast<std::int32_t>(i % 3));
+    }
+  }
+  return t;
+}
+
+TEST(PrefetchLoader, ReadsATableInTheSamplerOrderWithLabelsOrTargets) {
+  for (const bool regression : {false, true}) {
+    const Table t = MakeTable(30, regression);
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.workers = 2;
+    o.prefetch = 3;
+    o.rank = 0;
+    o.world_size = 2;
+    o.seed = 5;
+    o.end_epoch = 2;
+    // Resumed after 8 samples of epoch 0 (as a checkpoint or a recovered rank says).
+    o.start_samples = 8;
+    auto loader = PrefetchLoader::Create(t, o);
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    DistributedSampler sampler(30, 0, 2, 5);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      std::vector<std::size_t> want;
+      sampler.Indices(epoch, want, epoch == 0 ? 8 : 0);
+      std::size_t pos = 0;
+      while (pos < want.size()) {
+        auto b = (*loader)->Next();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        EXPECT_EQ(b->epoch, epoch);
+        for (int i = 0; i < b->n; ++i, ++pos) {
+          const auto s = static_cast<float>(want[pos]);
+          EXPECT_EQ(b->x[i * 3], s);
+          EXPECT_EQ(b->x[i * 3 + 1], -s);
+          if (regression) {
+            EXPECT_EQ(b->y, nullptr);
+            ASSERT_NE(b->targets, nullptr);
+            EXPECT_EQ(b->targets[i * 2], 2 * s);
+            EXPECT_EQ(b->targets[i * 2 + 1], s + 0.25f);
+          } else {
+            EXPECT_EQ(b->targets, nullptr);
+            EXPECT_EQ(b->y[i], static_cast<std::int32_t>(want[pos] % 3));
+          }
+        }
+      }
+    }
+    EXPECT_EQ((*loader)->Next().status().code(), StatusCode::kNotFound);
+  }
+  Table empty;
+  empty.path = "/data/empty.csv";
+  auto refused = PrefetchLoader::Create(empty, LoaderOptions{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("/data/empty.csv"), std::string::npos);
+}
+
 TEST(PrefetchLoader, ResumesMidEpoch) {
   Dataset ds = MakeDataset(40);
   LoaderOptions o;

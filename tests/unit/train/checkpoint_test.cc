@@ -49,6 +49,21 @@ class CheckpointTest : public ::testing::Test {
     std::fclose(f);
   }
 
+  Status WriteModel(std::int64_t step, const CheckpointModel& model) {
+    CheckpointPosition pos;
+    pos.global_step = step;
+    pos.epoch_samples = 0;
+    pos.world_size = 1;
+    std::vector<float> params(kParams, 0.5f), state(kState, 0.25f);
+    return WriteCheckpoint(dir_, pos, model, params, state, /*keep=*/5);
+  }
+  static ExpectedModel Expect(CheckpointModel m, bool accept_unrecorded) {
+    ExpectedModel e;
+    e.model = std::move(m);
+    e.accept_unrecorded = accept_unrecorded;
+    return e;
+  }
+
   static constexpr std::size_t kParams = 10;
   static constexpr std::size_t kState = 20;
   std::string dir_;
@@ -265,6 +280,94 @@ TEST_F(CheckpointTest, ATornNewestFileFallsBackToTheOlderOne) {
   auto ckpt = LoadNewestCheckpoint(dir_, kParams, kState);
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().ToString();
   EXPECT_EQ(ckpt->global_step, 10);
+}
+
+}  // namespace
+}  // namespace ringtrain::train
+
+namespace ringtrain::train {
+namespace {
+
+const CheckpointModel kTanh{"input=4;dense(units=10);tanh;loss=softmax_cross_entropy", "4"};
+const CheckpointModel kRelu{"input=4;dense(units=10);relu;loss=softmax_cross_entropy", "4"};
+
+TEST_F(CheckpointTest, RecordsTheModelItWasWrittenFor) {
+  ASSERT_TRUE(WriteModel(5, kTanh).ok());
+  const ExpectedModel same = Expect(kTanh, false);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, &same);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->model, kTanh);
+  EXPECT_EQ(st->global_step, 5);
+  EXPECT_EQ(st->params, std::vector<float>(kParams, 0.5f));
+  EXPECT_EQ(st->optimizer_state, std::vector<float>(kState, 0.25f));
+  // Without an expectation only the sizes count.
+  EXPECT_TRUE(LoadNewestCheckpoint(dir_, kParams, kState).ok());
+}
+
+TEST_F(CheckpointTest, AnotherArchitectureOfTheSameSizeIsPermanentNamingBoth) {
+  ASSERT_TRUE(WriteModel(5, kTanh).ok());
+  const ExpectedModel other = Expect(kRelu, true);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, &other);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition) << st.status().ToString();
+  EXPECT_NE(st.status().message().find(kTanh.architecture), std::string::npos);
+  EXPECT_NE(st.status().message().find(kRelu.architecture), std::string::npos);
+  // Refused, not skipped: the file is intact and stays where it is.
+  EXPECT_TRUE(std::filesystem::exists(Path(5)));
+}
+
+TEST_F(CheckpointTest, AnotherDataShapeIsPermanentNamingBoth) {
+  ASSERT_TRUE(WriteModel(5, CheckpointModel{kTanh.architecture, "1x2x2"}).ok());
+  const ExpectedModel flat = Expect(kTanh, true);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, &flat);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(st.status().message().find("\"1x2x2\""), std::string::npos) << st.status().message();
+  EXPECT_NE(st.status().message().find("\"4\""), std::string::npos) << st.status().message();
+}
+
+TEST_F(CheckpointTest, UnrecordedCheckpointsResumeThePresetsOnly) {
+  ASSERT_TRUE(Write(3, 1.0f).ok());  // no model recorded: the second format
+  const ExpectedModel preset = Expect(kRelu, true);
+  auto ok = LoadNewestCheckpoint(dir_, kParams, kState, &preset);
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(ok->model.architecture.empty());
+  const ExpectedModel user = Expect(kTanh, false);
+  auto refused = LoadNewestCheckpoint(dir_, kParams, kState, &user);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("presets"), std::string::npos);
+  EXPECT_NE(refused.status().message().find(kTanh.architecture), std::string::npos);
+}
+
+TEST_F(CheckpointTest, ACorruptModelRecordIsSkippedForTheOlderCheckpoint) {
+  ASSERT_TRUE(WriteModel(1, kTanh).ok());
+  ASSERT_TRUE(WriteModel(2, kTanh).ok());
+  {
+    // A byte of the record (right after the 72-byte header): the CRC covers it.
+    std::FILE* f = std::fopen(Path(2).c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 74, SEEK_SET);
+    std::fputc('X', f);
+    std::fclose(f);
+  }
+  const ExpectedModel same = Expect(kTanh, false);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, &same);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 1);
+  // A record length beyond the file: DataLoss before any allocation, the older one is used.
+  ASSERT_TRUE(WriteModel(3, kTanh).ok());
+  {
+    std::FILE* f = std::fopen(Path(3).c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 68, SEEK_SET);  // model_bytes
+    const std::uint32_t huge = 0xFFFFFFF0u;
+    std::fwrite(&huge, sizeof(huge), 1, f);
+    std::fclose(f);
+  }
+  auto again = LoadNewestCheckpoint(dir_, kParams, kState, &same);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->global_step, 1);
 }
 
 }  // namespace

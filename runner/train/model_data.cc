@@ -1,0 +1,196 @@
+#include "runner/train/model_data.h"
+
+#include <limits>
+#include <utility>
+
+#include "runner/data/csv.h"
+#include "runner/data/npy.h"
+
+namespace ringtrain::train {
+namespace {
+
+std::string ShapeText(const model::Shape& s) {
+  if (s.h == 1 && s.w == 1) return "[" + std::to_string(s.c) + "]";
+  return "[" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + "]";
+}
+
+// Reads one file of a split and holds out the test split, standardising after the split.
+StatusOr<data::TrainTest> Holdout(StatusOr<data::Table> all, const data::DatasetSpec& spec,
+                                  std::uint64_t seed) {
+  if (!all.ok()) return all.status();
+  ASSIGN_OR_RETURN(data::TrainTest out,
+                   data::SplitHoldout(std::move(*all), spec.test_fraction, seed));
+  RETURN_IF_ERROR(data::ValidateTable(out.train));
+  RETURN_IF_ERROR(data::ValidateTable(out.test, &out.train));
+  if (spec.standardize) {
+    out.scaling = data::FitStandardization(out.train);
+    RETURN_IF_ERROR(data::ApplyStandardization(out.scaling, out.train));
+    RETURN_IF_ERROR(data::ApplyStandardization(out.scaling, out.test));
+  }
+  return out;
+}
+
+data::Task TaskOf(const data::DatasetSpec& spec) {
+  data::Task task;
+  task.kind = spec.task;
+  task.classes = spec.task == data::Task::Kind::kClassification ? spec.classes : 0;
+  return task;
+}
+
+}  // namespace
+
+DataShape ShapeOf(const data::Dataset& ds, int classes) {
+  DataShape s;
+  s.input = model::Shape{1, ds.rows, ds.cols};
+  s.outputs = classes;
+  return s;
+}
+
+StatusOr<DataShape> ShapeOf(const data::Table& t) {
+  constexpr auto kMax = static_cast<std::size_t>(std::numeric_limits<int>::max());
+  if (t.features == 0 || t.features > kMax) {
+    return InvalidArgument(t.path + ": " + std::to_string(t.features) +
+                           " features per sample, a model takes 1.." + std::to_string(kMax));
+  }
+  DataShape s;
+  const auto& d = t.shape;
+  if (d.size() == 2) {
+    s.input = model::Shape{1, static_cast<int>(d[0]), static_cast<int>(d[1])};
+  } else if (d.size() == 3) {
+    s.input = model::Shape{static_cast<int>(d[0]), static_cast<int>(d[1]), static_cast<int>(d[2])};
+  } else {
+    s.input = model::Shape{static_cast<int>(t.features), 1, 1};
+  }
+  if (s.input.size() != t.features) s.input = model::Shape{static_cast<int>(t.features), 1, 1};
+  s.regression = !t.task.classification();
+  s.outputs = s.regression ? t.task.targets : t.task.classes;
+  return s;
+}
+
+StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint64_t seed,
+                                        int idx_classes) {
+  TrainingData out;
+  out.spec = spec;
+  switch (spec.format) {
+    case data::DatasetFormat::kIdx: {
+      const int classes = spec.classes > 0 ? spec.classes : idx_classes;
+      TrainingData::Idx idx;
+      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true));
+      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false));
+      RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
+      RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
+      out.shape = ShapeOf(idx.train, classes);
+      out.description = std::to_string(idx.train.count) + " training and " +
+                        std::to_string(idx.test.count) + " test images from " + spec.train;
+      out.idx = std::move(idx);
+      break;
+    }
+    case data::DatasetFormat::kCsv: {
+      data::CsvOptions o;
+      o.delimiter = spec.delimiter;
+      o.header = spec.header;
+      o.label_name = spec.label_name;
+      o.label_index = spec.label_index;
+      o.task = TaskOf(spec);
+      o.standardize = spec.standardize;
+      const data::CsvSplitFiles train{spec.train, spec.train_labels};
+      if (spec.test_fraction > 0) {
+        ASSIGN_OR_RETURN(out.table, Holdout(data::ReadCsv(train, o), spec, seed));
+      } else {
+        ASSIGN_OR_RETURN(out.table,
+                         data::LoadCsv(train, data::CsvSplitFiles{spec.test, spec.test_labels}, o));
+      }
+      break;
+    }
+    case data::DatasetFormat::kNpy: {
+      data::NpyOptions o;
+      o.task = TaskOf(spec);
+      o.standardize = spec.standardize;
+      const data::NpySplitFiles train{spec.train_x, spec.train_y};
+      if (spec.test_fraction > 0) {
+        ASSIGN_OR_RETURN(out.table, Holdout(data::ReadNpy(train, o), spec, seed));
+      } else {
+        ASSIGN_OR_RETURN(out.table,
+                         data::LoadNpy(train, data::NpySplitFiles{spec.test_x, spec.test_y}, o));
+      }
+      break;
+    }
+  }
+  if (out.table) {
+    ASSIGN_OR_RETURN(out.shape, ShapeOf(out.table->train));
+    out.description = std::to_string(out.table->train.n) + " training and " +
+                      std::to_string(out.table->test.n) + " test samples (" +
+                      std::to_string(out.table->train.features) + " features, " +
+                      (out.shape.regression ? std::to_string(out.shape.outputs) + " target(s)"
+                                            : std::to_string(out.shape.outputs) + " classes") +
+                      ") from " + out.table->train.path;
+  }
+  if (!spec.input_shape.empty()) {
+    // [c, h, w] must be an image's shape ([h, w] is [1, h, w]); flat data (CSV) and [features]
+    // (or more dimensions) only need as many values per sample, as a model's input does.
+    const auto& d = spec.input_shape;
+    std::size_t product = 1;
+    std::string stated;
+    for (const int v : d) {
+      product *= static_cast<std::size_t>(v);
+      stated += (stated.empty() ? "[" : ", ") + std::to_string(v);
+    }
+    stated += "]";
+    bool fits = product == out.shape.input.size();
+    const bool flat_data = out.shape.input.h == 1 && out.shape.input.w == 1;
+    if (d.size() == 3 && !flat_data)
+      fits = fits && model::Shape{d[0], d[1], d[2]} == out.shape.input;
+    if (d.size() == 2 && !flat_data) fits = fits && model::Shape{1, d[0], d[1]} == out.shape.input;
+    if (!fits) {
+      return InvalidArgument("dataset.inputShape: says " + stated +
+                             " per sample but the data has " + ShapeText(out.shape.input));
+    }
+  }
+  return out;
+}
+
+StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const DataShape& shape) {
+  model::ModelSpec spec;
+  if (config.model_spec) {
+    spec = *config.model_spec;
+  } else {
+    if (shape.regression) {
+      return InvalidArgument("--model " + config.model.name +
+                             ": a preset classifies, and the dataset is a regression one (give "
+                             "a --model-spec with \"loss\": \"mse\")");
+    }
+    ASSIGN_OR_RETURN(spec, model::PresetSpec(config.model.name, shape.input, shape.outputs,
+                                             config.model.hidden));
+  }
+  const bool mse = spec.loss == model::Loss::kMse;
+  if (mse != shape.regression) {
+    return InvalidArgument(std::string("model.loss: ") + std::string(model::NameOf(spec.loss)) +
+                           (shape.regression ? " does not fit a regression dataset (use \"mse\")"
+                                             : " does not fit a classification dataset (use "
+                                               "\"softmax_cross_entropy\")"));
+  }
+  auto checked = model::CheckAgainstDataset(spec, shape.input, shape.outputs);
+  if (!checked.ok()) return checked.status().WithContext("model");
+  return spec;
+}
+
+bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec) {
+  if (shape.regression) return false;
+  auto preset =
+      model::PresetSpec(config.model.name, shape.input, shape.outputs, config.model.hidden);
+  return preset.ok() && preset->init == spec.init &&
+         model::CanonicalString(*preset) == model::CanonicalString(spec);
+}
+
+ExpectedModel CheckpointModelOf(const model::ModelSpec& spec, const DataShape& shape, bool preset) {
+  ExpectedModel e;
+  e.model.architecture = model::CanonicalString(spec);
+  const model::Shape& s = shape.input;
+  e.model.features = s.h == 1 && s.w == 1 ? std::to_string(s.c)
+                                          : std::to_string(s.c) + "x" + std::to_string(s.h) + "x" +
+                                                std::to_string(s.w);
+  e.accept_unrecorded = preset;
+  return e;
+}
+
+}  // namespace ringtrain::train

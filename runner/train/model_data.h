@@ -1,0 +1,72 @@
+// The data a rank trains on, of any format (data::DatasetSpec), and the model that fits it: loads
+// IDX as uint8 images (normalised per batch) and CSV/NPY into data::Tables, and resolves the
+// model (--model-spec, or the preset --model built for the data's shape and classes), checked
+// against the data before any rendezvous work. Owns no training.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/status.h"
+#include "runner/data/dataset_spec.h"
+#include "runner/data/idx.h"
+#include "runner/data/table.h"
+#include "runner/model/model_spec.h"
+#include "runner/train/checkpoint.h"
+#include "runner/train/config.h"
+
+namespace ringtrain::train {
+
+// What a model sees of a dataset: each sample's shape and what it predicts.
+struct DataShape {
+  model::Shape input;
+  int outputs = 0;  // classes, or target values per sample
+  bool regression = false;
+};
+
+// The IDX images: 1 × rows × cols, `classes` outputs.
+DataShape ShapeOf(const data::Dataset& ds, int classes);
+// A Table's sample shape ({features}, {h, w} or {c, h, w}; more dimensions are flattened) and
+// task. InvalidArgument naming the file for a shape no model input can take.
+StatusOr<DataShape> ShapeOf(const data::Table& t);
+
+// One rank's training and test data, loaded once: exactly one of `idx` and `table` is set.
+struct TrainingData {
+  data::DatasetSpec spec;
+  struct Idx {
+    data::Dataset train;
+    data::Dataset test;
+  };
+  std::optional<Idx> idx;
+  std::optional<data::TrainTest> table;
+  DataShape shape;
+  std::string description;  // for the log: "60000 training and 10000 test samples from DIR"
+
+  const data::Dataset* idx_train() const { return idx ? &idx->train : nullptr; }
+  const data::Dataset* idx_test() const { return idx ? &idx->test : nullptr; }
+  const data::Table* table_train() const { return table ? &table->train : nullptr; }
+  const data::Table* table_test() const { return table ? &table->test : nullptr; }
+};
+
+// Loads `spec`: IDX with `idx_classes` classes (the spec's `classes` when set), CSV through
+// data::LoadCsv and NPY through data::LoadNpy, a held-out test split (testFraction) drawn from
+// `seed` and standardised with the training split's statistics. The spec's inputShape, when
+// given, must be the data's (InvalidArgument naming dataset.inputShape).
+StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint64_t seed,
+                                        int idx_classes);
+
+// The model to train on data of `shape`: config.model_spec, else the preset config.model.name
+// (model::PresetSpec with the data's shape and classes); checked against the data (a permanent
+// InvalidArgument naming the layer that does not fit) and its task (softmax_cross_entropy for
+// classes, mse for regression).
+StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const DataShape& shape);
+
+// Whether `spec` is the preset config.model.name for data of `shape` (same architecture and
+// initialisation): what old checkpoints, which record no architecture, may resume.
+bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec);
+
+// What a checkpoint of `spec` trained on data of `shape` records, and what its resume accepts.
+ExpectedModel CheckpointModelOf(const model::ModelSpec& spec, const DataShape& shape, bool preset);
+
+}  // namespace ringtrain::train
