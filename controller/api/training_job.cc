@@ -103,7 +103,12 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
     const model::Shape input = data ? data->input : model::Shape{1, 28, 28};
     const int classes = data && data->outputs > 0 ? data->outputs : 10;
     auto preset = model::PresetSpec(t->model, input, classes);
-    if (!preset.ok()) return InvalidArgument(root + ": " + preset.status().message());
+    if (!preset.ok()) {
+      // "model: unknown preset ..." or a layer that does not fit the input ("layers[5] ...").
+      const std::string& why = preset.status().message();
+      if (why.rfind("model: ", 0) == 0) return InvalidArgument(root + why.substr(5));
+      return in_field(preset.status());
+    }
     auto report = model::CheckAgainstDataset(*preset, input, classes);
     if (!report.ok()) return in_field(report.status());
     return report;
