@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <type_traits>
 
 #include "common/env.h"
@@ -76,6 +77,16 @@ std::map<std::string, Setter> Flags(TrainConfig& c) {
   return {
       {"model", one_of(&c.model.name, contract::ModelNames())},
       {"dataset", str(&c.dataset)},
+      {"model-spec",
+       [&c](const std::string& f, const std::string& v) -> Status {
+         ASSIGN_OR_RETURN(c.model_spec, model::ParseModelSpec(v, "--" + f));
+         return Status::Ok();
+       }},
+      {"dataset-spec",
+       [&c](const std::string& f, const std::string& v) -> Status {
+         ASSIGN_OR_RETURN(c.dataset_spec, data::ParseDatasetSpec(v, "--" + f));
+         return Status::Ok();
+       }},
       {"epochs", integer(&c.epochs, 1)},
       {"batch-size", integer(&c.batch_size, 1)},
       {"optimizer", one_of(&c.optimizer.name, contract::OptimizerNames())},
@@ -117,6 +128,7 @@ std::vector<std::string> TrainFlagNames() {
 StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
   TrainConfig c;
   const std::map<std::string, Setter> flags = Flags(c);
+  std::set<std::string> given;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) return InvalidArgument("unexpected argument '" + a + "'");
@@ -133,12 +145,24 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
     auto it = flags.find(name);
     if (it == flags.end()) return InvalidArgument("--" + name + ": unknown flag");
     RETURN_IF_ERROR(it->second(name, value));
+    given.insert(name);
+  }
+  // A layer list replaces the preset, a dataset spec the IDX directory: both at once is a
+  // contradiction (--model mlp, the default, is no contradiction).
+  if (given.count("model-spec") != 0 && c.model.name != TrainConfig{}.model.name) {
+    return InvalidArgument("--model-spec: not with --model " + c.model.name +
+                           " (a preset; the spec is the model)");
+  }
+  if (given.count("dataset-spec") != 0 && given.count("dataset") != 0) {
+    return InvalidArgument("--dataset-spec: not with --dataset (the spec names the files)");
   }
   return c;
 }
 
 std::string TrainFlagsHelp() {
   return "usage: ringtrain-runner [--model mlp|cnn] [--dataset DIR] [--epochs N]\n"
+         "  [--model-spec JSON (a layer list, instead of --model)]\n"
+         "  [--dataset-spec JSON (idx/csv/npy files, instead of --dataset)]\n"
          "  [--batch-size N (per replica)] [--optimizer sgd|adam] [--learning-rate X]\n"
          "  [--momentum X] [--weight-decay X] [--lr-scaling linear|none] [--warmup-epochs X]\n"
          "  [--lr-schedule constant|cosine] [--seed N] [--checkpoint-dir DIR]\n"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,9 @@
 #include "common/runner_env.h"
 #include "common/runner_flags.h"
 #include "common/status.h"
+#include "runner/data/dataset_spec.h"
 #include "runner/model/model.h"
+#include "runner/model/model_spec.h"
 #include "runner/model/optimizer.h"
 
 namespace ringtrain::train {
@@ -19,6 +22,11 @@ struct TrainConfig {
   model::ModelConfig model;
   model::OptimizerConfig optimizer;
   std::string dataset = "/usr/share/datasets/fashion-mnist";
+  // --model-spec: a user-defined layer list (model_spec.h); unset = the preset model.name, built
+  // as PresetSpec for the dataset's shape and classes.
+  std::optional<model::ModelSpec> model_spec;
+  // --dataset-spec (dataset_spec.h); unset = the IDX directory `dataset` (DatasetSpecOf).
+  std::optional<data::DatasetSpec> dataset_spec;
   int epochs = 10;
   int batch_size = 64;  // per replica; the global batch is batch_size × world size
   double learning_rate = 0.001;
@@ -47,6 +55,11 @@ struct TrainConfig {
   contract::Input input = contract::Input::kDevice;  // dataset resident on the GPU, or pinned
   contract::CudaGraph cuda_graph = contract::CudaGraph::kAuto;  // capture the step in a graph
 };
+
+// The dataset to train on: --dataset-spec, else the IDX directory --dataset.
+inline data::DatasetSpec DatasetSpecOf(const TrainConfig& c) {
+  return c.dataset_spec ? *c.dataset_spec : data::IdxDatasetSpec(c.dataset);
+}
 
 // The rank's identity and rendezvous (common/runner_env.h: one builder, one parser).
 using RankEnv = contract::RankEnv;

@@ -42,6 +42,43 @@ TEST(TrainFlags, ModesAreParsedOnceIntoEnums) {
   EXPECT_EQ(c->cuda_graph, contract::CudaGraph::kOff);
 }
 
+TEST(TrainFlags, ModelAndDatasetSpecs) {
+  const std::string model =
+      R"({"input": [4], "layers": [{"dense": {"units": 3}}], "loss": "softmax_cross_entropy"})";
+  const std::string dataset = R"({"format": "csv", "train": "a.csv", "testFraction": 0.25})";
+  auto c = ParseTrainFlags({"--model-spec", model, "--dataset-spec=" + dataset});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE(c->model_spec.has_value());
+  EXPECT_EQ(c->model_spec->input, (model::Shape{4, 1, 1}));
+  ASSERT_TRUE(c->dataset_spec.has_value());
+  EXPECT_EQ(c->dataset_spec->format, data::DatasetFormat::kCsv);
+  EXPECT_EQ(DatasetSpecOf(*c).train, "a.csv");
+  // The default --model is no contradiction.
+  EXPECT_TRUE(ParseTrainFlags({"--model", "mlp", "--model-spec", model}).ok());
+
+  // Without specs: the preset and the IDX directory, as before.
+  auto d = ParseTrainFlags({"--dataset", "/data/fm"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d->model_spec.has_value());
+  EXPECT_FALSE(d->dataset_spec.has_value());
+  EXPECT_EQ(DatasetSpecOf(*d), data::IdxDatasetSpec("/data/fm"));
+
+  const std::pair<std::vector<std::string>, std::string> errors[] = {
+      {{"--model", "cnn", "--model-spec", model}, "--model-spec: not with --model cnn"},
+      {{"--model-spec", model, "--model", "cnn"}, "--model-spec: not with --model cnn"},
+      {{"--dataset", "/d", "--dataset-spec", dataset}, "--dataset-spec: not with --dataset"},
+      {{"--model-spec", R"({"input": [4]})"}, "--model-spec.layers"},
+      {{"--model-spec", "not json"}, "--model-spec: not valid JSON"},
+      {{"--dataset-spec", R"({"format": "csv"})"}, "--dataset-spec.train: required"},
+  };
+  for (const auto& [args, want] : errors) {
+    auto e = ParseTrainFlags(args);
+    ASSERT_FALSE(e.ok()) << want;
+    EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(e.status().message().find(want), std::string::npos) << e.status().ToString();
+  }
+}
+
 TEST(TrainFlags, HelpListsEveryFlag) {
   const std::string help = TrainFlagsHelp();
   for (const std::string& name : TrainFlagNames()) {
