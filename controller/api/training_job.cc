@@ -95,12 +95,24 @@ std::string ModelSpecJson(const model::ModelSpec& spec) {
       .dump();
 }
 
+std::optional<DataShape> DeclaredDataShape(const TrainSpec& t) {
+  if (!t.dataset_spec) return std::nullopt;
+  const data::DatasetSpec& d = *t.dataset_spec;
+  DataShape shape;
+  const std::vector<int>& dims = d.input_shape;
+  if (dims.size() == 1) shape.input = model::Shape{dims[0], 1, 1};
+  if (dims.size() == 3) shape.input = model::Shape{dims[0], dims[1], dims[2]};
+  if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
+  if (!shape.input && shape.outputs == 0) return std::nullopt;
+  return shape;
+}
+
 StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<DataShape>& data) {
   const std::string root = "spec.train.model";
   auto in_field = [&](const Status& st) { return InvalidArgument(root + "." + st.message()); };
   if (t->model_json.empty()) {
     // A preset: the runner builds it for its dataset (Fashion-MNIST when nothing says otherwise).
-    const model::Shape input = data ? data->input : model::Shape{1, 28, 28};
+    const model::Shape input = data && data->input ? *data->input : model::Shape{1, 28, 28};
     const int classes = data && data->outputs > 0 ? data->outputs : 10;
     auto preset = model::PresetSpec(t->model, input, classes);
     if (!preset.ok()) {
@@ -116,19 +128,19 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
   json doc = json::parse(t->model_json, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object()) return InvalidArgument(root + ": must be an object");
   if (auto it = doc.find("input"); it == doc.end() || it->is_null()) {
-    if (!data) {
+    if (!data || !data->input) {
       return InvalidArgument(root +
                              ".input: required: the dataset's sample shape is not known here "
                              "(give spec.train.model.input or spec.train.dataset.inputShape)");
     }
-    const model::Shape& in = data->input;
+    const model::Shape& in = *data->input;
     doc["input"] = in.h == 1 && in.w == 1 ? json::array({in.c}) : json::array({in.c, in.h, in.w});
   }
   ASSIGN_OR_RETURN(model::ModelSpec spec, model::ParseModelSpec(doc.dump(), root));
   StatusOr<model::ShapeReport> report = model::InferShapes(spec);
   if (report.ok() && data) {
     // Unknown outputs: the output is checked for being flat only.
-    report = model::CheckAgainstDataset(spec, data->input,
+    report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input),
                                         data->outputs > 0 ? data->outputs : report->output.c);
   }
   if (!report.ok()) return in_field(report.status());
@@ -151,8 +163,13 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
   } else {
     args = {"--model", t.model};
   }
+  if (t.dataset_spec) {
+    args.insert(args.end(), {"--dataset-spec", data::DatasetSpecJson(*t.dataset_spec)});
+  } else {
+    args.insert(args.end(), {"--dataset", t.dataset});
+  }
   std::vector<std::string> rest = {
-      "--dataset", t.dataset, "--epochs", std::to_string(t.epochs), "--batch-size",
+      "--epochs", std::to_string(t.epochs), "--batch-size",
       std::to_string(t.batch_size_per_replica), "--optimizer", t.optimizer, "--learning-rate",
       num(t.learning_rate), "--momentum", num(t.momentum), "--weight-decay", num(t.weight_decay),
       "--lr-scaling", std::string(contract::NameOf(t.lr_scaling)), "--warmup-epochs",

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/runner_flags.h"
 #include "common/status.h"
+#include "runner/data/dataset_spec.h"
 #include "runner/model/model_spec.h"
 
 namespace ringtrain::api {
@@ -30,10 +31,10 @@ inline constexpr std::int64_t kMaxPolicySeconds = 315'360'000;
 enum class CleanPodPolicy { kNone, kRunning, kAll };  // which pods a finished job deletes
 enum class PodGroupType { kCoscheduling, kVolcano };  // scheduler-plugins or Volcano
 
-// What the controller knows of a dataset's samples: the per-sample shape and the number of
-// outputs (classes, or target values for a regression; 0 = unknown).
+// What the controller knows of a dataset's samples: the per-sample shape (nullopt = unknown)
+// and the number of outputs (classes, or target values for a regression; 0 = unknown).
 struct DataShape {
-  model::Shape input;
+  std::optional<model::Shape> input;
   int outputs = 0;
 };
 
@@ -46,7 +47,10 @@ struct TrainSpec {
   // inputShape, else (`ringtrain run`/`validate` only) the dataset's files (ResolveModel).
   std::string model_json;
   std::optional<model::ModelSpec> model_spec;
+  // spec.train.dataset: an IDX directory (--dataset), or "" when it is an object: the files and
+  // how to read them (dataset_spec.h's JSON, --dataset-spec).
   std::string dataset = "/usr/share/datasets/fashion-mnist";
+  std::optional<data::DatasetSpec> dataset_spec;
   int epochs = 10;
   int batch_size_per_replica = 64;
   std::string optimizer = "adam";
@@ -225,6 +229,10 @@ Duration RecoveryTimeoutFor(const JobSpec& spec);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 
+// What spec.train.dataset declares without being read: its inputShape and classes (a
+// classification's; nullopt when it declares neither).
+std::optional<DataShape> DeclaredDataShape(const TrainSpec& t);
+
 // The layer list as the runner's --model-spec JSON, every default written out:
 // ParseModelSpec(ModelSpecJson(s)) describes the same architecture as s.
 std::string ModelSpecJson(const model::ModelSpec& spec);
@@ -239,7 +247,7 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
 
 // The runner's command line for the built-in trainer: identical for pods and local processes.
 // A layer list goes as --model-spec JSON (model_spec must be set: ResolveModel), a preset as
-// --model NAME.
+// --model NAME; a dataset object as --dataset-spec JSON, a directory as --dataset DIR.
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir);
 
 bool IsTerminal(const std::string& phase);

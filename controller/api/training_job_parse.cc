@@ -53,7 +53,18 @@ Status ParseModel(Fields& f, TrainSpec* t) {
 Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   Fields f(j, "spec.train");
   RETURN_IF_ERROR(ParseModel(f, t));
-  RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+  if (const json* dataset = f.Find("dataset"); dataset != nullptr && dataset->is_object()) {
+    ASSIGN_OR_RETURN(t->dataset_spec, data::ParseDatasetSpec(dataset->dump(), f.Path("dataset")));
+    t->dataset.clear();
+  } else if (dataset != nullptr && !dataset->is_string()) {
+    return InvalidArgument(f.Path("dataset") +
+                           ": must be an IDX directory or a dataset object (format, train, ...), "
+                           "got " +
+                           JsonTypeName(*dataset) + " " + QuoteJson(*dataset));
+  } else {
+    RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+    if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
+  }
   RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
   RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));
   RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
@@ -64,15 +75,15 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
   RETURN_IF_ERROR(ReadEnum(f, "lrSchedule", &t->lr_schedule));
   RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
-  if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
   RETURN_IF_ERROR(f.NoUnknown());
-  const std::optional<DataShape> declared;
+  const std::optional<DataShape> declared = DeclaredDataShape(*t);
   bool has_input = false;
   if (!t->model_json.empty()) {
     const json doc = json::parse(t->model_json);
     has_input = doc.contains("input") && !doc["input"].is_null();
   }
-  if (t->model_json.empty() ? declared.has_value() : (strict || has_input || declared)) {
+  if (t->model_json.empty() ? declared.has_value()
+                            : (strict || has_input || (declared && declared->input))) {
     RETURN_IF_ERROR(ResolveModel(t, declared).status());
   }
   return Status::Ok();

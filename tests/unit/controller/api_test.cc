@@ -432,5 +432,85 @@ TEST(Json, ApiObjectsCarryBothModelForms) {
   }
 }
 
+constexpr char kWineDataset[] = R"(    dataset:
+      format: csv
+      train: /data/wine_train.csv
+      test: /data/wine_test.csv
+      header: auto
+      label: target
+      task: classification
+      standardize: true
+      inputShape: [13]
+      classes: 3
+)";
+
+TEST(DatasetObject, ParsesAndGoesToTheRunnerAsDatasetSpec) {
+  auto job = ParseManifestYaml(WithSpec(std::string("  train:\n") + kWineDataset), "w.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const TrainSpec& t = job->spec.train;
+  ASSERT_TRUE(t.dataset_spec.has_value());
+  EXPECT_EQ(t.dataset, "");
+  EXPECT_EQ(t.dataset_spec->format, data::DatasetFormat::kCsv);
+  EXPECT_EQ(t.dataset_spec->label_name, "target");
+  EXPECT_EQ(t.dataset_spec->classes, 3);
+  const auto args = RunnerArgs(job->spec, "");
+  EXPECT_EQ(ArgValue(args, "--dataset"), "<missing>");  // the runner takes one of the two
+  auto back = data::ParseDatasetSpec(ArgValue(args, "--dataset-spec"));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *t.dataset_spec);
+  // A directory stays --dataset.
+  job = ParseManifestYaml(WithSpec("  train:\n    dataset: /data/fm\n"), "d.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--dataset"), "/data/fm");
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--dataset-spec"), "<missing>");
+}
+
+TEST(DatasetObject, ErrorsNameTheField) {
+  for (const auto& [spec, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"    dataset: {format: csv, train: /a.csv, test: /b.csv, testFraction: 1.5}\n",
+            "d.yaml: spec.train.dataset.testFraction"},
+           {"    dataset: {format: parquet, train: /a}\n", "d.yaml: spec.train.dataset.format"},
+           {"    dataset: {format: csv, train: /a.csv, test: /b.csv, trainX: /x.npy}\n",
+            "spec.train.dataset.trainX"},
+           {"    dataset: 7\n", "spec.train.dataset: must be an IDX directory or a dataset object"},
+           {"    dataset: \"\"\n", "spec.train.dataset: must not be empty"}}) {
+    auto job = ParseManifestYaml(WithSpec("  train:\n" + spec), "d.yaml");
+    ASSERT_FALSE(job.ok()) << spec;
+    EXPECT_NE(job.status().message().find(expected), std::string::npos) << job.status().message();
+  }
+}
+
+TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {
+  // No model.input: the dataset's inputShape gives it, in the API server's objects too.
+  const std::string fits =
+      "  train:\n    model:\n      layers: [{dense: {units: 16}}, relu, {dense: {units: 3}}]\n" +
+      std::string(kWineDataset);
+  auto job = ParseManifestYaml(WithSpec(fits), "w.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(job->spec.train.model_spec.has_value());
+  EXPECT_EQ(job->spec.train.model_spec->input, (model::Shape{13, 1, 1}));
+  // 10 outputs for 3 classes: refused naming the layer that sets the width.
+  const std::string wrong =
+      "  train:\n    model:\n      layers: [{dense: {units: 16}}, relu, {dense: {units: 10}}]\n" +
+      std::string(kWineDataset);
+  job = ParseManifestYaml(WithSpec(wrong), "w.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("w.yaml: spec.train.model.layers[2] dense: output 10 "
+                                        "units but the dataset has 3 classes"),
+            std::string::npos)
+      << job.status().message();
+  // An input that contradicts the declared inputShape.
+  const std::string images =
+      "  train:\n    model:\n      input: [1, 8, 8]\n      layers: [flatten, {dense: {units: "
+      "3}}]\n" +
+      std::string(kWineDataset);
+  job = ParseManifestYaml(WithSpec(images), "w.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("spec.train.model.input: the model takes 1x8x8 per "
+                                        "sample but the dataset has 13 features"),
+            std::string::npos)
+      << job.status().message();
+}
+
 }  // namespace
 }  // namespace ringtrain::api
