@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "controller/api/training_job.h"
 #include "controller/controller_command.h"
+#include "controller/executors/local/local_dataset.h"
 #include "controller/executors/local/local_executor.h"
 
 namespace ringtrain {
@@ -54,6 +55,22 @@ int Validate(const std::vector<std::string>& args) {
   }
   std::printf("%s: TrainingJob %s is valid (world size %d)\n", args[0].c_str(),
               job->metadata.name.c_str(), job->spec.world_size());
+  if (!job->spec.command.empty()) return 0;  // its own trainer: no model of ours to check
+  // The model against the dataset as this machine sees it: every layer's shape and parameters.
+  auto summary = executors::CheckModelLocally(&job->spec.train);
+  if (!summary.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", args[0].c_str(), summary.status().message().c_str());
+    return 1;
+  }
+  std::fputs(summary->c_str(), stdout);
+  if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
+    // The operator reads the job from the API server and never the dataset.
+    auto strict = job->spec.train;
+    strict.model_spec.reset();
+    if (auto st = api::ResolveModel(&strict, std::nullopt); !st.ok()) {
+      std::printf("note: the operator will refuse this job: %s\n", st.status().message().c_str());
+    }
+  }
   return 0;
 }
 
@@ -103,6 +120,15 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   for (const auto& note : container->notes) spdlog::warn("{}: {}", manifest, note);
+  // The model is checked against the dataset before any rank starts (a layer list without an
+  // input takes the dataset's).
+  if (job->spec.command.empty()) {
+    auto summary = executors::CheckModelLocally(&job->spec.train);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), summary.status().message().c_str());
+      return 1;
+    }
+  }
   if (job->spec.command.empty() && ::access(runner.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
                  runner.c_str());
