@@ -53,19 +53,21 @@ int Validate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
     return 1;
   }
-  std::printf("%s: TrainingJob %s is valid (world size %d)\n", args[0].c_str(),
-              job->metadata.name.c_str(), job->spec.world_size());
-  if (!job->spec.command.empty()) return 0;  // its own trainer: no model of ours to check
-  // The model against the dataset as this machine sees it: every layer's shape and parameters.
-  auto summary = executors::CheckModelLocally(&job->spec.train);
-  if (!summary.ok()) {
-    std::fprintf(stderr, "error: %s: %s\n", args[0].c_str(), summary.status().message().c_str());
-    return 1;
+  std::string summary;
+  if (job->spec.command.empty()) {  // else its own trainer: no model of ours to check
+    // The model against the dataset as this machine sees it: every layer's shape and parameters.
+    auto checked = executors::CheckModelLocally(&job->spec.train);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", args[0].c_str(), checked.status().message().c_str());
+      return 1;
+    }
+    summary = *std::move(checked);
   }
-  std::fputs(summary->c_str(), stdout);
+  std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", args[0].c_str(),
+              job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
   if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
     // The operator reads the job from the API server and never the dataset.
-    auto strict = job->spec.train;
+    api::TrainSpec strict = job->spec.train;
     strict.model_spec.reset();
     if (auto st = api::ResolveModel(&strict, std::nullopt); !st.ok()) {
       std::printf("note: the operator will refuse this job: %s\n", st.status().message().c_str());

@@ -37,8 +37,8 @@ TEST(Manifest, DefaultsApply) {
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
-  for (const char* name :
-       {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
+  for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml",
+                           "fashion-mnist-keras-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
     auto job = LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     const bool gpu = std::string(name) == "fashion-mnist-gpu.yaml";
