@@ -173,6 +173,26 @@ TEST_F(ClusterPolicyTest, ACrdWithARuleTheFakeCannotEvaluateIsRefusedLoudly) {
       << r.body;
 }
 
+// CEL cannot type a node without `type` (a string-or-object field kept by
+// x-kubernetes-preserve-unknown-fields): kube-apiserver refuses a rule there, so must the fake
+// (our CRD once had `self == oldSelf` on spec.train.model, a string; issue 21 made it untyped).
+TEST_F(ClusterPolicyTest, ACrdWithARuleOnAnUntypedNodeIsRefused) {
+  json crd = json::parse(kCelDemoCrd);
+  json& model = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                   ["properties"]["model"];
+  model.erase("type");
+  model["x-kubernetes-preserve-unknown-fields"] = true;
+  auto r = conn_->Do("POST", kCrds, crd.dump());
+  EXPECT_EQ(r.code, 422) << r.body;
+  EXPECT_NE(r.body.find("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties["
+                        "model].x-kubernetes-validations"),
+            std::string::npos)
+      << r.body;
+  EXPECT_NE(r.body.find("rule declared on schema that does not support validation rules"),
+            std::string::npos)
+      << r.body;
+}
+
 TEST_F(ClusterPolicyTest, OurCrdRefusesWhatTheOperatorCannotServe) {
   auto r = conn_->Do("POST", kCrds,
                      LoadManifest("manifests/crd/trainingjobs.ringtrain.dev.yaml").dump());
