@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "controller/api/training_job.h"
 #include "controller/controller_command.h"
+#include "controller/executors/local/local_dataset.h"
 #include "controller/executors/local/local_executor.h"
 
 namespace ringtrain {
@@ -67,8 +68,26 @@ int Validate(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
     return 1;
   }
-  std::printf("%s: TrainingJob %s is valid (world size %d)\n", manifest.c_str(),
-              job->metadata.name.c_str(), job->spec.world_size());
+  std::string summary;
+  if (job->spec.command.empty()) {  // else its own trainer: no model of ours to check
+    // The model against the dataset as this machine sees it: every layer's shape and parameters.
+    auto checked = executors::CheckModelLocally(&job->spec.train);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), checked.status().message().c_str());
+      return 1;
+    }
+    summary = *std::move(checked);
+  }
+  std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", manifest.c_str(),
+              job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
+  if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
+    // The operator reads the job from the API server and never the dataset.
+    api::TrainSpec strict = job->spec.train;
+    strict.model_spec.reset();
+    if (auto st = api::ResolveModel(&strict, std::nullopt); !st.ok()) {
+      std::printf("note: the operator will refuse this job: %s\n", st.status().message().c_str());
+    }
+  }
   return 0;
 }
 
@@ -94,6 +113,15 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   for (const auto& note : container->notes) spdlog::warn("{}: {}", manifest, note);
+  // The model is checked against the dataset before any rank starts (a layer list without an
+  // input takes the dataset's).
+  if (job->spec.command.empty()) {
+    auto summary = executors::CheckModelLocally(&job->spec.train);
+    if (!summary.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), summary.status().message().c_str());
+      return 1;
+    }
+  }
   if (job->spec.command.empty() && ::access(runner.c_str(), X_OK) != 0) {
     std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
                  runner.c_str());
@@ -175,10 +203,17 @@ int Run(const std::vector<std::string>& args) {
         account.in_place, account.gang_restarts, account.from_checkpoint,
         static_cast<long long>(account.steps_lost), account.seconds_without_training);
   }
+  auto number = [&summary](const char* key) {
+    auto it = summary.find(key);
+    return it != summary.end() && it->is_number() ? it->get<double>() : 0.0;
+  };
   if (summary.contains("test_accuracy")) {
-    std::printf("  test accuracy %.4f, test loss %.4f, %lld steps, %.0f samples/s\n",
-                summary["test_accuracy"].get<double>(), summary["test_loss"].get<double>(),
-                summary["steps"].get<long long>(), summary["samples_per_second"].get<double>());
+    std::printf("  test accuracy %.4f, test loss %.4f, %.0f steps, %.0f samples/s\n",
+                number("test_accuracy"), number("test_loss"), number("steps"),
+                number("samples_per_second"));
+  } else if (summary.contains("test_mse")) {  // a regression
+    std::printf("  test MSE %.4f, %.0f steps, %.0f samples/s\n", number("test_mse"),
+                number("steps"), number("samples_per_second"));
   }
   // Rank 0 found checkpoints but could resume from none: the job trained from step 0.
   if (summary.contains("resume_warning")) {

@@ -75,6 +75,93 @@ std::string StatusToJson(const JobStatus& s) {
   return j.dump();
 }
 
+std::string ModelSpecJson(const model::ModelSpec& spec) {
+  using model::LayerKind;
+  json input = json::array({spec.input.c});
+  if (spec.input.h != 1 || spec.input.w != 1) input = {spec.input.c, spec.input.h, spec.input.w};
+  json layers = json::array();
+  for (const model::LayerSpec& l : spec.layers) {
+    const std::string name(model::NameOf(l.kind));
+    switch (l.kind) {
+      case LayerKind::kDense:
+        layers.push_back({{name, {{"units", l.units}}}});
+        break;
+      case LayerKind::kConv2d:
+        layers.push_back({{name,
+                           {{"filters", l.filters},
+                            {"kernel", l.kernel},
+                            {"stride", l.stride},
+                            {"padding", l.padding == model::Padding::kSame ? "same" : "valid"}}}});
+        break;
+      case LayerKind::kMaxPool2d:
+      case LayerKind::kAvgPool2d:
+        layers.push_back({{name, {{"pool", l.pool}, {"stride", l.stride}}}});
+        break;
+      case LayerKind::kDropout:
+        layers.push_back({{name, {{"rate", l.rate}}}});
+        break;
+      default:
+        layers.push_back(name);
+        break;
+    }
+  }
+  return json{{"input", input}, {"layers", layers}, {"loss", std::string(model::NameOf(spec.loss))}}
+      .dump();
+}
+
+std::optional<DataShape> DeclaredDataShape(const TrainSpec& t) {
+  if (!t.dataset_spec) return std::nullopt;
+  const data::DatasetSpec& d = *t.dataset_spec;
+  DataShape shape;
+  const std::vector<int>& dims = d.input_shape;
+  if (dims.size() == 1) shape.input = model::Shape{dims[0], 1, 1};
+  if (dims.size() == 3) shape.input = model::Shape{dims[0], dims[1], dims[2]};
+  if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
+  if (!shape.input && shape.outputs == 0) return std::nullopt;
+  return shape;
+}
+
+StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<DataShape>& data) {
+  const std::string root = "spec.train.model";
+  auto in_field = [&](const Status& st) { return InvalidArgument(root + "." + st.message()); };
+  if (t->model_json.empty()) {
+    // A preset: the runner builds it for its dataset (Fashion-MNIST when nothing says otherwise).
+    const model::Shape input = data && data->input ? *data->input : model::Shape{1, 28, 28};
+    const int classes = data && data->outputs > 0 ? data->outputs : 10;
+    auto preset = model::PresetSpec(t->model, input, classes);
+    if (!preset.ok()) {
+      // "model: unknown preset ..." or a layer that does not fit the input ("layers[5] ...").
+      const std::string& why = preset.status().message();
+      if (why.rfind("model: ", 0) == 0) return InvalidArgument(root + why.substr(5));
+      return in_field(preset.status());
+    }
+    auto report = model::CheckAgainstDataset(*preset, input, classes);
+    if (!report.ok()) return in_field(report.status());
+    return report;
+  }
+  json doc = json::parse(t->model_json, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return InvalidArgument(root + ": must be an object");
+  if (auto it = doc.find("input"); it == doc.end() || it->is_null()) {
+    if (!data || !data->input) {
+      return InvalidArgument(root +
+                             ".input: required: the dataset's sample shape is not known here "
+                             "(give spec.train.model.input or spec.train.dataset.inputShape)");
+    }
+    const model::Shape& in = *data->input;
+    doc["input"] = in.h == 1 && in.w == 1 ? json::array({in.c}) : json::array({in.c, in.h, in.w});
+  }
+  ASSIGN_OR_RETURN(model::ModelSpec spec, model::ParseModelSpec(doc.dump(), root));
+  StatusOr<model::ShapeReport> report = model::InferShapes(spec);
+  if (report.ok() && data) {
+    // Unknown outputs: the output is checked for being flat only.
+    report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input),
+                                        data->outputs > 0 ? data->outputs : report->output.c);
+  }
+  if (!report.ok()) return in_field(report.status());
+  t->model_spec = std::move(spec);
+  return report;
+}
+
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir) {
   const TrainSpec& t = spec.train;
   auto num = [](double v) {
@@ -82,19 +169,32 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
     auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
     return std::string(buf, r.ptr);
   };
-  std::vector<std::string> args = {
-      "--model", t.model, "--dataset", t.dataset, "--epochs", std::to_string(t.epochs),
-      "--batch-size", std::to_string(t.batch_size_per_replica), "--optimizer", t.optimizer,
-      "--learning-rate", num(t.learning_rate), "--momentum", num(t.momentum), "--weight-decay",
-      num(t.weight_decay), "--lr-scaling", std::string(contract::NameOf(t.lr_scaling)),
-      "--warmup-epochs", num(t.warmup_epochs), "--lr-schedule",
-      std::string(contract::NameOf(t.lr_schedule)), "--seed", std::to_string(t.seed),
-      "--checkpoint-every", std::to_string(spec.checkpoint.every_steps),
+  std::vector<std::string> args;
+  if (t.model_spec) {
+    args = {"--model-spec", ModelSpecJson(*t.model_spec)};
+  } else if (!t.model_json.empty()) {
+    args = {"--model-spec", t.model_json};  // not resolved: the runner names what is missing
+  } else {
+    args = {"--model", t.model};
+  }
+  if (t.dataset_spec) {
+    args.insert(args.end(), {"--dataset-spec", data::DatasetSpecJson(*t.dataset_spec)});
+  } else {
+    args.insert(args.end(), {"--dataset", t.dataset});
+  }
+  std::vector<std::string> rest = {
+      "--epochs", std::to_string(t.epochs), "--batch-size",
+      std::to_string(t.batch_size_per_replica), "--optimizer", t.optimizer, "--learning-rate",
+      num(t.learning_rate), "--momentum", num(t.momentum), "--weight-decay", num(t.weight_decay),
+      "--lr-scaling", std::string(contract::NameOf(t.lr_scaling)), "--warmup-epochs",
+      num(t.warmup_epochs), "--lr-schedule", std::string(contract::NameOf(t.lr_schedule)), "--seed",
+      std::to_string(t.seed), "--checkpoint-every", std::to_string(spec.checkpoint.every_steps),
       // gpusPerReplica 0 = CPU; otherwise every rank owns a GPU.
       "--device",
       std::string(contract::NameOf(spec.gpus_per_replica > 0 ? contract::Device::kCuda
                                                              : contract::Device::kCpu)),
       "--backend", std::string(contract::NameOf(spec.backend))};
+  args.insert(args.end(), rest.begin(), rest.end());
   if (!checkpoint_dir.empty()) {
     args.push_back("--checkpoint-dir");
     args.push_back(checkpoint_dir);

@@ -12,6 +12,8 @@
 #include "common/clock.h"
 #include "common/runner_flags.h"
 #include "common/status.h"
+#include "runner/data/dataset_spec.h"
+#include "runner/model/model_spec.h"
 
 namespace ringtrain::api {
 
@@ -29,9 +31,26 @@ inline constexpr std::int64_t kMaxPolicySeconds = 315'360'000;
 enum class CleanPodPolicy { kNone, kRunning, kAll };  // which pods a finished job deletes
 enum class PodGroupType { kCoscheduling, kVolcano };  // scheduler-plugins or Volcano
 
+// What the controller knows of a dataset's samples: the per-sample shape (nullopt = unknown)
+// and the number of outputs (classes, or target values for a regression; 0 = unknown).
+struct DataShape {
+  std::optional<model::Shape> input;
+  int outputs = 0;
+};
+
 struct TrainSpec {
+  // spec.train.model: a preset name (mlp | cnn, built by the runner for its dataset), or "" when
+  // it is a layer list (model_json set).
   std::string model = "mlp";
+  // spec.train.model as a layer list (model_spec.h's JSON): as given (compact JSON), and parsed
+  // and shape-checked once its input is known: from model.input, else the dataset's declared
+  // inputShape, else (`ringtrain run`/`validate` only) the dataset's files (ResolveModel).
+  std::string model_json;
+  std::optional<model::ModelSpec> model_spec;
+  // spec.train.dataset: an IDX directory (--dataset), or "" when it is an object: the files and
+  // how to read them (dataset_spec.h's JSON, --dataset-spec).
   std::string dataset = "/usr/share/datasets/fashion-mnist";
+  std::optional<data::DatasetSpec> dataset_spec;
   int epochs = 10;
   int batch_size_per_replica = 64;
   std::string optimizer = "adam";
@@ -232,7 +251,25 @@ Duration RecoveryTimeoutFor(const JobSpec& spec);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 
+// What spec.train.dataset declares without being read: its inputShape and classes (a
+// classification's; nullopt when it declares neither).
+std::optional<DataShape> DeclaredDataShape(const TrainSpec& t);
+
+// The layer list as the runner's --model-spec JSON, every default written out:
+// ParseModelSpec(ModelSpecJson(s)) describes the same architecture as s.
+std::string ModelSpecJson(const model::ModelSpec& spec);
+
+// Completes and checks spec.train.model against `data` (what the dataset declares or a local
+// read found; nullopt = unknown): a layer list without an input takes data's, then every
+// layer's output shape and parameter count is computed and the output checked against data's
+// outputs. Sets t->model_spec; errors name the field ("spec.train.model.layers[2] dense: ...").
+// A preset is checked as the runner builds it for `data` (Fashion-MNIST's 1x28x28, 10 classes
+// when unknown).
+StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<DataShape>& data);
+
 // The runner's command line for the built-in trainer: identical for pods and local processes.
+// A layer list goes as --model-spec JSON (model_spec must be set: ResolveModel), a preset as
+// --model NAME; a dataset object as --dataset-spec JSON, a directory as --dataset DIR.
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir);
 
 bool IsTerminal(const std::string& phase);

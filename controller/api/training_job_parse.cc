@@ -28,10 +28,43 @@ Status ReadEnum(Fields& f, const std::string& key, E* out) {
   return Status::Ok();
 }
 
-Status ParseTrain(const json& j, TrainSpec* t) {
+// spec.train.model: a preset's name, or a layer list (an object) kept as JSON until its input
+// is known (ParseTrain, ResolveModel).
+Status ParseModel(Fields& f, TrainSpec* t) {
+  const json* model = f.Find("model");
+  if (model != nullptr && model->is_object()) {
+    t->model.clear();
+    t->model_json = model->dump();
+    return Status::Ok();
+  }
+  if (model != nullptr && !model->is_string()) {
+    std::string presets;
+    for (const auto& n : contract::ModelNames()) presets += (presets.empty() ? "" : ", ") + n;
+    return InvalidArgument(f.Path("model") + ": must be a preset name (" + presets +
+                           ") or a layer list (an object with input, layers, loss), got " +
+                           JsonTypeName(*model) + " " + QuoteJson(*model));
+  }
+  return f.Enum("model", contract::ModelNames(), &t->model);
+}
+
+// `strict`: an object of the API server, which the operator must check without reading the
+// dataset, so a layer list needs its input from the manifest. Else (a local manifest) a list
+// without one stays unresolved: `ringtrain run`/`validate` read it from the dataset's files.
+Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   Fields f(j, "spec.train");
-  RETURN_IF_ERROR(f.Enum("model", contract::ModelNames(), &t->model));
-  RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+  RETURN_IF_ERROR(ParseModel(f, t));
+  if (const json* dataset = f.Find("dataset"); dataset != nullptr && dataset->is_object()) {
+    ASSIGN_OR_RETURN(t->dataset_spec, data::ParseDatasetSpec(dataset->dump(), f.Path("dataset")));
+    t->dataset.clear();
+  } else if (dataset != nullptr && !dataset->is_string()) {
+    return InvalidArgument(f.Path("dataset") +
+                           ": must be an IDX directory or a dataset object (format, train, ...), "
+                           "got " +
+                           JsonTypeName(*dataset) + " " + QuoteJson(*dataset));
+  } else {
+    RETURN_IF_ERROR(f.String("dataset", &t->dataset));
+    if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
+  }
   RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
   RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));
   RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
@@ -42,8 +75,18 @@ Status ParseTrain(const json& j, TrainSpec* t) {
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
   RETURN_IF_ERROR(ReadEnum(f, "lrSchedule", &t->lr_schedule));
   RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
-  if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
-  return f.NoUnknown();
+  RETURN_IF_ERROR(f.NoUnknown());
+  const std::optional<DataShape> declared = DeclaredDataShape(*t);
+  bool has_input = false;
+  if (!t->model_json.empty()) {
+    const json doc = json::parse(t->model_json);
+    has_input = doc.contains("input") && !doc["input"].is_null();
+  }
+  if (t->model_json.empty() ? declared.has_value()
+                            : (strict || has_input || (declared && declared->input))) {
+    RETURN_IF_ERROR(ResolveModel(t, declared).status());
+  }
+  return Status::Ok();
 }
 
 Status ParseRunPolicy(const json& j, RunPolicy* p) {
@@ -170,14 +213,14 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
   return f.NoUnknown();
 }
 
-Status ParseSpec(const json& j, JobSpec* s) {
+Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
   RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
   RETURN_IF_ERROR(ReadEnum(f, "backend", &s->backend));
   RETURN_IF_ERROR(f.String("image", &s->image));
   ASSIGN_OR_RETURN(const json* train, f.Object("train"));
-  if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train));
+  if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train, strict));
   ASSIGN_OR_RETURN(const json* ckpt, f.Object("checkpoint"));
   if (ckpt != nullptr) RETURN_IF_ERROR(ParseCheckpoint(*ckpt, &s->checkpoint));
   ASSIGN_OR_RETURN(const json* resources, f.Object("resources"));
@@ -332,7 +375,7 @@ StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
   if (spec == doc.end() || !spec->is_object()) {
     return InvalidArgument("spec: required, must be an object");
   }
-  RETURN_IF_ERROR(ParseSpec(*spec, &job.spec));
+  RETURN_IF_ERROR(ParseSpec(*spec, &job.spec, /*strict=*/with_status));
   if (with_status) {
     if (auto st = doc.find("status"); st != doc.end() && st->is_object()) {
       ParseStatus(*st, &job.status);

@@ -86,6 +86,35 @@ grep -q "bad.yaml: spec.replicas: must be at least 1, got 0" "$WORK/bad.log" ||
 "$BIN/ringtrain" validate "$SRC/manifests/examples/fashion-mnist-cnn.yaml" >/dev/null ||
   fail "validate rejected the CNN example"
 
+# A layer list (issue 21): validate prints every layer's shape and parameters; a list that does
+# not fit the data is refused naming the layer, by validate and by run before any rank starts.
+"$BIN/ringtrain" validate "$SRC/manifests/examples/fashion-mnist-keras-cnn.yaml" \
+  >"$WORK/keras.log" 2>&1 || fail "validate rejected the Keras-style CNN example"
+grep -q "^layers\[11\] dense  *10  *1,290$" "$WORK/keras.log" || fail "validate: no layer table"
+grep -q "^Total params: 421,642$" "$WORK/keras.log" || fail "validate: no parameter total"
+cat >"$WORK/misfit.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: misfit
+spec:
+  replicas: 2
+  train:
+    dataset: $DATA
+    model:
+      layers: [flatten, {dense: {units: 64}}, relu, {dense: {units: 12}}]
+YAML
+"$BIN/ringtrain" validate "$WORK/misfit.yaml" >"$WORK/misfit-validate.log" 2>&1 && rc=0 || rc=$?
+"$BIN/ringtrain" run "$WORK/misfit.yaml" --workdir "$WORK/misfit-run" >"$WORK/misfit-run.log" 2>&1 &&
+  rc2=0 || rc2=$?
+for cmd in validate run; do
+  [ "$cmd" = validate ] && code=$rc || code=$rc2
+  [ "$code" = 1 ] || fail "misfit list, $cmd: exit code $code"
+  grep -q "misfit.yaml: spec.train.model.layers\[3\] dense: output 12 units but the dataset has 10 classes" \
+    "$WORK/misfit-$cmd.log" || fail "misfit list, $cmd: layer not named"
+done
+[ ! -e "$WORK/misfit-run" ] || fail "misfit list: run went on to start ranks"
+
 RINGTRAIN_METRICS_PORT=-1 "$BIN/ringtrain-runner" --epoch 3 >"$WORK/flag.log" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || fail "unknown flag: exit code $rc"
 grep -q -- "unknown flag --epoch" "$WORK/flag.log" || fail "unknown flag not named"

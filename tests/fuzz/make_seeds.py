@@ -41,6 +41,15 @@ def manifest():
           '"metadata": {"name": "j", "namespace": "ns"}, "spec": {"replicas": 3, '
           '"train": {"model": "cnn", "epochs": 1}, "runPolicy": {"suspend": true}}, '
           '"status": {"phase": "Running", "restarts": 2, "progress": {"step": 10}}}')
+    write("manifest", "flow-objects.yaml",
+          '{"apiVersion": "ringtrain.dev/v1alpha1", "kind": "TrainingJob", '
+          '"metadata": {"name": "j"}, "spec": {"train": {"model": {"layers": ['
+          '{"conv2d": {"filters": 4, "kernel": 3, "padding": "same"}}, "relu", '
+          '{"max_pool2d": {"pool": 2}}, "flatten", {"dropout": {"rate": 0.5}}, '
+          '{"dense": {"units": 3}}, "softmax"], "loss": "softmax_cross_entropy"}, '
+          '"dataset": {"format": "npy", "trainX": "/x.npy", "trainY": "/y.npy", '
+          '"testX": "/tx.npy", "testY": "/ty.npy", "inputShape": [1, 8, 8], "classes": 3}}}, '
+          '"status": {"phase": "Failed"}}')
     write("manifest", "anchor.yaml", MINIMAL + "  train: &t\n    epochs: 2\n  checkpoint:\n"
           "    everySteps: 5\n    path: /ckpt\n")
     write("manifest", "bad-replicas.yaml", MINIMAL.replace("replicas: 1", "replicas: 0"))

@@ -135,6 +135,38 @@ void CollectUnknown(const json& schema, std::vector<std::string>* unknown) {
 
 }  // namespace
 
+void UntypedCelRules(const json& schema, const std::string& path, std::vector<Cause>* causes) {
+  if (!schema.is_object()) return;
+  const json* rules = Field(schema, "x-kubernetes-validations");
+  const json* type = Field(schema, "type");
+  const json* ios = Field(schema, "x-kubernetes-int-or-string");
+  const bool typed = (type != nullptr && type->is_string() && !type->get<std::string>().empty()) ||
+                     (ios != nullptr && ios->is_boolean() && ios->get<bool>());
+  if (rules != nullptr && rules->is_array() && !rules->empty() && !typed) {
+    const json* preserve = Field(schema, "x-kubernetes-preserve-unknown-fields");
+    const bool p = preserve != nullptr && preserve->is_boolean() && preserve->get<bool>();
+    // apiextensions-apiserver: SchemaDeclType is nil for a node without a type, and the rule
+    // compiler refuses it.
+    causes->push_back({"InternalError",
+                       "Internal error: rule compiler initialization error: rule declared on "
+                       "schema that does not support validation rules type: ''  "
+                       "x-kubernetes-preserve-unknown-fields: '" +
+                           std::string(p ? "true" : "false") + "'",
+                       path + ".x-kubernetes-validations"});
+  }
+  if (const json* props = Field(schema, "properties"); props != nullptr && props->is_object()) {
+    for (auto it = props->begin(); it != props->end(); ++it) {
+      UntypedCelRules(it.value(), path + ".properties[" + it.key() + "]", causes);
+    }
+  }
+  if (const json* items = Field(schema, "items"); items != nullptr) {
+    UntypedCelRules(*items, path + ".items", causes);
+  }
+  if (const json* extra = Field(schema, "additionalProperties"); extra != nullptr) {
+    UntypedCelRules(*extra, path + ".additionalProperties", causes);
+  }
+}
+
 std::vector<std::string> UnknownCelRules(const json& schema) {
   std::vector<std::string> unknown;
   CollectUnknown(schema, &unknown);

@@ -16,6 +16,12 @@ namespace ringtrain::fake {
 // Rule texts in `schema` this fake cannot evaluate (empty: all known).
 std::vector<std::string> UnknownCelRules(const nlohmann::json& schema);
 
+// Causes for rules on nodes CEL cannot type, as kube-apiserver refuses the CRD: a node without
+// `type` (x-kubernetes-preserve-unknown-fields alone; x-kubernetes-int-or-string is typed dyn).
+// `path` is the schema's field path ("spec.versions[0].schema.openAPIV3Schema").
+void UntypedCelRules(const nlohmann::json& schema, const std::string& path,
+                     std::vector<Cause>* causes);
+
 // `old` is null on create. Properties are visited in name order, a node's rules before its
 // children's.
 void ValidateCelRules(const nlohmann::json& schema, const nlohmann::json& value,

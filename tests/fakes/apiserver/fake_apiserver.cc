@@ -1292,8 +1292,14 @@ std::optional<ApiError> FakeApiServer::Impl::ValidateBuiltin(const ResourceType&
     } else {
       // Loud, not silently lenient: a rule this fake cannot evaluate would let through what
       // the real server refuses.
-      for (const auto& v : spec["versions"]) {
+      for (std::size_t i = 0; i < spec["versions"].size(); ++i) {
+        const json& v = spec["versions"][i];
         if (!v.contains("schema")) continue;
+        if (v["schema"].contains("openAPIV3Schema")) {
+          UntypedCelRules(v["schema"]["openAPIV3Schema"],
+                          "spec.versions[" + std::to_string(i) + "].schema.openAPIV3Schema",
+                          &causes);
+        }
         for (const auto& rule : UnknownCelRules(v["schema"])) {
           return ApiError{500, "InternalError",
                           "fake-apiserver: cannot evaluate the x-kubernetes-validations rule " +

@@ -173,6 +173,26 @@ TEST_F(ClusterPolicyTest, ACrdWithARuleTheFakeCannotEvaluateIsRefusedLoudly) {
       << r.body;
 }
 
+// CEL cannot type a node without `type` (a string-or-object field kept by
+// x-kubernetes-preserve-unknown-fields): kube-apiserver refuses a rule there, so must the fake
+// (our CRD once had `self == oldSelf` on spec.train.model, a string; issue 21 made it untyped).
+TEST_F(ClusterPolicyTest, ACrdWithARuleOnAnUntypedNodeIsRefused) {
+  json crd = json::parse(kCelDemoCrd);
+  json& model = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+                   ["properties"]["model"];
+  model.erase("type");
+  model["x-kubernetes-preserve-unknown-fields"] = true;
+  auto r = conn_->Do("POST", kCrds, crd.dump());
+  EXPECT_EQ(r.code, 422) << r.body;
+  EXPECT_NE(r.body.find("spec.versions[0].schema.openAPIV3Schema.properties[spec].properties["
+                        "model].x-kubernetes-validations"),
+            std::string::npos)
+      << r.body;
+  EXPECT_NE(r.body.find("rule declared on schema that does not support validation rules"),
+            std::string::npos)
+      << r.body;
+}
+
 TEST_F(ClusterPolicyTest, OurCrdRefusesWhatTheOperatorCannotServe) {
   auto r = conn_->Do("POST", kCrds,
                      LoadManifest("manifests/crd/trainingjobs.ringtrain.dev.yaml").dump());
@@ -217,15 +237,28 @@ TEST_F(ClusterPolicyTest, OurCrdRefusesWhatTheOperatorCannotServe) {
     return conn_->Do("PATCH", path, body, "application/merge-patch+json");
   };
   for (const auto& [body, field] :
-       {std::pair{R"({"spec":{"train":{"model":"cnn"}}})", "spec.train.model"},
-        {R"({"spec":{"train":{"dataset":"/data/other"}}})", "spec.train.dataset"},
-        {R"({"spec":{"checkpoint":{"path":"/elsewhere"}}})", "spec.checkpoint.path"},
+       {std::pair{R"({"spec":{"checkpoint":{"path":"/elsewhere"}}})", "spec.checkpoint.path"},
         {R"({"spec":{"checkpoint":{"volumeClaim":{"size":"2Gi"}}}})",
          "spec.checkpoint.volumeClaim"}}) {
     r = patch(body);
     EXPECT_EQ(r.code, 422) << body << " " << r.body;
     EXPECT_NE(r.body.find(std::string(field) + " is immutable"), std::string::npos) << r.body;
   }
+  // spec.train.model and spec.train.dataset: a string (defaulted as before) or an object kept
+  // whole; the operator, not the schema, checks an object (issue 21).
+  EXPECT_EQ(created["spec"]["train"]["model"], "mlp") << r.body;
+  EXPECT_EQ(created["spec"]["train"]["dataset"], "/usr/share/datasets/fashion-mnist") << r.body;
+  const json list = {{"input", {13}},
+                     {"layers", {{{"dense", {{"units", 3}}}}, "softmax"}},
+                     {"loss", "softmax_cross_entropy"}};
+  const json table = {{"format", "csv"}, {"train", "/d/w.csv"}, {"inputShape", {13}}};
+  json objects = Job("objects");
+  objects["spec"]["train"] = {{"model", list}, {"dataset", table}};
+  r = conn_->Do("POST", kTj, objects.dump());
+  ASSERT_EQ(r.code, 201) << r.body;
+  created = json::parse(r.body);
+  EXPECT_EQ(created["spec"]["train"]["model"], list) << r.body;
+  EXPECT_EQ(created["spec"]["train"]["dataset"], table) << r.body;
   // The world may change (resize by restart).
   r = patch(R"({"spec":{"replicas":3,"gpusPerReplica":1,"backend":"nccl"}})");
   EXPECT_EQ(r.code, 200) << r.body;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "controller/executors/kubernetes/operator.h"
@@ -62,6 +63,10 @@ class RecordingClient final : public KubeClient {
                         "\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: "
                         "pods=1, limited: pods=1");
     }
+    if (r.plural == "pods") {
+      std::lock_guard<std::mutex> lock(mu_);
+      pod_create_names_.push_back(name);
+    }
     auto out = inner_->Create(r, ns, obj);
     if (r.plural == "pods" && out.ok()) ++pod_creates_;
     return out;
@@ -92,6 +97,13 @@ class RecordingClient final : public KubeClient {
 
   // Writes other than to the leader Lease.
   int NonLeaseWrites() const { return non_lease_writes_; }
+  // Pod creates asked for (answered or not) whose name starts with `prefix`.
+  int PodCreatesOf(const std::string& prefix) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (const auto& name : pod_create_names_) n += name.starts_with(prefix) ? 1 : 0;
+    return n;
+  }
   std::atomic<int> die_after_pod_creates{-1};
   // The next this many creates of a rank-1 pod are refused by "quota".
   std::atomic<int> refuse_rank1_pods{0};
@@ -110,6 +122,8 @@ class RecordingClient final : public KubeClient {
 
   std::unique_ptr<KubeClient> inner_;
   std::atomic<int> pod_creates_{0};
+  mutable std::mutex mu_;
+  std::vector<std::string> pod_create_names_;
   std::atomic<int> non_lease_writes_{0};
 };
 
@@ -363,6 +377,58 @@ TEST_F(OperatorTest, SpecThePlannerRejectsFailsWithTheReason) {
   }
   EXPECT_TRUE(found) << st.dump();
   EXPECT_TRUE(Pods("nccl").empty());
+}
+
+// Issue 21: a layer list and a dataset object pass the CRD whole (no key pruned), and a list
+// that does not fit the dataset's declared shape fails the job naming the layer, no pod created.
+TEST_F(OperatorTest, LayerListThatDoesNotFitTheDatasetFailsWithoutAPod) {
+  StartController("c1");
+  const Json dataset = {{"format", "idx"},
+                        {"train", "/usr/share/datasets/fashion-mnist"},
+                        {"inputShape", {1, 28, 28}},
+                        {"classes", 10}};
+  auto list = [](int units) {
+    return Json{{"layers",
+                 {{{"conv2d", {{"filters", 4}, {"kernel", 3}, {"padding", "same"}}}},
+                  "relu",
+                  {{"max_pool2d", {{"pool", 2}}}},
+                  "flatten",
+                  {{"dropout", {{"rate", 0.25}}}},
+                  {{"dense", {{"units", units}}}},
+                  "softmax"}},
+                {"loss", "softmax_cross_entropy"}};
+  };
+  // A list that fits (its input from the dataset's inputShape): the gang is created. The pods
+  // only sleep: this is about the spec, not the training.
+  Json fits = SleepJob("fits", 2);
+  fits["spec"]["train"]["model"] = list(10);
+  fits["spec"]["train"]["dataset"] = dataset;
+  Json created = Create(fits);
+  EXPECT_EQ(created["spec"]["train"]["model"], list(10)) << created.dump();
+  EXPECT_EQ(created["spec"]["train"]["dataset"], dataset) << created.dump();
+  ASSERT_TRUE(WaitPhase("fits", "Running"));
+  EXPECT_TRUE(ExactGang("fits", 2));
+
+  Json bad = TrainingJob("misfit");
+  bad["spec"]["train"]["model"] = list(12);  // 12 outputs for 10 classes
+  bad["spec"]["train"]["dataset"] = dataset;
+  Create(bad);
+  ASSERT_TRUE(WaitPhase("misfit", "Failed"));
+  Json st = Status("misfit");
+  bool found = false;
+  for (const auto& c : st["conditions"]) {
+    if (c["type"] != "Failed") continue;
+    found = true;
+    EXPECT_EQ(c["reason"], "InvalidSpec");
+    EXPECT_NE(c["message"].get<std::string>().find(
+                  "spec.train.model.layers[5] dense: output 12 units but the dataset has 10 "
+                  "classes"),
+              std::string::npos)
+        << c.dump();
+  }
+  EXPECT_TRUE(found) << st.dump();
+  EXPECT_EQ(clients_.front()->PodCreatesOf("misfit-"), 0);
+  EXPECT_TRUE(Pods("misfit").empty());
 }
 
 TEST_F(OperatorTest, SuspendDeletesThePodsAndResumeRecreatesThem) {

@@ -209,6 +209,26 @@ TEST_F(ReconcilerTest, InvalidSpecFailsOnceWithTheReason) {
   EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
 }
 
+// Issue 21: a layer list the API server admits (the CRD cannot type it) but whose input the
+// job does not give: the operator cannot read the dataset, so it fails the job naming the field.
+TEST_F(ReconcilerTest, LayerListWithoutAKnownInputFailsWithoutAPod) {
+  Json extra;
+  extra["spec"]["train"]["model"] = {
+      {"layers", Json::array({"flatten", Json{{"dense", {{"units", 10}}}}})}};
+  CreateJob(Job(2, extra));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  Json st = Status();
+  EXPECT_EQ(st["phase"], "Failed");
+  ASSERT_EQ(st["conditions"].size(), 1u);
+  EXPECT_EQ(st["conditions"][0]["reason"], "InvalidSpec");
+  EXPECT_NE(st["conditions"][0]["message"].get<std::string>().find(
+                "invalid spec: spec.train.model.input: required"),
+            std::string::npos)
+      << st.dump();
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+  EXPECT_EQ(client_.CountWrites("create", "services"), 0);
+}
+
 TEST_F(ReconcilerTest, ConflictingStatusWriteIsAnErrorAndNothingElseHappens) {
   CreateJob(Job(2));
   client_.FailNext("update-status", "trainingjobs", Aborted("conflict"), 1);

@@ -37,8 +37,8 @@ TEST(Manifest, DefaultsApply) {
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
-  for (const char* name :
-       {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
+  for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml",
+                           "fashion-mnist-keras-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
     auto job = LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
     ASSERT_TRUE(job.ok()) << job.status().ToString();
     const bool gpu = std::string(name) == "fashion-mnist-gpu.yaml";
@@ -280,6 +280,239 @@ TEST(RunnerArgs, GpusSelectTheDeviceAndMultiplyTheWorld) {
   };
   EXPECT_TRUE(has("--device", "cuda"));
   EXPECT_TRUE(has("--backend", "nccl"));
+}
+
+// A Keras-style CNN for 1x28x28 inputs and 10 classes, as YAML under spec.train.
+constexpr char kLayerList[] = R"(  train:
+    model:
+      input: [1, 28, 28]
+      layers:
+        - conv2d: {filters: 32, kernel: 3, padding: same}
+        - relu
+        - max_pool2d: {pool: 2}
+        - flatten
+        - dropout: {rate: 0.5}
+        - dense: {units: 10}
+        - softmax
+      loss: softmax_cross_entropy
+)";
+
+std::string ArgValue(const std::vector<std::string>& args, const std::string& flag) {
+  for (std::size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) return args[i + 1];
+  }
+  return "<missing>";
+}
+
+TEST(ModelList, ParsesWithShapesAndGoesToTheRunnerAsModelSpec) {
+  auto job = ParseManifestYaml(WithSpec(kLayerList), "list.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const TrainSpec& t = job->spec.train;
+  EXPECT_EQ(t.model, "");
+  ASSERT_TRUE(t.model_spec.has_value());
+  EXPECT_EQ(t.model_spec->layers.size(), 7u);
+  EXPECT_EQ(t.model_spec->input, (model::Shape{1, 28, 28}));
+  const auto args = RunnerArgs(job->spec, "");
+  EXPECT_EQ(ArgValue(args, "--model"), "<missing>");
+  const std::string spec_json = ArgValue(args, "--model-spec");
+  // The runner reads back the same architecture, every default written out.
+  auto back = model::ParseModelSpec(spec_json);
+  ASSERT_TRUE(back.ok()) << back.status().ToString() << " " << spec_json;
+  EXPECT_EQ(model::CanonicalString(*back), model::CanonicalString(*t.model_spec));
+  EXPECT_NE(spec_json.find(R"("stride":1)"), std::string::npos) << spec_json;
+  EXPECT_NE(spec_json.find(R"("rate":0.5)"), std::string::npos) << spec_json;
+}
+
+TEST(ModelList, PresetNamesStayFlagsAndOtherTypesAreRefused) {
+  auto job = ParseManifestYaml(WithSpec("  train:\n    model: cnn\n"), "p.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_FALSE(job->spec.train.model_spec.has_value());
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--model"), "cnn");
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--model-spec"), "<missing>");
+  job = ParseManifestYaml(WithSpec("  train:\n    model: [dense]\n"), "p.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("p.yaml: spec.train.model: must be a preset name (mlp, "
+                                        "cnn) or a layer list"),
+            std::string::npos)
+      << job.status().message();
+}
+
+class BadModelList : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadModelList, ErrorNamesTheFieldOrTheLayer) {
+  auto job = ParseManifestYaml(WithSpec(std::string("  train:\n    model:\n") + GetParam().spec),
+                               "m.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find(GetParam().expected), std::string::npos)
+      << job.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadModelList,
+    ::testing::Values(
+        BadCase{"      input: [1, 28, 28]\n      layers: [flatten, {dense: {units: 10}}, "
+                "{conv2d: {filters: 8, kernel: 0}}]\n",
+                "m.yaml: spec.train.model.layers[2].conv2d.kernel: must be 1..15, got 0"},
+        BadCase{"      input: [1, 28, 28]\n      layers: [{dense: {units: 10}}]\n",
+                "spec.train.model.layers[0] dense: input is 1x28x28, needs a flat input"},
+        BadCase{"      input: [1, 4, 4]\n      layers: [{conv2d: {filters: 2, kernel: 5}}, "
+                "flatten]\n",
+                "spec.train.model.layers[0] conv2d: input 1x4x4 is smaller than the kernel 5x5"},
+        BadCase{"      input: [4]\n      layers: [{dense: {units: 3}}]\n      loss: hinge\n",
+                "spec.train.model.loss: must be \"softmax_cross_entropy\" or \"mse\""},
+        BadCase{"      input: [4]\n      layers: [{lstm: {units: 3}}]\n",
+                "spec.train.model.layers[0]: unknown layer \"lstm\""},
+        BadCase{"      input: [4]\n      layers: [{dense: {units: 3}}]\n      optimizer: sgd\n",
+                "spec.train.model.optimizer: unknown option"},
+        BadCase{"      input: [4]\n", "spec.train.model.layers: required"}));
+
+TEST(ModelList, WithoutAnInputAManifestWaitsForTheDataAndTheApiRefuses) {
+  const std::string spec = "  train:\n    model:\n      layers: [flatten, {dense: {units: 10}}]\n";
+  // A local manifest: `ringtrain run`/`validate` read the dataset's shape (ResolveModel).
+  auto job = ParseManifestYaml(WithSpec(spec), "n.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_FALSE(job->spec.train.model_spec.has_value());
+  TrainSpec t = job->spec.train;
+  auto report = ResolveModel(&t, DataShape{model::Shape{1, 28, 28}, 10});
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  ASSERT_TRUE(t.model_spec.has_value());
+  EXPECT_EQ(t.model_spec->input, (model::Shape{1, 28, 28}));
+  EXPECT_EQ(report->params, 7850u);  // 784 x 10 + 10
+  t = job->spec.train;
+  report = ResolveModel(&t, DataShape{model::Shape{13, 1, 1}, 3});
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("spec.train.model.layers[1] dense: output 10 units but "
+                                           "the dataset has 3 classes"),
+            std::string::npos)
+      << report.status().message();
+  // The operator reads the object from the API server and never the dataset: the input must be
+  // in the manifest.
+  const std::string doc =
+      R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+      R"("spec":{"train":{"model":{"layers":["flatten",{"dense":{"units":10}}]}}}})";
+  auto api = ParseJobJson(doc);
+  ASSERT_FALSE(api.ok());
+  EXPECT_NE(api.status().message().find("spec.train.model.input: required"), std::string::npos)
+      << api.status().message();
+}
+
+TEST(ModelList, PresetsAreCheckedAsTheRunnerBuildsThem) {
+  TrainSpec t;
+  t.model = "cnn";
+  auto report = ResolveModel(&t, std::nullopt);  // Fashion-MNIST
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  // conv 32: 320, conv 64: 18496, dense 3136->128: 401536, dense 128->10: 1290.
+  EXPECT_EQ(report->params, 421642u);
+  EXPECT_FALSE(t.model_spec.has_value());  // still --model cnn
+  report = ResolveModel(&t, DataShape{model::Shape{1, 2, 2}, 10});
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("spec.train.model.layers[5] max_pool2d"),
+            std::string::npos)
+      << report.status().message();
+}
+
+TEST(Json, ApiObjectsCarryBothModelForms) {
+  for (const std::string& model :
+       {std::string(R"("cnn")"),
+        std::string(R"({"input":[13],"layers":[{"dense":{"units":8}},"tanh",)"
+                    R"({"dense":{"units":3}},"softmax"]})")}) {
+    const std::string doc =
+        R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+        R"("spec":{"train":{"model":)" +
+        model + R"(}},"status":{"phase":"Running"}})";
+    auto job = ParseJobJson(doc);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    EXPECT_EQ(job->status.phase, "Running");
+    const auto args = RunnerArgs(job->spec, "");
+    if (model.front() == '"') {
+      EXPECT_EQ(ArgValue(args, "--model"), "cnn");
+    } else {
+      ASSERT_TRUE(job->spec.train.model_spec.has_value());
+      EXPECT_EQ(job->spec.train.model_spec->layers.size(), 4u);
+      EXPECT_NE(ArgValue(args, "--model-spec").find(R"("input":[13])"), std::string::npos);
+    }
+  }
+}
+
+constexpr char kWineDataset[] = R"(    dataset:
+      format: csv
+      train: /data/wine_train.csv
+      test: /data/wine_test.csv
+      header: auto
+      label: target
+      task: classification
+      standardize: true
+      inputShape: [13]
+      classes: 3
+)";
+
+TEST(DatasetObject, ParsesAndGoesToTheRunnerAsDatasetSpec) {
+  auto job = ParseManifestYaml(WithSpec(std::string("  train:\n") + kWineDataset), "w.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const TrainSpec& t = job->spec.train;
+  ASSERT_TRUE(t.dataset_spec.has_value());
+  EXPECT_EQ(t.dataset, "");
+  EXPECT_EQ(t.dataset_spec->format, data::DatasetFormat::kCsv);
+  EXPECT_EQ(t.dataset_spec->label_name, "target");
+  EXPECT_EQ(t.dataset_spec->classes, 3);
+  const auto args = RunnerArgs(job->spec, "");
+  EXPECT_EQ(ArgValue(args, "--dataset"), "<missing>");  // the runner takes one of the two
+  auto back = data::ParseDatasetSpec(ArgValue(args, "--dataset-spec"));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, *t.dataset_spec);
+  // A directory stays --dataset.
+  job = ParseManifestYaml(WithSpec("  train:\n    dataset: /data/fm\n"), "d.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--dataset"), "/data/fm");
+  EXPECT_EQ(ArgValue(RunnerArgs(job->spec, ""), "--dataset-spec"), "<missing>");
+}
+
+TEST(DatasetObject, ErrorsNameTheField) {
+  for (const auto& [spec, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"    dataset: {format: csv, train: /a.csv, test: /b.csv, testFraction: 1.5}\n",
+            "d.yaml: spec.train.dataset.testFraction"},
+           {"    dataset: {format: parquet, train: /a}\n", "d.yaml: spec.train.dataset.format"},
+           {"    dataset: {format: csv, train: /a.csv, test: /b.csv, trainX: /x.npy}\n",
+            "spec.train.dataset.trainX"},
+           {"    dataset: 7\n", "spec.train.dataset: must be an IDX directory or a dataset object"},
+           {"    dataset: \"\"\n", "spec.train.dataset: must not be empty"}}) {
+    auto job = ParseManifestYaml(WithSpec("  train:\n" + spec), "d.yaml");
+    ASSERT_FALSE(job.ok()) << spec;
+    EXPECT_NE(job.status().message().find(expected), std::string::npos) << job.status().message();
+  }
+}
+
+TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {
+  // No model.input: the dataset's inputShape gives it, in the API server's objects too.
+  const std::string fits =
+      "  train:\n    model:\n      layers: [{dense: {units: 16}}, relu, {dense: {units: 3}}]\n" +
+      std::string(kWineDataset);
+  auto job = ParseManifestYaml(WithSpec(fits), "w.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_TRUE(job->spec.train.model_spec.has_value());
+  EXPECT_EQ(job->spec.train.model_spec->input, (model::Shape{13, 1, 1}));
+  // 10 outputs for 3 classes: refused naming the layer that sets the width.
+  const std::string wrong =
+      "  train:\n    model:\n      layers: [{dense: {units: 16}}, relu, {dense: {units: 10}}]\n" +
+      std::string(kWineDataset);
+  job = ParseManifestYaml(WithSpec(wrong), "w.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("w.yaml: spec.train.model.layers[2] dense: output 10 "
+                                        "units but the dataset has 3 classes"),
+            std::string::npos)
+      << job.status().message();
+  // An input that contradicts the declared inputShape.
+  const std::string images =
+      "  train:\n    model:\n      input: [1, 8, 8]\n      layers: [flatten, {dense: {units: "
+      "3}}]\n" +
+      std::string(kWineDataset);
+  job = ParseManifestYaml(WithSpec(images), "w.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("spec.train.model.input: the model takes 1x8x8 per "
+                                        "sample but the dataset has 13 features"),
+            std::string::npos)
+      << job.status().message();
 }
 
 }  // namespace

@@ -130,5 +130,30 @@ TEST(TrainFlags, WhatTheControllerWritesTheRunnerReadsBack) {
   EXPECT_EQ(d->batch_size, runner_defaults.batch_size);
 }
 
+// Issue 21: a layer list and a dataset object reach the runner as the same specs.
+TEST(TrainFlags, WhatTheControllerWritesForSpecsTheRunnerReadsBack) {
+  for (const char* name : {"fashion-mnist-keras-cnn.yaml", "fashion-mnist-cnn.yaml"}) {
+    auto job =
+        api::LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto c = ParseTrainFlags(api::RunnerArgs(job->spec, ""));
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status().ToString();
+    const api::TrainSpec& t = job->spec.train;
+    ASSERT_EQ(c->model_spec.has_value(), t.model_spec.has_value()) << name;
+    if (t.model_spec) {
+      EXPECT_EQ(model::CanonicalString(*c->model_spec), model::CanonicalString(*t.model_spec));
+      EXPECT_EQ(c->model_spec->init, model::Initializer::kGlorot);  // Keras' defaults
+    } else {
+      EXPECT_EQ(c->model.name, t.model);
+    }
+    ASSERT_EQ(c->dataset_spec.has_value(), t.dataset_spec.has_value()) << name;
+    if (t.dataset_spec) {
+      EXPECT_EQ(*c->dataset_spec, *t.dataset_spec);
+    } else {
+      EXPECT_EQ(c->dataset, t.dataset);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ringtrain::train

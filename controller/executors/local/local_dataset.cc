@@ -1,0 +1,117 @@
+#include "controller/executors/local/local_dataset.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "runner/data/csv.h"
+#include "runner/data/idx.h"
+#include "runner/data/npy.h"
+
+namespace ringtrain::executors {
+namespace {
+
+bool Exists(const std::string& path) {
+  std::error_code ec;
+  return !path.empty() && std::filesystem::exists(path, ec);
+}
+
+// The shape a table's samples have as the model sees them: a declared inputShape of the same
+// size reshapes flat features (a CSV of 784 pixels as 1x28x28).
+model::Shape TableShape(const data::Table& table, const std::optional<api::DataShape>& declared) {
+  model::Shape flat{static_cast<int>(table.features), 1, 1};
+  if (declared && declared->input && declared->input->size() == table.features) {
+    return *declared->input;
+  }
+  const auto& s = table.shape;
+  if (s.size() == 2) return {1, static_cast<int>(s[0]), static_cast<int>(s[1])};
+  if (s.size() == 3)
+    return {static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2])};
+  return flat;
+}
+
+std::string ShapeText(const model::Shape& s) {
+  if (s.h == 1 && s.w == 1) return std::to_string(s.c);
+  return std::to_string(s.c) + "x" + std::to_string(s.h) + "x" + std::to_string(s.w);
+}
+
+// 1234567 as "1,234,567".
+std::string Grouped(std::size_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+}  // namespace
+
+StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
+  const std::optional<api::DataShape> declared = api::DeclaredDataShape(t);
+  const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
+  LocalDataShape out{declared, declared ? "spec.train.dataset (declared)" : ""};
+  data::Task task;
+  task.kind = spec.task;
+  task.classes = spec.classes;
+  data::Table table;
+  switch (spec.format) {
+    case data::DatasetFormat::kIdx: {
+      if (!Exists(spec.train)) return out;
+      // The test split: the same header as the training split, a sixth of its size.
+      ASSIGN_OR_RETURN(data::Dataset ds, data::LoadFashionMnist(spec.train, /*train=*/false));
+      api::DataShape shape;
+      shape.input = model::Shape{1, ds.rows, ds.cols};
+      shape.outputs = spec.classes > 0 ? spec.classes : 10;
+      return LocalDataShape{shape, spec.train + " (IDX)"};
+    }
+    case data::DatasetFormat::kCsv: {
+      if (!Exists(spec.train)) return out;
+      data::CsvOptions options;
+      options.delimiter = spec.delimiter;
+      options.header = spec.header;
+      options.label_name = spec.label_name;
+      options.label_index = spec.label_index;
+      options.task = task;
+      options.standardize = false;
+      ASSIGN_OR_RETURN(table, data::ReadCsv({spec.train, spec.train_labels}, options));
+      break;
+    }
+    case data::DatasetFormat::kNpy: {
+      if (!Exists(spec.train_x) || !Exists(spec.train_y)) return out;
+      data::NpyOptions options;
+      options.task = task;
+      ASSIGN_OR_RETURN(table, data::ReadNpy({spec.train_x, spec.train_y}, options));
+      break;
+    }
+  }
+  api::DataShape shape;
+  shape.input = TableShape(table, declared);
+  shape.outputs = table.task.classification() ? table.task.classes : table.task.targets;
+  return LocalDataShape{shape, table.path + " (" + std::to_string(table.n) + " samples)"};
+}
+
+StatusOr<std::string> CheckModelLocally(api::TrainSpec* t) {
+  ASSIGN_OR_RETURN(LocalDataShape data, ReadLocalDataShape(*t));
+  ASSIGN_OR_RETURN(model::ShapeReport report, api::ResolveModel(t, data.shape));
+  model::Shape input{1, 28, 28};
+  if (t->model_spec) {
+    input = t->model_spec->input;
+  } else if (data.shape && data.shape->input) {
+    input = *data.shape->input;
+  }
+  std::string out = "Model: " + (t->model_spec ? std::string("layer list") : t->model) + ", loss " +
+                    std::string(model::NameOf(t->model_spec ? t->model_spec->loss
+                                                            : model::Loss::kSoftmaxCrossEntropy)) +
+                    "\nDataset: " + (data.source.empty() ? "not read here" : data.source) + "\n";
+  char line[160];
+  std::snprintf(line, sizeof(line), "%-26s %-16s %12s\n", "Layer", "Output shape", "Params");
+  out += line;
+  std::snprintf(line, sizeof(line), "%-26s %-16s %12s\n", "input", ShapeText(input).c_str(), "0");
+  out += line;
+  for (const model::LayerInfo& l : report.layers) {
+    std::snprintf(line, sizeof(line), "%-26s %-16s %12s\n", l.label.c_str(),
+                  ShapeText(l.out).c_str(), Grouped(l.params).c_str());
+    out += line;
+  }
+  out += "Total params: " + Grouped(report.params) + "\n";
+  return out;
+}
+
+}  // namespace ringtrain::executors

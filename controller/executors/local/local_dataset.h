@@ -1,0 +1,30 @@
+// What `ringtrain run` and `ringtrain validate` know of a job's dataset on this machine, to
+// check the model before any rank starts: the IDX files' shape, the CSV/NPY training split's
+// shape and classes when the files are here, else what spec.train.dataset declares. The
+// operator never reads a dataset (api::DeclaredDataShape only).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "controller/api/training_job.h"
+
+namespace ringtrain::executors {
+
+struct LocalDataShape {
+  std::optional<api::DataShape> shape;  // nullopt: not here and nothing declared
+  std::string source;                   // where it came from, for the summary
+};
+
+// Reads what the files give (a corrupt file is an error naming it); files that are not on this
+// machine fall back to the declared inputShape/classes.
+StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t);
+
+// Resolves and checks spec.train.model against ReadLocalDataShape (api::ResolveModel) and
+// returns a Keras-like summary: one line per layer with its output shape and parameters, then
+// the total. Sets t->model_spec for a layer list. Errors name the field or the layer.
+StatusOr<std::string> CheckModelLocally(api::TrainSpec* t);
+
+}  // namespace ringtrain::executors

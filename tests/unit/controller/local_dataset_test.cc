@@ -1,0 +1,136 @@
+// `ringtrain validate`/`run`'s model check on this machine: the dataset's shape from its files
+// (CSV here; the IDX directory of the shipped examples), else from what the manifest declares,
+// and the Keras-like summary.
+#include "controller/executors/local/local_dataset.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace ringtrain::executors {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LocalDatasetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ringtrain-local-dataset-" +
+            std::to_string(::testing::UnitTest::GetInstance()->current_test_info()->line()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // 4 features, the label column by name, 3 classes.
+    std::ofstream(dir_ / "train.csv") << "a,b,c,d,target\n"
+                                         "1,2,3,4,0\n"
+                                         "2,3,4,5,1\n"
+                                         "3,4,5,6,2\n"
+                                         "4,5,6,7,1\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  api::TrainingJob Job(const std::string& train_lines) {
+    const std::string yaml =
+        "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: t\nspec:\n"
+        "  train:\n" +
+        train_lines;
+    auto job = api::ParseManifestYaml(yaml, "t.yaml");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : api::TrainingJob{};
+  }
+  std::string Csv() const { return (dir_ / "train.csv").string(); }
+
+  fs::path dir_;
+};
+
+TEST_F(LocalDatasetTest, CsvFilesGiveTheInputAndTheClasses) {
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 8}}, relu, {dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          Csv() + ", test: " + Csv() + ", label: target}\n");
+  auto data = ReadLocalDataShape(job.spec.train);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  ASSERT_TRUE(data->shape.has_value());
+  EXPECT_EQ(data->shape->input, (model::Shape{4, 1, 1}));
+  EXPECT_EQ(data->shape->outputs, 3);
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  ASSERT_TRUE(job.spec.train.model_spec.has_value());  // the input came from the file
+  EXPECT_EQ(job.spec.train.model_spec->input, (model::Shape{4, 1, 1}));
+  EXPECT_NE(summary->find("layers[0] dense"), std::string::npos) << *summary;
+  EXPECT_NE(summary->find("(4 samples)"), std::string::npos) << *summary;
+  // dense 4->8: 40, dense 8->3: 27.
+  EXPECT_NE(summary->find("Total params: 67\n"), std::string::npos) << *summary;
+}
+
+TEST_F(LocalDatasetTest, AListThatDoesNotFitTheFilesIsRefusedNamingTheLayer) {
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 8}}, relu, {dense: {units: 10}}]\n"
+          "    dataset: {format: csv, train: " +
+          Csv() + ", test: " + Csv() + ", label: target}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(
+                "spec.train.model.layers[2] dense: output 10 units but the dataset has 3 classes"),
+            std::string::npos)
+      << summary.status().message();
+}
+
+TEST_F(LocalDatasetTest, AbsentFilesFallBackToTheDeclaredShape) {
+  const std::string missing = (dir_ / "elsewhere.csv").string();
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          missing + ", test: " + missing + ", inputShape: [13], classes: 3}\n");
+  auto data = ReadLocalDataShape(job.spec.train);
+  ASSERT_TRUE(data.ok()) << data.status().ToString();
+  ASSERT_TRUE(data->shape.has_value());
+  EXPECT_EQ(data->shape->input, (model::Shape{13, 1, 1}));
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_NE(summary->find("Dataset: spec.train.dataset (declared)"), std::string::npos) << *summary;
+  // Nothing here and nothing declared: the list needs its input.
+  job = Job("    model:\n      layers: [{dense: {units: 3}}]\n    dataset: {format: csv, train: " +
+            missing + ", test: " + missing + "}\n");
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("spec.train.model.input: required"), std::string::npos)
+      << summary.status().message();
+}
+
+TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
+  std::ofstream(dir_ / "train.csv", std::ios::app) << "5,6,x,8,0\n";
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n    dataset: {format: csv, train: " +
+          Csv() + ", test: " + Csv() + ", label: target}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(Csv()), std::string::npos)
+      << summary.status().message();
+}
+
+// The shipped examples, against the Fashion-MNIST files when this machine has them (CI does).
+TEST(ShippedExamples, ValidateAgainstTheLocalData) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "no Fashion-MNIST under /usr/share/datasets";
+  }
+  for (const char* name : {"fashion-mnist-mlp.yaml", "fashion-mnist-cnn.yaml",
+                           "fashion-mnist-keras-cnn.yaml", "fashion-mnist-gpu.yaml"}) {
+    auto job =
+        api::LoadManifestFile(std::string(RINGTRAIN_SOURCE_DIR) + "/manifests/examples/" + name);
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    auto summary = CheckModelLocally(&job->spec.train);
+    ASSERT_TRUE(summary.ok()) << name << ": " << summary.status().ToString();
+    EXPECT_NE(summary->find("/usr/share/datasets/fashion-mnist (IDX)"), std::string::npos)
+        << *summary;
+    // Both CNNs: 421,642 parameters (dropout adds none).
+    if (std::string(name).find("cnn") != std::string::npos) {
+      EXPECT_NE(summary->find("Total params: 421,642"), std::string::npos) << *summary;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringtrain::executors
