@@ -142,8 +142,11 @@ runner_cpu() {
     # The CPU image cannot carry a runner linked against CUDA (cuDNN alone is ~1 GB): when the
     # host build has the GPU runner, a CPU-only one is built beside it, mostly from ccache.
     local dir=$BUILD_DIR
-    if ldd "$BUILD_DIR/bin/ringtrain-runner" 2>/dev/null |
-      grep -Eq 'libcud(art|nn)|libcublas|libnccl|/usr/local/cuda'; then
+    # ldd's output first: under pipefail, `ldd | grep -q` fails whenever grep exits before ldd has
+    # written everything (SIGPIPE), and a CUDA runner went into the CPU image.
+    local libs
+    libs=$(ldd "$BUILD_DIR/bin/ringtrain-runner" 2>/dev/null || true)
+    if grep -Eq 'libcud(art|nn)|libcublas|libnccl|/usr/local/cuda' <<<"$libs"; then
       dir=$BUILD_DIR-cpu-image
       log "$BUILD_DIR's runner links CUDA: building a CPU runner in $dir"
       timed "CPU runner build" bash -c "cmake -S . -B '$dir' -G Ninja -DCMAKE_BUILD_TYPE=Release \
