@@ -10,7 +10,7 @@ same hyper-parameters (Adam, constant learning rate, no warmup, the same global 
 and the same standardisation (the training split's per-feature mean and population std, applied
 to both splits; targets as they are) are trained by
 
-  - ringtrain-runner, 2 ranks on this machine (the runner's local launcher: two processes over
+  - `ringtrain run` on a TrainingJob of 2 replicas on this machine (two runner processes over
     the TCP ring, per-replica batch = global batch / 2, no LR scaling), and
   - PyTorch, one process with the global batch,
 
@@ -30,7 +30,6 @@ import argparse
 import gzip
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,6 +38,9 @@ import tempfile
 import numpy as np
 
 SKLEARN_DATA = "/usr/lib/python3/dist-packages/sklearn/datasets/data"
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+# ringtrain's IDX normalisation (runner/data/idx.h): (x / 255 - mean) / std.
+FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 # One entry per dataset: the model (a ModelSpec, runner/model/model_spec.h), and the
 # hyper-parameters both sides use. batch is the global batch (2 replicas × batch / 2).
@@ -67,6 +69,15 @@ DATASETS = {
         "model": {"input": [30], "layers": [{"dense": {"units": 32}}, "relu",
                                             {"dense": {"units": 2}}, "softmax"]},
         "epochs": 40, "batch": 32, "lr": 0.002,
+    },
+    # Fashion-MNIST's own train/test split (IDX files, not split here), the original write-up's
+    # MLP 784-256-10 as a layer list.
+    "fashion_mnist": {
+        "task": "classification",
+        "format": "idx",
+        "model": {"input": [1, 28, 28], "layers": ["flatten", {"dense": {"units": 256}}, "relu",
+                                                   {"dense": {"units": 10}}, "softmax"]},
+        "epochs": 10, "batch": 128, "lr": 0.001,
     },
     "diabetes": {
         "task": "regression",
@@ -97,6 +108,15 @@ def load(name: str) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(name)
 
 
+def read_idx(path: str) -> np.ndarray:
+    """An IDX file (gzip) as a numpy array of its shape."""
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
 def split(x: np.ndarray, y: np.ndarray, dirname: str) -> dict[str, str]:
     """25 % test with numpy seed 0; written as headerless CSV, the label last."""
     order = np.random.RandomState(0).permutation(len(x))
@@ -109,33 +129,36 @@ def split(x: np.ndarray, y: np.ndarray, dirname: str) -> dict[str, str]:
     return paths
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ringtrain(build: str, name: str, cfg: dict, files: dict[str, str], seed: int,
                   workdir: str) -> float:
-    dataset = {"format": "csv", "train": files["train"], "test": files["test"],
-               "header": "none", "label": -1, "task": cfg["task"], "standardize": True}
-    result = os.path.join(workdir, f"{name}-{seed}.json")
-    env = dict(os.environ,
-               RINGTRAIN_NPROC_PER_NODE="2", RINGTRAIN_WORLD_SIZE="2",
-               RINGTRAIN_MASTER_ADDR="127.0.0.1", RINGTRAIN_MASTER_PORT=str(free_port()),
-               RINGTRAIN_TOKEN="bench", RINGTRAIN_METRICS_PORT="-1",
-               RINGTRAIN_TERMINATION_LOG=os.path.join(workdir, "termination-log"),
-               OPENBLAS_NUM_THREADS="1")
-    cmd = [os.path.join(build, "bin", "ringtrain-runner"),
-           "--model-spec", json.dumps(cfg["model"]), "--dataset-spec", json.dumps(dataset),
-           "--device", "cpu", "--optimizer", "adam", "--learning-rate", str(cfg["lr"]),
-           "--lr-scaling", "none", "--lr-schedule", "constant", "--warmup-epochs", "0",
-           "--batch-size", str(cfg["batch"] // 2), "--epochs", str(cfg["epochs"]),
-           "--seed", str(seed), "--eval-every-epoch", "false", "--result-file", result]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    """One TrainingJob through `ringtrain run`: 2 replicas on this machine (TCP ring)."""
+    if cfg.get("format") == "idx":
+        dataset = {"format": "idx", "train": FASHION_MNIST}
+    else:
+        dataset = {"format": "csv", "train": files["train"], "test": files["test"],
+                   "header": "none", "label": -1, "task": cfg["task"], "standardize": True}
+    job = {"apiVersion": "ringtrain.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": f"cmp-{name.replace('_', '-')}-{seed}"},
+           "spec": {"replicas": 2, "gpusPerReplica": 0, "backend": "tcp",
+                    "train": {"model": cfg["model"], "dataset": dataset,
+                              "epochs": cfg["epochs"], "batchSizePerReplica": cfg["batch"] // 2,
+                              "optimizer": "adam", "learningRate": cfg["lr"],
+                              "lrScaling": "none", "warmupEpochs": 0,
+                              "lrSchedule": "constant", "seed": seed},
+                    "runPolicy": {"backoffLimit": 0}}}
+    manifest = os.path.join(workdir, f"{name}-{seed}.yaml")
+    with open(manifest, "w") as f:
+        json.dump(job, f)  # JSON is YAML
+    summary = os.path.join(workdir, f"{name}-{seed}-summary.json")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    cmd = [os.path.join(build, "bin", "ringtrain"), "run", manifest,
+           "--runner", os.path.join(build, "bin", "ringtrain-runner"),
+           "--workdir", os.path.join(workdir, f"{name}-{seed}-work"), "--summary-json", summary]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
-        sys.exit(f"ringtrain-runner failed on {name} (seed {seed}):\n{p.stderr[-3000:]}")
-    with open(result) as f:
+        sys.exit(f"ringtrain run failed on {name} (seed {seed}):\n{p.stdout[-2000:]}"
+                 f"{p.stderr[-3000:]}")
+    with open(summary) as f:
         r = json.load(f)
     return r["test_mse"] if cfg["task"] == "regression" else r["test_accuracy"]
 
@@ -193,6 +216,16 @@ def run_torch(cfg: dict, files: dict[str, str], seed: int) -> float:
 
     torch.set_num_threads(1)
     torch.manual_seed(seed)
+    if cfg.get("format") == "idx":
+        def idx(part: str):
+            x = read_idx(os.path.join(FASHION_MNIST, f"{part}-images-idx3-ubyte.gz"))
+            y = read_idx(os.path.join(FASHION_MNIST, f"{part}-labels-idx1-ubyte.gz"))
+            x = (x.astype(np.float32) / 255 - FASHION_MEAN) / FASHION_STD
+            return torch.tensor(x).reshape([-1] + cfg["model"]["input"]), \
+                torch.tensor(y.astype(np.int64))
+        xtr, ytr = idx("train")
+        xte, yte = idx("t10k")
+        return train_and_test(cfg, seed, xtr, ytr, xte, yte)
     train = np.loadtxt(files["train"], delimiter=",")
     test = np.loadtxt(files["test"], delimiter=",")
     mean = train[:, :-1].mean(axis=0)
@@ -208,6 +241,13 @@ def run_torch(cfg: dict, files: dict[str, str], seed: int) -> float:
 
     xtr, ytr = tensors(train)
     xte, yte = tensors(test)
+    return train_and_test(cfg, seed, xtr, ytr, xte, yte)
+
+
+def train_and_test(cfg: dict, seed: int, xtr, ytr, xte, yte) -> float:
+    import torch
+    from torch import nn
+
     model = torch_model(cfg["model"])
     opt = torch.optim.Adam(model.parameters(), lr=cfg["lr"])
     loss_fn = nn.MSELoss() if cfg["task"] == "regression" else nn.CrossEntropyLoss()
@@ -245,8 +285,10 @@ def main() -> None:
             cfg = DATASETS[name]
             d = os.path.join(work, name)
             os.makedirs(d)
-            x, y = load(name)
-            files = split(x, y, d)
+            files = {}
+            if cfg.get("format") != "idx":
+                x, y = load(name)
+                files = split(x, y, d)
             rt = [run_ringtrain(args.build, name, cfg, files, s, d) for s in args.seeds]
             th = [run_torch(cfg, files, s) for s in args.seeds]
             metric = "test MSE" if cfg["task"] == "regression" else "test accuracy"
@@ -261,7 +303,7 @@ def main() -> None:
         diff = f"{100 * (a - b):+.2f} points" if metric == "test accuracy" else \
             f"{a - b:+.1f} ({100 * (a - b) / b:+.1f} %)"
         print(f"{name:14s} {metric:13s} {a:17.4f} {b:13.4f} {diff:>18s}")
-    print(f"\nseeds {args.seeds}; ringtrain: 2 ranks (local launcher, TCP ring), torch: 1 process; "
+    print(f"\nseeds {args.seeds}; ringtrain: `ringtrain run`, 2 replicas (TCP ring), torch: 1 process; "
           "same split, model, initialisation scheme, optimizer, global batch and epochs")
 
 

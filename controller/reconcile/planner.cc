@@ -198,7 +198,8 @@ class Planner {
            "attempt " + std::to_string(st().attempt) + " trains again from " +
                (p.start_step > 0 ? "its checkpoint's step " + std::to_string(p.start_step)
                                  : std::string("step 0")) +
-               ": " + std::to_string(lost) + " step(s) lost, at most " + FormatSeconds(idle) +
+               ": at least " + std::to_string(lost) +
+               " step(s) lost (from the last progress seen), at most " + FormatSeconds(idle) +
                " without training" + Totals()});
     }
     if (p.recoveries > a.attempt_in_place) {

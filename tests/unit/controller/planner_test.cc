@@ -1402,8 +1402,9 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   Plan trains = PlanWithProgress(job, next, At(12), Training(1010, 1000));
   const Event* e = FindEvent(trains, "GangRestarted");
   ASSERT_NE(e, nullptr);
-  EXPECT_NE(e->message.find("attempt 1 trains again from its checkpoint's step 1000: 1000 step(s) "
-                            "lost, at most 7.0s without training"),
+  EXPECT_NE(e->message.find("attempt 1 trains again from its checkpoint's step 1000: at least 1000 "
+                            "step(s) lost (from the last progress seen), at most 7.0s without "
+                            "training"),
             std::string::npos)
       << e->message;
   const api::RecoveryAccount& a = trains.status.recovery;
