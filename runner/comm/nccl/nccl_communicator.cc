@@ -147,8 +147,7 @@ struct NcclCommunicator::AbortState {
 };
 
 NcclCommunicator::NcclCommunicator(rendezvous::Store& store, const NcclCommOptions& options)
-    : store_(store),
-      gang_failure_(store, options.rank),
+    : gang_failure_(store, options.rank),
       options_(options),
       abort_state_(std::make_shared<AbortState>()) {}
 

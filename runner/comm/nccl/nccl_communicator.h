@@ -114,7 +114,6 @@ class NcclCommunicator final : public Communicator, public DeviceCollectives {
   void AbortComm();  // StartAbortLocked + a bounded wait for it
   void Finalize();
 
-  rendezvous::Store& store_;
   rendezvous::GangFailure gang_failure_;
   NcclCommOptions options_;
   void* comm_ = nullptr;  // ncclComm_t, kept opaque so nccl.h stays out of this header
