@@ -194,6 +194,8 @@ TEST(PollServerTest, IdleServerBlocksInPoll) {
   Write(s, "hi\n");
   EXPECT_EQ(ReadLine(s), "hi\n");
   const auto before = server->stats().wakeups;
+  // A sleep on purpose: "nothing wakes the loop" is a property of a stretch of time; no event
+  // marks it. A loop that wakes on its own (a timeout, a spin) fails, however fast the machine.
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(server->stats().wakeups, before);
 }
