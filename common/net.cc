@@ -182,6 +182,31 @@ EventCounter& ConnectRetries() {
 
 const EventCounter& ConnectRetriesForTest() { return ConnectRetries(); }
 
+namespace {
+
+// ConnectAttempt, saying whether the attempt went unanswered short of the deadline.
+StatusOr<Socket> Attempt(const std::string& host, int port, SteadyTime deadline,
+                         Duration attempt_timeout, bool* unanswered) {
+  const SteadyTime attempt_deadline =
+      std::min(deadline, DeadlineAfter(std::max(attempt_timeout, Duration(1))));
+  auto s = Connect(host, port, attempt_deadline);
+  *unanswered =
+      !s.ok() && s.status().code() == StatusCode::kDeadlineExceeded && attempt_deadline < deadline;
+  if (*unanswered) {
+    return Unavailable("connect " + HostPort(host, port) + ": no answer within " +
+                       std::to_string(attempt_timeout.count()) + "ms");
+  }
+  return s;
+}
+
+}  // namespace
+
+StatusOr<Socket> ConnectAttempt(const std::string& host, int port, SteadyTime deadline,
+                                Duration attempt_timeout) {
+  bool unanswered = false;
+  return Attempt(host, port, deadline, attempt_timeout, &unanswered);
+}
+
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
                                   Duration attempt_timeout) {
   Backoff backoff;
@@ -189,16 +214,14 @@ StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime 
   Duration budget = std::max(attempt_timeout, Duration(1));
   int attempts = 0;
   for (;;) {
-    const SteadyTime attempt_deadline = std::min(deadline, DeadlineAfter(budget));
     ++attempts;
-    auto s = Connect(host, port, attempt_deadline);
+    bool unanswered = false;
+    auto s = Attempt(host, port, deadline, budget, &unanswered);
     if (s.ok()) return s;
     last = s.status();
     if (s.status().code() == StatusCode::kCancelled) return s.status();
-    if (s.status().code() == StatusCode::kDeadlineExceeded && attempt_deadline < deadline) {
+    if (unanswered) {
       // Unanswered: resolve again at once, and give the next attempt longer.
-      last = Unavailable("connect " + HostPort(host, port) + ": no answer within " +
-                         std::to_string(budget.count()) + "ms");
       budget = std::min(budget * 2, kMaxConnectAttemptTimeout);
       continue;
     }

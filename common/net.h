@@ -51,6 +51,10 @@ inline constexpr Duration kMaxConnectAttemptTimeout{std::chrono::seconds(30)};
 
 // One attempt: resolve and connect, bounded by the deadline.
 StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline);
+// One attempt bounded by `attempt_timeout` as well: an attempt that got no answer before the
+// deadline is Unavailable ("no answer within ..."), for the caller to try again (a fresh lookup).
+StatusOr<Socket> ConnectAttempt(const std::string& host, int port, SteadyTime deadline,
+                                Duration attempt_timeout);
 // Retries resolution and connection with jittered backoff until the deadline, each attempt
 // bounded as above; the last error is reported with the number of attempts.
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,

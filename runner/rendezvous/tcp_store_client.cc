@@ -1,7 +1,6 @@
 // TcpStoreClient (tcp_store.h): blocking requests over one authenticated connection.
 #include "runner/rendezvous/tcp_store.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "runner/rendezvous/store_auth.h"
@@ -29,18 +28,8 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Create(
 Status TcpStoreClient::ConnectLocked(SteadyTime deadline, bool retry) {
   std::string where = "rendezvous store " + options_.host + ":" + std::to_string(options_.port);
   const Duration attempt = Clamp(options_.connect_attempt_timeout);
-  StatusOr<net::Socket> sock = Unavailable("not connected");
-  if (retry) {
-    sock = net::ConnectWithRetry(options_.host, options_.port, deadline, attempt);
-  } else {
-    const SteadyTime attempt_deadline = std::min(deadline, DeadlineAfter(attempt));
-    sock = net::Connect(options_.host, options_.port, attempt_deadline);
-    if (!sock.ok() && sock.status().code() == StatusCode::kDeadlineExceeded &&
-        attempt_deadline < deadline) {
-      return Unavailable(where + ": connect: no answer within " + std::to_string(attempt.count()) +
-                         "ms");
-    }
-  }
+  auto sock = retry ? net::ConnectWithRetry(options_.host, options_.port, deadline, attempt)
+                    : net::ConnectAttempt(options_.host, options_.port, deadline, attempt);
   if (!sock.ok()) return sock.status().WithContext(where);
   // On first connect the handshake gets its own op budget: a connect that took the whole
   // rendezvous timeout (rank 0 started late) must not leave nothing for the token exchange. A

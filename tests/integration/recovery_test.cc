@@ -306,31 +306,24 @@ TEST_F(RecoveryTest, ARankAskedToStopLeavesAtAStepTheGangAgreesOnAndNoStepIsLost
   EXPECT_GT(r[0]->last_recovery_step, 0);
 }
 
-// Without in-place recovery the gang stops together as well, and rank 0's checkpoint of that
-// step lets the next attempt resume with nothing lost.
-TEST_F(RecoveryTest, WithoutRecoveryTheGangStopsTogetherAndResumesFromThatStep) {
-  const std::string dir = ::testing::TempDir() + "ringtrain-drain-ckpt";
-  std::filesystem::remove_all(dir);
-  train::TrainConfig c = Config();
-  c.checkpoint_dir = dir;
-  c.checkpoint_every = 1000;  // only the drain and the end write one
+// A gang without in-place recovery whose rank `asked` is asked to stop at its 25th collective.
+std::vector<StatusOr<train::TrainResult>> DrainedGang(int asked, const train::TrainConfig& c) {
+  Gang g;
   std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
-  {
-    Gang g;
-    std::vector<std::thread> t;
-    for (int i = 0; i < kWorld; ++i) {
-      t.emplace_back([&, i] { r[i] = g.RunRank(i, kWorld, false, -1, i == 2 ? 25 : -1, c); });
-    }
-    for (auto& x : t) x.join();
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] { r[i] = g.RunRank(i, kWorld, false, -1, i == asked ? 25 : -1, c); });
   }
-  EXPECT_EQ(r[2].status().code(), StatusCode::kCancelled) << r[2].status().ToString();
-  for (int i : {0, 1}) {
-    EXPECT_EQ(r[i].status().code(), StatusCode::kAborted) << r[i].status().ToString();
-    EXPECT_NE(r[i].status().message().find("rank(s) 2 left the gang after step"), std::string::npos)
-        << r[i].status().message();
-  }
-  // The next attempt resumes from the drain's checkpoint and ends where an undisturbed run does.
+  for (auto& x : t) x.join();
+  return r;
+}
+
+// The next attempt resumes from the drain's checkpoint (a vote step, short of the end) and ends
+// where an undisturbed run does.
+void ExpectTheNextAttemptResumesFromTheDrain(const train::TrainConfig& c,
+                                             const train::TrainResult& base) {
   Gang again;
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
   std::vector<std::thread> t;
   for (int i = 0; i < kWorld; ++i) {
     t.emplace_back([&, i] { r[i] = again.RunRank(i, kWorld, false, -1, -1, c); });
@@ -339,13 +332,30 @@ TEST_F(RecoveryTest, WithoutRecoveryTheGangStopsTogetherAndResumesFromThatStep) 
   for (int i = 0; i < kWorld; ++i) {
     ASSERT_TRUE(r[i].ok()) << r[i].status().ToString();
     EXPECT_TRUE(r[i]->resumed);
-    EXPECT_EQ(r[i]->steps, base_->steps);
-    // It resumed at the drain's step: a vote step, short of the end.
-    const std::int64_t resumed_at = base_->steps - r[i]->steps_this_run;
+    EXPECT_EQ(r[i]->steps, base.steps);
+    const std::int64_t resumed_at = base.steps - r[i]->steps_this_run;
     EXPECT_GT(resumed_at, 0);
     EXPECT_EQ(resumed_at % train::kDrainVoteSteps, 0) << resumed_at;
-    EXPECT_EQ(r[i]->test_loss, base_->test_loss) << "rank " << i;
+    EXPECT_EQ(r[i]->test_loss, base.test_loss) << "rank " << i;
   }
+}
+
+// Without in-place recovery the gang stops together as well, and rank 0's checkpoint of that
+// step lets the next attempt resume with nothing lost.
+TEST_F(RecoveryTest, WithoutRecoveryTheGangStopsTogetherAndResumesFromThatStep) {
+  const std::string dir = ::testing::TempDir() + "ringtrain-drain-ckpt";
+  std::filesystem::remove_all(dir);
+  train::TrainConfig c = Config();
+  c.checkpoint_dir = dir;
+  c.checkpoint_every = 1000;  // only the drain and the end write one
+  auto r = DrainedGang(2, c);
+  EXPECT_EQ(r[2].status().code(), StatusCode::kCancelled) << r[2].status().ToString();
+  for (int i : {0, 1}) {
+    EXPECT_EQ(r[i].status().code(), StatusCode::kAborted) << r[i].status().ToString();
+    EXPECT_NE(r[i].status().message().find("rank(s) 2 left the gang after step"), std::string::npos)
+        << r[i].status().message();
+  }
+  ExpectTheNextAttemptResumesFromTheDrain(c, *base_);
   std::filesystem::remove_all(dir);
 }
 
@@ -359,15 +369,7 @@ TEST_F(RecoveryTest, ASigtermToRankZeroWhileItWritesACheckpointLosesNothing) {
   train::TrainConfig c = Config();
   c.checkpoint_dir = dir;
   c.checkpoint_every = 1;
-  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
-  {
-    Gang g;
-    std::vector<std::thread> t;
-    for (int i = 0; i < kWorld; ++i) {
-      t.emplace_back([&, i] { r[i] = g.RunRank(i, kWorld, false, -1, i == 0 ? 25 : -1, c); });
-    }
-    for (auto& x : t) x.join();
-  }
+  auto r = DrainedGang(0, c);
   EXPECT_EQ(r[0].status().code(), StatusCode::kCancelled) << r[0].status().ToString();
   for (int i : {1, 2}) {
     EXPECT_NE(r[i].status().message().find("rank(s) 0 left the gang after step"), std::string::npos)
@@ -378,20 +380,7 @@ TEST_F(RecoveryTest, ASigtermToRankZeroWhileItWritesACheckpointLosesNothing) {
     EXPECT_EQ(name.find(".tmp"), std::string::npos) << name;
     EXPECT_EQ(name.find(".corrupt"), std::string::npos) << name;
   }
-  Gang again;
-  std::vector<std::thread> t;
-  for (int i = 0; i < kWorld; ++i) {
-    t.emplace_back([&, i] { r[i] = again.RunRank(i, kWorld, false, -1, -1, c); });
-  }
-  for (auto& x : t) x.join();
-  for (int i = 0; i < kWorld; ++i) {
-    ASSERT_TRUE(r[i].ok()) << r[i].status().ToString();
-    EXPECT_TRUE(r[i]->resumed);
-    const std::int64_t resumed_at = base_->steps - r[i]->steps_this_run;
-    EXPECT_GT(resumed_at, 0);
-    EXPECT_EQ(resumed_at % train::kDrainVoteSteps, 0) << resumed_at;
-    EXPECT_EQ(r[i]->test_loss, base_->test_loss) << "rank " << i;
-  }
+  ExpectTheNextAttemptResumesFromTheDrain(c, *base_);
   std::filesystem::remove_all(dir);
 }
 
