@@ -26,12 +26,52 @@ cudaError_t BiasGrad(const float* dy, float* db, std::int64_t rows, int channels
 cudaError_t ReluForward(const float* x, float* y, std::int64_t count, cudaStream_t stream);
 cudaError_t ReluBackward(const float* x, const float* dy, float* dx, std::int64_t count,
                          cudaStream_t stream);
-// 2×2/2 max pooling over n×c×h×w (odd edges dropped); argmax holds each window's winner as an
-// offset within its sample (first maximum wins, NaN propagates), and backward routes dy there.
-cudaError_t MaxPoolForward(const float* x, float* y, std::int32_t* argmax, int n, int c, int h,
-                           int w, cudaStream_t stream);
-cudaError_t MaxPoolBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
-                            int h, int w, cudaStream_t stream);
+// Pooling of n×c×h×w into n×c×oh×ow, pool×pool windows at `stride`, floor mode (oh = (h − pool)
+// / stride + 1; layers.cc's Pool2d). Max: the first maximum in the window's row-major order wins
+// and a NaN propagates (the first NaN stays); argmax gets each winner's offset within its sample.
+// Average: the window's sum in row-major order, times 1/pool² (argmax unused, may be null).
+cudaError_t Pool2dForward(const float* x, float* y, std::int32_t* argmax, int n, int c, int h,
+                          int w, int pool, int stride, bool max, cudaStream_t stream);
+// Overwrites dx (n×c×h×w): each input element gathers, over the windows that contain it in
+// row-major window order, dy (max: only the windows whose argmax is that element; average: dy ×
+// 1/pool²). A gather, not a scatter: deterministic when windows overlap (stride < pool).
+cudaError_t Pool2dBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
+                           int h, int w, int pool, int stride, bool max, cudaStream_t stream);
+
+// tanh, the logistic sigmoid and GELU's erf form x·Φ(x), with layers.cc's Elementwise formulas
+// (tanhf, 1/(1 + expf(−x)), 0.5·x·(1 + erff(x/√2)); backward recomputes from the input x).
+enum class Activation { kTanh, kSigmoid, kGelu };
+cudaError_t ActivationForward(Activation kind, const float* x, float* y, std::int64_t count,
+                              cudaStream_t stream);
+cudaError_t ActivationBackward(Activation kind, const float* x, const float* dy, float* dx,
+                               std::int64_t count, cudaStream_t stream);
+
+// A model's dropout stream on the device: the seed set by the host before a step (a pinned
+// upload, so a captured step reads the new one) and the training forwards since then.
+struct DropoutState {
+  std::uint64_t seed = 0;
+  std::uint64_t calls = 0;
+};
+// Training forward of one dropout layer: mask[i] = DropoutUniform(state->seed + layer_offset,
+// state->calls, i) < rate ? 0 : scale (model/dropout_mask.h, the CPU layer's mask bit for bit)
+// and y[i] = x[i]·mask[i], for i < count.
+cudaError_t DropoutForward(const float* x, float* y, float* mask, std::int64_t count, double rate,
+                           float scale, const DropoutState* state, std::uint64_t layer_offset,
+                           cudaStream_t stream);
+// ++state->calls: enqueued once after a training forward (every layer of it saw the same calls).
+cudaError_t DropoutAdvance(DropoutState* state, cudaStream_t stream);
+// c[i] = a[i]·b[i] (dropout's backward: dx = dy·mask).
+cudaError_t Multiply(const float* a, const float* b, float* c, std::int64_t count,
+                     cudaStream_t stream);
+
+// y (n×c×(h+top+bottom)×(w+left+right)) = x (n×c×h×w) placed at (top, left), zeros around:
+// Keras' "same" padding, whose odd pixel goes to the bottom/right (cuDNN pads symmetrically).
+cudaError_t Pad2d(const float* x, float* y, int n, int c, int h, int w, int top, int bottom,
+                  int left, int right, cudaStream_t stream);
+// dx (n×c×h×w) = the (top, left) window of dy (n×c×(h+top+bottom)×(w+left+right)).
+cudaError_t Crop2d(const float* dy, float* dx, int n, int c, int h, int w, int top, int bottom,
+                   int left, int right, cudaStream_t stream);
+
 // Softmax cross-entropy over n ≥ 1 rows, in double like layers.cc. With dlogits: writes the
 // gradient of the mean loss and adds the mean loss to *loss_accum. With sums: sums[0] += summed
 // loss, sums[1] += rows whose first maximal logit is the label. A label outside [0, classes)
@@ -39,6 +79,14 @@ cudaError_t MaxPoolBackward(const float* dy, const std::int32_t* argmax, float* 
 cudaError_t SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int n, int classes,
                                 float* dlogits, double* loss_accum, double* sums,
                                 cudaStream_t stream);
+
+// Mean squared error over n ≥ 1 rows of `width` outputs against float targets, in double like
+// layers.cc's MeanSquaredError (each row's mean of squared differences). With dout: writes
+// dout = 2·(out − target)/(n·width) (as float, from the double difference) and adds the loss
+// (the mean of the rows' means) to *loss_accum. With sums: sums[0] += the sum of the rows' means
+// (sums[1] untouched). Deterministic (fixed-order reduction).
+cudaError_t MeanSquaredError(const float* out, const float* targets, int n, int width, float* dout,
+                             double* loss_accum, double* sums, cudaStream_t stream);
 
 // ---- optimizers ----
 
