@@ -8,6 +8,7 @@
 #endif
 
 #include "runner/model/clones.h"
+#include "runner/model/dropout_mask.h"
 #include "runner/model/gemm.h"
 
 namespace ringtrain::model {
@@ -602,7 +603,7 @@ Dropout::Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch)
     : Layer(shape, shape),
       rate_(rate),
       scale_(static_cast<float>(1.0 / (1.0 - rate))),
-      rng_(seed),
+      seed_(seed),
       mask_(shape.size() * static_cast<std::size_t>(max_batch)) {}
 
 void Dropout::Forward(const float* x, float* y, int n) {
@@ -611,13 +612,11 @@ void Dropout::Forward(const float* x, float* y, int n) {
     std::copy(x, x + count, y);
     return;
   }
-  // Raw engine bits, as FillUniform: the same seed drops the same units on every build.
-  constexpr double kTwoToMinus53 = 1.0 / 9007199254740992.0;
   for (std::size_t i = 0; i < count; ++i) {
-    const double u = static_cast<double>(rng_() >> 11) * kTwoToMinus53;
-    mask_[i] = u < rate_ ? 0.0f : scale_;
+    mask_[i] = DropoutUniform(seed_, calls_, i) < rate_ ? 0.0f : scale_;
     y[i] = x[i] * mask_[i];
   }
+  ++calls_;
 }
 
 void Dropout::Backward(const float* /*x*/, const float* dy, float* dx, int n) {

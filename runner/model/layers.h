@@ -195,14 +195,18 @@ class Elementwise final : public Layer {
 };
 
 // Inverted dropout: in training each element is kept with probability 1 − rate and scaled by
-// 1 / (1 − rate), so evaluation is the identity. The mask comes from this layer's own RNG
-// (seed it per rank: replicas must not drop the same units).
+// 1 / (1 − rate), so evaluation is the identity. The mask is dropout_mask.h's hash of the seed
+// (give each rank its own: replicas must not drop the same units), the number of training
+// forwards since it was set, and the element's index in the batch: the CUDA kernel's mask.
 class Dropout final : public Layer {
  public:
   Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch);
   void SetTraining(bool training) override { training_ = training; }
   bool random() const override { return true; }
-  void Reseed(std::uint64_t seed) override { rng_.seed(seed); }
+  void Reseed(std::uint64_t seed) override {
+    seed_ = seed;
+    calls_ = 0;
+  }
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 
@@ -210,7 +214,8 @@ class Dropout final : public Layer {
   double rate_;
   float scale_;
   bool training_ = true;
-  std::mt19937_64 rng_;
+  std::uint64_t seed_;
+  std::uint64_t calls_ = 0;  // training forwards since the seed was set
   std::vector<float> mask_;  // 0 or scale_, per element of the last training batch
 };
 

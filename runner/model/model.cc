@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "runner/model/dropout_mask.h"
+#include "runner/model/layer_plan.h"
 #include "runner/model/layers.h"
 #include "runner/model/model_spec.h"
 
@@ -25,9 +27,6 @@ constexpr int kCnnDense = 128;
 // what Create sized the buffers for, a label the data module should have rejected) cannot be
 // reported as a Status, and carrying on would write out of bounds. It is an assertion, so the
 // exit code is a permanent one: abort()'s 134 would read as retryable and restart the gang.
-// The distance between the seeds of successive dropout layers' streams.
-constexpr std::uint64_t kDropoutStreamStride = 0x9E3779B97F4A7C15ULL;
-
 [[noreturn]] void Fatal(const char* what, long long value, long long limit) {
   std::fprintf(stderr, "ringtrain model: %s (got %lld, limit %lld)\n", what, value, limit);
   std::fflush(stderr);
@@ -260,16 +259,17 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Mode
         layers.push_back(std::make_unique<Linear>(shape.c, s.units, spec.init));
         break;
       case LayerKind::kConv2d: {
-        // Keras' "same": total padding (out − 1)·stride + kernel − in, the odd pixel last.
-        int pad_top = 0;
-        int pad_left = 0;
+        // Keras' "same" (layer_plan.h), the odd pixel last.
+        Pads ph;
+        Pads pw;
         if (s.padding == Padding::kSame) {
-          pad_top = std::max((out.h - 1) * s.stride + s.kernel - shape.h, 0) / 2;
-          pad_left = std::max((out.w - 1) * s.stride + s.kernel - shape.w, 0) / 2;
+          ph = SamePadding(shape.h, out.h, s.kernel, s.stride);
+          pw = SamePadding(shape.w, out.w, s.kernel, s.stride);
         }
-        const bool symmetric = (out.h - 1) * s.stride + s.kernel - shape.h == 2 * pad_top &&
-                               (out.w - 1) * s.stride + s.kernel - shape.w == 2 * pad_left &&
-                               pad_top == pad_left;
+        const int pad_top = ph.before;
+        const int pad_left = pw.before;
+        const bool symmetric =
+            ph.before == ph.after && pw.before == pw.after && ph.before == pw.before;
         // conv2d(stride 1, symmetric) → relu → max_pool2d(2, 2): the fused layer, which is
         // bit-identical to the three and keeps a sample in cache between them.
         if (s.stride == 1 && symmetric && i + 2 < l.size() && l[i + 1].kind == LayerKind::kRelu &&

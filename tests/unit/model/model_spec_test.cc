@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runner/model/dropout_mask.h"
 #include "runner/model/gemm.h"
 #include "runner/model/layers.h"
 #include "runner/model/model.h"
@@ -481,6 +482,35 @@ TEST_F(ModelSpecTest, DropoutIsScaledInTrainingAndIdentityInEvaluation) {
   dropout.SetTraining(false);
   dropout.Forward(x.data(), y.data(), n);
   EXPECT_EQ(y, x);
+}
+
+// The mask is dropout_mask.h's hash of (seed, training call, element), the contract the CUDA
+// kernel shares: pinned here element by element, and restarted by Reseed.
+TEST_F(ModelSpecTest, DropoutMaskIsTheSharedCounterHashOfSeedCallAndElement) {
+  const int n = 8;
+  const Shape shape{33, 1, 1};
+  Dropout dropout(shape, 0.4, 1234, n);
+  const std::vector<float> x(shape.size() * n, 1.0f);
+  std::vector<float> y(x.size());
+  dropout.SetTraining(true);
+  std::vector<std::vector<float>> calls;
+  for (std::uint64_t call = 0; call < 3; ++call) {
+    dropout.Forward(x.data(), y.data(), n);
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      ASSERT_EQ(y[i] == 0.0f, DropoutUniform(1234, call, i) < 0.4) << "call " << call << " " << i;
+    }
+    calls.push_back(y);
+  }
+  EXPECT_NE(calls[0], calls[1]);
+  // An evaluation pass does not advance the stream.
+  dropout.SetTraining(false);
+  dropout.Forward(x.data(), y.data(), n);
+  dropout.SetTraining(true);
+  dropout.Reseed(1234);
+  dropout.Forward(x.data(), y.data(), n);
+  EXPECT_EQ(y, calls[0]);
+  dropout.Forward(x.data(), y.data(), n);
+  EXPECT_EQ(y, calls[1]);
 }
 
 TEST_F(ModelSpecTest, ModelWithDropoutEvaluatesDeterministicallyAndTrainsStochastically) {
