@@ -6,7 +6,8 @@
 // every rank and build. Gather reads its step from a device cursor (written by SetStep) and
 // shards like data::DistributedSampler (ShardPlan), so it can be captured once and replayed.
 //
-// PinnedInput stages data::PrefetchLoader's batches in a ring of three pinned host buffers and
+// PinnedInput stages data::PrefetchLoader's batches (an IDX dataset's images and labels, a
+// table's features and labels or regression targets) in a ring of three pinned host buffers and
 // copies them to three device buffers on its own stream. Batch k uses slot k % 3. Its pinned
 // buffer is refilled only after the copy out of it for batch k − 3 finished (host waits on that
 // copy's event), and its device buffer is overwritten only after the compute stream passed the
@@ -150,32 +151,46 @@ class CudaDataset final : public DeviceDataset {
   std::int64_t host_step_ = 0;  // mirror of *cursor_ (for validation)
 };
 
+// What one sample of PinnedInput's batches is made of; sizes the slots and the copies.
+struct SampleLayout {
+  std::size_t floats = 0;   // x per sample
+  bool labels = false;      // one int32 label per sample
+  std::size_t targets = 0;  // regression target floats per sample (0: none)
+};
+
 class CudaPinnedInput final : public PinnedInput {
  public:
   static constexpr int kSlots = 3;
 
-  CudaPinnedInput(const data::LoaderOptions& options, int sample_size, cudaStream_t compute)
-      : options_(options), sample_size_(sample_size), compute_(compute) {}
+  CudaPinnedInput(const data::LoaderOptions& options, SampleLayout layout, cudaStream_t compute)
+      : options_(options), layout_(layout), compute_(compute) {}
 
   ~CudaPinnedInput() override {
     // Copies still in flight read the pinned buffers and write the device buffers.
     if (copy_.get() != nullptr) (void)cudaStreamSynchronize(copy_.get());
   }
 
-  Status Init(const data::Dataset& ds) {
+  // `source` is a data::Dataset or a data::Table of `layout_`.
+  template <typename Source>
+  Status Init(const Source& source) {
     RETURN_IF_ERROR(copy_.Create());
     const std::size_t batch = static_cast<std::size_t>(options_.batch_size);
-    const std::size_t floats = batch * static_cast<std::size_t>(sample_size_);
+    const std::size_t floats = batch * layout_.floats;
+    const std::size_t labels = layout_.labels ? batch : 0;
+    const std::size_t targets = batch * layout_.targets;
+    // A buffer of 0 elements stays unallocated (null).
     for (Slot& slot : slots_) {
       RETURN_IF_ERROR(slot.host_x.Allocate(floats));
-      RETURN_IF_ERROR(slot.host_y.Allocate(batch));
+      RETURN_IF_ERROR(slot.host_y.Allocate(labels));
+      RETURN_IF_ERROR(slot.host_targets.Allocate(targets));
       RETURN_IF_ERROR(slot.dev_x.Allocate(floats));
-      RETURN_IF_ERROR(slot.dev_y.Allocate(batch));
+      RETURN_IF_ERROR(slot.dev_y.Allocate(labels));
+      RETURN_IF_ERROR(slot.dev_targets.Allocate(targets));
       RETURN_IF_ERROR(slot.copied.Create());
     }
     for (Event& e : consumed_) RETURN_IF_ERROR(e.Create());
     // Last: the loader's workers start decoding at once.
-    ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(ds, options_));
+    ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(source, options_));
     return Status::Ok();
   }
 
@@ -187,6 +202,14 @@ class CudaPinnedInput final : public PinnedInput {
     if (view.n < 0 || view.n > options_.batch_size) {
       return Internal("pinned input: the loader returned a batch of " + std::to_string(view.n));
     }
+    const auto n = static_cast<std::size_t>(view.n);
+    const std::size_t floats = n * layout_.floats;
+    const std::size_t labels = layout_.labels ? n : 0;
+    const std::size_t targets = n * layout_.targets;
+    if (n > 0 &&
+        ((labels > 0) != (view.y != nullptr) || (targets > 0) != (view.targets != nullptr))) {
+      return Internal("pinned input: the loader's batch does not have this input's labels/targets");
+    }
     const std::int64_t k = calls_;
     Slot& slot = slots_[static_cast<std::size_t>(k % kSlots)];
     // Everything the consumer enqueued before this call (batch k − 1's work included).
@@ -196,10 +219,11 @@ class CudaPinnedInput final : public PinnedInput {
       RETURN_IF_ERROR(WaitEvent(slot.copied.get(), data::kDefaultBatchTimeout,
                                 "pinned input: copy of batch " + std::to_string(k - kSlots)));
     }
-    const std::size_t floats = static_cast<std::size_t>(view.n) * sample_size_;
-    const std::size_t labels = static_cast<std::size_t>(view.n);
     if (floats > 0) std::memcpy(slot.host_x.data(), view.x, floats * sizeof(float));
     if (labels > 0) std::memcpy(slot.host_y.data(), view.y, labels * sizeof(std::int32_t));
+    if (targets > 0) {
+      std::memcpy(slot.host_targets.data(), view.targets, targets * sizeof(float));
+    }
     if (k >= kSlots) {
       // Batch k − 3's readers were all enqueued before call k − 1 began.
       RT_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(
@@ -209,8 +233,15 @@ class CudaPinnedInput final : public PinnedInput {
       RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev_x.data(), slot.host_x.data(),
                                               floats * sizeof(float), cudaMemcpyHostToDevice,
                                               copy_.get()));
+    }
+    if (labels > 0) {
       RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev_y.data(), slot.host_y.data(),
                                               labels * sizeof(std::int32_t), cudaMemcpyHostToDevice,
+                                              copy_.get()));
+    }
+    if (targets > 0) {
+      RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev_targets.data(), slot.host_targets.data(),
+                                              targets * sizeof(float), cudaMemcpyHostToDevice,
                                               copy_.get()));
     }
     RT_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.copied.get(), copy_.get()));
@@ -218,7 +249,8 @@ class CudaPinnedInput final : public PinnedInput {
     ++calls_;
     DeviceBatch batch;
     batch.x = slot.dev_x.data();
-    batch.y = slot.dev_y.data();
+    batch.y = slot.dev_y.data();              // null without labels (never allocated)
+    batch.targets = slot.dev_targets.data();  // null without targets
     batch.n = view.n;
     batch.epoch = view.epoch;
     batch.step = view.step;
@@ -229,13 +261,15 @@ class CudaPinnedInput final : public PinnedInput {
   struct Slot {
     PinnedBuffer<float> host_x;
     PinnedBuffer<std::int32_t> host_y;
+    PinnedBuffer<float> host_targets;
     DeviceBuffer<float> dev_x;
     DeviceBuffer<std::int32_t> dev_y;
+    DeviceBuffer<float> dev_targets;
     Event copied;  // recorded on the copy stream after this slot's last copy
   };
 
   data::LoaderOptions options_;
-  int sample_size_;
+  SampleLayout layout_;
   cudaStream_t compute_;
   Stream copy_;
   Slot slots_[kSlots];
@@ -284,8 +318,53 @@ StatusOr<std::unique_ptr<PinnedInput>> PinnedInput::Create(const data::Dataset& 
                                                            cudaStream_t compute) {
   if (options.batch_size < 1) return InvalidArgument("batch size must be positive");
   if (ds.rows < 1 || ds.cols < 1) return InvalidArgument("PinnedInput: empty sample shape");
-  auto input = std::make_unique<CudaPinnedInput>(options, ds.sample_size(), compute);
+  SampleLayout layout;
+  layout.floats = static_cast<std::size_t>(ds.sample_size());
+  layout.labels = true;
+  auto input = std::make_unique<CudaPinnedInput>(options, layout, compute);
   RETURN_IF_ERROR(input->Init(ds).WithContext("creating the pinned input"));
+  return std::unique_ptr<PinnedInput>(std::move(input));
+}
+
+StatusOr<std::unique_ptr<PinnedInput>> PinnedInput::Create(const data::Table& table,
+                                                           const data::LoaderOptions& options,
+                                                           cudaStream_t compute) {
+  // All host checks, before any CUDA call: the loader's Gather trusts these sizes.
+  const std::string name = "PinnedInput: " + (table.path.empty() ? "in-memory table" : table.path);
+  if (options.batch_size < 1) {
+    return InvalidArgument(name + ": batch size must be positive, got " +
+                           std::to_string(options.batch_size));
+  }
+  if (table.n < 1) return InvalidArgument(name + ": no samples");
+  if (table.features < 1) return InvalidArgument(name + ": no features");
+  if (table.x.size() / table.features != table.n || table.x.size() % table.features != 0) {
+    return InvalidArgument(name + ": " + std::to_string(table.x.size()) + " values for " +
+                           std::to_string(table.n) + " samples of " +
+                           std::to_string(table.features) + " features");
+  }
+  SampleLayout layout;
+  layout.floats = table.features;
+  if (table.task.classification()) {
+    if (table.labels.size() != table.n) {
+      return InvalidArgument(name + ": " + std::to_string(table.labels.size()) + " labels for " +
+                             std::to_string(table.n) + " samples");
+    }
+    layout.labels = true;
+  } else {
+    if (table.task.targets < 1) {
+      return InvalidArgument(name + ": a regression table needs at least one target, got " +
+                             std::to_string(table.task.targets));
+    }
+    layout.targets = static_cast<std::size_t>(table.task.targets);
+    if (table.targets.size() / layout.targets != table.n ||
+        table.targets.size() % layout.targets != 0) {
+      return InvalidArgument(name + ": " + std::to_string(table.targets.size()) + " targets for " +
+                             std::to_string(table.n) + " samples of " +
+                             std::to_string(layout.targets));
+    }
+  }
+  auto input = std::make_unique<CudaPinnedInput>(options, layout, compute);
+  RETURN_IF_ERROR(input->Init(table).WithContext("creating the pinned input"));
   return std::unique_ptr<PinnedInput>(std::move(input));
 }
 

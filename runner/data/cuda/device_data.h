@@ -4,9 +4,10 @@
 //    from seed and epoch, radix-sorted), identical on every rank; batches are gathered and
 //    normalized by a kernel that reads its position from device memory, so it can sit inside a
 //    captured CUDA graph.
-//  - PinnedInput ("host"): for data that does not fit; the CPU PrefetchLoader's worker threads
-//    decode batches, which are staged in pinned buffers and copied asynchronously on a copy
-//    stream, overlapping the previous step.
+//  - PinnedInput ("host"): for data that does not fit, and for tables (CSV/NPY); takes an IDX
+//    dataset or a data::Table. The CPU PrefetchLoader's worker threads decode batches, which are
+//    staged in pinned buffers and copied asynchronously on a copy stream, overlapping the
+//    previous step.
 // Both shard like DistributedSampler: the permutation padded by wrapping to a multiple of the
 // world size, rank r taking positions r, r+world, ...; the last batch of an epoch may be short.
 #pragma once
@@ -20,6 +21,7 @@
 #include "common/status.h"
 #include "runner/data/idx.h"
 #include "runner/data/loader.h"
+#include "runner/data/table.h"
 
 namespace ringtrain::gpu {
 
@@ -47,9 +49,12 @@ class DeviceDataset {
   virtual Status ReadPermutation(std::vector<std::uint32_t>& out) = 0;
 };
 
+// Device pointers: x is n × (floats per sample); labels in y (an IDX dataset, a classification
+// table), else n × task.targets floats in `targets` (a regression table); the other is null.
 struct DeviceBatch {
-  const float* x = nullptr;  // device
+  const float* x = nullptr;
   const std::int32_t* y = nullptr;
+  const float* targets = nullptr;
   int n = 0;
   int epoch = 0;
   std::int64_t step = 0;  // within the epoch
@@ -59,8 +64,14 @@ class PinnedInput {
  public:
   virtual ~PinnedInput() = default;
   // `options` as for data::PrefetchLoader (rank, world, seed, start position, prefetch);
-  // copies run on their own stream; `compute` is the stream that consumes the batches.
+  // copies run on their own stream; `compute` is the stream that consumes the batches. The
+  // dataset or table must outlive the input (the loader's workers read it).
   static StatusOr<std::unique_ptr<PinnedInput>> Create(const data::Dataset& ds,
+                                                       const data::LoaderOptions& options,
+                                                       cudaStream_t compute);
+  // The same over a table, ValidateTable'd as data::PrefetchLoader requires. Its shape (what
+  // sizes the buffers) and the batch size are checked before anything touches the device.
+  static StatusOr<std::unique_ptr<PinnedInput>> Create(const data::Table& table,
                                                        const data::LoaderOptions& options,
                                                        cudaStream_t compute);
   virtual std::int64_t steps_per_epoch() const = 0;

@@ -1,7 +1,8 @@
 // DeviceDataset and PinnedInput. The sharding rules (ShardPlan) and the shuffle keys are host
 // functions too, so those tests run everywhere; the device tests check that the GPU computes
 // exactly the host's permutation, that shards follow DistributedSampler's padding, that Gather
-// equals data::Gather bit for bit, and that PinnedInput delivers PrefetchLoader's batches.
+// equals data::Gather bit for bit, and that PinnedInput delivers PrefetchLoader's batches, of an
+// IDX dataset and of classification and regression tables.
 #include "runner/data/cuda/device_data.h"
 
 #include <gtest/gtest.h>
@@ -11,10 +12,12 @@
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "runner/cuda/shard.h"
 #include "runner/data/sampler.h"
+#include "runner/data/table.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 
 namespace ringtrain::gpu {
@@ -42,7 +45,40 @@ data::Dataset MakeDataset(std::size_t count, int rows, int cols, std::uint64_t s
   return ds;
 }
 
-// ---- host: the sharding rules and the shuffle keys ----
+// A table of `n` samples of `features` floats, sample i's first feature i (so batches of
+// different samples differ), the rest random:
+// labels i % classes (classes > 0) or `targets` random targets per sample (classes == 0).
+data::Table MakeTable(std::size_t n, std::size_t features, int classes, int targets,
+                      std::uint64_t seed) {
+  data::Table t;
+  t.n = n;
+  t.features = features;
+  t.shape = {features};
+  t.path = classes > 0 ? "classes.csv" : "targets.npy";
+  t.labels_path = t.path;
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> value(-3.0f, 3.0f);
+  for (std::size_t i = 0; i < n; ++i) {
+    t.x.push_back(static_cast<float>(i));
+    for (std::size_t j = 1; j < features; ++j) t.x.push_back(value(rng));
+  }
+  if (classes > 0) {
+    t.task.kind = data::Task::Kind::kClassification;
+    t.task.classes = classes;
+    for (std::size_t i = 0; i < n; ++i) {
+      t.labels.push_back(static_cast<std::int32_t>(i % static_cast<std::size_t>(classes)));
+    }
+  } else {
+    t.task.kind = data::Task::Kind::kRegression;
+    t.task.targets = targets;
+    for (std::size_t i = 0; i < n * static_cast<std::size_t>(targets); ++i) {
+      t.targets.push_back(value(rng));
+    }
+  }
+  return t;
+}
+
+// ---- host: the sharding rules, the shuffle keys and the argument checks ----
 
 TEST(ShardPlan, MatchesDistributedSampler) {
   for (const std::int64_t count : {1, 7, 50, 100, 101, 1000}) {
@@ -106,6 +142,56 @@ TEST(DeviceDatasetConfig, RejectsBadArgumentsWithoutTouchingTheDevice) {
   data::Dataset empty;
   EXPECT_EQ(DeviceDataset::Create(empty, 0, 1, 4, 1, nullptr).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// Create checks a table before any CUDA call (a null stream here): a bad one is InvalidArgument
+// naming its file, also where no device exists and a CUDA call would fail with another code.
+TEST(PinnedInputConfig, RejectsBadTablesWithoutTouchingTheDevice) {
+  ASSERT_TRUE(data::ValidateTable(MakeTable(10, 3, 4, 0, 1)).ok());
+  ASSERT_TRUE(data::ValidateTable(MakeTable(10, 3, 0, 2, 1)).ok());
+  data::LoaderOptions o;
+  o.batch_size = 4;
+  const auto expect_invalid = [&](const data::Table& t, const data::LoaderOptions& options,
+                                  const std::string& what) {
+    const auto input = PinnedInput::Create(t, options, nullptr);
+    EXPECT_EQ(input.status().code(), StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(input.status().message().find(t.path), std::string::npos)
+        << what << ": " << input.status().ToString();
+  };
+  for (const int classes : {4, 0}) {
+    const data::Table good = MakeTable(10, 3, classes, classes > 0 ? 0 : 2, 1);
+    SCOPED_TRACE(good.path);
+    data::LoaderOptions zero = o;
+    zero.batch_size = 0;
+    expect_invalid(good, zero, "batch size 0");
+    data::LoaderOptions negative = o;
+    negative.batch_size = -3;
+    expect_invalid(good, negative, "batch size -3");
+    data::Table empty = good;
+    empty.n = 0;
+    empty.x.clear();
+    empty.labels.clear();
+    empty.targets.clear();
+    expect_invalid(empty, o, "no samples");
+    data::Table featureless = good;
+    featureless.features = 0;
+    featureless.shape = {0};
+    featureless.x.clear();
+    expect_invalid(featureless, o, "no features");
+    data::Table short_x = good;
+    short_x.x.pop_back();
+    expect_invalid(short_x, o, "a value missing");
+  }
+  data::Table no_targets = MakeTable(10, 3, 0, 2, 1);
+  no_targets.task.targets = 0;
+  no_targets.targets.clear();
+  expect_invalid(no_targets, o, "a regression table without targets");
+  data::Table short_targets = MakeTable(10, 3, 0, 2, 1);
+  short_targets.targets.pop_back();
+  expect_invalid(short_targets, o, "a target missing");
+  data::Table short_labels = MakeTable(10, 3, 4, 0, 1);
+  short_labels.labels.pop_back();
+  expect_invalid(short_labels, o, "a label missing");
 }
 
 // ---- device ----
@@ -335,6 +421,100 @@ TEST(PinnedInput, DeliversThePrefetchLoadersBatches) {
     previous_want = std::move(w);
   }
   EXPECT_EQ(batches, 3 * 7 - 2);  // 102 samples per rank: 7 steps per epoch, from step 2
+}
+
+// Copies n elements from the device to the host in order after the work enqueued on `stream`.
+template <typename T>
+Status DownloadOn(const T* device, std::size_t n, cudaStream_t stream, std::vector<T>& host) {
+  host.assign(n, T{});
+  if (n == 0) return Status::Ok();
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost, stream),
+      "download on the compute stream"));
+  return CudaStatus(cudaStreamSynchronize(stream), "download: cudaStreamSynchronize");
+}
+
+// PinnedInput over `table` delivers a PrefetchLoader's batches over it (same options) in order:
+// x, and labels or targets (the other null), read back on the compute stream right after Next().
+void ExpectTheLoadersTableBatches(const data::Table& table, const data::LoaderOptions& o,
+                                  int want_batches) {
+  const bool classification = table.task.classification();
+  const auto targets = static_cast<std::size_t>(classification ? 0 : table.task.targets);
+  TestStream stream;
+  RT_ASSERT_OK(stream.status());
+  auto input = PinnedInput::Create(table, o, stream.get());
+  RT_ASSERT_OK(input.status());
+  auto loader = data::PrefetchLoader::Create(table, o);
+  RT_ASSERT_OK(loader.status());
+  EXPECT_EQ((*input)->steps_per_epoch(), (*loader)->steps_per_epoch());
+  int batches = 0;
+  for (;;) {
+    auto want = (*loader)->Next();
+    auto got = (*input)->Next();
+    if (!want.ok()) {
+      EXPECT_EQ(want.status().code(), StatusCode::kNotFound);
+      EXPECT_EQ(got.status().code(), StatusCode::kNotFound);
+      break;
+    }
+    RT_ASSERT_OK(got.status());
+    SCOPED_TRACE("batch " + std::to_string(batches));
+    ++batches;
+    EXPECT_EQ(got->epoch, want->epoch);
+    EXPECT_EQ(got->step, want->step);
+    ASSERT_EQ(got->n, want->n);
+    ASSERT_GT(got->n, 0);
+    const auto n = static_cast<std::size_t>(got->n);
+    std::vector<float> gx;
+    RT_ASSERT_OK(DownloadOn(got->x, n * table.features, stream.get(), gx));
+    EXPECT_EQ(gx, std::vector<float>(want->x, want->x + n * table.features));
+    if (classification) {
+      ASSERT_NE(got->y, nullptr);
+      EXPECT_EQ(got->targets, nullptr);
+      std::vector<std::int32_t> gy;
+      RT_ASSERT_OK(DownloadOn(got->y, n, stream.get(), gy));
+      EXPECT_EQ(gy, std::vector<std::int32_t>(want->y, want->y + n));
+    } else {
+      EXPECT_EQ(got->y, nullptr);
+      ASSERT_NE(got->targets, nullptr);
+      std::vector<float> gt;
+      RT_ASSERT_OK(DownloadOn(got->targets, n * targets, stream.get(), gt));
+      EXPECT_EQ(gt, std::vector<float>(want->targets, want->targets + n * targets));
+    }
+  }
+  EXPECT_EQ(batches, want_batches);
+}
+
+TEST(PinnedInput, DeliversAClassificationTablesBatches) {
+  RT_REQUIRE_GPU();
+  const data::Table table = MakeTable(97, 5, 4, 0, 3);
+  RT_ASSERT_OK(data::ValidateTable(table));
+  data::LoaderOptions o;
+  o.batch_size = 8;
+  o.workers = 2;
+  o.prefetch = 3;
+  o.rank = 0;
+  o.world_size = 2;
+  o.seed = 23;
+  o.end_epoch = 2;
+  // 49 samples per rank: 7 steps per epoch, the last one short.
+  ExpectTheLoadersTableBatches(table, o, 2 * 7);
+}
+
+TEST(PinnedInput, DeliversARegressionTablesBatches) {
+  RT_REQUIRE_GPU();
+  const data::Table table = MakeTable(61, 3, 0, 2, 4);
+  RT_ASSERT_OK(data::ValidateTable(table));
+  data::LoaderOptions o;
+  o.batch_size = 5;
+  o.workers = 3;
+  o.prefetch = 4;
+  o.rank = 2;
+  o.world_size = 3;
+  o.seed = 29;
+  o.start_step = 1;
+  o.end_epoch = 3;
+  // 21 samples per rank: 5 steps per epoch, the last one short; the first epoch from step 1.
+  ExpectTheLoadersTableBatches(table, o, 3 * 5 - 1);
 }
 
 }  // namespace
