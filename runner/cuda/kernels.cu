@@ -196,38 +196,21 @@ __global__ void Pool2dForwardKernel(const float* __restrict__ x, float* __restri
   }
 }
 
-// One thread per input element: it sums, in increasing (oh, ow) order (the order in which
-// layers.cc's scatter adds into it), the gradients of the windows that contain it. Rounded
-// operation by operation (no FMA), so the sums are layers.cc's bit for bit.
+// One thread per input element, gathering from the windows that contain it (PoolInputGradient,
+// layers.cc's scatter order, bit for bit).
 __global__ void Pool2dBackwardKernel(const float* __restrict__ dy,
                                      const std::int32_t* __restrict__ argmax,
                                      float* __restrict__ dx, int n, int c, int h, int w, int pool,
                                      int stride, int oh_count, int ow_count, bool max, float inv) {
   const std::int64_t in_size = static_cast<std::int64_t>(c) * h * w;
-  const std::int64_t plane = static_cast<std::int64_t>(oh_count) * ow_count;
-  const std::int64_t out_size = c * plane;
+  const std::int64_t out_size = static_cast<std::int64_t>(c) * oh_count * ow_count;
   const std::int64_t total = static_cast<std::int64_t>(n) * in_size;
   for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
     const std::int64_t i = e / in_size;
-    const int j = static_cast<int>(e - i * in_size);  // offset within the sample
-    const int iw = j % w;
-    const int ih = (j / w) % h;
-    const int ch = j / (h * w);
-    const WindowRange rows = PoolWindowsContaining(ih, pool, stride, oh_count);
-    const WindowRange cols = PoolWindowsContaining(iw, pool, stride, ow_count);
-    const std::int64_t first = i * out_size + ch * plane;  // this channel's outputs
-    float sum = 0.0f;
-    for (int oh = rows.first; oh <= rows.last; ++oh) {
-      for (int ow = cols.first; ow <= cols.last; ++ow) {
-        const std::int64_t o = first + static_cast<std::int64_t>(oh) * ow_count + ow;
-        if (max) {
-          if (argmax[o] == j) sum = __fadd_rn(sum, dy[o]);
-        } else {
-          sum = __fadd_rn(sum, __fmul_rn(dy[o], inv));
-        }
-      }
-    }
-    dx[e] = sum;
+    const int j = static_cast<int>(e - i * in_size);                  // offset within the sample
+    const std::int32_t* arg = max ? argmax + i * out_size : nullptr;  // null for average
+    dx[e] = PoolInputGradient(dy + i * out_size, arg, j, h, w, pool, stride, oh_count, ow_count,
+                              max, inv);
   }
 }
 

@@ -1,7 +1,10 @@
-// Which pooling windows contain a given input row (or column): the index arithmetic of
-// Pool2dBackward's gather (kernels.cu), kept apart so a host test checks it against brute force.
-// Header-only, host and device; needs no CUDA to include.
+// Which pooling windows contain a given input row (or column), and the gradient one input
+// element gathers from them: Pool2dBackward's per-element work (kernels.cu), kept apart so host
+// tests check it against brute force and against layers.cc's Pool2d. Header-only, host and
+// device; needs no CUDA to include.
 #pragma once
+
+#include <cstdint>
 
 #if defined(__CUDACC__)
 #define RINGTRAIN_HOST_DEVICE __host__ __device__
@@ -29,6 +32,52 @@ RINGTRAIN_HOST_DEVICE inline WindowRange PoolWindowsContaining(int i, int pool, 
   const int below = i / stride;
   const int last = below < out_count - 1 ? below : out_count - 1;
   return WindowRange{first, last};
+}
+
+// a + b and a·b rounded on their own (no FMA contraction): __fadd_rn/__fmul_rn on the device; the
+// host build compiles with -ffp-contract=off, as layers.cc.
+RINGTRAIN_HOST_DEVICE inline float RoundedAdd(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+RINGTRAIN_HOST_DEVICE inline float RoundedMul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+// The pooling gradient of input element j = (ch·h + ih)·w + iw of one sample (h × w planes,
+// out_h × out_w outputs per channel): the sum, over the windows that contain it in increasing
+// (oh, ow) order, of dy (max: only where argmax, the winner's offset within the sample, is j;
+// average: dy·inv with inv = 1/pool²). dy and argmax point at the sample's outputs; argmax is
+// not read for average pooling. That is the order in which layers.cc's Pool2d::Backward scatters
+// into dx[j] from zero, so the result is its bit for bit; 0 for an element in no window.
+RINGTRAIN_HOST_DEVICE inline float PoolInputGradient(const float* dy, const std::int32_t* argmax,
+                                                     int j, int h, int w, int pool, int stride,
+                                                     int out_h, int out_w, bool max, float inv) {
+  const int iw = j % w;
+  const int ih = (j / w) % h;
+  const int ch = j / (h * w);
+  const WindowRange rows = PoolWindowsContaining(ih, pool, stride, out_h);
+  const WindowRange cols = PoolWindowsContaining(iw, pool, stride, out_w);
+  const std::int64_t channel = static_cast<std::int64_t>(ch) * out_h * out_w;
+  float sum = 0.0f;
+  for (int oh = rows.first; oh <= rows.last; ++oh) {
+    for (int ow = cols.first; ow <= cols.last; ++ow) {
+      const std::int64_t o = channel + static_cast<std::int64_t>(oh) * out_w + ow;
+      if (max) {
+        if (argmax[o] == j) sum = RoundedAdd(sum, dy[o]);
+      } else {
+        sum = RoundedAdd(sum, RoundedMul(dy[o], inv));
+      }
+    }
+  }
+  return sum;
 }
 
 }  // namespace ringtrain::gpu::kernels
