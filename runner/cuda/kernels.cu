@@ -3,10 +3,13 @@
 // graph computes exactly what the eager step computed).
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "runner/cuda/kernels.h"
+#include "runner/cuda/pool_windows.h"
+#include "runner/model/dropout_mask.h"
 
 namespace ringtrain::gpu::kernels {
 namespace {
@@ -150,6 +153,155 @@ __global__ void MaxPoolBackwardKernel(const float* __restrict__ dy,
   }
 }
 
+// General pooling (Pool2d in layers.cc): one thread per output element, scanning its window in
+// row-major order. inv is the host's 1.0f / float(pool·pool), as layers.cc computes it.
+__global__ void Pool2dForwardKernel(const float* __restrict__ x, float* __restrict__ y,
+                                    std::int32_t* __restrict__ argmax, int n, int c, int h, int w,
+                                    int pool, int stride, int oh_count, int ow_count, bool max,
+                                    float inv) {
+  const std::int64_t in_size = static_cast<std::int64_t>(c) * h * w;
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * oh_count * ow_count;
+  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
+    const int ow = static_cast<int>(e % ow_count);
+    std::int64_t t = e / ow_count;
+    const int oh = static_cast<int>(t % oh_count);
+    t /= oh_count;
+    const int ch = static_cast<int>(t % c);
+    const std::int64_t i = t / c;
+    const float* xi = x + i * in_size;
+    const int base = (ch * h + oh * stride) * w + ow * stride;  // offset within the sample
+    if (max) {
+      int best = base;
+      float m = xi[base];
+      for (int ki = 0; ki < pool; ++ki) {
+        for (int kj = 0; kj < pool; ++kj) {
+          const int at = base + ki * w + kj;
+          const float v = xi[at];
+          if (v > m || v != v) {
+            if (m != m) continue;  // the first NaN stays
+            m = v;
+            best = at;
+          }
+        }
+      }
+      y[e] = m;
+      argmax[e] = best;
+    } else {
+      float sum = 0.0f;
+      for (int ki = 0; ki < pool; ++ki) {
+        for (int kj = 0; kj < pool; ++kj) sum = __fadd_rn(sum, xi[base + ki * w + kj]);
+      }
+      y[e] = __fmul_rn(sum, inv);
+    }
+  }
+}
+
+// One thread per input element, gathering from the windows that contain it (PoolInputGradient,
+// layers.cc's scatter order, bit for bit).
+__global__ void Pool2dBackwardKernel(const float* __restrict__ dy,
+                                     const std::int32_t* __restrict__ argmax,
+                                     float* __restrict__ dx, int n, int c, int h, int w, int pool,
+                                     int stride, int oh_count, int ow_count, bool max, float inv) {
+  const std::int64_t in_size = static_cast<std::int64_t>(c) * h * w;
+  const std::int64_t out_size = static_cast<std::int64_t>(c) * oh_count * ow_count;
+  const std::int64_t total = static_cast<std::int64_t>(n) * in_size;
+  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
+    const std::int64_t i = e / in_size;
+    const int j = static_cast<int>(e - i * in_size);                  // offset within the sample
+    const std::int32_t* arg = max ? argmax + i * out_size : nullptr;  // null for average
+    dx[e] = PoolInputGradient(dy + i * out_size, arg, j, h, w, pool, stride, oh_count, ow_count,
+                              max, inv);
+  }
+}
+
+// layers.cc's Elementwise constants, folded by the host compiler as there.
+constexpr float kSqrtHalf = static_cast<float>(M_SQRT1_2);
+constexpr float kInvSqrt2Pi = static_cast<float>(0.5 * M_2_SQRTPI * M_SQRT1_2);
+
+// x and y may be the same buffer (each element is read before it is written).
+template <Activation kKind>
+__global__ void ActivationForwardKernel(const float* x, float* y, std::int64_t count) {
+  for (std::int64_t e = GlobalThread(); e < count; e += GridThreads()) {
+    const float v = x[e];
+    if constexpr (kKind == Activation::kTanh) {
+      y[e] = tanhf(v);
+    } else if constexpr (kKind == Activation::kSigmoid) {
+      y[e] = 1.0f / (1.0f + expf(-v));
+    } else {
+      y[e] = 0.5f * v * (1.0f + erff(v * kSqrtHalf));
+    }
+  }
+}
+
+template <Activation kKind>
+__global__ void ActivationBackwardKernel(const float* x, const float* dy, float* dx,
+                                         std::int64_t count) {
+  for (std::int64_t e = GlobalThread(); e < count; e += GridThreads()) {
+    const float v = x[e];
+    if constexpr (kKind == Activation::kTanh) {
+      const float t = tanhf(v);
+      dx[e] = dy[e] * (1.0f - t * t);
+    } else if constexpr (kKind == Activation::kSigmoid) {
+      const float s = 1.0f / (1.0f + expf(-v));
+      dx[e] = dy[e] * s * (1.0f - s);
+    } else {
+      // d/dx x·Φ(x) = Φ(x) + x·φ(x)
+      const float cdf = 0.5f * (1.0f + erff(v * kSqrtHalf));
+      const float pdf = kInvSqrt2Pi * expf(-0.5f * v * v);
+      dx[e] = dy[e] * (cdf + v * pdf);
+    }
+  }
+}
+
+// The seed and the call count are read from device memory when the kernel runs, so a replayed
+// graph uses the values the host uploaded (and DropoutAdvance left) before the replay.
+__global__ void DropoutForwardKernel(const float* x, float* y, float* __restrict__ mask,
+                                     std::int64_t count, double rate, float scale,
+                                     const DropoutState* __restrict__ state,
+                                     std::uint64_t layer_offset) {
+  const std::uint64_t seed = state->seed + layer_offset;
+  const std::uint64_t call = state->calls;
+  for (std::int64_t e = GlobalThread(); e < count; e += GridThreads()) {
+    const float m =
+        model::DropoutUniform(seed, call, static_cast<std::uint64_t>(e)) < rate ? 0.0f : scale;
+    mask[e] = m;
+    y[e] = x[e] * m;
+  }
+}
+
+__global__ void DropoutAdvanceKernel(DropoutState* state) { ++state->calls; }
+
+__global__ void MultiplyKernel(const float* a, const float* b, float* c, std::int64_t count) {
+  for (std::int64_t e = GlobalThread(); e < count; e += GridThreads()) c[e] = a[e] * b[e];
+}
+
+// One thread per padded output element: the interior copies x, the border is zero.
+__global__ void Pad2dKernel(const float* __restrict__ x, float* __restrict__ y, int h, int w,
+                            int top, int left, int ph, int pw, std::int64_t total) {
+  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
+    const int ow = static_cast<int>(e % pw);
+    const std::int64_t t = e / pw;
+    const int oh = static_cast<int>(t % ph);
+    const std::int64_t plane = t / ph;  // sample · c + channel
+    const int ih = oh - top;
+    const int iw = ow - left;
+    const bool inside = ih >= 0 && ih < h && iw >= 0 && iw < w;
+    y[e] = inside ? x[(plane * h + ih) * w + iw] : 0.0f;
+  }
+}
+
+// One thread per cropped element, read from the interior of the padded dy.
+__global__ void Crop2dKernel(const float* __restrict__ dy, float* __restrict__ dx, int h, int w,
+                             int top, int left, int ph, int pw, std::int64_t total) {
+  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
+    const int iw = static_cast<int>(e % w);
+    const std::int64_t t = e / w;
+    const int ih = static_cast<int>(t % h);
+    const std::int64_t plane = t / h;
+    dx[e] = dy[(plane * ph + ih + top) * pw + iw + left];
+  }
+}
+
 // One block; thread t takes rows t, t + kThreads, ... Sums are reduced in a fixed tree.
 __global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
                                           const std::int32_t* __restrict__ labels, int n,
@@ -196,6 +348,34 @@ __global__ void SoftmaxCrossEntropyKernel(const float* __restrict__ logits,
       sums[0] += total_loss;
       sums[1] += total_correct;
     }
+  }
+}
+
+// One block; thread t takes rows t, t + kThreads, ... Each row is layers.cc's loop in double,
+// rounded operation by operation (no FMA); the rows' means are reduced in a fixed tree.
+// inv_width = 1.0 / width and grad_scale = 2.0 / (double(n)·width), from the host as layers.cc.
+__global__ void MeanSquaredErrorKernel(const float* __restrict__ out,
+                                       const float* __restrict__ targets, int n, int width,
+                                       float* __restrict__ dout, double* __restrict__ loss_accum,
+                                       double* __restrict__ sums, double inv_width,
+                                       double grad_scale) {
+  __shared__ double shared[kThreads];
+  double loss = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const std::int64_t row = static_cast<std::int64_t>(i) * width;
+    double sum = 0.0;
+    for (int k = 0; k < width; ++k) {
+      const double d =
+          __dsub_rn(static_cast<double>(out[row + k]), static_cast<double>(targets[row + k]));
+      sum = __dadd_rn(sum, __dmul_rn(d, d));
+      if (dout != nullptr) dout[row + k] = static_cast<float>(__dmul_rn(d, grad_scale));
+    }
+    loss = __dadd_rn(loss, __dmul_rn(sum, inv_width));
+  }
+  const double total = BlockSum(loss, shared);
+  if (threadIdx.x == 0) {
+    if (loss_accum != nullptr) *loss_accum += total / n;
+    if (sums != nullptr) sums[0] += total;
   }
 }
 
@@ -373,12 +553,134 @@ cudaError_t MaxPoolBackward(const float* dy, const std::int32_t* argmax, float* 
   return cudaGetLastError();
 }
 
+cudaError_t Pool2dForward(const float* x, float* y, std::int32_t* argmax, int n, int c, int h,
+                          int w, int pool, int stride, bool max, cudaStream_t stream) {
+  if (pool <= 0 || stride <= 0 || pool > h || pool > w) return cudaErrorInvalidValue;
+  const int oh_count = (h - pool) / stride + 1;
+  const int ow_count = (w - pool) / stride + 1;
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * oh_count * ow_count;
+  if (total <= 0) return cudaSuccess;
+  const float inv = 1.0f / static_cast<float>(pool * pool);
+  Pool2dForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
+      x, y, argmax, n, c, h, w, pool, stride, oh_count, ow_count, max, inv);
+  return cudaGetLastError();
+}
+
+cudaError_t Pool2dBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
+                           int h, int w, int pool, int stride, bool max, cudaStream_t stream) {
+  if (pool <= 0 || stride <= 0 || pool > h || pool > w) return cudaErrorInvalidValue;
+  const int oh_count = (h - pool) / stride + 1;
+  const int ow_count = (w - pool) / stride + 1;
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * h * w;
+  if (total <= 0) return cudaSuccess;
+  const float inv = 1.0f / static_cast<float>(pool * pool);
+  Pool2dBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(
+      dy, argmax, dx, n, c, h, w, pool, stride, oh_count, ow_count, max, inv);
+  return cudaGetLastError();
+}
+
+cudaError_t ActivationForward(Activation kind, const float* x, float* y, std::int64_t count,
+                              cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  const int blocks = BlocksFor(count);
+  switch (kind) {
+    case Activation::kTanh:
+      ActivationForwardKernel<Activation::kTanh><<<blocks, kThreads, 0, stream>>>(x, y, count);
+      break;
+    case Activation::kSigmoid:
+      ActivationForwardKernel<Activation::kSigmoid><<<blocks, kThreads, 0, stream>>>(x, y, count);
+      break;
+    case Activation::kGelu:
+      ActivationForwardKernel<Activation::kGelu><<<blocks, kThreads, 0, stream>>>(x, y, count);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t ActivationBackward(Activation kind, const float* x, const float* dy, float* dx,
+                               std::int64_t count, cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  const int blocks = BlocksFor(count);
+  switch (kind) {
+    case Activation::kTanh:
+      ActivationBackwardKernel<Activation::kTanh>
+          <<<blocks, kThreads, 0, stream>>>(x, dy, dx, count);
+      break;
+    case Activation::kSigmoid:
+      ActivationBackwardKernel<Activation::kSigmoid>
+          <<<blocks, kThreads, 0, stream>>>(x, dy, dx, count);
+      break;
+    case Activation::kGelu:
+      ActivationBackwardKernel<Activation::kGelu>
+          <<<blocks, kThreads, 0, stream>>>(x, dy, dx, count);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t DropoutForward(const float* x, float* y, float* mask, std::int64_t count, double rate,
+                           float scale, const DropoutState* state, std::uint64_t layer_offset,
+                           cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  DropoutForwardKernel<<<BlocksFor(count), kThreads, 0, stream>>>(x, y, mask, count, rate, scale,
+                                                                  state, layer_offset);
+  return cudaGetLastError();
+}
+
+cudaError_t DropoutAdvance(DropoutState* state, cudaStream_t stream) {
+  DropoutAdvanceKernel<<<1, 1, 0, stream>>>(state);
+  return cudaGetLastError();
+}
+
+cudaError_t Multiply(const float* a, const float* b, float* c, std::int64_t count,
+                     cudaStream_t stream) {
+  if (count <= 0) return cudaSuccess;
+  MultiplyKernel<<<BlocksFor(count), kThreads, 0, stream>>>(a, b, c, count);
+  return cudaGetLastError();
+}
+
+cudaError_t Pad2d(const float* x, float* y, int n, int c, int h, int w, int top, int bottom,
+                  int left, int right, cudaStream_t stream) {
+  if (top < 0 || bottom < 0 || left < 0 || right < 0) return cudaErrorInvalidValue;
+  const int ph = h + top + bottom;
+  const int pw = w + left + right;
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * ph * pw;
+  if (total <= 0) return cudaSuccess;
+  Pad2dKernel<<<BlocksFor(total), kThreads, 0, stream>>>(x, y, h, w, top, left, ph, pw, total);
+  return cudaGetLastError();
+}
+
+cudaError_t Crop2d(const float* dy, float* dx, int n, int c, int h, int w, int top, int bottom,
+                   int left, int right, cudaStream_t stream) {
+  if (top < 0 || bottom < 0 || left < 0 || right < 0) return cudaErrorInvalidValue;
+  const int ph = h + top + bottom;
+  const int pw = w + left + right;
+  const std::int64_t total = static_cast<std::int64_t>(n) * c * h * w;
+  if (total <= 0) return cudaSuccess;
+  Crop2dKernel<<<BlocksFor(total), kThreads, 0, stream>>>(dy, dx, h, w, top, left, ph, pw, total);
+  return cudaGetLastError();
+}
+
 cudaError_t SoftmaxCrossEntropy(const float* logits, const std::int32_t* labels, int n, int classes,
                                 float* dlogits, double* loss_accum, double* sums,
                                 cudaStream_t stream) {
   if (n <= 0 || classes <= 0) return cudaErrorInvalidValue;
   SoftmaxCrossEntropyKernel<<<1, kThreads, 0, stream>>>(logits, labels, n, classes, dlogits,
                                                         loss_accum, sums);
+  return cudaGetLastError();
+}
+
+cudaError_t MeanSquaredError(const float* out, const float* targets, int n, int width, float* dout,
+                             double* loss_accum, double* sums, cudaStream_t stream) {
+  if (n <= 0 || width <= 0) return cudaErrorInvalidValue;
+  const double inv_width = 1.0 / width;
+  const double grad_scale = 2.0 / (static_cast<double>(n) * width);
+  MeanSquaredErrorKernel<<<1, kThreads, 0, stream>>>(out, targets, n, width, dout, loss_accum, sums,
+                                                     inv_width, grad_scale);
   return cudaGetLastError();
 }
 
