@@ -96,63 +96,6 @@ __global__ void ReluBackwardKernel(const float* __restrict__ x, const float* __r
   }
 }
 
-// One thread per output element, scanning its window in layers.cc's order.
-__global__ void MaxPoolForwardKernel(const float* __restrict__ x, float* __restrict__ y,
-                                     std::int32_t* __restrict__ argmax, int n, int c, int h,
-                                     int w) {
-  const int oh_count = h / 2;
-  const int ow_count = w / 2;
-  const std::int64_t in_size = static_cast<std::int64_t>(c) * h * w;
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * oh_count * ow_count;
-  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
-    const int ow = static_cast<int>(e % ow_count);
-    std::int64_t t = e / ow_count;
-    const int oh = static_cast<int>(t % oh_count);
-    t /= oh_count;
-    const int ch = static_cast<int>(t % c);
-    const std::int64_t i = t / c;
-    const float* xi = x + i * in_size;
-    int best = (ch * h + 2 * oh) * w + 2 * ow;
-    float max = xi[best];
-    const int candidates[3] = {best + 1, best + w, best + w + 1};
-    for (const int at : candidates) {
-      const float v = xi[at];
-      const bool take = (v > max) | (v != v);
-      best = take ? at : best;
-      max = take ? v : max;
-    }
-    y[e] = max;
-    argmax[e] = best;
-  }
-}
-
-// One thread per input element: it receives its window's gradient if it was the winner.
-__global__ void MaxPoolBackwardKernel(const float* __restrict__ dy,
-                                      const std::int32_t* __restrict__ argmax,
-                                      float* __restrict__ dx, int n, int c, int h, int w) {
-  const int oh_count = h / 2;
-  const int ow_count = w / 2;
-  const std::int64_t in_size = static_cast<std::int64_t>(c) * h * w;
-  const std::int64_t out_size = static_cast<std::int64_t>(c) * oh_count * ow_count;
-  const std::int64_t total = static_cast<std::int64_t>(n) * in_size;
-  for (std::int64_t e = GlobalThread(); e < total; e += GridThreads()) {
-    const std::int64_t i = e / in_size;
-    const int j = static_cast<int>(e - i * in_size);  // offset within the sample
-    const int iw = j % w;
-    const int ih = (j / w) % h;
-    const int ch = j / (h * w);
-    const int oh = ih / 2;
-    const int ow = iw / 2;
-    float v = 0.0f;
-    if (oh < oh_count && ow < ow_count) {
-      const std::int64_t o =
-          i * out_size + (static_cast<std::int64_t>(ch) * oh_count + oh) * ow_count + ow;
-      if (argmax[o] == j) v = dy[o];
-    }
-    dx[e] = v;
-  }
-}
-
 // General pooling (Pool2d in layers.cc): one thread per output element, scanning its window in
 // row-major order. inv is the host's 1.0f / float(pool·pool), as layers.cc computes it.
 __global__ void Pool2dForwardKernel(const float* __restrict__ x, float* __restrict__ y,
@@ -534,22 +477,6 @@ cudaError_t ReluBackward(const float* x, const float* dy, float* dx, std::int64_
                          cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   ReluBackwardKernel<<<BlocksFor(count), kThreads, 0, stream>>>(x, dy, dx, count);
-  return cudaGetLastError();
-}
-
-cudaError_t MaxPoolForward(const float* x, float* y, std::int32_t* argmax, int n, int c, int h,
-                           int w, cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * (h / 2) * (w / 2);
-  if (total <= 0) return cudaSuccess;
-  MaxPoolForwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(x, y, argmax, n, c, h, w);
-  return cudaGetLastError();
-}
-
-cudaError_t MaxPoolBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
-                            int h, int w, cudaStream_t stream) {
-  const std::int64_t total = static_cast<std::int64_t>(n) * c * h * w;
-  if (total <= 0) return cudaSuccess;
-  MaxPoolBackwardKernel<<<BlocksFor(total), kThreads, 0, stream>>>(dy, argmax, dx, n, c, h, w);
   return cudaGetLastError();
 }
 

@@ -37,14 +37,6 @@ cudaError_t Pool2dForward(const float* x, float* y, std::int32_t* argmax, int n,
 // 1/pool²). A gather, not a scatter: deterministic when windows overlap (stride < pool).
 cudaError_t Pool2dBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
                            int h, int w, int pool, int stride, bool max, cudaStream_t stream);
-// The former 2×2/2 max pooling (odd edges dropped; argmax and NaN rules as Pool2dForward's),
-// declared again because gpu_model.cc still calls them: remove both once it uses
-// Pool2dForward/Pool2dBackward with pool = stride = 2.
-cudaError_t MaxPoolForward(const float* x, float* y, std::int32_t* argmax, int n, int c, int h,
-                           int w, cudaStream_t stream);
-cudaError_t MaxPoolBackward(const float* dy, const std::int32_t* argmax, float* dx, int n, int c,
-                            int h, int w, cudaStream_t stream);
-
 // tanh, the logistic sigmoid and GELU's erf form x·Φ(x), with layers.cc's Elementwise formulas
 // (tanhf, 1/(1 + expf(−x)), 0.5·x·(1 + erff(x/√2)); backward recomputes from the input x).
 enum class Activation { kTanh, kSigmoid, kGelu };

@@ -3,7 +3,7 @@
 // cursor and the optimizer's scalars between replays, computes what the same steps launched
 // eagerly compute. Capture itself fails if anything in the step allocates, synchronizes or
 // copies to the host; a graph that baked in host values (the step, the learning rate, Adam's
-// bias corrections) would diverge from the second replay on.
+// bias corrections, a dropout seed) would diverge from the second replay on.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -16,6 +16,7 @@
 #include "runner/data/cuda/device_data.h"
 #include "runner/model/cuda/gpu_model.h"
 #include "runner/model/cuda/gpu_optimizer.h"
+#include "runner/model/model_spec.h"
 #include "tests/unit/gpu/gpu_test_util.h"
 
 namespace ringtrain::gpu {
@@ -49,10 +50,14 @@ struct Rig {
   DeviceBuffer<std::int32_t> y;
   DeviceBuffer<double> loss;
 
-  Status Init(const model::ModelConfig& mc, MathMode math, const model::OptimizerConfig& oc,
-              const data::Dataset& ds) {
+  Status Init(const model::ModelSpec* spec, const model::ModelConfig& mc, MathMode math,
+              const model::OptimizerConfig& oc, const data::Dataset& ds) {
     RETURN_IF_ERROR(stream.status());
-    ASSIGN_OR_RETURN(model, GpuModel::Create(mc, math, stream.get()));
+    if (spec != nullptr) {
+      ASSIGN_OR_RETURN(model, GpuModel::Create(*spec, mc, math, stream.get()));
+    } else {
+      ASSIGN_OR_RETURN(model, GpuModel::Create(mc, math, stream.get()));
+    }
     ASSIGN_OR_RETURN(opt, GpuOptimizer::Create(oc, model->num_params(), stream.get()));
     ASSIGN_OR_RETURN(data, DeviceDataset::Create(ds, 1, 2, kBatch, 77, stream.get()));
     RETURN_IF_ERROR(x.Allocate(static_cast<std::size_t>(kBatch) * 784));
@@ -70,10 +75,12 @@ struct Rig {
   }
 };
 
-void RunCase(const char* name, MathMode math) {
+// A preset by name, or (spec not null) a layer list, whose dropout masks the graph must draw
+// from the seed uploaded before each replay.
+void RunCase(const char* name, MathMode math, const model::ModelSpec* spec = nullptr) {
   SCOPED_TRACE(std::string(name) + (math == MathMode::kTf32 ? " tf32" : " fp32"));
   model::ModelConfig mc;
-  mc.name = name;
+  mc.name = spec != nullptr ? "mlp" : name;
   mc.max_batch = kBatch;
   model::OptimizerConfig oc;
   oc.name = "adam";
@@ -81,14 +88,15 @@ void RunCase(const char* name, MathMode math) {
   const data::Dataset ds = RandomImages(500, 4);
   Rig eager;
   Rig graph;
-  RT_ASSERT_OK(eager.Init(mc, math, oc, ds));
-  RT_ASSERT_OK(graph.Init(mc, math, oc, ds));
+  RT_ASSERT_OK(eager.Init(spec, mc, math, oc, ds));
+  RT_ASSERT_OK(graph.Init(spec, mc, math, oc, ds));
 
   const double lrs[] = {1e-3, 3e-3, 2e-3};
   const std::int64_t steps[] = {0, 4, 1};
   auto eager_step = [&](int s) -> Status {
     RETURN_IF_ERROR(eager.data->SetStep(steps[s]));
     RETURN_IF_ERROR(eager.opt->SetStep(lrs[s]));
+    RETURN_IF_ERROR(eager.model->SeedDropout(1000 + static_cast<std::uint64_t>(s)));
     return eager.Body();
   };
   // Eager work first, so that every kernel is loaded and the libraries have initialized
@@ -115,6 +123,7 @@ void RunCase(const char* name, MathMode math) {
     if (s > 0) RT_ASSERT_OK(eager_step(s));
     RT_ASSERT_OK(graph.data->SetStep(steps[s]));
     RT_ASSERT_OK(graph.opt->SetStep(lrs[s]));
+    RT_ASSERT_OK(graph.model->SeedDropout(1000 + static_cast<std::uint64_t>(s)));
     RT_ASSERT_CUDA(cudaGraphLaunch(exec, graph.stream.get()));
   }
   RT_ASSERT_OK(eager.stream.Sync());
@@ -158,6 +167,13 @@ TEST(GpuGraph, CapturedStepReplaysTheEagerSteps) {
   for (const char* name : {"mlp", "cnn"}) {
     for (const MathMode math : {MathMode::kFp32, MathMode::kTf32}) RunCase(name, math);
   }
+  // A Keras-style CNN with dropout and an asymmetric strided "same" convolution.
+  auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": [
+      {"conv2d": {"filters": 8, "kernel": 4, "stride": 2, "padding": "same"}}, "relu",
+      {"max_pool2d": {"pool": 2}}, {"dropout": {"rate": 0.25}}, "flatten",
+      {"dense": {"units": 32}}, "gelu", {"dropout": {"rate": 0.5}}, {"dense": {"units": 10}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  RunCase("layer list with dropout", MathMode::kFp32, &*spec);
 }
 
 }  // namespace
