@@ -159,19 +159,6 @@ Status Run(const train::RankEnv& env, train::TrainConfig config, metrics::Runner
   // IDX images carry no class count: the dataset spec's, else --model's 10, for every engine.
   if (data.idx) config.model.classes = data.shape.outputs;
   ASSIGN_OR_RETURN(config.model_spec, train::ResolveModelSpec(config, data.shape));
-  // The CUDA engine trains the presets on IDX images; anything else computes on the CPU.
-  if (!preset || !data.idx) {
-    const std::string what = !preset ? "a --model-spec model" : "a CSV/NPY dataset";
-    if (config.device == contract::Device::kCuda) {
-      return InvalidArgument(
-          "--device cuda: the CUDA engine trains the presets on IDX data only; " + what +
-          " trains with --device cpu");
-    }
-    if (config.device == contract::Device::kAuto) {
-      spdlog::info("{}: training on the CPU engine", what);
-      config.device = contract::Device::kCpu;
-    }
-  }
   ASSIGN_OR_RETURN(const rank::Placement placement, rank::PlaceThisRank(config, env));
   ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(*config.model_spec));
   spdlog::info("loaded {}; model {} ({} parameters)", data.description,

@@ -8,7 +8,6 @@
 
 #include "common/stop.h"
 
-#include "runner/model/model_spec.h"
 #include "runner/rendezvous/rounds.h"
 #include "runner/train/cpu_engine.h"
 #ifdef RINGTRAIN_WITH_CUDA
@@ -215,24 +214,6 @@ StatusOr<std::unique_ptr<train::StepEngine>> MakeEngine(const train::TrainConfig
     return std::unique_ptr<train::StepEngine>(std::move(cpu));
   }
 #ifdef RINGTRAIN_WITH_CUDA
-  // The CUDA engine builds the presets (config.model) on IDX images: a layer list of its own or
-  // a Table is the CPU engine's.
-  if (deps.train == nullptr) {
-    return FailedPrecondition(
-        "a CSV/NPY dataset: the CUDA engine trains IDX data only (use "
-        "--device cpu)");
-  }
-  if (config.model_spec) {
-    auto preset =
-        model::PresetSpec(config.model.name, model::Shape{1, deps.train->rows, deps.train->cols},
-                          config.model.classes, config.model.hidden);
-    if (!preset.ok() || config.model_spec->init != preset->init ||
-        model::CanonicalString(*config.model_spec) != model::CanonicalString(*preset)) {
-      return FailedPrecondition(
-          "--model-spec: the CUDA engine trains the presets only (use "
-          "--device cpu)");
-    }
-  }
   return gpu::MakeCudaEngine(config, deps);
 #else
   return FailedPrecondition("CUDA device " + std::to_string(deps.device) +

@@ -8,26 +8,6 @@
 
 namespace ringtrain::train {
 
-namespace {
-
-// The dropout masks of a step depend only on the job's seed, the rank and the step's position in
-// the data (epoch, step), so a resumed or recovered rank draws the masks it would have drawn.
-std::uint64_t DropoutSeed(std::uint64_t seed, int rank, int epoch, std::int64_t step) {
-  std::uint64_t h = seed ^ 0x6A09E667F3BCC908ULL;
-  for (const std::uint64_t v : {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(epoch),
-                                static_cast<std::uint64_t>(step)}) {
-    h = (h ^ v) * 0x100000001B3ULL;  // FNV-style mixing, then splitmix64's finaliser
-    h ^= h >> 30;
-    h *= 0xBF58476D1CE4E5B9ULL;
-    h ^= h >> 27;
-    h *= 0x94D049BB133111EBULL;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config, EngineDeps deps) {
   if (deps.comm == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
     return InvalidArgument("trainer needs a communicator and one training set");

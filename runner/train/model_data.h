@@ -69,4 +69,9 @@ bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::Mo
 // What a checkpoint of `spec` trained on data of `shape` records, and what its resume accepts.
 ExpectedModel CheckpointModelOf(const model::ModelSpec& spec, const DataShape& shape, bool preset);
 
+// The dropout seed of a step (model::Model::SeedDropout, GpuModel::SeedDropout): it depends only
+// on the job's seed, the rank and the step's position in the data (epoch, step), so a resumed
+// or recovered rank draws the masks it would have drawn, on either engine.
+std::uint64_t DropoutSeed(std::uint64_t seed, int rank, int epoch, std::int64_t step);
+
 }  // namespace ringtrain::train

@@ -22,11 +22,13 @@ namespace {
 // Steps the host may run ahead of the GPU is 1; the ring only has to outlive that lag.
 constexpr int kRing = 4;
 
-// A batch on the device: null x when the resident dataset gathers it inside the step.
+// A batch on the device: null x when the resident dataset gathers it inside the step. Labels (y)
+// or, for a regression table, targets.
 struct DeviceStep {
   int n = 0;
   const float* x = nullptr;
   const std::int32_t* y = nullptr;
+  const float* targets = nullptr;
 };
 
 // Events that time one step's gradient collectives. Two sets, used by alternate steps (and two
@@ -45,7 +47,8 @@ class CudaEngine final : public train::StepEngine {
       : config_(config), deps_(deps), device_comm_(deps.comm->device_collectives()) {
     world_ = deps.comm->size();
     rank_ = deps.comm->rank();
-    device_input_ = config.input == contract::Input::kDevice;
+    // A CSV/NPY table comes from the host loader's threads through pinned buffers.
+    device_input_ = config.input == contract::Input::kDevice && deps.train != nullptr;
     reduce_on_device_ = device_comm_ != nullptr;
   }
   ~CudaEngine() override {
@@ -72,14 +75,7 @@ class CudaEngine final : public train::StepEngine {
   StatusOr<std::pair<double, std::int64_t>> TakeLoss() override;
   StatusOr<train::EvalSums> EvaluateShard() override;
   bool has_device() const override { return true; }
-  // The presets only (rank.cc refuses other lists): their architecture for the data's shape.
-  train::ExpectedModel checkpoint_model() const override {
-    const train::DataShape shape = train::ShapeOf(*deps_.train, config_.model.classes);
-    auto spec =
-        model::PresetSpec(config_.model.name, shape.input, shape.outputs, config_.model.hidden);
-    if (!spec.ok()) return {};
-    return train::CheckpointModelOf(*spec, shape, /*preset=*/true);
-  }
+  train::ExpectedModel checkpoint_model() const override { return checkpoint_model_; }
 
  private:
   Status WaitFor(cudaEvent_t event, std::string_view what) {
@@ -99,6 +95,14 @@ class CudaEngine final : public train::StepEngine {
         "cudaEventRecordWithFlags");
   }
   Status OnRangeReady(const model::ParamRange& range, int parity);
+  // The model's step on the batch in x_ and y_ (labels) or targets_ (regression).
+  Status ForwardBackward(int n, const model::GradReadyFn& on_ready) {
+    if (shape_.regression) {
+      return model_->ForwardBackward(x_.data(), targets_.data(), n, loss_accum_.data(), on_ready);
+    }
+    return model_->ForwardBackward(x_.data(), y_.data(), n, loss_accum_.data(), on_ready);
+  }
+  Status EvaluateTable(std::int64_t mine);
   Status EnqueueStepBody(const DeviceStep& batch, int parity);
   Status EnqueueStepStaged(const DeviceStep& batch);
   Status Capture(const DeviceStep& batch, int parity);
@@ -108,6 +112,10 @@ class CudaEngine final : public train::StepEngine {
 
   train::TrainConfig config_;
   train::EngineDeps deps_;
+  train::DataShape shape_;  // what the model sees of the data
+  std::int64_t train_count_ = 0;
+  std::int64_t test_count_ = 0;  // 0 without a test set
+  train::ExpectedModel checkpoint_model_;
   // The communicator's stream-ordered collectives (NCCL); null for a host backend.
   comm::DeviceCollectives* device_comm_ = nullptr;
   int world_ = 1;
@@ -127,7 +135,12 @@ class CudaEngine final : public train::StepEngine {
   std::unique_ptr<DeviceDataset> test_dev_;
   std::unique_ptr<PinnedInput> pinned_;
   DeviceBuffer<float> x_;
-  DeviceBuffer<std::int32_t> y_;
+  DeviceBuffer<std::int32_t> y_;  // labels
+  DeviceBuffer<float> targets_;   // regression targets
+  PinnedBuffer<float> eval_x_;    // a table's test batch, gathered on the host
+  PinnedBuffer<std::int32_t> eval_y_;
+  PinnedBuffer<float> eval_targets_;
+  std::vector<std::size_t> eval_idx_;
   DeviceBuffer<double> loss_accum_;
   DeviceBuffer<double> eval_sums_;
   PinnedBuffer<double> host_scalars_;  // [loss_accum, eval loss, eval correct]
@@ -152,7 +165,9 @@ class CudaEngine final : public train::StepEngine {
   int epoch_ = 0;
   std::int64_t step_ = 0;
   int shuffled_epoch_ = -1;
-  DeviceStep batch_;  // the batch NextBatch returned last
+  DeviceStep batch_;     // the batch NextBatch returned last
+  int batch_epoch_ = 0;  // and its position, which seeds its dropout masks
+  std::int64_t batch_step_ = 0;
 
   // The step enqueued last and not yet completed.
   struct InFlight {
@@ -172,25 +187,62 @@ Status CudaEngine::Setup(bool want_graph, bool graph_required) {
   RT_CUDA_RETURN_IF_ERROR(cudaSetDevice(deps_.device));
   RETURN_IF_ERROR(compute_.Create());
   RETURN_IF_ERROR(comm_stream_.Create(-1));  // higher priority: communication first
+  if (deps_.train != nullptr) {
+    shape_ = train::ShapeOf(*deps_.train, config_.model.classes);
+    // The gather kernels trust the data's shape and labels: check them once, here.
+    RETURN_IF_ERROR(
+        data::ValidateForModel(*deps_.train, deps_.train->rows, deps_.train->cols, shape_.outputs));
+    if (deps_.test != nullptr) {
+      RETURN_IF_ERROR(data::ValidateForModel(*deps_.test, deps_.train->rows, deps_.train->cols,
+                                             shape_.outputs));
+    }
+    train_count_ = static_cast<std::int64_t>(deps_.train->count);
+    test_count_ = deps_.test != nullptr ? static_cast<std::int64_t>(deps_.test->count) : 0;
+  } else {
+    // The loader's Gather and the model trust the table's shape and labels, as on the CPU.
+    RETURN_IF_ERROR(data::ValidateTable(*deps_.train_table));
+    if (deps_.test_table != nullptr) {
+      RETURN_IF_ERROR(data::ValidateTable(*deps_.test_table, deps_.train_table));
+    }
+    ASSIGN_OR_RETURN(shape_, train::ShapeOf(*deps_.train_table));
+    train_count_ = static_cast<std::int64_t>(deps_.train_table->n);
+    test_count_ = deps_.test_table != nullptr ? static_cast<std::int64_t>(deps_.test_table->n) : 0;
+    if (config_.input == contract::Input::kDevice) {
+      spdlog::info("a CSV/NPY table: batches come from the host loader through pinned buffers");
+    }
+  }
+  // The layer list (or the preset built for the data), checked against the data: the CPU
+  // engine's model.
+  ASSIGN_OR_RETURN(const model::ModelSpec spec, train::ResolveModelSpec(config_, shape_));
+  checkpoint_model_ =
+      train::CheckpointModelOf(spec, shape_, train::IsPreset(config_, shape_, spec));
   model::ModelConfig mc = config_.model;
-  mc.channels = 1;
-  mc.height = deps_.train->rows;
-  mc.width = deps_.train->cols;
   mc.max_batch = config_.batch_size;
   mc.seed = config_.seed;
-  // The gather kernels trust the data's shape and labels: check them once, here.
-  RETURN_IF_ERROR(data::ValidateForModel(*deps_.train, mc.height, mc.width, mc.classes));
-  if (deps_.test != nullptr) {
-    RETURN_IF_ERROR(data::ValidateForModel(*deps_.test, mc.height, mc.width, mc.classes));
-  }
+  mc.dropout_seed = train::DropoutSeed(config_.seed, rank_, 0, 0);
   const MathMode math =
       config_.precision == contract::Precision::kTf32 ? MathMode::kTf32 : MathMode::kFp32;
-  ASSIGN_OR_RETURN(model_, GpuModel::Create(mc, math, compute_.get()));
+  ASSIGN_OR_RETURN(model_, GpuModel::Create(spec, mc, math, compute_.get()));
   ASSIGN_OR_RETURN(optimizer_,
                    GpuOptimizer::Create(config_.optimizer, model_->num_params(), compute_.get()));
   const auto bs = static_cast<std::size_t>(config_.batch_size);
-  RETURN_IF_ERROR(x_.Allocate(bs * static_cast<std::size_t>(deps_.train->sample_size())));
-  RETURN_IF_ERROR(y_.Allocate(bs));
+  const std::size_t sample = shape_.input.size();
+  const std::size_t target_floats = bs * static_cast<std::size_t>(shape_.outputs);
+  RETURN_IF_ERROR(x_.Allocate(bs * sample));
+  if (shape_.regression) {
+    RETURN_IF_ERROR(targets_.Allocate(target_floats));
+  } else {
+    RETURN_IF_ERROR(y_.Allocate(bs));
+  }
+  if (deps_.test_table != nullptr) {
+    RETURN_IF_ERROR(eval_x_.Allocate(bs * sample));
+    if (shape_.regression) {
+      RETURN_IF_ERROR(eval_targets_.Allocate(target_floats));
+    } else {
+      RETURN_IF_ERROR(eval_y_.Allocate(bs));
+    }
+    eval_idx_.resize(bs);
+  }
   RETURN_IF_ERROR(loss_accum_.Allocate(1));
   RETURN_IF_ERROR(eval_sums_.Allocate(2));
   RETURN_IF_ERROR(host_scalars_.Allocate(3));
@@ -254,8 +306,7 @@ Status CudaEngine::EnqueueStepBody(const DeviceStep& batch, int parity) {
   auto on_ready = [&](const model::ParamRange& r) {
     if (ready_status.ok()) ready_status = OnRangeReady(r, parity);
   };
-  RETURN_IF_ERROR(
-      model_->ForwardBackward(x_.data(), y_.data(), batch.n, loss_accum_.data(), on_ready));
+  RETURN_IF_ERROR(ForwardBackward(batch.n, on_ready));
   RETURN_IF_ERROR(ready_status);
   if (!plan_->complete()) {
     return Internal("backward finished with " +
@@ -277,11 +328,9 @@ Status CudaEngine::EnqueueStepStaged(const DeviceStep& batch) {
   if (batch.x == nullptr) RETURN_IF_ERROR(train_dev_->Gather(x_.data(), y_.data(), batch.n));
   plan_->Reset();
   Status ready_status;
-  RETURN_IF_ERROR(model_->ForwardBackward(x_.data(), y_.data(), batch.n, loss_accum_.data(),
-                                          [&](const model::ParamRange& r) {
-                                            if (ready_status.ok())
-                                              ready_status = plan_->MarkReady(r).status();
-                                          }));
+  RETURN_IF_ERROR(ForwardBackward(batch.n, [&](const model::ParamRange& r) {
+    if (ready_status.ok()) ready_status = plan_->MarkReady(r).status();
+  }));
   RETURN_IF_ERROR(ready_status);
   const std::size_t n = model_->num_params();
   RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_grads_.data(), model_->grads(), n * sizeof(float),
@@ -330,15 +379,22 @@ Status CudaEngine::EnqueueStep(const DeviceStep& batch, int slot, int parity) {
   DeviceStep body = batch;
   if (batch.x != nullptr) {
     // Pinned input: copy the batch into the fixed buffers the (captured) step reads.
-    const std::size_t sz = static_cast<std::size_t>(deps_.train->sample_size());
+    const auto n = static_cast<std::size_t>(batch.n);
     RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_.data(), batch.x,
-                                            static_cast<std::size_t>(batch.n) * sz * sizeof(float),
+                                            n * shape_.input.size() * sizeof(float),
                                             cudaMemcpyDeviceToDevice, compute_.get()));
-    RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        y_.data(), batch.y, static_cast<std::size_t>(batch.n) * sizeof(std::int32_t),
-        cudaMemcpyDeviceToDevice, compute_.get()));
+    if (shape_.regression) {
+      RT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(targets_.data(), batch.targets,
+                          n * static_cast<std::size_t>(shape_.outputs) * sizeof(float),
+                          cudaMemcpyDeviceToDevice, compute_.get()));
+    } else {
+      RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y_.data(), batch.y, n * sizeof(std::int32_t),
+                                              cudaMemcpyDeviceToDevice, compute_.get()));
+    }
     body.x = x_.data();
     body.y = y_.data();
+    body.targets = targets_.data();
   }
   const bool full = batch.n == config_.batch_size;
   if (!reduce_on_device_ && world_ > 1) {
@@ -422,7 +478,7 @@ Status CudaEngine::Snapshot(std::vector<float>& params, std::vector<float>& stat
 
 StatusOr<train::InputStart> CudaEngine::OpenInput(int epoch, std::int64_t epoch_samples) {
   const std::int64_t global_batch = std::int64_t{config_.batch_size} * world_;
-  const auto count = static_cast<std::int64_t>(deps_.train->count);
+  const std::int64_t count = train_count_;
   if (epoch_samples >= count) {
     ++epoch;
     epoch_samples = 0;
@@ -453,14 +509,18 @@ StatusOr<train::InputStart> CudaEngine::OpenInput(int epoch, std::int64_t epoch_
   lo.start_epoch = epoch;
   lo.start_samples = epoch_samples;
   lo.end_epoch = config_.epochs;
-  ASSIGN_OR_RETURN(pinned_, PinnedInput::Create(*deps_.train, lo, compute_.get()));
+  if (deps_.train != nullptr) {
+    ASSIGN_OR_RETURN(pinned_, PinnedInput::Create(*deps_.train, lo, compute_.get()));
+  } else {
+    ASSIGN_OR_RETURN(pinned_, PinnedInput::Create(*deps_.train_table, lo, compute_.get()));
+  }
   spe_ = pinned_->steps_per_epoch();
   return train::InputStart{spe_, epoch, epoch_samples};
 }
 
 StatusOr<std::optional<train::EngineBatch>> CudaEngine::NextBatch() {
   const std::int64_t global_batch = std::int64_t{config_.batch_size} * world_;
-  const auto count = static_cast<std::int64_t>(deps_.train->count);
+  const std::int64_t count = train_count_;
   train::EngineBatch b;
   if (device_input_) {
     if (epoch_ >= config_.epochs) return std::optional<train::EngineBatch>();
@@ -486,8 +546,10 @@ StatusOr<std::optional<train::EngineBatch>> CudaEngine::NextBatch() {
     b.epoch = next->epoch;
     b.step = next->step;
     b.n = next->n;
-    batch_ = DeviceStep{next->n, next->x, next->y};
+    batch_ = DeviceStep{next->n, next->x, next->y, next->targets};
   }
+  batch_epoch_ = b.epoch;
+  batch_step_ = b.step;
   b.last_in_epoch = b.step + 1 == spe_;
   b.epoch_samples_after = b.last_in_epoch ? count : std::min(count, (b.step + 1) * global_batch);
   return std::optional<train::EngineBatch>(b);
@@ -495,6 +557,9 @@ StatusOr<std::optional<train::EngineBatch>> CudaEngine::NextBatch() {
 
 StatusOr<std::optional<train::StepStats>> CudaEngine::Step(double lr) {
   RETURN_IF_ERROR(optimizer_->SetStep(lr));
+  // The CPU engine's masks for this step (uploaded ahead of a captured step, which reads them).
+  RETURN_IF_ERROR(
+      model_->SeedDropout(train::DropoutSeed(config_.seed, rank_, batch_epoch_, batch_step_)));
   const int slot = static_cast<int>(enqueued_ % kRing);
   const int parity = static_cast<int>(enqueued_ % 2);
   InFlight next{slot, parity, batch_.n, 0};
@@ -560,16 +625,21 @@ StatusOr<std::pair<double, std::int64_t>> CudaEngine::TakeLoss() {
 
 StatusOr<train::EvalSums> CudaEngine::EvaluateShard() {
   train::EvalSums sums;
-  if (test_dev_ == nullptr) return sums;
-  const std::int64_t count = static_cast<std::int64_t>(deps_.test->count);
+  if (test_count_ == 0) return sums;
+  const std::int64_t count = test_count_;
   const std::int64_t mine = rank_ < count ? (count - rank_ + world_ - 1) / world_ : 0;
   const std::int64_t bs = config_.batch_size;
   RT_CUDA_RETURN_IF_ERROR(
       cudaMemsetAsync(eval_sums_.data(), 0, 2 * sizeof(double), compute_.get()));
-  for (std::int64_t done = 0; done < mine; done += bs) {
-    const int n = static_cast<int>(std::min(bs, mine - done));
-    RETURN_IF_ERROR(test_dev_->GatherPlain(rank_ + done * world_, world_, n, x_.data(), y_.data()));
-    RETURN_IF_ERROR(model_->Evaluate(x_.data(), y_.data(), n, eval_sums_.data()));
+  if (test_dev_ != nullptr) {
+    for (std::int64_t done = 0; done < mine; done += bs) {
+      const int n = static_cast<int>(std::min(bs, mine - done));
+      RETURN_IF_ERROR(
+          test_dev_->GatherPlain(rank_ + done * world_, world_, n, x_.data(), y_.data()));
+      RETURN_IF_ERROR(model_->Evaluate(x_.data(), y_.data(), n, eval_sums_.data()));
+    }
+  } else {
+    RETURN_IF_ERROR(EvaluateTable(mine));
   }
   RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_scalars_.data() + 1, eval_sums_.data(),
                                           2 * sizeof(double), cudaMemcpyDeviceToHost,
@@ -581,10 +651,44 @@ StatusOr<train::EvalSums> CudaEngine::EvaluateShard() {
   return sums;
 }
 
+// A table's test shard (samples rank, rank + world, ...): gathered on the host into pinned
+// buffers, copied, evaluated; the buffers are reused only after the copy has run.
+Status CudaEngine::EvaluateTable(std::int64_t mine) {
+  const data::Table& t = *deps_.test_table;
+  const std::int64_t bs = config_.batch_size;
+  const auto outputs = static_cast<std::size_t>(shape_.outputs);
+  for (std::int64_t done = 0; done < mine; done += bs) {
+    const int n = static_cast<int>(std::min(bs, mine - done));
+    for (int i = 0; i < n; ++i) {
+      eval_idx_[static_cast<std::size_t>(i)] =
+          static_cast<std::size_t>(rank_ + (done + i) * world_);
+    }
+    RETURN_IF_ERROR(Drain("evaluation"));  // the previous batch's copies have read the buffers
+    const auto un = static_cast<std::size_t>(n);
+    data::Gather(t, eval_idx_.data(), n, eval_x_.data(),
+                 shape_.regression ? nullptr : eval_y_.data(),
+                 shape_.regression ? eval_targets_.data() : nullptr);
+    RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_.data(), eval_x_.data(),
+                                            un * shape_.input.size() * sizeof(float),
+                                            cudaMemcpyHostToDevice, compute_.get()));
+    if (shape_.regression) {
+      RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(targets_.data(), eval_targets_.data(),
+                                              un * outputs * sizeof(float), cudaMemcpyHostToDevice,
+                                              compute_.get()));
+      RETURN_IF_ERROR(model_->Evaluate(x_.data(), targets_.data(), n, eval_sums_.data()));
+    } else {
+      RT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y_.data(), eval_y_.data(), un * sizeof(std::int32_t),
+                                              cudaMemcpyHostToDevice, compute_.get()));
+      RETURN_IF_ERROR(model_->Evaluate(x_.data(), y_.data(), n, eval_sums_.data()));
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<train::StepEngine>> MakeCudaEngine(const train::TrainConfig& config,
                                                             const train::EngineDeps& deps) {
-  if (deps.comm == nullptr || deps.train == nullptr) {
-    return InvalidArgument("CUDA engine needs a communicator and a training set");
+  if (deps.comm == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
+    return InvalidArgument("CUDA engine needs a communicator and one training set");
   }
   if (deps.device < 0) {
     return InvalidArgument("CUDA engine: device " + std::to_string(deps.device) +
