@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "runner/cuda/kernels.h"
-#include "runner/cuda/pool_windows.h"
 #include "runner/model/dropout_mask.h"
+#include "runner/model/pool_math.h"
 
 namespace ringtrain::gpu::kernels {
 namespace {
@@ -113,29 +113,9 @@ __global__ void Pool2dForwardKernel(const float* __restrict__ x, float* __restri
     const std::int64_t i = t / c;
     const float* xi = x + i * in_size;
     const int base = (ch * h + oh * stride) * w + ow * stride;  // offset within the sample
-    if (max) {
-      int best = base;
-      float m = xi[base];
-      for (int ki = 0; ki < pool; ++ki) {
-        for (int kj = 0; kj < pool; ++kj) {
-          const int at = base + ki * w + kj;
-          const float v = xi[at];
-          if (v > m || v != v) {
-            if (m != m) continue;  // the first NaN stays
-            m = v;
-            best = at;
-          }
-        }
-      }
-      y[e] = m;
-      argmax[e] = best;
-    } else {
-      float sum = 0.0f;
-      for (int ki = 0; ki < pool; ++ki) {
-        for (int kj = 0; kj < pool; ++kj) sum = __fadd_rn(sum, xi[base + ki * w + kj]);
-      }
-      y[e] = __fmul_rn(sum, inv);
-    }
+    std::int32_t best = 0;
+    y[e] = model::PoolWindow(xi, base, w, pool, max, inv, &best);
+    if (max) argmax[e] = best;
   }
 }
 
@@ -152,8 +132,8 @@ __global__ void Pool2dBackwardKernel(const float* __restrict__ dy,
     const std::int64_t i = e / in_size;
     const int j = static_cast<int>(e - i * in_size);                  // offset within the sample
     const std::int32_t* arg = max ? argmax + i * out_size : nullptr;  // null for average
-    dx[e] = PoolInputGradient(dy + i * out_size, arg, j, h, w, pool, stride, oh_count, ow_count,
-                              max, inv);
+    dx[e] = model::PoolInputGradient(dy + i * out_size, arg, j, h, w, pool, stride, oh_count,
+                                     ow_count, max, inv);
   }
 }
 

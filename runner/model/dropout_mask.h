@@ -7,11 +7,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define RINGTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define RINGTRAIN_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
 namespace ringtrain::model {
 
@@ -34,5 +30,3 @@ RINGTRAIN_HOST_DEVICE inline double DropoutUniform(std::uint64_t seed, std::uint
 }
 
 }  // namespace ringtrain::model
-
-#undef RINGTRAIN_HOST_DEVICE

@@ -10,6 +10,7 @@
 #include "runner/model/clones.h"
 #include "runner/model/dropout_mask.h"
 #include "runner/model/gemm.h"
+#include "runner/model/pool_math.h"
 
 namespace ringtrain::model {
 namespace {
@@ -495,29 +496,9 @@ void Pool2d::Forward(const float* x, float* y, int n) {
         for (int ow = 0; ow < out.w; ++ow) {
           const int base = (c * in.h + oh * stride_) * in.w + ow * stride_;
           const std::size_t o = (static_cast<std::size_t>(c) * out.h + oh) * out.w + ow;
-          if (max_) {
-            int best = base;
-            float m = xs[base];
-            for (int ki = 0; ki < pool_; ++ki) {
-              for (int kj = 0; kj < pool_; ++kj) {
-                const int at = base + ki * in.w + kj;
-                const float v = xs[at];
-                if (v > m || v != v) {
-                  if (m != m) continue;  // the first NaN stays
-                  m = v;
-                  best = at;
-                }
-              }
-            }
-            ys[o] = m;
-            arg[o] = best;
-          } else {
-            float sum = 0.0f;
-            for (int ki = 0; ki < pool_; ++ki) {
-              for (int kj = 0; kj < pool_; ++kj) sum += xs[base + ki * in.w + kj];
-            }
-            ys[o] = sum * inv;
-          }
+          std::int32_t best = 0;
+          ys[o] = PoolWindow(xs, base, in.w, pool_, max_, inv, &best);
+          if (max_) arg[o] = best;
         }
       }
     }

@@ -1,18 +1,15 @@
-// Which pooling windows contain a given input row (or column), and the gradient one input
-// element gathers from them: Pool2dBackward's per-element work (kernels.cu), kept apart so host
-// tests check it against brute force and against layers.cc's Pool2d. Header-only, host and
-// device; needs no CUDA to include.
+// Pooling's per-element arithmetic, shared by layers.cc's Pool2d and the CUDA kernels
+// (kernels.cu) so both compute it alike: one window's max (with its argmax) or average, which
+// windows contain a given input row (or column), and the gradient one input element gathers from
+// them (the kernel's gather, bit for bit layers.cc's scatter). Header-only, host and device;
+// needs no CUDA to include.
 #pragma once
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define RINGTRAIN_HOST_DEVICE __host__ __device__
-#else
-#define RINGTRAIN_HOST_DEVICE
-#endif
+#include "common/host_device.h"
 
-namespace ringtrain::gpu::kernels {
+namespace ringtrain::model {
 
 // The windows first..last (inclusive; empty when first > last) along one axis.
 struct WindowRange {
@@ -51,6 +48,36 @@ RINGTRAIN_HOST_DEVICE inline float RoundedMul(float a, float b) {
 #endif
 }
 
+// One pool × pool window of one sample plane, whose top-left input is x[base] (rows w apart):
+// max: the first maximum in row-major order wins and a NaN propagates (the first NaN stays),
+// *argmax gets the winner's offset (base-relative offsets added to base); average: the sum in
+// row-major order times inv (= 1/pool²).
+RINGTRAIN_HOST_DEVICE inline float PoolWindow(const float* x, int base, int w, int pool, bool max,
+                                              float inv, std::int32_t* argmax) {
+  if (max) {
+    int best = base;
+    float m = x[base];
+    for (int ki = 0; ki < pool; ++ki) {
+      for (int kj = 0; kj < pool; ++kj) {
+        const int at = base + ki * w + kj;
+        const float v = x[at];
+        if (v > m || v != v) {
+          if (m != m) continue;  // the first NaN stays
+          m = v;
+          best = at;
+        }
+      }
+    }
+    *argmax = best;
+    return m;
+  }
+  float sum = 0.0f;
+  for (int ki = 0; ki < pool; ++ki) {
+    for (int kj = 0; kj < pool; ++kj) sum = RoundedAdd(sum, x[base + ki * w + kj]);
+  }
+  return RoundedMul(sum, inv);
+}
+
 // The pooling gradient of input element j = (ch·h + ih)·w + iw of one sample (h × w planes,
 // out_h × out_w outputs per channel): the sum, over the windows that contain it in increasing
 // (oh, ow) order, of dy (max: only where argmax, the winner's offset within the sample, is j;
@@ -80,6 +107,4 @@ RINGTRAIN_HOST_DEVICE inline float PoolInputGradient(const float* dy, const std:
   return sum;
 }
 
-}  // namespace ringtrain::gpu::kernels
-
-#undef RINGTRAIN_HOST_DEVICE
+}  // namespace ringtrain::model

@@ -1,7 +1,7 @@
-// The CUDA Pool2dBackward gather's per-element work, on the host: PoolWindowsContaining against
-// brute force (which windows of Pool2d's floor-mode layout contain each input row), and
+// Pooling's shared per-element arithmetic (model/pool_math.h), on the host: PoolWindowsContaining
+// against brute force (which windows of Pool2d's floor-mode layout contain each input row), and
 // PoolInputGradient against layers.cc's Pool2d::Backward scatter, bit for bit.
-#include "runner/cuda/pool_windows.h"
+#include "runner/model/pool_math.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 
 #include "runner/model/layers.h"
 
-namespace ringtrain::gpu::kernels {
+namespace ringtrain::model {
 namespace {
 
 std::vector<int> Windows(WindowRange range) {
@@ -109,9 +109,9 @@ TEST(PoolWindowsTest, InputGradientIsPool2dBackwardBitForBit) {
     for (const bool max : {true, false}) {
       const int out_h = (k.h - k.pool) / k.stride + 1;
       const int out_w = (k.w - k.pool) / k.stride + 1;
-      const model::Shape in{c, k.h, k.w};
-      const model::Shape out{c, out_h, out_w};
-      model::Pool2d layer(in, out, k.pool, k.stride, max, n);
+      const Shape in{c, k.h, k.w};
+      const Shape out{c, out_h, out_w};
+      Pool2d layer(in, out, k.pool, k.stride, max, n);
       // Few distinct inputs, so windows tie and the first-maximum rule matters; gradients of
       // mixed magnitude, so the summation order shows in the rounding.
       std::uniform_int_distribution<int> level(0, 3);
@@ -156,4 +156,4 @@ TEST(PoolWindowsTest, InputGradientIsPool2dBackwardBitForBit) {
 }
 
 }  // namespace
-}  // namespace ringtrain::gpu::kernels
+}  // namespace ringtrain::model
