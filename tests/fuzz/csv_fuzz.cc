@@ -4,50 +4,13 @@
 // labels file (else it is the test split); bit 3 regression; bit 4 standardise. Options: bits 0-1
 // the header mode, bits 2-4 the delimiter, bits 5-7 the label column (index or name).
 #include <spdlog/spdlog.h>
-#include <zlib.h>
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "runner/data/csv.h"
-#include "tests/fuzz/fuzz_util.h"
-
-namespace {
-
-std::string Gzip(const std::string& raw) {
-  z_stream z{};
-  FUZZ_CHECK(deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK);
-  std::string out(deflateBound(&z, raw.size()) + 32, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(raw.data()));
-  z.avail_in = static_cast<uInt>(raw.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = static_cast<uInt>(out.size());
-  FUZZ_CHECK(deflate(&z, Z_FINISH) == Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
-
-// What the engines will do with a table the reader accepted: copy its first and last samples.
-void CheckTable(const ringtrain::data::Table& t) {
-  using namespace ringtrain;
-  FUZZ_CHECK(data::ValidateTable(t).ok());
-  FUZZ_CHECK(t.x.size() == t.n * t.features);
-  std::size_t idx[2] = {0, t.n - 1};
-  std::vector<float> x(2 * t.features);
-  std::int32_t labels[2] = {-1, -1};
-  std::vector<float> targets(2 * static_cast<std::size_t>(t.task.targets));
-  if (t.task.classification()) {
-    data::Gather(t, idx, 2, x.data(), labels, nullptr);
-    FUZZ_CHECK(labels[0] >= 0 && labels[0] < t.task.classes);
-    FUZZ_CHECK(labels[1] >= 0 && labels[1] < t.task.classes);
-  } else {
-    data::Gather(t, idx, 2, x.data(), nullptr, targets.data());
-  }
-}
-
-}  // namespace
+#include "tests/fuzz/data_files.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   spdlog::set_level(spdlog::level::off);
@@ -57,21 +20,12 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace ringtrain;
   using namespace ringtrain::fuzz;
-  if (size < 4) return 0;
-  const int flags = data[0];
-  const int opts = data[1];
-  std::size_t split = (std::size_t{data[2]} << 8) | data[3];
-  const char* rest = reinterpret_cast<const char*>(data) + 4;
-  const std::size_t rest_size = size - 4;
-  if (split > rest_size) split = rest_size;
-  std::string first(rest, split);
-  std::string second(rest + split, rest_size - split);
-  if (flags & 1) first = Gzip(first);
-  if (flags & 2) second = Gzip(second);
-  const std::string first_path = TempDir() + "/first.csv" + ((flags & 1) ? ".gz" : "");
-  const std::string second_path = TempDir() + "/second.csv" + ((flags & 2) ? ".gz" : "");
-  WriteFile(first_path, first);
-  WriteFile(second_path, second);
+  const auto files = WriteDataFiles(data, size, 1, "first.csv", "second.csv");
+  if (!files) return 0;
+  const int flags = files->flags;
+  const int opts = files->options[0];
+  const std::string& first_path = files->first_path;
+  const std::string& second_path = files->second_path;
 
   data::CsvOptions o;
   constexpr data::CsvHeader kHeaders[] = {data::CsvHeader::kAuto, data::CsvHeader::kNone,
