@@ -17,9 +17,13 @@
 #include "runner/rendezvous/memory_store.h"
 #include "runner/train/model_data.h"
 #include "tests/fakes/rank_fixtures.h"
+#include "tests/unit/data/npy_writer.h"
 
 namespace ringtrain::rank {
 namespace {
+
+using data::Bytes;
+using data::Npy;
 
 train::RankEnv EnvFor(int rank, int world) {
   return testing::RankEnvOf({{"RINGTRAIN_RANK", std::to_string(rank)},
@@ -62,26 +66,6 @@ StatusOr<train::TrainResult> TrainGang(const train::TrainConfig& config,
     if (!r[static_cast<std::size_t>(i)].ok()) return r[static_cast<std::size_t>(i)].status();
   }
   return r[0];
-}
-
-// A .npy file as numpy writes it (version 1).
-std::string Npy(const std::string& descr, const std::string& shape, const std::string& payload) {
-  std::string dict = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  while ((10 + dict.size() + 1) % 64 != 0) dict += ' ';
-  dict += '\n';
-  std::string out = "\x93NUMPY";
-  out += '\x01';
-  out += '\0';
-  out += static_cast<char>(dict.size() & 0xff);
-  out += static_cast<char>((dict.size() >> 8) & 0xff);
-  return out + dict + payload;
-}
-
-template <typename T>
-std::string Bytes(const std::vector<T>& v) {
-  std::string s(v.size() * sizeof(T), '\0');
-  std::memcpy(s.data(), v.data(), s.size());
-  return s;
 }
 
 class UserModelTest : public ::testing::Test {
