@@ -241,94 +241,71 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Mode
     return InvalidArgument("model max_batch must be positive, got " +
                            std::to_string(config.max_batch));
   }
-  ASSIGN_OR_RETURN(const ShapeReport report, InferShapes(spec));
-  if (!(report.output.h == 1 && report.output.w == 1)) {
-    return InvalidArgument("model: the output is " + std::to_string(report.output.c) + "x" +
-                           std::to_string(report.output.h) + "x" + std::to_string(report.output.w) +
-                           ", the loss needs a flat output (a flatten and a dense at the end)");
-  }
+  // The plan folds what computes nothing (a softmax under cross-entropy, a dropout of rate 0),
+  // splits Keras' padding and numbers the dropout streams: what the CUDA model builds too.
+  ASSIGN_OR_RETURN(const LayerPlan plan, PlanLayers(spec));
   std::vector<std::unique_ptr<Layer>> layers;
-  Shape shape = spec.input;
-  std::uint64_t dropout_seed = config.dropout_seed;
-  const auto& l = spec.layers;
+  const auto& l = plan.layers;
   for (std::size_t i = 0; i < l.size(); ++i) {
-    const LayerSpec& s = l[i];
-    const Shape out = report.layers[i].out;
-    switch (s.kind) {
+    const PlannedLayer& p = l[i];
+    switch (p.kind) {
       case LayerKind::kDense:
-        layers.push_back(std::make_unique<Linear>(shape.c, s.units, spec.init));
+        layers.push_back(std::make_unique<Linear>(p.in.c, p.out.c, spec.init));
         break;
-      case LayerKind::kConv2d: {
-        // Keras' "same" (layer_plan.h), the odd pixel last.
-        Pads ph;
-        Pads pw;
-        if (s.padding == Padding::kSame) {
-          ph = SamePadding(shape.h, out.h, s.kernel, s.stride);
-          pw = SamePadding(shape.w, out.w, s.kernel, s.stride);
-        }
-        const int pad_top = ph.before;
-        const int pad_left = pw.before;
-        const bool symmetric =
-            ph.before == ph.after && pw.before == pw.after && ph.before == pw.before;
+      case LayerKind::kConv2d:
         // conv2d(stride 1, symmetric) → relu → max_pool2d(2, 2): the fused layer, which is
         // bit-identical to the three and keeps a sample in cache between them.
-        if (s.stride == 1 && symmetric && i + 2 < l.size() && l[i + 1].kind == LayerKind::kRelu &&
-            l[i + 2].kind == LayerKind::kMaxPool2d && l[i + 2].pool == 2 && l[i + 2].stride == 2) {
-          layers.push_back(std::make_unique<ConvReluPool>(shape, s.filters, s.kernel, pad_top,
+        if (p.stride == 1 && p.symmetric() && i + 2 < l.size() &&
+            l[i + 1].kind == LayerKind::kRelu && l[i + 2].kind == LayerKind::kMaxPool2d &&
+            l[i + 2].pool == 2 && l[i + 2].stride == 2) {
+          layers.push_back(std::make_unique<ConvReluPool>(p.in, p.out.c, p.kernel, p.pad_top,
                                                           config.max_batch, spec.init));
           i += 2;
-        } else if (s.stride == 1 && symmetric) {
-          layers.push_back(
-              std::make_unique<Conv2d>(shape, s.filters, s.kernel, pad_top, spec.init));
+        } else if (p.stride == 1 && p.symmetric()) {
+          layers.push_back(std::make_unique<Conv2d>(p.in, p.out.c, p.kernel, p.pad_top, spec.init));
         } else {
-          layers.push_back(std::make_unique<Conv2d>(shape, out, s.kernel, s.stride, pad_top,
-                                                    pad_left, spec.init));
+          layers.push_back(std::make_unique<Conv2d>(p.in, p.out, p.kernel, p.stride, p.pad_top,
+                                                    p.pad_left, spec.init));
         }
         break;
-      }
       case LayerKind::kMaxPool2d:
-        if (s.pool == 2 && s.stride == 2) {
-          layers.push_back(std::make_unique<MaxPool2d>(shape, config.max_batch));
+        if (p.pool == 2 && p.stride == 2) {
+          layers.push_back(std::make_unique<MaxPool2d>(p.in, config.max_batch));
         } else {
           layers.push_back(
-              std::make_unique<Pool2d>(shape, out, s.pool, s.stride, true, config.max_batch));
+              std::make_unique<Pool2d>(p.in, p.out, p.pool, p.stride, true, config.max_batch));
         }
         break;
       case LayerKind::kAvgPool2d:
         layers.push_back(
-            std::make_unique<Pool2d>(shape, out, s.pool, s.stride, false, config.max_batch));
+            std::make_unique<Pool2d>(p.in, p.out, p.pool, p.stride, false, config.max_batch));
         break;
       case LayerKind::kFlatten:
         // The layout of a batch does not change (NCHW is already one row per sample): the next
         // layer reads the same floats, so no copy is made.
         break;
       case LayerKind::kDropout:
-        if (s.rate > 0.0) {
-          // One stream per dropout layer, all derived from the rank's seed.
-          dropout_seed += kDropoutStreamStride;
-          layers.push_back(
-              std::make_unique<Dropout>(shape, s.rate, dropout_seed, config.max_batch));
-        }
+        layers.push_back(std::make_unique<Dropout>(
+            p.in, p.rate, config.dropout_seed + p.dropout_offset, config.max_batch));
         break;
       case LayerKind::kRelu:
-        layers.push_back(std::make_unique<ReLU>(shape));
+        layers.push_back(std::make_unique<ReLU>(p.in));
         break;
       case LayerKind::kTanh:
-        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kTanh));
+        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kTanh));
         break;
       case LayerKind::kSigmoid:
-        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kSigmoid));
+        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kSigmoid));
         break;
       case LayerKind::kGelu:
-        layers.push_back(std::make_unique<Elementwise>(shape, Activation::kGelu));
+        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kGelu));
         break;
       case LayerKind::kSoftmax:
-        break;  // last, under softmax cross-entropy (InferShapes checked): part of the loss
+        break;  // never planned: part of the loss
     }
-    shape = report.layers[i].out;  // after a fused conv-relu-pool, i is the pool's index
   }
   return std::unique_ptr<Model>(
-      std::make_unique<Sequential>(std::move(layers), config, spec.loss, report.output.c));
+      std::make_unique<Sequential>(std::move(layers), config, spec.loss, plan.outputs));
 }
 
 }  // namespace ringtrain::model
