@@ -22,4 +22,13 @@ assert 0 < s["test_loss"] < 1.0, s["test_loss"]
 assert s["samples_per_second"] > 0
 PY
 grep -q "TrainingJob fashion-mnist-mlp Succeeded" "$WORK/ringtrain.log" || fail "no summary line"
+# Each replica's metrics address is printed, and is the port its rank served /metrics on.
+for r in 0 1; do
+  url_port=$(sed -nE "s#.*fashion-mnist-mlp-a0-$r: rank $r, metrics http://127\.0\.0\.1:([0-9]+)/metrics.*#\1#p" \
+    "$WORK/ringtrain.log")
+  [ -n "$url_port" ] || fail "no metrics address printed for replica $r"
+  served=$(sed -nE 's#.*serving /metrics and /status on port ([0-9]+).*#\1#p' \
+    "$WORK/run/fashion-mnist-mlp-a0-$r.log")
+  [ "$url_port" = "$served" ] || fail "replica $r: printed port $url_port, rank served on '$served'"
+done
 echo PASS

@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/net.h"
 #include "common/process.h"
@@ -51,6 +52,24 @@ struct Process {
 StatusOr<int> FreePort() {
   ASSIGN_OR_RETURN(net::Socket s, net::Listen("127.0.0.1", 0));
   return net::LocalPort(s);
+}
+
+// The first of `n` consecutive free ports: the local launcher gives local rank i base + i.
+StatusOr<int> FreePorts(int n) {
+  if (n <= 1) return FreePort();
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    ASSIGN_OR_RETURN(net::Socket first, net::Listen("127.0.0.1", 0));
+    ASSIGN_OR_RETURN(const int base, net::LocalPort(first));
+    if (base + n - 1 > 65535) continue;
+    std::vector<net::Socket> held;  // held until all are known free
+    for (int i = 1; i < n; ++i) {
+      auto s = net::Listen("127.0.0.1", base + i);
+      if (!s.ok()) break;
+      held.push_back(std::move(*s));
+    }
+    if (static_cast<int>(held.size()) == n - 1) return base;
+  }
+  return Unavailable("no " + std::to_string(n) + " consecutive free ports on 127.0.0.1");
 }
 
 std::string ReadFile(const std::string& path) {
@@ -160,7 +179,8 @@ Status LocalRun::Spawn(int rank, int attempt) {
   if (!master_port_.count(attempt)) {
     ASSIGN_OR_RETURN(master_port_[attempt], FreePort());
   }
-  ASSIGN_OR_RETURN(int metrics_port, FreePort());
+  const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
+  ASSIGN_OR_RETURN(int metrics_port, FreePorts(gpus));
   Process p;
   p.name = reconcile::ReplicaName(job_.metadata.name, attempt, rank);
   p.rank = rank;
@@ -174,7 +194,6 @@ Status LocalRun::Spawn(int rank, int attempt) {
     std::rename(p.log.c_str(), (p.log + "." + std::to_string(before)).c_str());
   }
 
-  const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
   // One process per replica; with several GPUs it starts one rank per GPU (local launcher).
   contract::RankEnv rank_env;
   rank_env.job = job_.metadata.name;
@@ -228,6 +247,16 @@ Status LocalRun::Spawn(int rank, int attempt) {
     spdlog::debug("{}: {}", p.name, p.child.start_error());
   }
   spdlog::debug("started {} (pid {}), log {}", p.name, p.child.pid(), p.log);
+  if (spec.command.empty()) {
+    // Where to look while it trains (a spec.command program may serve nothing there).
+    if (gpus > 1) {
+      spdlog::info("{}: ranks {}-{}, metrics http://127.0.0.1:{}-{}/metrics", p.name, rank_env.rank,
+                   rank_env.rank + gpus - 1, metrics_port, metrics_port + gpus - 1);
+    } else {
+      spdlog::info("{}: rank {}, metrics http://127.0.0.1:{}/metrics", p.name, rank_env.rank,
+                   metrics_port);
+    }
+  }
   procs_[p.name] = std::move(p);
   return Status::Ok();
 }
