@@ -9,8 +9,14 @@ targets, and writes everything to --out.
 
     python3 bench/gpu_compare.py --bench build/bin/gpu_train_bench --out compare.json
 
-Targets: MLP at batch 64 ringtrain/PyTorch ≥ 2; CNN ringtrain/PyTorch ≥ 1 (every batch);
-NVML utilization ≥ 0.9 while ringtrain trains (every row).
+Targets (issue 22): MLP at batch 64 ringtrain/PyTorch ≥ 2; CNN ringtrain/PyTorch ≥ 1.2 (every
+batch); at batch 1024 the GPU busy ≥ 0.9 while ringtrain trains, by its own measure (kernel time /
+step time, CUDA events) and by NVML's utilization.
+
+Where a target is not met (--profile unmet, the default) the configuration is profiled, at most
+--profile-max of them: ringtrain's step split into kernel time and the rest (its CUDA events),
+its kernels under Nsight Compute when `ncu` is there, and PyTorch's kernels under torch.profiler,
+so the table says what blocks each side.
 
 A missing bench binary, a non-zero exit or unreadable JSON is recorded as that row's error and
 the run goes on. Without a GPU (no nvidia-smi device and torch sees no CUDA device) every row
@@ -21,6 +27,8 @@ reads "no GPU" and the exit code is 0; with a GPU, any error makes it 1 (targets
 from __future__ import annotations
 
 import argparse
+import csv
+import glob
 import json
 import os
 import shutil
@@ -33,6 +41,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TORCH_REFERENCE = os.path.join(HERE, "torch_reference.py")
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 UTIL_TARGET = 0.9
+MLP_RATIO_TARGET = 2.0
+CNN_RATIO_TARGET = 1.2
+BUSY_BATCH = 1024  # the batch at which the GPU must be busy
+NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu",
+             "/usr/local/cuda/nsight-compute*/ncu")
 NO_GPU_MARKERS = ("no cuda", "no gpu", "no device", "cudaerrornodevice", "no cuda-capable",
                   "cuda driver version is insufficient", "cudaerrorinsufficientdriver")
 
@@ -97,8 +110,10 @@ def pick_result(doc, model: str, batch: int):
     return entries[0] if len(entries) == 1 and isinstance(entries[0], dict) else None
 
 
-def run_logged(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str, float]:
-    """(exit code or None on timeout/launch failure, combined output, seconds)."""
+def run_logged(cmd: list[str], timeout: float, env: dict | None = None,
+               echo: bool = True) -> tuple[int | None, str, float]:
+    """(exit code or None on timeout/launch failure, combined output, seconds); echo: print the
+    output's tail."""
     print("$ " + " ".join(cmd), flush=True)
     t0 = time.monotonic()
     try:
@@ -112,7 +127,7 @@ def run_logged(cmd: list[str], timeout: float, env: dict | None = None) -> tuple
     except OSError as e:
         out, rc = f"cannot run: {e}", None
     seconds = time.monotonic() - t0
-    if out.strip():
+    if echo and out.strip():
         print(tail(out, 25), flush=True)
     return rc, out, seconds
 
@@ -225,6 +240,166 @@ def run_torch(args, model: str, batches: list[int], tmpdir: str) -> dict:
             "output_tail": tail(out, 15) if rc != 0 else ""}
 
 
+def find_ncu(explicit: str) -> str | None:
+    if explicit:
+        return explicit if os.access(explicit, os.X_OK) else None
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for pattern in NCU_GLOBS:
+        for path in sorted(glob.glob(pattern), reverse=True):
+            if os.access(path, os.X_OK):
+                return path
+    return None
+
+
+NCU_UNITS_US = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3,
+                "msecond": 1e3, "s": 1e6, "second": 1e6}
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """ncu --csv --metrics gpu__time_duration.sum, in its long form (one row per launch and metric:
+    "ID", "Kernel Name", ..., "Metric Name", "Metric Unit", "Metric Value"; the default page) or
+    its wide one (--page raw: a column per metric, then a row of units): per kernel name, its
+    total time, launches and mean in microseconds, heaviest first. ==PROF== lines and the
+    program's own output are skipped."""
+    rows = list(csv.reader(ln for ln in text.splitlines() if ln.startswith('"')))
+    head = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
+    if head is None:
+        return []
+    cols = rows[head]
+    name_col = cols.index("Kernel Name")
+    id_col = cols.index("ID") if "ID" in cols else None
+    samples: list[tuple[str, str, float, float]] = []  # (launch id, kernel, value, scale)
+    if "Metric Name" in cols and "Metric Value" in cols:
+        m_col, v_col = cols.index("Metric Name"), cols.index("Metric Value")
+        u_col = cols.index("Metric Unit") if "Metric Unit" in cols else None
+        for i, r in enumerate(rows[head + 1:]):
+            if len(r) != len(cols) or not r[m_col].startswith("gpu__time_duration"):
+                continue
+            unit = r[u_col].strip().lower() if u_col is not None else "ns"
+            try:
+                value = float(r[v_col].replace(",", ""))
+            except ValueError:
+                continue
+            samples.append((r[id_col] if id_col is not None else str(i), r[name_col], value,
+                            NCU_UNITS_US.get(unit, 1e-3)))
+    else:
+        t_col = next((i for i, c in enumerate(cols) if c.startswith("gpu__time_duration")), None)
+        if t_col is None:
+            return []
+        scale = 1e-3
+        for i, r in enumerate(rows[head + 1:]):
+            if len(r) != len(cols):
+                continue
+            if id_col is not None and not r[id_col]:  # the units row
+                scale = NCU_UNITS_US.get(r[t_col].strip().lower(), scale)
+                continue
+            try:
+                value = float(r[t_col].replace(",", ""))
+            except ValueError:
+                continue
+            samples.append((r[id_col] if id_col is not None else str(i), r[name_col], value, scale))
+    per: dict[str, list[float]] = {}
+    seen = set()
+    for launch, name, value, scale in samples:
+        if (launch, name) in seen:
+            continue
+        seen.add((launch, name))
+        rec = per.setdefault(name, [0.0, 0])
+        rec[0] += value * scale
+        rec[1] += 1
+    total = sum(v[0] for v in per.values())
+    return [{"name": n, "total_us": us, "launches": k, "mean_us": us / k,
+             "share": us / total if total else None}
+            for n, (us, k) in sorted(per.items(), key=lambda kv: -kv[1][0])]
+
+
+def profile_config(args, row: dict, tmpdir: str) -> dict:
+    """What blocks one configuration: ringtrain's CUDA events (kernel time / step time, from the
+    measurement already made), its kernels under ncu when there is one, PyTorch's under
+    torch.profiler."""
+    model, batch = row["model"], row["batch_size"]
+    rt, th = row["ringtrain"], row["torch"]
+    prof: dict = {"model": model, "batch_size": batch,
+                  "unmet": [t["target"] for t in row.get("targets", []) if t["met"] is False]}
+    if rt.get("step_ms") is not None and rt.get("busy_ratio") is not None:
+        step = rt["step_ms"]
+        prof["ringtrain_events"] = {"step_ms": step, "kernel_ms": step * rt["busy_ratio"],
+                                    "other_ms": step * (1 - rt["busy_ratio"])}
+    prof["torch_step_ms"] = th.get("step_ms")
+    print(f"gpu_compare: profiling {model}@{batch}", flush=True)
+
+    ncu = find_ncu(args.ncu)
+    if ncu is None:
+        prof["ncu"] = {"error": "ncu not found: ringtrain's CUDA events are its profile"}
+    elif rt.get("command"):
+        # A short run, a window of launches after the warm-up (and the graph's capture).
+        steps, warmup = 60, 20
+        cmd = [ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
+               "--launch-skip", "300", "--launch-count", "300", args.bench, "--model", model,
+               "--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup),
+               "--data", args.data, *(["--precision", "tf32"] if args.tf32 else []),
+               *args.bench_arg]
+        env = dict(os.environ, LC_ALL="C")  # ncu's numbers without a locale's separators
+        if args.bench_lib_path:
+            env["LD_LIBRARY_PATH"] = args.bench_lib_path + (
+                ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+        rc, out, seconds = run_logged(cmd, args.profile_timeout, env, echo=False)
+        kernels = parse_ncu_csv(out)
+        prof["ncu"] = {"command": cmd, "exit_code": rc, "wall_seconds": round(seconds, 1),
+                       "kernels": kernels[:15], "kernel_kinds": len(kernels)}
+        if not kernels:
+            prof["ncu"]["error"] = "no kernel rows in ncu's output"
+            prof["ncu"]["output_tail"] = tail(out, 15)
+
+    cmd = [args.python, TORCH_REFERENCE, "--model", model, "--batch-size", str(batch),
+           "--steps", "50", "--warmup", "20", "--profile-steps", "20", "--data", args.data,
+           "--json", os.path.join(tmpdir, f"torch-profile-{model}-{batch}.json"),
+           *(["--tf32"] if args.tf32 else []), *args.torch_arg]
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    rc, out, _ = run_logged(cmd, args.profile_timeout, env, echo=False)
+    try:
+        with open(cmd[cmd.index("--json") + 1]) as f:
+            result = next(r for r in json.load(f).get("results", []) if "profile" in r)
+        prof["torch_profiler"] = result["profile"]
+    except (OSError, ValueError, StopIteration, KeyError):
+        prof["torch_profiler"] = {"error": f"exit code {rc}: {tail(out, 1)}"}
+    return prof
+
+
+def print_profile(prof: dict) -> None:
+    print(f"\nprofile {prof['model']}@{prof['batch_size']}"
+          + (f" (not met: {'; '.join(prof['unmet'])})" if prof["unmet"] else ""))
+    ev = prof.get("ringtrain_events")
+    if ev:
+        print(f"  ringtrain step {ev['step_ms']:.3f} ms: kernels {ev['kernel_ms']:.3f} ms, "
+              f"the GPU idle {ev['other_ms']:.3f} ms (CUDA events)")
+    ncu = prof.get("ncu", {})
+    if ncu.get("kernels"):
+        print(f"  ringtrain kernels under ncu ({sum(k['launches'] for k in ncu['kernels'])} "
+              f"launches profiled; {ncu['kernel_kinds']} kinds):")
+        for k in ncu["kernels"][:10]:
+            print(f"    {k['share'] * 100:5.1f}%  {k['mean_us']:9.2f} us x{k['launches']:<4} "
+                  f"{k['name'][:90]}")
+    elif ncu:
+        print(f"  ringtrain under ncu: {ncu.get('error')}")
+        for line in ncu.get("output_tail", "").splitlines()[-5:]:
+            print(f"    | {line}")
+    tp = prof.get("torch_profiler", {})
+    if tp.get("kernels") is not None:
+        busy = "-" if tp.get("busy") is None else f"{tp['busy']:.2f}"
+        print(f"  PyTorch step {tp['step_ms']:.3f} ms under the profiler: kernels "
+              f"{tp['kernel_ms_per_step']:.3f} ms (busy {busy}); heaviest:")
+        for k in tp["kernels"][:10]:
+            share = "-" if k["share"] is None else f"{k['share'] * 100:5.1f}%"
+            print(f"    {share:>6}  {k['us_per_step']:9.2f} us/step x{k['launches_per_step']:<4.1f} "
+                  f"{k['name'][:90]}")
+    else:
+        print(f"  PyTorch under torch.profiler: {tp.get('error')}")
+
+
 def fmt_num(v, spec: str = ",.0f", missing: str = "-") -> str:
     return missing if v is None else format(v, spec)
 
@@ -253,6 +428,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--torch-arg", action="append", default=[],
                    help="extra argument for torch_reference.py, e.g. --torch-arg=--optimizer-impl=fused")
     p.add_argument("--require-targets", action="store_true", help="exit 2 when a target is not met")
+    p.add_argument("--profile", choices=["unmet", "all", "never"], default="unmet",
+                   help="profile the configurations that miss a target (default), all, or none")
+    p.add_argument("--profile-max", type=int, default=2,
+                   help="profile at most this many configurations (default 2)")
+    p.add_argument("--profile-timeout", type=float, default=60,
+                   help="seconds for each profiling run (default 60)")
+    p.add_argument("--ncu", default="", help="Nsight Compute's ncu (default: PATH, then CUDA's)")
     args = p.parse_args(argv)
     models = split_list(args.models, ["mlp", "cnn"])
     try:
@@ -303,11 +485,31 @@ def main(argv: list[str] | None = None) -> int:
 
     for row in rows:
         if row["model"] == "mlp" and row["batch_size"] == 64:
-            target("MLP@64 ringtrain/PyTorch >= 2", row, row["ratio"], 2.0)
+            target(f"MLP@64 ringtrain/PyTorch >= {MLP_RATIO_TARGET:g}", row, row["ratio"],
+                   MLP_RATIO_TARGET)
         if row["model"] == "cnn":
-            target("CNN ringtrain/PyTorch >= 1", row, row["ratio"], 1.0)
-        target("NVML utilization >= 0.9", row, row["nvml_utilization"], UTIL_TARGET)
+            target(f"CNN ringtrain/PyTorch >= {CNN_RATIO_TARGET:g}", row, row["ratio"],
+                   CNN_RATIO_TARGET)
+        if row["batch_size"] == BUSY_BATCH:
+            target(f"busy >= {UTIL_TARGET:g}", row, row["busy_ratio"], UTIL_TARGET)
+            target(f"NVML utilization >= {UTIL_TARGET:g}", row, row["nvml_utilization"],
+                   UTIL_TARGET)
     doc["rows"] = rows
+    doc["profiles"] = []
+    if not no_gpu and args.profile != "never":
+        wanted = []
+        for row in rows:
+            unmet_here = any(t["met"] is False for t in row.get("targets", []))
+            if (args.profile == "all" or unmet_here) and (row["model"], row["batch_size"]) not in wanted:
+                wanted.append((row["model"], row["batch_size"]))
+        with tempfile.TemporaryDirectory(prefix="gpu-profile-") as tmpdir:
+            for model, batch in wanted[:args.profile_max]:
+                row = next(r for r in rows if r["model"] == model and r["batch_size"] == batch)
+                doc["profiles"].append(profile_config(args, row, tmpdir))
+        if len(wanted) > args.profile_max:
+            print(f"gpu_compare: {len(wanted) - args.profile_max} more configuration(s) to "
+                  f"profile left out (--profile-max {args.profile_max}): "
+                  + ", ".join(f"{m}@{b}" for m, b in wanted[args.profile_max:]), flush=True)
 
     errors = [f"{r['model']}@{r['batch_size']} {side}: {r[side]['error']}"
               for r in rows for side in ("ringtrain", "torch") if r[side].get("error")]
@@ -365,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         state = "met" if t["met"] else ("NOT MET" if t["met"] is False else "not measured")
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         print(f"target {t['target']:<32} {t['model']}@{t['batch_size']:<5} {value:>6}  {state}")
+    for prof in doc["profiles"]:
+        print_profile(prof)
     if no_gpu:
         print("\ngpu_compare: no GPU here: nothing measured (rows read 'no GPU')")
         return 0

@@ -215,6 +215,12 @@ def run_one(torch, args, ds, x_all, y_all, model_name: str, batch: int, device) 
     sync()
     seconds = time.perf_counter() - t0
     final_loss = float(loss.item()) if loss is not None else None
+    profile = None
+    if args.profile_steps > 0 and device.type == "cuda":
+        try:
+            profile = kernel_profile(torch, step, sync, args.profile_steps)
+        except Exception as e:  # noqa: BLE001 (a profile is extra: never lose the measurement)
+            profile = {"error": f"{type(e).__name__}: {e}"}
     result = {
         "model": model_name,
         "batch_size": batch,
@@ -226,10 +232,42 @@ def run_one(torch, args, ds, x_all, y_all, model_name: str, batch: int, device) 
         "final_loss": final_loss,
         "epochs_started": state["epochs"],
     }
+    if profile is not None:
+        result["profile"] = profile
     del model, opt
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+def kernel_profile(torch, step, sync, steps: int) -> dict:
+    """`steps` more steps under torch.profiler: each CUDA kernel's time per step, heaviest first,
+    and the step's wall time, so kernel time against wall time shows what the GPU waits for."""
+    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+
+    sync()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        sync()
+        wall = time.perf_counter() - t0
+    per_kernel: dict[str, list[float]] = {}
+    for e in prof.events():
+        if "CUDA" not in str(getattr(e, "device_type", "")):
+            continue
+        us = float(e.time_range.elapsed_us())
+        rec = per_kernel.setdefault(e.name, [0.0, 0])
+        rec[0] += us
+        rec[1] += 1
+    total_us = sum(v[0] for v in per_kernel.values())
+    kernels = [{"name": name, "us_per_step": us / steps, "launches_per_step": n / steps,
+                "share": us / total_us if total_us else None}
+               for name, (us, n) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])]
+    return {"steps": steps, "step_ms": wall / steps * 1e3,
+            "kernel_ms_per_step": total_us / steps / 1e3,
+            "busy": (total_us / 1e6) / wall if wall > 0 else None,
+            "kernels": kernels[:15], "kernel_kinds": len(kernels)}
 
 
 def write_json(path: str | None, doc: dict) -> None:
@@ -263,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="leave torch.backends.cudnn.benchmark off (default: on)")
     p.add_argument("--device", default="cuda", help="cuda (default), cuda:N, or cpu to debug")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the timed steps, this many more under torch.profiler: CUDA "
+                        "kernel time per step (default 0: none)")
     args = p.parse_args(argv)
     models = args.model or ["mlp"]
     try:
