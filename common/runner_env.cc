@@ -77,6 +77,10 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
   if (!e.gang_gate.empty() && e.gang_gate_timeout != kGangGateTimeout) {
     out.emplace_back(kEnvGangGateTimeout, seconds(e.gang_gate_timeout));
   }
+  if (e.host_ranks > 0) {
+    out.emplace_back(kEnvHostRanks, std::to_string(e.host_ranks));
+    out.emplace_back(kEnvHostRankBase, std::to_string(e.host_rank_base));
+  }
   return out;
 }
 
@@ -114,6 +118,16 @@ StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   e.gang_gate_timeout = std::chrono::seconds(gate);
   ASSIGN_OR_RETURN(int recovery, Int(lookup, kEnvRecoveryTimeout, nullptr, 0, 0, 86400));
   e.recovery_timeout = std::chrono::seconds(recovery);
+  ASSIGN_OR_RETURN(e.host_ranks, Int(lookup, kEnvHostRanks, nullptr, 0, 0, 1 << 16));
+  ASSIGN_OR_RETURN(e.host_rank_base, Int(lookup, kEnvHostRankBase, nullptr, 0, 0, 1 << 16));
+  if (e.host_ranks > 0 && e.host_rank_base + e.local_world_size > e.host_ranks) {
+    return InvalidArgument(std::string(kEnvHostRankBase) + ": " + std::to_string(e.host_rank_base) +
+                           " + " + std::to_string(e.local_world_size) + " local rank(s) exceed " +
+                           kEnvHostRanks + " " + std::to_string(e.host_ranks));
+  }
+  if (e.host_ranks == 0 && e.host_rank_base != 0) {
+    return InvalidArgument(std::string(kEnvHostRankBase) + ": set without " + kEnvHostRanks);
+  }
   return e;
 }
 

@@ -60,6 +60,12 @@ inline constexpr char kEnvGangGateTimeout[] = "RINGTRAIN_GANG_GATE_TIMEOUT_SECON
 // for a lost rank's replacement before they give up (then the gang restarts from the newest
 // checkpoint). 0 = off: any lost rank ends the attempt.
 inline constexpr char kEnvRecoveryTimeout[] = "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS";
+// Ranks that share one machine's GPUs beyond a pod's own (`ringtrain run` starts every replica on
+// this machine, where a cluster's device plugin would give each pod its own GPUs): how many, and
+// this process's first one among them. A rank's GPU is chosen by its index among them, and NCCL
+// only where each gets its own. Unset: the node's LOCAL_WORLD_SIZE ranks, from 0.
+inline constexpr char kEnvHostRanks[] = "RINGTRAIN_HOST_RANKS";
+inline constexpr char kEnvHostRankBase[] = "RINGTRAIN_HOST_RANK_BASE";
 inline constexpr char kEnvTorchRank[] = "RANK";
 inline constexpr char kEnvTorchWorldSize[] = "WORLD_SIZE";
 inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
@@ -89,6 +95,8 @@ struct RankEnv {
   std::string gang_gate;  // "" = no gate (a local gang starts together)
   Duration gang_gate_timeout = kGangGateTimeout;
   Duration recovery_timeout{0};  // 0 = no in-place recovery
+  int host_ranks = 0;            // 0 = unset: local_world_size
+  int host_rank_base = 0;        // this process's first rank among host_ranks
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

@@ -112,8 +112,13 @@ StatusOr<train::TrainResult> RunDraining(Trainer& trainer, const RankDeps& deps,
 
 const char* BackendName(Backend backend) { return backend == Backend::kNccl ? "nccl" : "tcp"; }
 
-StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_rank,
-                                    int local_world_size, int visible_devices, bool cuda_built) {
+GpuSlot GpuSlotOf(const train::RankEnv& env) {
+  if (env.host_ranks <= 0) return {env.local_rank, env.local_world_size};
+  return {env.host_rank_base + env.local_rank, env.host_ranks};
+}
+
+StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int index, int sharers,
+                                    int visible_devices, bool cuda_built) {
   Placement p;
   if (!cuda_built) {
     if (config.device == contract::Device::kCuda || config.backend == contract::Backend::kNccl) {
@@ -139,24 +144,24 @@ StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_
   }
   p.cuda = true;
   // NCCL refuses two ranks on one GPU.
-  const bool own_gpu = local_world_size > 0 && visible_devices >= local_world_size;
+  const bool own_gpu = sharers > 0 && visible_devices >= sharers;
   if (config.backend == contract::Backend::kNccl && !own_gpu) {
     return FailedPrecondition("--backend: nccl needs one GPU per rank, but " +
-                              std::to_string(local_world_size) + " ranks share " +
+                              std::to_string(sharers) + " ranks share " +
                               std::to_string(visible_devices) +
-                              " visible GPU(s) on this node (NCCL refuses two ranks on one GPU)");
+                              " visible GPU(s) here (NCCL refuses two ranks on one GPU)");
   }
   if (config.backend == contract::Backend::kTcp ||
       (config.backend == contract::Backend::kAuto && !own_gpu)) {
     p.backend = Backend::kTcp;
-    p.device = local_rank % visible_devices;
+    p.device = index % visible_devices;
     p.reason = config.backend == contract::Backend::kTcp
                    ? "--backend tcp"
-                   : std::to_string(local_world_size) + " ranks share " +
-                         std::to_string(visible_devices) + " GPU(s): NCCL needs one GPU per rank";
+                   : std::to_string(sharers) + " ranks share " + std::to_string(visible_devices) +
+                         " GPU(s): NCCL needs one GPU per rank";
   } else {
     p.backend = Backend::kNccl;
-    p.device = local_rank;
+    p.device = index;
     p.reason = "one GPU per rank";
   }
   return p;
@@ -167,8 +172,9 @@ StatusOr<Placement> PlaceThisRank(const train::TrainConfig& config, const train:
 #ifdef RINGTRAIN_WITH_CUDA
   if (config.device != contract::Device::kCpu) visible = gpu::VisibleDeviceCount();
 #endif
-  ASSIGN_OR_RETURN(Placement p, ChoosePlacement(config, env.local_rank, env.local_world_size,
-                                                visible, kCudaBuilt));
+  const GpuSlot slot = GpuSlotOf(env);
+  ASSIGN_OR_RETURN(Placement p,
+                   ChoosePlacement(config, slot.index, slot.sharers, visible, kCudaBuilt));
   if (!p.cuda) spdlog::info("computing on the CPU ({})", p.reason);
   return p;
 }

@@ -31,13 +31,24 @@ struct Placement {
   std::string reason;  // why, for the log
 };
 
+// This rank's place among the ranks that share the GPUs this process sees: its index and their
+// number. In a pod, LOCAL_RANK of LOCAL_WORLD_SIZE (its GPUs are its own); under `ringtrain run`,
+// which starts every replica on one machine, RINGTRAIN_HOST_RANK_BASE + LOCAL_RANK of
+// RINGTRAIN_HOST_RANKS.
+struct GpuSlot {
+  int index = 0;
+  int sharers = 1;
+};
+GpuSlot GpuSlotOf(const train::RankEnv& env);
+
 // Resolves --device/--backend against what this process sees: `auto` picks CUDA when a GPU is
-// visible (and this binary was built with CUDA), and NCCL when every rank of this node gets its
-// own GPU (NCCL refuses two ranks on one GPU). Explicit choices that cannot work are permanent
+// visible (and this binary was built with CUDA), and NCCL when each of the `sharers` ranks gets
+// its own GPU (NCCL refuses two ranks on one GPU); rank `index` computes on GPU index, or index
+// mod the visible GPUs when they are shared. Explicit choices that cannot work are permanent
 // errors naming the flag. Pure: `visible_devices` and `cuda_built` are the caller's.
-StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int local_rank,
-                                    int local_world_size, int visible_devices, bool cuda_built);
-// The same with this process's devices and build.
+StatusOr<Placement> ChoosePlacement(const train::TrainConfig& config, int index, int sharers,
+                                    int visible_devices, bool cuda_built);
+// The same with this process's devices, build and slot.
 StatusOr<Placement> PlaceThisRank(const train::TrainConfig& config, const train::RankEnv& env);
 
 // The TCP ring's options from the env contract: the bind address (RINGTRAIN_BIND_ADDR), the

@@ -95,6 +95,12 @@ run py-ok
 expect "py-ok: ringtrain run exit code ($(tail -n 3 "$WORK/py-ok.out"))" "$RC" 0
 expect "py-ok: phase" "$(json_get "$WORK/py-ok.json" phase)" Succeeded
 
+# Every replica runs on this machine and shares its GPUs: each learns how many ranks share them
+# and its first place among them (what a device plugin's per-pod GPUs make unnecessary in a pod).
+job host 3 '["sh", "-c", "[ \"$RINGTRAIN_HOST_RANKS $RINGTRAIN_HOST_RANK_BASE\" = \"3 $RANK\" ] || { echo \"host $RINGTRAIN_HOST_RANKS base $RINGTRAIN_HOST_RANK_BASE rank $RANK\" > $RINGTRAIN_TERMINATION_LOG; exit 4; }"]'
+run host
+expect "host: phase ($(tail -n 2 "$WORK/host.out"))" "$(json_get "$WORK/host.json" phase)" Succeeded
+
 # A program not on PATH: a permanent failure at once, named on the console and in the summary.
 job missing 2 '["no-such-trainer", "--epochs", "1"]'
 run missing

@@ -211,6 +211,10 @@ Status LocalRun::Spawn(int rank, int attempt) {
   rank_env.metrics_port = metrics_port;
   rank_env.termination_log = p.termination_log;
   rank_env.recovery_timeout = api::RecoveryTimeoutFor(spec);
+  // Every replica runs on this machine and sees all its GPUs (no device plugin hands each its
+  // own): each rank picks its GPU, and NCCL or the TCP ring, by its place among all of them.
+  rank_env.host_ranks = spec.world_size();
+  rank_env.host_rank_base = rank * gpus;
   auto injected = contract::RankEnvVars(rank_env, /*with_bind_addr=*/true);
   injected.emplace_back(kEnvPodIp, "127.0.0.1");
   injected.emplace_back(contract::kEnvGangGate, "");  // no gate: set empty over any inherited one

@@ -41,6 +41,8 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   e.termination_log = "/tmp/term";
   e.rendezvous_timeout = std::chrono::seconds(30);
   e.collective_timeout = std::chrono::seconds(7);
+  e.host_ranks = 16;
+  e.host_rank_base = 4;
   auto back = ParseRankEnv(From(Build(e, /*bind=*/true)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->job, e.job);
@@ -59,6 +61,8 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   EXPECT_EQ(back->termination_log, e.termination_log);
   EXPECT_EQ(back->rendezvous_timeout, e.rendezvous_timeout);
   EXPECT_EQ(back->collective_timeout, e.collective_timeout);
+  EXPECT_EQ(back->host_ranks, 16);
+  EXPECT_EQ(back->host_rank_base, 4);
 }
 
 TEST(RankEnv, TorchrunNamesAloneAreEnough) {
@@ -91,6 +95,9 @@ TEST(RankEnv, DefaultsAreTheContractsPortsAndTimeouts) {
   EXPECT_EQ(env.count(kEnvRendezvousTimeout), 0u);
   EXPECT_EQ(env.count(kEnvToken), 0u);  // empty: a pod takes it from a Secret
   EXPECT_EQ(env.count(kEnvBindAddr), 0u);
+  EXPECT_EQ(env.count(kEnvHostRanks), 0u);  // a pod's GPUs are its own
+  EXPECT_EQ(e->host_ranks, 0);
+  EXPECT_EQ(e->host_rank_base, 0);
 }
 
 TEST(RankEnv, BadValuesNameTheVariable) {
@@ -106,6 +113,13 @@ TEST(RankEnv, BadValuesNameTheVariable) {
       {{{"MASTER_PORT", "70000"}}, "MASTER_PORT"},
       {{{"RINGTRAIN_METRICS_PORT", "-2"}}, "RINGTRAIN_METRICS_PORT"},
       {{{"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", "0"}}, "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS"},
+      {{{"RINGTRAIN_HOST_RANKS", "-1"}}, "RINGTRAIN_HOST_RANKS"},
+      // Two local ranks from index 3 do not fit among 4.
+      {{{"RINGTRAIN_HOST_RANKS", "4"},
+        {"RINGTRAIN_HOST_RANK_BASE", "3"},
+        {"LOCAL_WORLD_SIZE", "2"}},
+       "RINGTRAIN_HOST_RANK_BASE"},
+      {{{"RINGTRAIN_HOST_RANK_BASE", "1"}}, "RINGTRAIN_HOST_RANK_BASE"},
   };
   for (const Case& c : cases) {
     auto e = ParseRankEnv(From(c.env));
