@@ -7,7 +7,7 @@
 #                                            # gtests, a GPU Fashion-MNIST run (its /metrics
 #                                            # scraped), 2 replicas sharing the GPU, the same jobs
 #                                            # on the CPU engine for the accuracy bounds,
-#                                            # ringtrain vs PyTorch
+#                                            # ringtrain vs PyTorch, compute-sanitizer
 #
 # DIR defaults to .gpu-bundle (git-ignored; carry it). The bundle holds no CUDA library (libcuda,
 # cudart, cuBLAS, cuDNN, NCCL, nvrtc…) and no glibc/libstdc++/libgcc_s: `run` takes those from the
@@ -15,7 +15,9 @@
 # bin/ and lib/ travel xz-compressed (NAME.xz; Debian's OpenBLAS alone is 35 MiB, 4 MiB as xz):
 # `run` unpacks them into a fresh temporary folder and leaves DIR as it is.
 #
-# run's knobs (environment): OUT (./gpu-out), GPU_CHECK_STEPS (tests,run,shared,cpu,compare),
+# run's knobs (environment): OUT (./gpu-out), GPU_CHECK_STEPS (tests,run,shared,cpu,compare,
+# sanitize), SANITIZE_TIMEOUT (180 s), SANITIZE_FILTER (gtest filter for memcheck;
+# -Tf32Budget.*: cuBLAS' TF32 paths are not ours),
 # GTEST_TIMEOUT (120 s per binary), RUN_TIMEOUT (180 s), COMPARE_TIMEOUT (420 s: the comparison
 # and its profiles), COMPARE_ARGS (extra gpu_compare.py arguments, e.g. "--steps 300 --models mlp"
 # or "--profile never"), PYTHON (python3), GPU_CHECK_ASSUME_GPU=1 (run the GPU steps even when
@@ -641,6 +643,43 @@ run_compare() {
   fi
 }
 
+# compute-sanitizer's memcheck over the GPU unit tests (out-of-bounds and misaligned accesses,
+# leaks of device memory, CUDA API errors): what parity tests miss when a stray read does not
+# change a result. Last, as it is the slowest and the least likely to be needed.
+run_sanitizer() {
+  local abs=$1 bin=$2 out=$3 cs rc=0 log
+  cs=$(command -v compute-sanitizer || true)
+  [ -n "$cs" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || cs=/usr/local/cuda/bin/compute-sanitizer
+  if [ "$HAVE_GPU" -eq 0 ]; then
+    record "compute-sanitizer" "SKIPPED (no GPU)"
+    return
+  elif [ -z "$cs" ]; then
+    record "compute-sanitizer" "SKIP (compute-sanitizer not found)"
+    return
+  elif [ ! -x "$bin/gpu_unit_test" ]; then
+    record "compute-sanitizer" "SKIP (gpu_unit_test not in the bundle)"
+    return
+  fi
+  echo
+  echo "===== compute-sanitizer --tool memcheck gpu_unit_test ====="
+  log=$(mktemp)
+  timeout -k 10 "${SANITIZE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$LIB_PATH" "$cs" --tool memcheck \
+    --leak-check full --error-exitcode 99 "$bin/gpu_unit_test" \
+    --gtest_filter="${SANITIZE_FILTER:--Tf32Budget.*}" >"$log" 2>&1 || rc=$?
+  # Its reports (lines of '=========') first, then how the tests ended.
+  grep -E '^========= ' "$log" | head -n 60 || true
+  grep -E '^\[  (PASSED|FAILED)  \]|^\[  SKIPPED \] [0-9]+ test' "$log" | tail -n 20 || true
+  tail -n 3 "$log"
+  if [ "$rc" -eq 0 ]; then
+    record "compute-sanitizer" "PASS ($(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    record "compute-sanitizer" "FAIL (timed out after ${SANITIZE_TIMEOUT:-180} s)"
+  else
+    record "compute-sanitizer" "FAIL (exit $rc: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
+  fi
+  rm -f "$log"
+}
+
 # unpack_tree BUNDLE WORK: BUNDLE/{bin,lib}/* → WORK/{bin,lib}/, xz-decompressed (xz, or
 # Python's lzma where xz is not installed).
 unpack_tree() {
@@ -666,7 +705,7 @@ with lzma.open(sys.argv[1]) as i, open(sys.argv[2], "wb") as o: shutil.copyfileo
 cmd_run() {
   local dir=${1:-.gpu-bundle}
   local out=${OUT:-./gpu-out}
-  local steps=${GPU_CHECK_STEPS:-tests,run,shared,cpu,compare}
+  local steps=${GPU_CHECK_STEPS:-tests,run,shared,cpu,compare,sanitize}
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   exec > >(tee -a "$out/gpu-check.log") 2>&1
@@ -727,6 +766,7 @@ cmd_run() {
   [ -z "$SHARED_TMP" ] || rm -rf "$SHARED_TMP"
   COMPARE_LOG=
   [[ ,$steps, == *,compare,* ]] && run_compare "$abs" "$work/bin" "$out"
+  [[ ,$steps, == *,sanitize,* ]] && run_sanitizer "$abs" "$work/bin" "$out"
 
   echo
   echo "===== summary ====="
