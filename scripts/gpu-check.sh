@@ -217,6 +217,14 @@ header_version() {  # header_version FILE MAJOR_MACRO MINOR_MACRO PATCH_MACRO
     $1 == "#define" && $2 == c { z = $3 } END { if (x != "") print x "." y "." z }' "$1"
 }
 
+# A digest of the sources the bundle's binaries are built from, computed the same way here and on
+# the GPU machine (which gets the tree without .git): `run` refuses to trust a stale bundle.
+source_digest() {
+  (cd "$ROOT" && find CMakeLists.txt common runner controller tests bench -type f \
+    \( -name '*.cc' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' -o -name CMakeLists.txt \) \
+    -print0 2>/dev/null | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+}
+
 write_manifest() {
   local dir=$1 build=$2 cuda_home inc
   cuda_home=$(dirname "$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")")
@@ -225,6 +233,7 @@ write_manifest() {
     echo "# ringtrain GPU bundle (scripts/gpu-check.sh bundle)"
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
     echo "dirty_files: $(git status --porcelain 2>/dev/null | wc -l)"
+    echo "source_digest: $(source_digest)"
     echo "created: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n) ($(sed -n 's/^PRETTY_NAME=//p' /etc/os-release | tr -d '"'))"
     echo "source_dir: $ROOT"
     echo "build_dir: $ROOT/$build"
@@ -252,6 +261,22 @@ record() {  # record NAME RESULT
   STEP_RESULTS+=("$2")
   case "$2" in FAIL*) FAILED=1 ;; esac
   echo "gpu-check: [$1] $2"
+}
+
+# The whole run ends within GPU_CHECK_DEADLINE seconds (one device command may run 600): each
+# step's time limit is what it asks for or what is left (less a reserve for the summary), and a
+# step that would get less than its minimum is skipped, said so in the summary.
+RUN_STARTED=$SECONDS
+seconds_left() { echo $((${GPU_CHECK_DEADLINE:-560} - (SECONDS - RUN_STARTED))); }
+# step_limit NAME WANTED MINIMUM: sets LIMIT, or records NAME as skipped and returns 1.
+step_limit() {
+  local left
+  left=$(($(seconds_left) - 15))
+  LIMIT=$(($2 < left ? $2 : left))
+  if [ "$LIMIT" -lt "$3" ]; then
+    record "$1" "SKIP (deadline: $((left + 15)) s left of ${GPU_CHECK_DEADLINE:-560}, needs $3)"
+    return 1
+  fi
 }
 
 # first_dir_with SONAME DIR... → the first DIR holding SONAME
@@ -366,6 +391,7 @@ run_gtests() {
       record "$t" "SKIP (not in the bundle)"
       continue
     fi
+    step_limit "$t" "${GTEST_TIMEOUT:-120}" 30 || continue
     echo
     echo "===== $t ====="
     log=$(mktemp)
@@ -374,14 +400,14 @@ run_gtests() {
     n=$((n + 1))
     [ "$n" -le 5 ] || json=$log.json
     rc=0
-    timeout -k 10 "${GTEST_TIMEOUT:-120}" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/$t" \
+    timeout -k 10 "$LIMIT" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/$t" \
       --gtest_output="json:$json" 2>&1 | tee "$log" || rc=$?
     passed=$(awk '/^\[  PASSED  \]/ { print $4 }' "$log" | tail -n 1)
     skipped=$(awk '/^\[  SKIPPED \] [0-9]+ test/ { print $4 }' "$log" | tail -n 1)
     failed=$(awk '/^\[  FAILED  \] [0-9]+ test/ { print $4 }' "$log" | tail -n 1)
     rm -f "$log" "$log.json"
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-      record "$t" "FAIL (timed out after ${GTEST_TIMEOUT:-120} s)"
+      record "$t" "FAIL (timed out after $LIMIT s)"
     elif [ "$rc" -ne 0 ]; then
       record "$t" "FAIL (exit $rc; ${failed:-?} failed, ${passed:-0} passed, ${skipped:-0} skipped)"
     elif [ -n "$skipped" ] && [ "$HAVE_GPU" -eq 0 ]; then
@@ -420,9 +446,11 @@ def numbers(text):
             vals[m.group(1)] = float(m.group(2))
     return vals
 while not os.path.exists(stop):
-    if url is None and os.path.exists(log):
-        m = re.search(r"-a\d+-0: rank 0, metrics (http://[0-9.:]+/metrics)", open(log, errors="replace").read())
-        url = m.group(1) if m else None
+    if os.path.exists(log):
+        # Replica 0's address, of the newest attempt (a gang restart starts it on a new port);
+        # a replica of several GPUs prints a range of ports, its rank 0 on the first.
+        found = re.findall(r"-a\d+-0: ranks? 0(?:-\d+)?, metrics http://([0-9.]+):(\d+)", open(log, errors="replace").read())
+        url = f"http://{found[-1][0]}:{found[-1][1]}/metrics" if found else url
     if url is not None:
         try:
             body = urllib.request.urlopen(url, timeout=2).read().decode()
@@ -476,6 +504,7 @@ run_fashion_mnist() {
     record "fashion-mnist-gpu" "SKIPPED (no GPU)"
     return
   fi
+  step_limit "fashion-mnist-gpu" "${RUN_TIMEOUT:-180}" 40 || return 0
   echo
   echo "===== ringtrain run $GPU_EXAMPLE ====="
   tmp=$(mktemp -d)
@@ -484,7 +513,7 @@ run_fashion_mnist() {
   # Rank 0's /metrics is scraped while it trains: the NVML series and the busy ratio.
   scrape_metrics "$tmp/ringtrain.out" "$tmp/stop" "$tmp/metrics.txt" &
   local scraper=$!
-  timeout -k 10 "${RUN_TIMEOUT:-180}" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
+  timeout -k 10 "$LIMIT" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
     "$tmp/job.yaml" --summary-json "$out/gpu-run.json" --workdir "$tmp/work" </dev/null 2>&1 |
     tee "$tmp/ringtrain.out" || rc=$?
   touch "$tmp/stop"
@@ -501,7 +530,7 @@ run_fashion_mnist() {
   if [ "$rc" -eq 0 ]; then
     record "fashion-mnist-gpu" "PASS ($summary)"
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    record "fashion-mnist-gpu" "FAIL (timed out after ${RUN_TIMEOUT:-180} s)"
+    record "fashion-mnist-gpu" "FAIL (timed out after $LIMIT s)"
   else
     record "fashion-mnist-gpu" "FAIL (ringtrain run exit $rc)"
   fi
@@ -528,6 +557,7 @@ run_shared_gpu() {
     record "two-ranks-one-gpu" "SKIPPED (no GPU)"
     return
   fi
+  step_limit "two-ranks-one-gpu" "${RUN_TIMEOUT:-180}" 40 || return 0
   echo
   echo "===== two replicas share the GPU (backend auto) ====="
   SHARED_TMP=$(mktemp -d)
@@ -537,20 +567,27 @@ run_shared_gpu() {
     's/^([[:space:]]*)learningRate:[[:space:]]*[0-9.e-]+/\1learningRate: 0.001/' \
     's/^([[:space:]]*)backend:[[:space:]]*[a-z]+/\1backend: auto/'
   grep -nE "replicas:|batchSizePerReplica:|learningRate:|backend:" "$SHARED_TMP/job.yaml" || true
-  timeout -k 10 "${RUN_TIMEOUT:-180}" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
+  timeout -k 10 "$LIMIT" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
     "$SHARED_TMP/job.yaml" --summary-json "$SHARED_TMP/summary.json" --workdir "$SHARED_TMP/work" \
-    </dev/null 2>&1 | tail -n 4 || rc=$?
+    </dev/null >"$SHARED_TMP/ringtrain.out" 2>&1 || rc=$?
+  tail -n "$([ "$rc" -eq 0 ] && echo 4 || echo 30)" "$SHARED_TMP/ringtrain.out"
   # How each rank placed itself (device, backend, why).
+  local tcp=0
   for f in "$SHARED_TMP"/work/*.log; do
     [ -f "$f" ] || continue
     echo "----- $(basename "$f") -----"
     grep -iE "placement|backend|share|computing on|cuda|error" "$f" | head -n 8 || true
-    tail -n 3 "$f"
+    tail -n "$([ "$rc" -eq 0 ] && echo 3 || echo 25)" "$f"
+    if grep -qE "^[^ ]+ [^ ]+ \[rank [0-9]+\] GPU [0-9]+: .*; backend tcp" "$f"; then
+      tcp=$((tcp + 1))
+    fi
   done
   if [ "$rc" -ne 0 ]; then
     record "two-ranks-one-gpu" "FAIL (ringtrain run exit $rc)"
+  elif [ "$tcp" -ne 2 ]; then
+    record "two-ranks-one-gpu" "FAIL ($tcp of 2 rank logs say 'GPU N: ...; backend tcp')"
   else
-    record "two-ranks-one-gpu" "PASS ($(python_json_fields "$SHARED_TMP/summary.json"))"
+    record "two-ranks-one-gpu" "PASS (both on the GPU, backend tcp; $(python_json_fields "$SHARED_TMP/summary.json"))"
   fi
 }
 
@@ -577,32 +614,47 @@ run_cpu_reference() {
       mlp-cpu) job_with_bundle_data "$ROOT/$CPU_EXAMPLE" "$tmp/$name.yaml" ;;
     esac
     rc=0
-    timeout -k 10 "${RUN_TIMEOUT:-180}" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
+    step_limit "cpu: $name" "${RUN_TIMEOUT:-180}" 20 || continue
+    timeout -k 10 "$LIMIT" env LD_LIBRARY_PATH="$LIB_PATH" "$bin/ringtrain" run \
       "$tmp/$name.yaml" --summary-json "$tmp/$name.json" --workdir "$tmp/$name" </dev/null 2>&1 |
       tail -n 3 || rc=$?
     acc[$name]=$(json_field "$tmp/$name.json" test_accuracy)
+    acc[$name]=${acc[$name]:-}
     echo "gpu-check: $name: exit $rc, $(python_json_fields "$tmp/$name.json")"
   done
   gpu_acc=$(json_field "$out/gpu-run.json" test_accuracy)
   local verdict
-  verdict=$("$PY" -c 'import sys
-g, c, w = (float(x) if x else None for x in sys.argv[1:4])
+  verdict=$("$PY" -c 'import math, sys
+def num(x):
+    try:
+        v = float(x)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+g, c, w = (num(x) for x in sys.argv[1:4])
 if g is None or c is None:
     print("FAIL (missing accuracy: gpu %s, cpu example %s)" % (sys.argv[1] or "-", sys.argv[2] or "-")); sys.exit()
 d = g - c
 tag = "PASS" if abs(d) <= 0.003 else "FAIL"
 w_txt = "" if w is None else ", CPU engine at world size 1 %.4f (%+.4f)" % (w, g - w)
 print("%s (GPU %.4f vs CPU example %.4f: %+.4f, bound 0.003%s)" % (tag, g, c, d, w_txt))' \
-    "$gpu_acc" "${acc[mlp-cpu]}" "${acc[gpu-on-cpu]}")
+    "$gpu_acc" "${acc[mlp-cpu]:-}" "${acc[gpu-on-cpu]:-}") || verdict="FAIL (the verdict could not be computed)"
   record "accuracy-vs-cpu" "$verdict"
   if [ -n "${SHARED_TMP:-}" ] && [ -f "$SHARED_TMP/summary.json" ]; then
-    verdict=$("$PY" -c 'import sys
-s, c = (float(x) if x else None for x in sys.argv[1:3])
+    verdict=$("$PY" -c 'import math, sys
+def num(x):
+    try:
+        v = float(x)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+s, c = (num(x) for x in sys.argv[1:3])
 if s is None or c is None:
     print("FAIL (missing accuracy)"); sys.exit()
 print("%s (2 ranks on the GPU %.4f vs the CPU example %.4f: %+.4f, bound 0.003)"
       % ("PASS" if abs(s - c) <= 0.003 else "FAIL", s, c, s - c))' \
-      "$(json_field "$SHARED_TMP/summary.json" test_accuracy)" "${acc[mlp-cpu]}")
+      "$(json_field "$SHARED_TMP/summary.json" test_accuracy)" "${acc[mlp-cpu]:-}") ||
+      verdict="FAIL (the verdict could not be computed)"
     record "shared-gpu-vs-cpu" "$verdict"
   fi
   rm -rf "$tmp"
@@ -623,13 +675,15 @@ print(", ".join(f"{k} {d[k]}" for k in ("test_accuracy", "epochs", "wall_seconds
 
 run_compare() {
   local abs=$1 bin=$2 out=$3 rc=0
+  step_limit "gpu_compare" "${COMPARE_TIMEOUT:-420}" 60 || return 0
   echo
   echo "===== bench/gpu_compare.py ====="
   COMPARE_LOG=$(mktemp)
   # shellcheck disable=SC2086  # COMPARE_ARGS is a list of words on purpose
-  timeout -k 10 "${COMPARE_TIMEOUT:-420}" env PYTHONUNBUFFERED=1 "$PY" "$ROOT/bench/gpu_compare.py" \
+  timeout -k 10 "$LIMIT" env PYTHONUNBUFFERED=1 "$PY" "$ROOT/bench/gpu_compare.py" \
     --bench "$bin/gpu_train_bench" --data "$abs/data/fashion-mnist" --out "$out/compare.json" \
-    --bench-lib-path "$LIB_PATH" --python "$PY" ${COMPARE_ARGS:-} 2>&1 | tee "$COMPARE_LOG" || rc=$?
+    --bench-lib-path "$LIB_PATH" --python "$PY" --deadline-seconds "$((LIMIT - 10))" \
+    ${COMPARE_ARGS:-} 2>&1 | tee "$COMPARE_LOG" || rc=$?
   if [ "$rc" -eq 0 ]; then
     if grep -q "no GPU here" "$COMPARE_LOG"; then
       record "gpu_compare" "SKIPPED (no GPU: benches report 'no GPU')"
@@ -637,7 +691,7 @@ run_compare() {
       record "gpu_compare" "PASS"
     fi
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    record "gpu_compare" "FAIL (timed out after ${COMPARE_TIMEOUT:-420} s)"
+    record "gpu_compare" "FAIL (timed out after $LIMIT s)"
   else
     record "gpu_compare" "FAIL (exit $rc)"
   fi
@@ -649,7 +703,10 @@ run_compare() {
 run_sanitizer() {
   local abs=$1 bin=$2 out=$3 cs rc=0 log
   cs=$(command -v compute-sanitizer || true)
-  [ -n "$cs" ] || [ ! -x /usr/local/cuda/bin/compute-sanitizer ] || cs=/usr/local/cuda/bin/compute-sanitizer
+  local c
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda-*/bin/compute-sanitizer; do
+    [ -n "$cs" ] || [ ! -x "$c" ] || cs=$c
+  done
   if [ "$HAVE_GPU" -eq 0 ]; then
     record "compute-sanitizer" "SKIPPED (no GPU)"
     return
@@ -660,11 +717,13 @@ run_sanitizer() {
     record "compute-sanitizer" "SKIP (gpu_unit_test not in the bundle)"
     return
   fi
+  step_limit "compute-sanitizer" "${SANITIZE_TIMEOUT:-180}" 45 || return 0
   echo
   echo "===== compute-sanitizer --tool memcheck gpu_unit_test ====="
   log=$(mktemp)
-  timeout -k 10 "${SANITIZE_TIMEOUT:-180}" env LD_LIBRARY_PATH="$LIB_PATH" "$cs" --tool memcheck \
-    --leak-check full --error-exitcode 99 "$bin/gpu_unit_test" \
+  # Access errors only: leaks at exit are cuBLAS'/cuDNN's handles as much as ours.
+  timeout -k 10 "$LIMIT" env LD_LIBRARY_PATH="$LIB_PATH" "$cs" --tool memcheck \
+    --error-exitcode 99 "$bin/gpu_unit_test" \
     --gtest_filter="${SANITIZE_FILTER:--Tf32Budget.*}" >"$log" 2>&1 || rc=$?
   # Its reports (lines of '=========') first, then how the tests ended.
   grep -E '^========= ' "$log" | head -n 60 || true
@@ -673,7 +732,7 @@ run_sanitizer() {
   if [ "$rc" -eq 0 ]; then
     record "compute-sanitizer" "PASS ($(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-    record "compute-sanitizer" "FAIL (timed out after ${SANITIZE_TIMEOUT:-180} s)"
+    record "compute-sanitizer" "FAIL (timed out after $LIMIT s)"
   else
     record "compute-sanitizer" "FAIL (exit $rc: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
   fi
@@ -709,12 +768,21 @@ cmd_run() {
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   exec > >(tee -a "$out/gpu-check.log") 2>&1
-  echo "gpu-check run: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), bundle $dir, OUT $out"
+  TEE_PID=$!
+  RUN_OUT=$out
+  echo "gpu-check run: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), bundle $dir, OUT $out," \
+    "deadline ${GPU_CHECK_DEADLINE:-560} s"
   [ -f "$dir/MANIFEST" ] || die "$dir/MANIFEST not found: run 'bash scripts/gpu-check.sh bundle' here" \
     "first and name the bundle in the device tool's carry"
   local abs
   abs=$(cd "$dir" && pwd)
-  sed -n '1,9p' "$abs/MANIFEST"
+  sed -n '1,10p' "$abs/MANIFEST"
+  local built here
+  built=$(awk '/^source_digest:/ { print $2 }' "$abs/MANIFEST")
+  here=$(source_digest)
+  if [ "$built" != "$here" ]; then
+    record "bundle" "FAIL (built from other sources (digest ${built:-none}) than this tree's ($here): run 'bash scripts/gpu-check.sh bundle' again)"
+  fi
 
   PY=${PYTHON:-python3}
   if ! "$PY" -c 'import nvidia' 2>/dev/null && [ -x /opt/torch/.venv/bin/python3 ]; then
@@ -724,8 +792,8 @@ cmd_run() {
   # bin/ and lib/ travel xz-compressed: unpack them outside DIR, which stays small enough to carry.
   local work
   work=$(mktemp -d "${TMPDIR:-/tmp}/ringtrain-gpu.XXXXXX")
-  # shellcheck disable=SC2064  # expand now: $work is local
-  trap "rm -rf '$work'" EXIT
+  WORK_DIR=$work
+  trap finish_run EXIT
   unpack_tree "$abs" "$work"
   echo "gpu-check: unpacked bin/ and lib/ into $work"
   echo
@@ -768,12 +836,17 @@ cmd_run() {
   [[ ,$steps, == *,compare,* ]] && run_compare "$abs" "$work/bin" "$out"
   [[ ,$steps, == *,sanitize,* ]] && run_sanitizer "$abs" "$work/bin" "$out"
 
+  SUMMARY_DONE=1
+  print_summary
+}
+
+print_summary() {
   echo
   echo "===== summary ====="
   local i
   for i in "${!STEP_NAMES[@]}"; do printf '  %-24s %s\n' "${STEP_NAMES[$i]}" "${STEP_RESULTS[$i]}"; done
-  echo "  files in $out: $(find "$out" -type f -printf '%P\n' | sort | tr '\n' ' ')"
-  if [ -n "$COMPARE_LOG" ] && [ -f "$COMPARE_LOG" ]; then
+  echo "  files in $RUN_OUT: $(find "$RUN_OUT" -type f -printf '%P\n' | sort | tr '\n' ' ')"
+  if [ -n "${COMPARE_LOG:-}" ] && [ -f "$COMPARE_LOG" ]; then
     echo
     sed -n '/^ringtrain vs PyTorch/,$p' "$COMPARE_LOG"
     rm -f "$COMPARE_LOG"
@@ -783,6 +856,22 @@ cmd_run() {
     return 1
   fi
   echo "gpu-check: ok"
+}
+
+# On any exit of `run`: the summary, even after an error stopped the steps, then the log's tee
+# drained, so the log that comes back ends with the summary.
+finish_run() {
+  local rc=$?
+  if [ "${SUMMARY_DONE:-0}" != 1 ]; then
+    echo "gpu-check: stopped early (exit $rc)"
+    FAILED=1
+    print_summary || true
+    [ "$rc" -ne 0 ] || rc=1
+  fi
+  rm -rf "${WORK_DIR:-}" "${SHARED_TMP:-}"
+  exec >&- 2>&-
+  [ -z "${TEE_PID:-}" ] || wait "$TEE_PID" 2>/dev/null || true
+  exit "$rc"
 }
 
 case "${1:-}" in

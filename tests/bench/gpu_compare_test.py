@@ -123,12 +123,15 @@ class CompareFlowTest(unittest.TestCase):
                            "device_name": "NVIDIA H100 80GB HBM3", "results": res}},
                           open(v("--json"), "w"))
                 ''')
+            out = os.path.join(tmp, "compare.json")
+            # ncu also notes whether the measured rows were already on disk when it ran.
             write_exe(ncu, f'''
-                import json, sys
-                open({calls!r}, "a").write(json.dumps({{"tool": "ncu", "argv": sys.argv[1:]}}) + "\\n")
+                import json, os, sys
+                rows = json.load(open({out!r}))["rows"] if os.path.exists({out!r}) else []
+                open({calls!r}, "a").write(json.dumps({{"tool": "ncu", "argv": sys.argv[1:],
+                                                       "rows_on_disk": len(rows)}}) + "\\n")
                 sys.stdout.write({NCU_LONG!r})
                 ''')
-            out = os.path.join(tmp, "compare.json")
             rc = gpu_compare.main(["--bench", bench, "--python", python, "--ncu", ncu,
                                    "--models", "mlp,cnn", "--batch-sizes", "64,1024",
                                    "--steps", "10", "--warmup", "1", "--min-seconds", "0",
@@ -151,6 +154,7 @@ class CompareFlowTest(unittest.TestCase):
             # Three configurations miss a target; --profile-max 2 profiles the first two.
             profiled = [(p["model"], p["batch_size"]) for p in doc["profiles"]]
             self.assertEqual(profiled, [("mlp", 1024), ("cnn", 64)])
+            self.assertEqual(doc["profiles_left_out"], ["cnn@1024"])
             p = doc["profiles"][0]
             self.assertEqual(p["unmet"], ["busy >= 0.9"])
             step = 1000.0 * 1024 / 2000000
@@ -162,12 +166,30 @@ class CompareFlowTest(unittest.TestCase):
                 runs = [json.loads(line) for line in f]
             ncu_runs = [r["argv"] for r in runs if r["tool"] == "ncu"]
             self.assertEqual(len(ncu_runs), 2)
+            # The comparison was written before the first profile started.
+            self.assertEqual([r["rows_on_disk"] for r in runs if r["tool"] == "ncu"], [4, 4])
             self.assertIn(bench, ncu_runs[0])
             self.assertEqual(ncu_runs[0][ncu_runs[0].index("--model") + 1], "mlp")
             self.assertEqual(ncu_runs[0][ncu_runs[0].index("--batch-size") + 1], "1024")
             torch_profiles = [r["argv"] for r in runs
                               if r["tool"] == "torch" and "--profile-steps" in r["argv"]]
             self.assertEqual(len(torch_profiles), 2)
+
+            # A deadline too close for one more profile: none starts, each is said left out.
+            os.remove(calls)
+            rc = gpu_compare.main(["--bench", bench, "--python", python, "--ncu", ncu,
+                                   "--models", "mlp,cnn", "--batch-sizes", "64,1024",
+                                   "--steps", "10", "--warmup", "1", "--min-seconds", "0",
+                                   "--data", tmp, "--out", out, "--deadline-seconds", "100",
+                                   "--profile-timeout", "60"])
+            self.assertEqual(rc, 0)
+            with open(out) as f:
+                doc = json.load(f)
+            self.assertEqual(doc["profiles"], [])
+            self.assertEqual(len(doc["profiles_left_out"]), 3)
+            self.assertIn("mlp@1024 (deadline", doc["profiles_left_out"][1])
+            with open(calls) as f:
+                self.assertFalse(any(json.loads(line)["tool"] == "ncu" for line in f))
 
     def test_without_ncu_the_events_are_the_profile(self):
         row = {"model": "mlp", "batch_size": 64, "targets": [],

@@ -699,8 +699,4 @@ Status NcclCommunicator::AllReduceAsync(float* device_data, std::size_t count, R
   });
 }
 
-bool NcclUsable(int visible_devices, int local_world_size) {
-  return local_world_size > 0 && visible_devices > 0 && visible_devices >= local_world_size;
-}
-
 }  // namespace ringtrain::comm

@@ -129,8 +129,4 @@ class NcclCommunicator final : public Communicator, public DeviceCollectives {
   std::shared_ptr<AbortState> abort_state_;
 };
 
-// True when this binary was built with NCCL and `visible_devices` devices make a one-GPU-per-
-// rank gang possible for `local_world_size` (>= 1) ranks on this node.
-bool NcclUsable(int visible_devices, int local_world_size);
-
 }  // namespace ringtrain::comm

@@ -275,26 +275,5 @@ TEST(NcclCommunicatorFaultTest, WithoutAGpuCreateFailsCleanlyAndTellsThePeers) {
   EXPECT_TRUE(Contains(*reason, "cudaSetDevice(0)")) << *reason;
 }
 
-TEST(NcclUsableTest, OneGpuPerLocalRank) {
-  struct Case {
-    int visible, local_world;
-    bool usable;
-  };
-  for (const Case& c : std::vector<Case>{{0, 1, false},
-                                         {0, 0, false},
-                                         {1, 1, true},
-                                         {1, 2, false},
-                                         {2, 2, true},
-                                         {8, 4, true},
-                                         {4, 8, false},
-                                         {8, 8, true},
-                                         {8, 0, false},
-                                         {8, -1, false},
-                                         {-1, 1, false}}) {
-    EXPECT_EQ(NcclUsable(c.visible, c.local_world), c.usable)
-        << "visible " << c.visible << ", local world size " << c.local_world;
-  }
-}
-
 }  // namespace
 }  // namespace ringtrain::comm
