@@ -44,8 +44,8 @@ UTIL_TARGET = 0.9
 MLP_RATIO_TARGET = 2.0
 CNN_RATIO_TARGET = 1.2
 BUSY_BATCH = 1024  # the batch at which the GPU must be busy
-NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu",
-             "/usr/local/cuda/nsight-compute*/ncu")
+NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu",
+             "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu")
 NO_GPU_MARKERS = ("no cuda", "no gpu", "no device", "cudaerrornodevice", "no cuda-capable",
                   "cuda driver version is insufficient", "cudaerrorinsufficientdriver")
 
@@ -336,7 +336,9 @@ def profile_config(args, row: dict, tmpdir: str) -> dict:
     elif rt.get("command"):
         # A short run, a window of launches after the warm-up (and the graph's capture).
         steps, warmup = 60, 20
-        cmd = [ncu, "--csv", "--print-units", "base", "--metrics", "gpu__time_duration.sum",
+        # Clocks and caches as in a normal run, so the times compare with the CUDA events'.
+        cmd = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
+               "--cache-control", "none", "--metrics", "gpu__time_duration.sum",
                "--launch-skip", "300", "--launch-count", "300", args.bench, "--model", model,
                "--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup),
                "--data", args.data, *(["--precision", "tf32"] if args.tf32 else []),
@@ -381,8 +383,8 @@ def print_profile(prof: dict) -> None:
         print(f"  ringtrain kernels under ncu ({sum(k['launches'] for k in ncu['kernels'])} "
               f"launches profiled; {ncu['kernel_kinds']} kinds):")
         for k in ncu["kernels"][:10]:
-            print(f"    {k['share'] * 100:5.1f}%  {k['mean_us']:9.2f} us x{k['launches']:<4} "
-                  f"{k['name'][:90]}")
+            share = "-" if k["share"] is None else f"{k['share'] * 100:5.1f}%"
+            print(f"    {share:>6}  {k['mean_us']:9.2f} us x{k['launches']:<4} {k['name'][:90]}")
     elif ncu:
         print(f"  ringtrain under ncu: {ncu.get('error')}")
         for line in ncu.get("output_tail", "").splitlines()[-5:]:
@@ -435,7 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile-timeout", type=float, default=60,
                    help="seconds for each profiling run (default 60)")
     p.add_argument("--ncu", default="", help="Nsight Compute's ncu (default: PATH, then CUDA's)")
+    p.add_argument("--deadline-seconds", type=float, default=0,
+                   help="start no profile that could end later than this many seconds after "
+                        "the start (default 0: no deadline)")
     args = p.parse_args(argv)
+    started = time.monotonic()
     models = split_list(args.models, ["mlp", "cnn"])
     try:
         batches = [int(b) for b in split_list(args.batch_sizes, ["64", "256", "1024"])]
@@ -496,20 +502,6 @@ def main(argv: list[str] | None = None) -> int:
                    UTIL_TARGET)
     doc["rows"] = rows
     doc["profiles"] = []
-    if not no_gpu and args.profile != "never":
-        wanted = []
-        for row in rows:
-            unmet_here = any(t["met"] is False for t in row.get("targets", []))
-            if (args.profile == "all" or unmet_here) and (row["model"], row["batch_size"]) not in wanted:
-                wanted.append((row["model"], row["batch_size"]))
-        with tempfile.TemporaryDirectory(prefix="gpu-profile-") as tmpdir:
-            for model, batch in wanted[:args.profile_max]:
-                row = next(r for r in rows if r["model"] == model and r["batch_size"] == batch)
-                doc["profiles"].append(profile_config(args, row, tmpdir))
-        if len(wanted) > args.profile_max:
-            print(f"gpu_compare: {len(wanted) - args.profile_max} more configuration(s) to "
-                  f"profile left out (--profile-max {args.profile_max}): "
-                  + ", ".join(f"{m}@{b}" for m, b in wanted[args.profile_max:]), flush=True)
 
     errors = [f"{r['model']}@{r['batch_size']} {side}: {r[side]['error']}"
               for r in rows for side in ("ringtrain", "torch") if r[side].get("error")]
@@ -518,13 +510,16 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in doc["targets"] if t["met"] is None]
     doc["targets_met"] = not unmet and not unknown
 
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
+    def write_out():
+        if args.out:
+            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+            with open(args.out, "w") as f:
+                json.dump(doc, f, indent=2)
+                f.write("\n")
 
-    # The table (last, so it ends the log).
+    write_out()  # the measurements are safe before any profiling starts
+
+    # The table.
     meta = next((doc["torch"][m]["meta"] for m in models if doc["torch"][m]["meta"]), {})
     print()
     print(f"ringtrain vs PyTorch eager ({meta.get('torch_version', 'torch ?')}, "
@@ -567,8 +562,30 @@ def main(argv: list[str] | None = None) -> int:
         state = "met" if t["met"] else ("NOT MET" if t["met"] is False else "not measured")
         value = "-" if t["value"] is None else f"{t['value']:.2f}"
         print(f"target {t['target']:<32} {t['model']}@{t['batch_size']:<5} {value:>6}  {state}")
-    for prof in doc["profiles"]:
-        print_profile(prof)
+
+    # What blocks the configurations that miss a target: each model's first such configuration
+    # before any second one, within --profile-max and the --deadline-seconds left.
+    if not no_gpu and args.profile != "never":
+        firsts, rest = [], []
+        for row in rows:
+            if args.profile == "all" or any(t["met"] is False for t in row.get("targets", [])):
+                (rest if any(r["model"] == row["model"] for r in firsts) else firsts).append(row)
+        wanted = (firsts + rest)[:args.profile_max]
+        left_out = [f"{r['model']}@{r['batch_size']}" for r in (firsts + rest)[args.profile_max:]]
+        with tempfile.TemporaryDirectory(prefix="gpu-profile-") as tmpdir:
+            for row in wanted:
+                elapsed = time.monotonic() - started
+                if args.deadline_seconds and elapsed + 2 * args.profile_timeout + 5 > args.deadline_seconds:
+                    left_out.append(f"{row['model']}@{row['batch_size']} (deadline: "
+                                    f"{args.deadline_seconds - elapsed:.0f} s left)")
+                    continue
+                doc["profiles"].append(profile_config(args, row, tmpdir))
+                print_profile(doc["profiles"][-1])
+                write_out()
+        if left_out:
+            doc["profiles_left_out"] = left_out
+            write_out()
+            print("\ngpu_compare: not profiled: " + ", ".join(left_out), flush=True)
     if no_gpu:
         print("\ngpu_compare: no GPU here: nothing measured (rows read 'no GPU')")
         return 0

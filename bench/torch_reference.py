@@ -253,10 +253,16 @@ def kernel_profile(torch, step, sync, steps: int) -> dict:
         sync()
         wall = time.perf_counter() - t0
     per_kernel: dict[str, list[float]] = {}
+    copy_us = 0.0
     for e in prof.events():
-        if "CUDA" not in str(getattr(e, "device_type", "")):
+        # Device-side events: kernels, copies and memsets, and (newer torch) the GPU side of
+        # user annotations such as "Optimizer.step#Adam.step", which span kernels counted anyway.
+        if "CUDA" not in str(getattr(e, "device_type", "")) or getattr(e, "is_user_annotation", False):
             continue
         us = float(e.time_range.elapsed_us())
+        if e.name.startswith(("Memcpy", "Memset")):
+            copy_us += us
+            continue
         rec = per_kernel.setdefault(e.name, [0.0, 0])
         rec[0] += us
         rec[1] += 1
@@ -266,7 +272,8 @@ def kernel_profile(torch, step, sync, steps: int) -> dict:
                for name, (us, n) in sorted(per_kernel.items(), key=lambda kv: -kv[1][0])]
     return {"steps": steps, "step_ms": wall / steps * 1e3,
             "kernel_ms_per_step": total_us / steps / 1e3,
-            "busy": (total_us / 1e6) / wall if wall > 0 else None,
+            "copy_ms_per_step": copy_us / steps / 1e3,
+            "busy": min(1.0, (total_us / 1e6) / wall) if wall > 0 else None,
             "kernels": kernels[:15], "kernel_kinds": len(kernels)}
 
 
