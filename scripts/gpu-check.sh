@@ -22,7 +22,7 @@
 # and its profiles), COMPARE_ARGS (extra gpu_compare.py arguments, e.g. "--steps 300 --models mlp"
 # or "--profile never"), PYTHON (python3), GPU_CHECK_ASSUME_GPU=1 (run the GPU steps even when
 # nvidia-smi lists no GPU), GPU_CHECK_EXAMPLE (the manifest of the `run` step;
-# manifests/examples/fashion-mnist-gpu.yaml).
+# manifests/examples/fashion-mnist-gpu.yaml), GPU_CHECK_DEADLINE (360 s for the whole run).
 # bundle's: GPU_CHECK_SKIP_BUILD=1 packs the existing build-gpu/ without rebuilding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -263,18 +263,19 @@ record() {  # record NAME RESULT
   echo "gpu-check: [$1] $2"
 }
 
-# The whole run ends within GPU_CHECK_DEADLINE seconds (one device command may run 600): each
+# The whole run ends within GPU_CHECK_DEADLINE seconds (360 by default: a first try of about 6
+# minutes leaves a 15-minute device lease room for a second; one command may run 600): each
 # step's time limit is what it asks for or what is left (less a reserve for the summary), and a
 # step that would get less than its minimum is skipped, said so in the summary.
 RUN_STARTED=$SECONDS
-seconds_left() { echo $((${GPU_CHECK_DEADLINE:-560} - (SECONDS - RUN_STARTED))); }
+seconds_left() { echo $((${GPU_CHECK_DEADLINE:-360} - (SECONDS - RUN_STARTED))); }
 # step_limit NAME WANTED MINIMUM: sets LIMIT, or records NAME as skipped and returns 1.
 step_limit() {
   local left
   left=$(($(seconds_left) - 15))
   LIMIT=$(($2 < left ? $2 : left))
   if [ "$LIMIT" -lt "$3" ]; then
-    record "$1" "SKIP (deadline: $((left + 15)) s left of ${GPU_CHECK_DEADLINE:-560}, needs $3)"
+    record "$1" "SKIP (deadline: $((left + 15)) s left of ${GPU_CHECK_DEADLINE:-360}, needs $3)"
     return 1
   fi
 }
@@ -771,7 +772,7 @@ cmd_run() {
   TEE_PID=$!
   RUN_OUT=$out
   echo "gpu-check run: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), bundle $dir, OUT $out," \
-    "deadline ${GPU_CHECK_DEADLINE:-560} s"
+    "deadline ${GPU_CHECK_DEADLINE:-360} s"
   [ -f "$dir/MANIFEST" ] || die "$dir/MANIFEST not found: run 'bash scripts/gpu-check.sh bundle' here" \
     "first and name the bundle in the device tool's carry"
   local abs
