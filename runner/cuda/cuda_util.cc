@@ -52,8 +52,13 @@ std::string DeviceDescription(int device) {
   char mem[32];
   std::snprintf(mem, sizeof(mem), "%.1f",
                 static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  int driver = 0;
+  int runtime = 0;
+  (void)cudaDriverGetVersion(&driver);
+  (void)cudaRuntimeGetVersion(&runtime);
   return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) + ", " +
-         std::to_string(p.multiProcessorCount) + " SMs, " + mem + " GiB)";
+         std::to_string(p.multiProcessorCount) + " SMs, " + mem + " GiB; CUDA driver " +
+         std::to_string(driver) + ", runtime " + std::to_string(runtime) + ")";
 }
 
 Status WaitEvent(cudaEvent_t event, Duration timeout, std::string_view what,

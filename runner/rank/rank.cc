@@ -253,11 +253,13 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   const bool may_recover =
       env.recovery_timeout > Duration::zero() && env.world_size > 1 && !placement.cuda;
   auto make = deps.make_communicator ? deps.make_communicator : MakeCommunicator;
-  std::unique_ptr<Trainer> trainer;
   // The communicator of the round being trained, and that round's key space, which it reports
-  // failures to: they go together.
-  std::unique_ptr<comm::Communicator> comm;
+  // failures to: they go together. Declared before the trainer so that they outlive it: the
+  // engine holds the communicator (the CPU reducer's thread, the CUDA graphs that captured its
+  // NCCL all-reduces, which NCCL's finalize waits for), and must be gone first.
   std::unique_ptr<rendezvous::Store> comm_store;
+  std::unique_ptr<comm::Communicator> comm;
+  std::unique_ptr<Trainer> trainer;
   std::optional<int> failed_round;
   Status lost;  // what made this rank look for a next round
   for (;;) {

@@ -244,7 +244,9 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
   }
   int version = 0;
   (void)ncclGetVersion(&version);
-  spdlog::debug("{}: ready on device {} (NCCL {})", who, options.device, version);
+  // The library found at run time may differ from the headers built against.
+  spdlog::info("{}: ready on device {} (NCCL {}, built with {})", who, options.device, version,
+               NCCL_VERSION_CODE);
   return c;
 }
 

@@ -26,6 +26,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
@@ -272,10 +273,14 @@ class CudaModel final : public GpuModel {
       dnn_.reset(dnn);
       RT_CUDNN_RETURN_IF_ERROR(cudnnSetStream(dnn_.get(), stream_));
       std::size_t workspace = 0;
+      const auto planning = std::chrono::steady_clock::now();
       for (std::size_t i = 0; i < layers_.size(); ++i) {
         if (layers_[i].kind() != LayerKind::kConv2d) continue;
         RETURN_IF_ERROR(PlanConv(layers_[i], /*needs_data_grad=*/i > 0, workspace));
       }
+      const double planned_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planning)
+              .count();
       RETURN_IF_ERROR(conv_workspace_.Allocate(workspace));
       std::string algos;
       for (const Layer& layer : layers_) {
@@ -284,8 +289,12 @@ class CudaModel final : public GpuModel {
                  std::to_string(static_cast<int>(layer.conv->data_algo)) + ", filter " +
                  std::to_string(static_cast<int>(layer.conv->filter_algo)) + "]";
       }
-      spdlog::info("GPU model {} ({}): cuDNN algorithms{}, workspace {} bytes", label_,
-                   math_ == MathMode::kTf32 ? "tf32" : "fp32", algos, workspace);
+      // The library found at run time may differ from the headers built against.
+      spdlog::info(
+          "GPU model {} ({}): cuDNN {} (built with {}) algorithms{}, workspace {} bytes, planned "
+          "in {:.0f} ms",
+          label_, math_ == MathMode::kTf32 ? "tf32" : "fp32", cudnnGetVersion(), CUDNN_VERSION,
+          algos, workspace, planned_ms);
       RETURN_IF_ERROR(SetBatch(config_.max_batch));
     }
     // Create is synchronous: the caller may free cpu_params, and errors surface here.

@@ -70,6 +70,8 @@ TEST(NcclCommunicatorTest, AllReduceOnDeviceMemoryIsExact) {
     const auto want = RandomFloats(n, op == ReduceOp::kSum ? 1 : 2);
     ASSERT_EQ(cudaMemcpy(buf.data(), want.data(), n * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
+    // A pageable copy may return before it lands; NCCL's stream does not wait for it.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     Status s = comm->AllReduce(buf.data(), n, op);
     ASSERT_TRUE(s.ok()) << s.ToString();
     std::vector<float> got(n);
@@ -137,6 +139,8 @@ TEST(NcclCommunicatorTest, BroadcastFromRootOnDeviceAndHost) {
   gpu::DeviceBuffer<std::uint8_t> dev;
   ASSERT_TRUE(dev.Allocate(bytes).ok());
   ASSERT_EQ(cudaMemcpy(dev.data(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  // A pageable copy may return before it lands; NCCL's stream does not wait for it.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   s = comm->Broadcast(dev.data(), bytes, 0);
   ASSERT_TRUE(s.ok()) << s.ToString();
   std::vector<std::uint8_t> got(bytes);
@@ -161,6 +165,8 @@ TEST(NcclCommunicatorTest, AllGatherWithEveryMixOfHostAndDeviceBuffers) {
   ASSERT_TRUE(din.Allocate(bytes).ok());
   ASSERT_TRUE(dout.Allocate(bytes).ok());
   ASSERT_EQ(cudaMemcpy(din.data(), want.data(), bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  // A pageable copy may return before it lands; NCCL's stream does not wait for it.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   auto read_dout = [&] {
     std::vector<std::uint8_t> v(bytes);
     EXPECT_EQ(cudaMemcpy(v.data(), dout.data(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -221,6 +227,8 @@ TEST(NcclCommunicatorTest, AllReduceAsyncOnACallersStreamThenWait) {
   ASSERT_TRUE(buf.Allocate(n).ok());
   ASSERT_EQ(cudaMemcpy(buf.data(), want.data(), n * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
+  // A pageable copy may return before it lands; NCCL's stream does not wait for it.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
     Status s = comm->AllReduceAsync(buf.data(), n, op, stream.get());
