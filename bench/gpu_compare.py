@@ -240,6 +240,17 @@ def run_torch(args, model: str, batches: list[int], tmpdir: str) -> dict:
             "output_tail": tail(out, 15) if rc != 0 else ""}
 
 
+def write_out(path: str | None, doc: dict) -> None:
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
 def find_ncu(explicit: str) -> str | None:
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
@@ -476,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append({"model": model, "batch_size": b, "ringtrain": r, "torch": t,
                              "ratio": ratio, "nvml_utilization": r.get("nvml_utilization"),
                              "busy_ratio": r.get("busy_ratio")})
+            # Each model's rows are kept as soon as they are measured: a run stopped later
+            # (a timeout) still leaves them.
+            doc["rows"] = rows
+            write_out(args.out, doc)
     # Torch decides "no GPU" too: nvidia-smi may be missing where a device still works.
     torch_no_gpu = all(doc["torch"][m]["meta"].get("no_gpu") for m in models)
     no_gpu = no_gpu and torch_no_gpu
@@ -510,14 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in doc["targets"] if t["met"] is None]
     doc["targets_met"] = not unmet and not unknown
 
-    def write_out():
-        if args.out:
-            os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-            with open(args.out, "w") as f:
-                json.dump(doc, f, indent=2)
-                f.write("\n")
-
-    write_out()  # the measurements are safe before any profiling starts
+    write_out(args.out, doc)  # the measurements are safe before any profiling starts
 
     # The table.
     meta = next((doc["torch"][m]["meta"] for m in models if doc["torch"][m]["meta"]), {})
@@ -581,10 +589,10 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 doc["profiles"].append(profile_config(args, row, tmpdir))
                 print_profile(doc["profiles"][-1])
-                write_out()
+                write_out(args.out, doc)
         if left_out:
             doc["profiles_left_out"] = left_out
-            write_out()
+            write_out(args.out, doc)
             print("\ngpu_compare: not profiled: " + ", ".join(left_out), flush=True)
     if no_gpu:
         print("\ngpu_compare: no GPU here: nothing measured (rows read 'no GPU')")

@@ -16,13 +16,13 @@
 # `run` unpacks them into a fresh temporary folder and leaves DIR as it is.
 #
 # run's knobs (environment): OUT (./gpu-out), GPU_CHECK_STEPS (tests,run,shared,cpu,compare,
-# sanitize), SANITIZE_TIMEOUT (180 s), SANITIZE_FILTER (gtest filter for memcheck;
-# -Tf32Budget.*: cuBLAS' TF32 paths are not ours),
-# GTEST_TIMEOUT (120 s per binary), RUN_TIMEOUT (180 s), COMPARE_TIMEOUT (420 s: the comparison
-# and its profiles), COMPARE_ARGS (extra gpu_compare.py arguments, e.g. "--steps 300 --models mlp"
-# or "--profile never"), PYTHON (python3), GPU_CHECK_ASSUME_GPU=1 (run the GPU steps even when
-# nvidia-smi lists no GPU), GPU_CHECK_EXAMPLE (the manifest of the `run` step;
-# manifests/examples/fashion-mnist-gpu.yaml), GPU_CHECK_DEADLINE (360 s for the whole run).
+# sanitize), GPU_CHECK_DEADLINE (360 s for the whole run), GTEST_TIMEOUT (120 s per binary;
+# comm_nccl_test 60), RUN_TIMEOUT (180 s), COMPARE_TIMEOUT (420 s: the comparison and its
+# profiles), COMPARE_ARGS (extra gpu_compare.py arguments, e.g. "--steps 300 --models mlp" or
+# "--profile never"), SANITIZE_TIMEOUT (180 s), SANITIZE_FILTER (gtest filter for memcheck;
+# -Tf32Budget.*: cuBLAS' TF32 paths are not ours), PYTHON (python3), GPU_CHECK_ASSUME_GPU=1 (run
+# the GPU steps even when nvidia-smi lists no GPU), GPU_CHECK_EXAMPLE (the manifest of the `run`
+# step; manifests/examples/fashion-mnist-gpu.yaml).
 # bundle's: GPU_CHECK_SKIP_BUILD=1 packs the existing build-gpu/ without rebuilding.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -387,12 +387,23 @@ run_gtests() {
   local abs=$1 bin=$2 out=$3 t log json rc passed skipped failed tests=() n=0
   [ -f "$abs/GPU_TESTS" ] && mapfile -t tests <"$abs/GPU_TESTS"
   [ ${#tests[@]} -gt 0 ] || tests=("${DEFAULT_GPU_TESTS[@]}")
+  # The model's parity first, then training, then NCCL, whose fault tests are the likeliest to
+  # wait out a limit if something is wrong; any other binary after them.
+  local ordered=() first
+  for first in gpu_unit_test gpu_trainer_test comm_nccl_test; do
+    [[ " ${tests[*]} " == *" $first "* ]] && ordered+=("$first")
+  done
   for t in "${tests[@]}"; do
+    [[ " ${ordered[*]} " == *" $t "* ]] || ordered+=("$t")
+  done
+  for t in "${ordered[@]}"; do
     if [ ! -x "$bin/$t" ]; then
       record "$t" "SKIP (not in the bundle)"
       continue
     fi
-    step_limit "$t" "${GTEST_TIMEOUT:-120}" 30 || continue
+    # comm_nccl_test's 21 tests take seconds; a stuck one should not hold the run for long.
+    step_limit "$t" "$([ "$t" = comm_nccl_test ] && echo 60 || echo "${GTEST_TIMEOUT:-120}")" 30 ||
+      continue
     echo
     echo "===== $t ====="
     log=$(mktemp)

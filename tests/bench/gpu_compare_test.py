@@ -85,11 +85,14 @@ class CompareFlowTest(unittest.TestCase):
             calls = os.path.join(tmp, "calls.jsonl")
             # gpu_train_bench: the JSON of bench/gpu_train_bench.cc. mlp@64 3x PyTorch; mlp@1024
             # and cnn@1024 busy 0.8; cnn@64 1.1x PyTorch.
+            out = os.path.join(tmp, "compare.json")
             write_exe(bench, f'''
-                import json, sys
+                import json, os, sys
                 a = sys.argv[1:]
                 v = lambda k: a[a.index(k) + 1]
-                open({calls!r}, "a").write(json.dumps({{"tool": "bench", "argv": a}}) + "\\n")
+                rows = json.load(open({out!r})).get("rows", []) if os.path.exists({out!r}) else []
+                open({calls!r}, "a").write(json.dumps({{"tool": "bench", "argv": a,
+                                                       "rows_on_disk": len(rows)}}) + "\\n")
                 m, b = v("--model"), int(v("--batch-size"))
                 sps = {{("mlp", 64): 300000, ("mlp", 1024): 2000000, ("cnn", 64): 110000,
                         ("cnn", 1024): 900000}}[(m, b)]
@@ -123,7 +126,6 @@ class CompareFlowTest(unittest.TestCase):
                            "device_name": "NVIDIA H100 80GB HBM3", "results": res}},
                           open(v("--json"), "w"))
                 ''')
-            out = os.path.join(tmp, "compare.json")
             # ncu also notes whether the measured rows were already on disk when it ran.
             write_exe(ncu, f'''
                 import json, os, sys
@@ -166,6 +168,9 @@ class CompareFlowTest(unittest.TestCase):
                 runs = [json.loads(line) for line in f]
             ncu_runs = [r["argv"] for r in runs if r["tool"] == "ncu"]
             self.assertEqual(len(ncu_runs), 2)
+            # Each model's rows were on disk before the next model was measured.
+            self.assertEqual([r["rows_on_disk"] for r in runs if r["tool"] == "bench"],
+                             [0, 0, 2, 2])
             # The comparison was written before the first profile started.
             self.assertEqual([r["rows_on_disk"] for r in runs if r["tool"] == "ncu"], [4, 4])
             self.assertIn(bench, ncu_runs[0])
