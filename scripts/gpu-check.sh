@@ -443,7 +443,7 @@ job_with_bundle_data() {
 }
 
 # scrape_metrics LOG STOP DST: waits for `ringtrain run`'s line giving replica 0's metrics address
-# in LOG, then scrapes it every second until the file STOP exists; DST keeps the last scrape whose
+# in LOG, then scrapes it twice a second until the file STOP exists; DST keeps the last scrape whose
 # GPU series all hold numbers (else the last scrape at all).
 scrape_metrics() {
   "$PY" - "$@" <<'PY'
@@ -472,7 +472,7 @@ while not os.path.exists(stop):
                 best = body
         except Exception:
             pass
-    time.sleep(1)
+    time.sleep(0.5)  # a GPU run of the example may last only seconds
 if best or last:
     open(dst, "w").write(best or last)
 PY
