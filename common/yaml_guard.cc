@@ -1,5 +1,6 @@
 #include "common/yaml_guard.h"
 
+#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -60,8 +61,24 @@ Status CheckYamlDocumentShape(std::string_view text, std::string_view source) {
   // yaml-cpp's scanner queues every token before its depth guard (500) trips, about 150 bytes
   // per bracket: a megabyte of '[' takes hundreds of megabytes. No manifest or kubeconfig nests
   // flow collections deeply, so count brackets (quotes ignored: a string would need hundreds).
+  // YAML (1.2, c-printable) and JSON allow no control character but tab, line feed and
+  // carriage return; yaml-cpp reads a NUL as the end of the stream and then never returns on
+  // what follows ("\0," allocates without bound), so refuse them all, as kubectl does.
   int depth = 0;
-  for (char ch : text) {
+  std::size_t line = 1;
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto ch = static_cast<unsigned char>(text[i]);
+    if (ch == '\n') {
+      ++line;
+      line_start = i + 1;
+    } else if ((ch < 0x20 && ch != '\t' && ch != '\r') || ch == 0x7F) {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02X", ch);
+      return Refuse(source, std::string("a control character (") + code + ")", line,
+                    "column " + std::to_string(i - line_start + 1) +
+                        "; YAML allows only tab, line feed and carriage return");
+    }
     depth += (ch == '[' || ch == '{') - (ch == ']' || ch == '}');
     if (depth > kMaxFlowDepth) {
       return InvalidArgument(std::string(source) +
