@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string_view>
 
 namespace ringtrain::http {
 namespace {
@@ -184,9 +185,19 @@ StatusOr<GetResult> Get(const std::string& host, int port, const std::string& pa
   if (resp.compare(0, 5, "HTTP/") != 0 || header_end == std::string::npos) {
     return Unavailable("GET " + path + ": malformed HTTP response");
   }
-  auto sp = resp.find(' ');
+  // The status line: "HTTP/1.1 200 OK"; a three-digit code after the first space.
+  const std::string_view status_line(resp.data(), resp.find("\r\n"));
+  const auto sp = status_line.find(' ');
+  if (sp == std::string_view::npos || status_line.size() < sp + 4 ||
+      !std::all_of(status_line.begin() + static_cast<std::ptrdiff_t>(sp) + 1,
+                   status_line.begin() + static_cast<std::ptrdiff_t>(sp) + 4,
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      (status_line.size() > sp + 4 && status_line[sp + 4] != ' ')) {
+    return Unavailable("GET " + path + ": malformed HTTP status line");
+  }
   GetResult r;
-  r.code = std::atoi(resp.c_str() + sp + 1);
+  r.code = (status_line[sp + 1] - '0') * 100 + (status_line[sp + 2] - '0') * 10 +
+           (status_line[sp + 3] - '0');
   r.body = resp.substr(header_end + 4);
   return r;
 }

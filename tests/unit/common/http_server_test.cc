@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "common/net.h"
@@ -158,6 +159,48 @@ TEST(HttpServer, PathsMethodsAndBodies) {
   std::string head = Exchange(port, "GET /status HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_NE(head.find("Content-Type: application/json"), std::string::npos) << head;
   EXPECT_EQ(CountAnswered(port, 2), 2);
+}
+
+// Get from a peer that answers `answer` to any request, then closes.
+StatusOr<GetResult> GetAnswer(const std::string& answer) {
+  auto listener = net::Listen("127.0.0.1", 0);
+  if (!listener.ok()) return listener.status();
+  auto port = net::LocalPort(*listener);
+  if (!port.ok()) return port.status();
+  std::thread peer([&] {
+    auto c = net::Accept(*listener, DeadlineAfter(kGetTimeout));
+    if (!c.ok()) return;
+    char buf[1024];
+    (void)net::RecvSome(*c, buf, sizeof buf, DeadlineAfter(kGetTimeout));
+    (void)net::SendAll(*c, answer.data(), answer.size(), DeadlineAfter(kGetTimeout));
+  });
+  auto r = Get("127.0.0.1", *port, "/status", kGetTimeout);
+  peer.join();
+  return r;
+}
+
+// The operator's /status client against hostile ranks: the libFuzzer status target found a
+// status line without a space read before the buffer ("HTTP/epoc1\0...\r\n\r\n{}").
+TEST(HttpGet, StatusLineIsCheckedBeforeItsCodeIsRead) {
+  static constexpr char kFuzzFound[] = "HTTP/epoc1\0\0\0\0\0\0\0\x1e\":\r\n\r\n{}";
+  for (const std::string& bad : std::vector<std::string>{
+           "HTTP/epoc1\r\n\r\n{}", std::string(kFuzzFound, sizeof kFuzzFound - 1),
+           "HTTP/1.1 2x0 OK\r\n\r\n{}", "HTTP/1.1 20\r\n\r\n{}", "HTTP/1.1 2000 OK\r\n\r\n{}",
+           "HTTP/1.1\r\nX: a b\r\n\r\n{}", "HTTP/1.1 200 OK\r\n{}", "NOTHTTP 200 OK\r\n\r\n{}"}) {
+    auto r = GetAnswer(bad);
+    ASSERT_FALSE(r.ok()) << bad << " read as code " << r->code;
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(r.status().message().find("GET /status: malformed HTTP"), std::string::npos)
+        << r.status().ToString();
+  }
+  auto ok = GetAnswer("HTTP/1.1 503 Service Unavailable\r\nX: y\r\n\r\n{\"a\":1}");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->code, 503);
+  EXPECT_EQ(ok->body, "{\"a\":1}");
+  auto bare = GetAnswer("HTTP/1.0 404\r\n\r\n");
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  EXPECT_EQ(bare->code, 404);
+  EXPECT_EQ(bare->body, "");
 }
 
 }  // namespace
