@@ -65,6 +65,14 @@ inline int ConnectLoopback(int port) {
   return fd;
 }
 
+// Closes with a reset instead of a FIN: the closing side keeps no TIME_WAIT entry, so a run of
+// thousands of connections a second never runs out of loopback ports (28k, 60 s each).
+inline void CloseAbortive(int fd) {
+  const linger abortive{1, 0};
+  (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abortive, sizeof abortive);
+  ::close(fd);
+}
+
 inline bool SendAll(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);

@@ -105,6 +105,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   SendAll(fd, body);
   Barrier();
   // A parked Get/Wait is simply abandoned by closing.
-  ::close(fd);
+  CloseAbortive(fd);
   return 0;
 }
