@@ -135,21 +135,28 @@ class Fd {
 // FailedPrecondition, anything inconsistent is DataLoss (skipped by the caller).
 StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t num_params,
                                          std::size_t state_size, const ExpectedModel* expected) {
+  // What the system says of a file: an error the volume may heal (EIO, ESTALE, ETIMEDOUT on a
+  // network file system, EMFILE, ENOMEM) is retryable and leaves the file alone (the gang
+  // restarts and reads it again); no permission is permanent; anything else about this file
+  // (gone, a directory) makes it unreadable, DataLoss, skipped for an older one.
+  auto os_error = [&path](const char* what, int err) {
+    const StatusCode code = StatusCodeForErrno(err);
+    return ErrnoStatus(code == StatusCode::kUnavailable || code == StatusCode::kPermissionDenied
+                           ? code
+                           : StatusCode::kDataLoss,
+                       what + (" " + path), err);
+  };
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    const int err = errno;
-    if (err == EACCES || err == EPERM) return ErrnoStatus("open " + path, err);
-    return ErrnoStatus(StatusCode::kDataLoss, "open " + path, err);
-  }
+  if (fd.get() < 0) return os_error("open", errno);
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(StatusCode::kDataLoss, "stat " + path, errno);
+  if (::fstat(fd.get(), &st) != 0) return os_error("stat", errno);
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   auto read_all = [&](void* data, std::size_t len) -> Status {
     char* p = static_cast<char*>(data);
     while (len > 0) {
       ssize_t n = ::read(fd.get(), p, len);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoStatus(StatusCode::kDataLoss, "read " + path, errno);
+      if (n < 0) return os_error("read", errno);
       if (n == 0) return DataLoss(path + ": truncated checkpoint");
       p += n;
       len -= static_cast<std::size_t>(n);

@@ -78,7 +78,9 @@ Status CheckCheckpointDirWritable(const std::string& dir);
 //  - FailedPrecondition when an intact checkpoint was written for another model (permanent):
 //    another architecture or data shape than `expected` (the message names both), no recorded
 //    model where `expected` does not accept that, or other parameter/optimizer sizes;
-//  - PermissionDenied when the dir or a file cannot be read (permanent).
+//  - PermissionDenied when the dir or a file cannot be read (permanent);
+//  - Unavailable (retryable) when reading a file fails in a way the volume may heal (EIO,
+//    ESTALE, ETIMEDOUT, EMFILE, ENOMEM): the file is left as it is for the next attempt.
 // `expected` null: the recorded model is not checked (sizes only).
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
                                                std::size_t state_size,

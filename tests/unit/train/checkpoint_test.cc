@@ -370,5 +370,27 @@ TEST_F(CheckpointTest, ACorruptModelRecordIsSkippedForTheOlderCheckpoint) {
   EXPECT_EQ(again->global_step, 1);
 }
 
+// A read error the volume may heal (EIO, ESTALE, ETIMEDOUT: a network file system's hiccup)
+// must not condemn the newest checkpoint: the load fails retryably (the gang restarts and reads
+// it again) and the file stays, where it was renamed .corrupt and the job resumed from an older
+// one. The EIO is the kernel's own: reading /proc/self/mem at offset 0 (never mapped).
+TEST_F(CheckpointTest, AnIoErrorReadingTheNewestCheckpointIsRetryableAndKeepsIt) {
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  std::filesystem::create_symlink("/proc/self/mem", Path(20));
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState);
+  ASSERT_FALSE(st.ok()) << "resumed from step " << st->global_step;
+  EXPECT_TRUE(st.status().retryable()) << st.status().ToString();
+  EXPECT_NE(st.status().message().find("read " + Path(20)), std::string::npos)
+      << st.status().ToString();
+  EXPECT_TRUE(std::filesystem::is_symlink(Path(20)));
+  EXPECT_FALSE(std::filesystem::exists(Path(20) + ".corrupt"));
+  // A file that is gone or is no file at all stays unreadable: skipped for the older one.
+  std::filesystem::remove(Path(20));
+  std::filesystem::create_directory(Path(20));
+  auto older = LoadNewestCheckpoint(dir_, kParams, kState);
+  ASSERT_TRUE(older.ok()) << older.status().ToString();
+  EXPECT_EQ(older->global_step, 10);
+}
+
 }  // namespace
 }  // namespace ringtrain::train
