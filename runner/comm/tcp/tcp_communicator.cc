@@ -317,11 +317,15 @@ Status TcpCommunicator::RunRing(const char* op, std::size_t n_spans, std::size_t
     // us, so readability there means the right neighbour closed or reset it. That only matters
     // while we still owe it bytes: once it has them all it may finish and exit before us.
     const bool owe_right = sent < send_bytes;
-    // The stop descriptor too: a SIGTERM must not wait out the collective timeout.
-    pollfd fds[3] = {
-        {lfd, static_cast<short>(want_in ? POLLIN : 0), 0},
-        {rfd, static_cast<short>((owe_right ? POLLIN : 0) | (want_out ? POLLOUT : 0)), 0},
-        {StopFd(), POLLIN, 0}};
+    // The stop descriptor too: a SIGTERM must not wait out the collective timeout. A socket we
+    // want nothing from is left out (fd -1): poll reports POLLHUP/POLLERR whatever the events
+    // asked, so a right neighbour that reset after taking all it was owed would wake every poll
+    // at once, and the deadline would never fire.
+    const bool watch_right = owe_right || want_out;
+    pollfd fds[3] = {{want_in ? lfd : -1, static_cast<short>(want_in ? POLLIN : 0), 0},
+                     {watch_right ? rfd : -1,
+                      static_cast<short>((owe_right ? POLLIN : 0) | (want_out ? POLLOUT : 0)), 0},
+                     {StopFd(), POLLIN, 0}};
     int r = ::poll(fds, 3, MillisLeft(deadline));
     if (StopRequested()) {
       // This rank's own failure, reported by the caller: the sockets stay up until then so

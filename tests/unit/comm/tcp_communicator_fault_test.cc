@@ -6,10 +6,16 @@
 // or just entering it, the outcome asserted is the same.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <atomic>
+#include <cstring>
+#include <future>
 #include <latch>
 #include <thread>
 
+#include "common/net.h"
 #include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/rendezvous/memory_store.h"
@@ -223,6 +229,80 @@ TEST(TcpCommunicatorFaultTest, SurvivorOfTheStoreHostBlamesItNotItsNeighbour) {
   EXPECT_TRUE(s.retryable()) << s.ToString();
   EXPECT_EQ(s.message().rfind("all-reduce: lost peer rank 0", 0), 0u) << s.message();
   EXPECT_NE(s.message().find("rendezvous store"), std::string::npos) << s.message();
+}
+
+// Rank 0 of a ring of 3 whose neighbours are raw sockets. Rank 2 (left) sends its block
+// of an all-gather and then stalls; rank 1 (right) resets its connection once rank 0 has sent it
+// everything it owes. Rank 0 must still fail with its collective timeout: poll reports POLLHUP
+// on the reset right socket even with no events asked, so it returned at once, forever, and
+// the deadline never fired (found by a reviewing helper: 100% CPU until the left one closed).
+TEST(TcpCommunicatorFaultTest, AResetRightNeighbourDoesNotDisableTheTimeout) {
+  rendezvous::MemoryStore store;
+  const std::string key(32, 'k');
+  ASSERT_TRUE(store.Set("comm/key", key).ok());
+  struct Hello {
+    std::uint32_t magic, rank, size;
+    unsigned char key[32];
+  };
+  auto hello = [&](int rank) {
+    Hello h{htonl(0x52545247), htonl(static_cast<std::uint32_t>(rank)), htonl(3), {}};
+    std::memcpy(h.key, key.data(), 32);
+    return h;
+  };
+  auto listener = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(listener.ok());
+  ASSERT_TRUE(
+      store.Set("comm/addr/1", "127.0.0.1:" + std::to_string(*net::LocalPort(*listener))).ok());
+  net::Socket right_side, left_side;  // rank 1's and rank 2's ends
+  std::thread fake1([&] {
+    auto in = net::Accept(*listener, DeadlineAfter(10s));
+    ASSERT_TRUE(in.ok());
+    Hello h{};
+    ASSERT_TRUE(net::RecvAll(*in, &h, sizeof(h), DeadlineAfter(10s)).ok());
+    Hello mine = hello(1);
+    ASSERT_TRUE(net::SendAll(*in, &mine, sizeof(mine), DeadlineAfter(10s)).ok());
+    right_side = std::move(in).value();
+  });
+  std::thread fake2([&] {
+    auto addr = store.Get("comm/addr/0", 10s);
+    ASSERT_TRUE(addr.ok());
+    auto out = net::ConnectWithRetry("127.0.0.1", std::atoi(addr->c_str() + addr->rfind(':') + 1),
+                                     DeadlineAfter(10s));
+    ASSERT_TRUE(out.ok());
+    Hello mine = hello(2), h{};
+    ASSERT_TRUE(net::SendAll(*out, &mine, sizeof(mine), DeadlineAfter(10s)).ok());
+    ASSERT_TRUE(net::RecvAll(*out, &h, sizeof(h), DeadlineAfter(10s)).ok());
+    left_side = std::move(out).value();
+  });
+  TcpCommOptions o;
+  o.rank = 0;
+  o.size = 3;
+  o.bind_host = "127.0.0.1";
+  o.connect_timeout = 10s;
+  o.collective_timeout = 300ms;
+  auto c = TcpCommunicator::Create(store, o);
+  fake1.join();
+  fake2.join();
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::int32_t mine = 7, all[3] = {};
+  auto gather = std::async(std::launch::async, [&] { return (*c)->AllGather(&mine, 4, all); });
+  // Rank 2's own block, then nothing more.
+  std::int32_t block = 9;
+  ASSERT_TRUE(net::SendAll(left_side, &block, 4, DeadlineAfter(5s)).ok());
+  // Rank 1 waits for the 8 bytes rank 0 owes it, then resets the connection unread.
+  const int all_owed = 8;  // readable only once all 8 bytes are there
+  ::setsockopt(right_side.fd(), SOL_SOCKET, SO_RCVLOWAT, &all_owed, sizeof all_owed);
+  pollfd owed{right_side.fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&owed, 1, 10000), 1);  // the limit is a hang guard only
+  linger l{1, 0};
+  ::setsockopt(right_side.fd(), SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  right_side.Close();
+  // The bound only keeps a regression from hanging the suite: a spinning rank 0 returns when
+  // the left socket closes, with "connection closed" instead of its own timeout.
+  if (gather.wait_for(60s) != std::future_status::ready) left_side.Close();
+  Status s = gather.get();
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
+  EXPECT_NE(s.message().find("timed out after"), std::string::npos) << s.ToString();
 }
 
 }  // namespace
