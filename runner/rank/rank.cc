@@ -271,9 +271,15 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     auto round = rendezvous::JoinRound(*deps.store, ro);
     if (!round.ok()) {
       if (!failed_round) return round.status();
-      // Recovery itself failed: the original loss is the cause, the gang restarts.
-      return Status(lost.code(),
-                    lost.message() + "; in-place recovery failed: " + round.status().message());
+      // Recovery itself failed: the original loss is the cause, the gang restarts. Reported to
+      // the round that lost the peer, where its first failure is recorded: the attempt's own
+      // key space (round 0) may hold an older failure, long recovered from.
+      Status s(lost.code(),
+               lost.message() + "; in-place recovery failed: " + round.status().message());
+      if (deps.report_failure) {
+        deps.report_failure(*rendezvous::RoundStore(*deps.store, *failed_round), s);
+      }
+      return s;
     }
     std::unique_ptr<rendezvous::Store> round_store = rendezvous::RoundStore(*deps.store, *round);
     rendezvous::Store& this_round = *round_store;

@@ -122,6 +122,69 @@ TEST(TrainRank, ASuccessfulRankReportsNothing) {
   EXPECT_TRUE(reported.failures.empty());
 }
 
+// Rank 0 of a world of 2 whose every broadcast loses the peer.
+class LosingComm final : public comm::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  Status AllReduce(float*, std::size_t, comm::ReduceOp) override { return Status::Ok(); }
+  Status Broadcast(void*, std::size_t, int) override {
+    return Unavailable("broadcast: lost peer rank 1");
+  }
+  Status Barrier() override { return Status::Ok(); }
+  Status AllGather(const void* in, std::size_t bytes, void* out) override {
+    std::memset(out, 0, 2 * bytes);
+    std::memcpy(out, in, bytes);
+    return Status::Ok();
+  }
+  void Abort() override {}
+};
+
+// A failed in-place recovery is reported to the round that lost the peer. It was not reported
+// at all, so main resolved it against the attempt's round-0 key space, which held an older
+// failure already recovered from: the rank exited blaming the wrong rank with that failure's
+// code (143 there, a free stop for the planner). Found by a reviewing helper.
+TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
+  model::SetKernelThreads(1);
+  const data::Dataset ds = testing::SyntheticImages(16, 28, 28, 3);
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = testing::RankEnvOf({{"RINGTRAIN_RANK", "0"},
+                                                 {"RINGTRAIN_WORLD_SIZE", "2"},
+                                                 {"RINGTRAIN_TOKEN", "t"},
+                                                 {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "1"},
+                                                 {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "5"}});
+  // Rank 1 took part in rounds 0 and 1 and never comes back for round 2.
+  ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  ASSERT_TRUE(store.Set("r1/arrived/1", "1").ok());
+  // Each round's first failure, as its communicator recorded it.
+  ASSERT_TRUE(
+      store
+          .Set("abort",
+               "UNAVAILABLE: round 0 loss, long recovered (detected by rank 1, exit code 143)")
+          .ok());
+  ASSERT_TRUE(store.Set("r1/abort", "UNAVAILABLE: round 1 loss (detected by rank 0)").ok());
+  RankDeps deps;
+  deps.store = &store;
+  deps.train = &ds;
+  deps.test = &ds;
+  deps.make_communicator = [](rendezvous::Store&, const train::RankEnv&, const Placement&,
+                              const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
+    return std::unique_ptr<comm::Communicator>(new LosingComm());
+  };
+  std::vector<std::string> seen;
+  deps.report_failure = [&](rendezvous::Store& round_store, const Status&) {
+    auto v = round_store.Get("abort", std::chrono::milliseconds(0));
+    seen.push_back(v.ok() ? *v : v.status().ToString());
+  };
+  Placement cpu;
+  auto r = TrainRank(env, Small(), cpu, deps);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("in-place recovery failed"), std::string::npos)
+      << r.status().ToString();
+  ASSERT_EQ(seen.size(), 1u) << "the failed recovery was never reported";
+  EXPECT_NE(seen[0].find("round 1 loss"), std::string::npos) << seen[0];
+}
+
 TEST(MakeCommunicator, AGpuRankOnTheTcpBackendJoinsTheRingACpuRankForms) {
   rendezvous::MemoryStore store;
   Placement cpu;
