@@ -87,7 +87,8 @@ Status CheckYamlDocumentShape(std::string_view text, std::string_view source) {
     }
   }
   bool content = false;
-  bool ended = false;  // a document marker after the content
+  bool ended = false;    // a document marker after the content
+  bool started = false;  // a "---" before the content
   std::size_t number = 0;
   for (std::size_t pos = 0; pos <= text.size();) {
     std::size_t end = text.find('\n', pos);
@@ -95,10 +96,18 @@ Status CheckYamlDocumentShape(std::string_view text, std::string_view source) {
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
     ++number;
+    // A directive ('%' at column 0) belongs before the document's "---": yaml-cpp takes one
+    // anywhere as the start of another document, and never returns on "p:\n%\n," (found by
+    // the kubeconfig fuzz target).
+    if (line.starts_with("%") && (content || started)) {
+      return Refuse(source, "a directive ('%') inside the document", number,
+                    "directives (%YAML, %TAG) go before the document's first '---' only");
+    }
     if (!content) {
       if (IsEmptyLine(line)) continue;
       if (line == "---" ||
           (IsDocumentMarker(line) && line.starts_with("---") && IsEmptyLine(line.substr(3)))) {
+        started = true;
         continue;  // the start of the first document
       }
       std::size_t i = 0;

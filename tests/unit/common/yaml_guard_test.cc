@@ -38,6 +38,20 @@ TEST(YamlGuard, ControlCharactersAreRefusedNamingLineAndColumn) {
   EXPECT_TRUE(CheckYamlDocumentShape("a:\t1\r\nb: \"\xC3\xA9\"\r\n", "x").ok());
 }
 
+// yaml-cpp takes a directive line anywhere as the start of another document; "p:\n%\n," never
+// returns (the kubeconfig fuzz target). Directives belong before the first "---" only.
+TEST(YamlGuard, ADirectiveInsideTheDocumentIsRefused) {
+  for (const std::string text :
+       {"p:\n%\n,", "a: 1\n%YAML 1.2\n", "---\n%TAG ! x\na: 1\n", "a: 1\n---\n%\n"}) {
+    Status s = CheckYamlDocumentShape(text, "kubeconfig");
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(s.message().find("a directive ('%') inside the document (line "), std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(CheckYamlDocumentShape("%YAML 1.2\n---\na: 1\n", "x").ok());
+  EXPECT_TRUE(CheckYamlDocumentShape("a: \"%x\"\nb: 50%\n", "x").ok());
+}
+
 TEST(YamlGuard, ManifestsAndJsonPass) {
   for (const std::string text :
        {"apiVersion: v1\nkind: X\n", "# comment\n\n---\napiVersion: v1\n", "\"a\": 1\n, b\n",
