@@ -6,12 +6,16 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <memory>
+#include <system_error>
 #include <thread>
 
 #include "common/backoff.h"
@@ -49,7 +53,68 @@ std::string HostPort(const std::string& host, int port) {
   return host + ":" + std::to_string(port);
 }
 
+std::atomic<Resolver> g_resolver{&::getaddrinfo};
+
+using AddrInfo = std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)>;
+
+// One lookup on a thread of its own, shared with the waiter: whichever lets go last frees it.
+struct Lookup {
+  int done_fd = -1;  // eventfd, written once the answer is in
+  std::atomic<bool> done{false};
+  int rc = 0;
+  addrinfo* res = nullptr;
+  ~Lookup() {
+    if (res != nullptr) ::freeaddrinfo(res);
+    if (done_fd >= 0) ::close(done_fd);
+  }
+};
+
+// getaddrinfo with the deadline and the stop request of every other wait here. getaddrinfo
+// itself waits out the resolver's own timeouts (5 s per server and attempt, for every search
+// domain: a minute when the cluster's DNS is down) and no signal wakes it, so it runs on a
+// thread of its own; a lookup given up on finishes there and frees itself. An IPv4 literal
+// needs no lookup and takes none.
+StatusOr<AddrInfo> ResolveWithin(const std::string& host, int port, SteadyTime deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string service = std::to_string(port);
+  in_addr literal{};
+  if (::inet_pton(AF_INET, host.c_str(), &literal) == 1) {
+    hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+    if (rc != 0) return Unavailable("resolve " + host + ": " + gai_strerror(rc));
+    return AddrInfo(res, &::freeaddrinfo);
+  }
+  auto lookup = std::make_shared<Lookup>();
+  lookup->done_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (lookup->done_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "resolve " + host, errno);
+  const Resolver resolver = g_resolver.load();
+  try {
+    std::thread([lookup, host, service, hints, resolver] {
+      addrinfo* res = nullptr;
+      lookup->rc = resolver(host.c_str(), service.c_str(), &hints, &res);
+      lookup->res = res;
+      lookup->done.store(true, std::memory_order_release);
+      const std::uint64_t one = 1;
+      (void)!::write(lookup->done_fd, &one, sizeof one);
+    }).detach();
+  } catch (const std::system_error& e) {
+    return Unavailable("resolve " + host + ": no thread for the lookup: " + e.what());
+  }
+  const std::string what = "resolve " + host;
+  RETURN_IF_ERROR(WaitFor(lookup->done_fd, POLLIN, deadline, what.c_str()));
+  if (!lookup->done.load(std::memory_order_acquire)) {
+    return Internal(what + ": woken before the answer");
+  }
+  if (lookup->rc != 0) return Unavailable(what + ": " + gai_strerror(lookup->rc));
+  return AddrInfo(std::exchange(lookup->res, nullptr), &::freeaddrinfo);
+}
+
 }  // namespace
+
+Resolver SetResolverForTest(Resolver resolver) { return g_resolver.exchange(resolver); }
 
 Socket& Socket::operator=(Socket&& o) noexcept {
   if (this != &o) {
@@ -131,17 +196,9 @@ StatusOr<Socket> Accept(const Socket& listener, SteadyTime deadline) {
 }
 
 StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  std::string service = std::to_string(port);
-  int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
-  if (rc != 0) {
-    return Unavailable("resolve " + host + ": " + gai_strerror(rc));
-  }
+  ASSIGN_OR_RETURN(const AddrInfo res, ResolveWithin(host, port, deadline));
   Status last = Unavailable("connect " + HostPort(host, port) + ": no address");
-  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+  for (addrinfo* ai = res.get(); ai != nullptr; ai = ai->ai_next) {
     Socket s(
         ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
     if (!s.valid()) {
@@ -168,10 +225,8 @@ StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline)
       }
     }
     SetNoDelay(s.fd());
-    freeaddrinfo(res);
     return s;
   }
-  freeaddrinfo(res);
   return last;
 }
 

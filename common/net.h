@@ -12,6 +12,8 @@
 #include "common/event_counter.h"
 #include "common/status.h"
 
+struct addrinfo;  // <netdb.h>
+
 namespace ringtrain::net {
 
 // Owns a file descriptor; closes it on destruction. Always non-blocking, TCP_NODELAY.
@@ -49,8 +51,13 @@ StatusOr<Socket> Accept(const Socket& listener, SteadyTime deadline);
 inline constexpr Duration kConnectAttemptTimeout{std::chrono::seconds(2)};
 inline constexpr Duration kMaxConnectAttemptTimeout{std::chrono::seconds(30)};
 
-// One attempt: resolve and connect, bounded by the deadline.
+// One attempt: resolve and connect, bounded by the deadline; the name lookup too (on a thread
+// of its own: getaddrinfo heeds neither), which a stop request also ends.
 StatusOr<Socket> Connect(const std::string& host, int port, SteadyTime deadline);
+// getaddrinfo's signature: what Connect resolves names with (tests make it block).
+using Resolver = int (*)(const char*, const char*, const ::addrinfo*, ::addrinfo**);
+// Replaces the resolver (getaddrinfo) for names that are not IPv4 literals; returns the old one.
+Resolver SetResolverForTest(Resolver resolver);
 // One attempt bounded by `attempt_timeout` as well: an attempt that got no answer before the
 // deadline is Unavailable ("no answer within ..."), for the caller to try again (a fresh lookup).
 StatusOr<Socket> ConnectAttempt(const std::string& host, int port, SteadyTime deadline,

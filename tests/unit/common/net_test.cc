@@ -4,8 +4,15 @@
 #include "common/net.h"
 
 #include <gtest/gtest.h>
+#include <netdb.h>
 
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <thread>
 #include <vector>
+
+#include "common/stop.h"
 
 namespace ringtrain::net {
 namespace {
@@ -88,6 +95,74 @@ TEST(Net, AnAddressInUseSaysSo) {
   ASSERT_FALSE(b.ok());
   EXPECT_NE(b.status().message().find("already in use"), std::string::npos)
       << b.status().ToString();
+}
+
+// A resolver that hangs like getaddrinfo with the cluster's DNS down, until released.
+struct HangingResolver {
+  static std::mutex mu;
+  static std::condition_variable cv;
+  static bool released;
+  static int Resolve(const char*, const char*, const addrinfo*, addrinfo**) {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [] { return released; });
+    return EAI_AGAIN;
+  }
+  HangingResolver() {
+    released = false;
+    previous = SetResolverForTest(&Resolve);
+  }
+  ~HangingResolver() {  // the lookups given up on end now, on their own threads
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+    SetResolverForTest(previous);
+  }
+  Resolver previous = nullptr;
+};
+std::mutex HangingResolver::mu;
+std::condition_variable HangingResolver::cv;
+bool HangingResolver::released = false;
+
+TEST(Net, ANameLookupThatHangsEndsAtTheDeadline) {
+  HangingResolver dns;
+  auto c = Connect("rank-0.job.default.svc", 29500, Soon());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("resolve rank-0.job.default.svc"), std::string::npos)
+      << c.status().ToString();
+  // An address needs no lookup.
+  auto l = Listen("127.0.0.1", 0);
+  ASSERT_TRUE(l.ok());
+  EXPECT_TRUE(Connect("127.0.0.1", *LocalPort(*l), DeadlineAfter(std::chrono::seconds(10))).ok());
+}
+
+TEST(Net, ANameLookupThatHangsWakesOnAStop) {
+  ResetStopForTest();
+  HangingResolver dns;
+  // The stop comes once the lookup's waiter is blocked on the stop descriptor.
+  const std::uint64_t seen = StopFdPollsForTest().value();
+  std::thread stopper([seen] {
+    EXPECT_TRUE(StopFdPollsForTest().AwaitAbove(seen, std::chrono::seconds(60)));
+    RequestStop(SIGTERM);
+  });
+  auto c = Connect("rank-0.job.default.svc", 29500, DeadlineAfter(std::chrono::hours(1)));
+  stopper.join();
+  ResetStopForTest();
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kCancelled) << c.status().ToString();
+}
+
+TEST(Net, ANameResolvesThroughItsLookupThread) {
+  auto l = Listen("127.0.0.1", 0);
+  ASSERT_TRUE(l.ok());
+  auto c = Connect("localhost", *LocalPort(*l), DeadlineAfter(std::chrono::seconds(10)));
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  auto none = Connect("no-such-host.invalid", 1, DeadlineAfter(std::chrono::seconds(30)));
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("resolve no-such-host.invalid"), std::string::npos);
 }
 
 }  // namespace
