@@ -33,12 +33,12 @@ std::string FormatRanks(const std::vector<int>& ranks) {
 }  // namespace
 
 Status JoinRendezvous(Store& store, int rank, int world_size, Duration timeout,
-                      const std::function<bool()>& abandon) {
+                      const std::function<bool()>& abandon, const std::string& arrival) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     return InvalidArgument("rendezvous: rank " + std::to_string(rank) +
                            " is out of range for world size " + std::to_string(world_size));
   }
-  RETURN_IF_ERROR(store.Set(ArrivedKey(rank), "1").WithContext("rendezvous"));
+  RETURN_IF_ERROR(store.Set(ArrivedKey(rank), arrival).WithContext("rendezvous"));
   std::vector<std::string> keys;
   keys.reserve(world_size);
   for (int r = 0; r < world_size; ++r) keys.push_back(ArrivedKey(r));

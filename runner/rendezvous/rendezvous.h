@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "common/clock.h"
 #include "common/runner_env.h"
@@ -18,8 +19,10 @@ inline constexpr Duration kDefaultRendezvousTimeout = contract::kRendezvousTimeo
 // (world size 4)". Pass a PrefixStore so keys of an earlier attempt are never seen.
 // With `abandon`, the wait is checked every second and ends with Aborted once it returns true
 // (a recovery round that moved on while this rank waited: rounds.h).
+// `arrival` is the key's value; only its presence counts here (rounds.h stores the joining
+// process's incarnation there, to tell its own earlier arrival from another process's).
 Status JoinRendezvous(Store& store, int rank, int world_size,
                       Duration timeout = kDefaultRendezvousTimeout,
-                      const std::function<bool()>& abandon = {});
+                      const std::function<bool()>& abandon = {}, const std::string& arrival = "1");
 
 }  // namespace ringtrain::rendezvous

@@ -8,8 +8,10 @@
 // Who joins which round:
 //  - a survivor, after its communicator failed in round R, moves the round to R + 1 (or joins a
 //    later one another rank started);
-//  - a fresh process joins the current round, unless its own rank already arrived there (then
-//    it replaces a rank that round lost, and starts the next round itself);
+//  - a fresh process joins the current round, unless another process already arrived there as
+//    its rank (then it replaces a rank that round lost, and starts the next round itself). Each
+//    JoinRound call stores a random incarnation as the value of its "arrived/<rank>" keys, so a
+//    retry after a store error (the first arrival may have landed) rejoins its own round;
 //  - a rank waiting in a round that moved on while it waited follows it.
 // The store may be a new one (rank 0 lost: its replacement hosts a fresh store at the same
 // address): survivors re-create the round key there, and store errors are retried until the

@@ -195,5 +195,76 @@ TEST(Rounds, ASigtermWhileWaitingEndsTheJoinAtOnce) {
   ResetStopForTest();
 }
 
+// Answers one call with a connection reset (rank 0's store, seen from another rank): a Wait, or
+// a Set the store applied before the reset (its reply was lost).
+class ResetsOnce final : public Store {
+ public:
+  enum class Call { kWait, kSetAfterApplying };
+  ResetsOnce(Store& inner, Call call) : inner_(inner), call_(call) {}
+  Status Set(const std::string& k, const std::string& v) override {
+    Status s = inner_.Set(k, v);
+    if (s.ok() && call_ == Call::kSetAfterApplying && !reset_.exchange(true)) return Reset();
+    return s;
+  }
+  StatusOr<std::string> Get(const std::string& k, Duration t) override { return inner_.Get(k, t); }
+  StatusOr<std::int64_t> Add(const std::string& k, std::int64_t d) override {
+    return inner_.Add(k, d);
+  }
+  StatusOr<std::string> CompareSet(const std::string& k, const std::string& e,
+                                   const std::string& d) override {
+    return inner_.CompareSet(k, e, d);
+  }
+  Status Wait(const std::vector<std::string>& keys, Duration t) override {
+    if (call_ == Call::kWait && !reset_.exchange(true)) return Reset();
+    return inner_.Wait(keys, t);
+  }
+  bool reset() const { return reset_.load(); }
+
+ private:
+  static Status Reset() { return Unavailable("recv: connection reset by peer"); }
+  Store& inner_;
+  const Call call_;
+  std::atomic<bool> reset_{false};
+};
+
+// A fresh rank whose arrival landed before a store error retries into the same round: it finds
+// its own arrival there, not a lost rank's, so it does not start round 1 alone (and leave the
+// gang to a connect timeout and a restart).
+TEST(Rounds, ATransientStoreErrorAfterArrivingKeepsAFreshRankInRoundZero) {
+  for (const auto call : {ResetsOnce::Call::kWait, ResetsOnce::Call::kSetAfterApplying}) {
+    rendezvous::MemoryStore store;
+    auto a = JoinAsync(store, Opts(0, 2, std::nullopt, 3s));
+    ASSERT_TRUE(store.Wait({"arrived/0"}, 20s).ok());
+    ResetsOnce flaky(store, call);
+    auto b = JoinAsync(flaky, Opts(1, 2, std::nullopt, 3s));
+    auto ra = a.get();
+    auto rb = b.get();
+    const bool on_wait = call == ResetsOnce::Call::kWait;
+    ASSERT_TRUE(ra.ok()) << ra.status().ToString() << " (reset on wait: " << on_wait << ")";
+    ASSERT_TRUE(rb.ok()) << rb.status().ToString() << " (reset on wait: " << on_wait << ")";
+    EXPECT_TRUE(flaky.reset()) << "the store error was never injected";
+    EXPECT_EQ(*ra, 0);
+    EXPECT_EQ(*rb, 0) << "rank 1 moved the gang to round " << *rb << " (reset on wait: " << on_wait
+                      << ")";
+    EXPECT_FALSE(store.Get("round", 0ms).ok()) << "no recovery round was started";
+  }
+}
+
+// An arrival written by a runner that stored no incarnation ("1") is another process's: a fresh
+// rank finding it is still a replacement.
+TEST(Rounds, AnArrivalWithoutAnIncarnationMakesAFreshRankAReplacement) {
+  rendezvous::MemoryStore store;
+  ASSERT_TRUE(store.Set("arrived/0", "1").ok());
+  ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  auto survivor = JoinAsync(store, Opts(0, 2, /*failed=*/0));
+  auto replacement = JoinAsync(store, Opts(1, 2));
+  auto s = survivor.get();
+  auto r = replacement.get();
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*s, 1);
+  EXPECT_EQ(*r, 1);
+}
+
 }  // namespace
 }  // namespace ringtrain::rendezvous
