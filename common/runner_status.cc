@@ -37,13 +37,18 @@ Status ReadInt(const json& obj, std::string_view key, std::int64_t max, std::int
   return Status::Ok();
 }
 
-Status ReadNumber(const json& obj, std::string_view key, double* out) {
+// `non_negative`: a rate or a duration, which the job's status (the CRD's minimum: 0) refuses
+// below zero: a negative one in the status write would be refused by the API server forever.
+Status ReadNumber(const json& obj, std::string_view key, double* out, bool non_negative = false) {
   const json* v = Field(obj, key);
   if (v == nullptr) return Status::Ok();
   if (!v->is_number())
     return InvalidArgument("/status: " + std::string(key) + ": must be a number");
   const double d = v->get<double>();
   if (!std::isfinite(d)) return Status::Ok();  // not representable in the job's status
+  if (non_negative && d < 0) {
+    return InvalidArgument("/status: " + std::string(key) + ": out of range (negative)");
+  }
   *out = d;
   return Status::Ok();
 }
@@ -78,9 +83,9 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
   std::int64_t epoch = 0;
   RETURN_IF_ERROR(ReadInt(j, "epoch", std::numeric_limits<int>::max(), &epoch));
   r.epoch = static_cast<int>(epoch);
-  RETURN_IF_ERROR(ReadNumber(j, "samplesPerSecond", &r.samples_per_second));
+  RETURN_IF_ERROR(ReadNumber(j, "samplesPerSecond", &r.samples_per_second, true));
   if (Field(j, "samplesPerSecond") == nullptr) {
-    RETURN_IF_ERROR(ReadNumber(j, "samples_per_second", &r.samples_per_second));
+    RETURN_IF_ERROR(ReadNumber(j, "samples_per_second", &r.samples_per_second, true));
   }
   RETURN_IF_ERROR(ReadNumber(j, "loss", &r.loss));
   RETURN_IF_ERROR(ReadString(j, "state", &r.state));
@@ -91,7 +96,7 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
   RETURN_IF_ERROR(ReadInt(j, kStatusRecoveries, std::numeric_limits<int>::max(), &recoveries));
   r.recoveries = static_cast<int>(recoveries);
   RETURN_IF_ERROR(ReadInt(j, kStatusRecoveryStepsLost, kMaxInt64, &r.recovery_steps_lost));
-  RETURN_IF_ERROR(ReadNumber(j, kStatusRecoverySeconds, &r.recovery_seconds));
+  RETURN_IF_ERROR(ReadNumber(j, kStatusRecoverySeconds, &r.recovery_seconds, true));
   RETURN_IF_ERROR(ReadInt(j, kStatusLastRecoveryStep, kMaxInt64, &r.last_recovery_step));
   return r;
 }

@@ -61,6 +61,10 @@ TEST(RunnerStatus, WrongTypesAndRangesAreErrorsNamingTheField) {
       {R"({"epoch":4294967296})", "epoch: out of range"},
       {R"({"loss":"low"})", "loss: must be a number"},
       {R"({"samples_per_second":[1]})", "samples_per_second: must be a number"},
+      // The job's status (CRD minimum: 0) refuses these: the status write would fail forever.
+      {R"({"samplesPerSecond":-3.5})", "samplesPerSecond: out of range"},
+      {R"({"samples_per_second":-1})", "samples_per_second: out of range"},
+      {R"({"recoverySeconds":-0.5})", "recoverySeconds: out of range"},
       {R"({"state":3})", "state: must be a string"},
       {R"([1,2])", "not a JSON object"},
       {R"("x")", "not a JSON object"},
