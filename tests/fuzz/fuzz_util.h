@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -53,14 +54,32 @@ inline void WriteFile(const std::string& path, std::string_view bytes) {
 // Connects to 127.0.0.1:port; -1 on failure.
 inline int ConnectLoopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  if (fd < 0) {
+    std::perror("fuzz: socket");
+    return -1;
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  // libFuzzer's once-a-second timer signal interrupts blocking calls (EINTR): the harness's own
+  // I/O below retries, and an interrupted connect goes on in the background until writable.
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
+    int err = errno;
+    if (err == EINTR) {
+      pollfd p{fd, POLLOUT, 0};
+      while (::poll(&p, 1, 10000) < 0 && errno == EINTR) {
+      }
+      socklen_t len = sizeof err;
+      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+      if (p.revents == 0) err = ETIMEDOUT;
+    }
+    if (err != 0) {
+      errno = err;
+      std::perror("fuzz: connect to loopback");
+      ::close(fd);
+      return -1;
+    }
   }
   return fd;
 }
@@ -76,6 +95,7 @@ inline void CloseAbortive(int fd) {
 inline bool SendAll(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
@@ -88,8 +108,11 @@ inline std::string RecvUntilQuiet(int fd, int idle_ms, std::size_t max_bytes = 1
   char buf[8192];
   while (out.size() < max_bytes) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, idle_ms) <= 0) break;
+    const int r = ::poll(&p, 1, idle_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
     ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     out.append(buf, static_cast<std::size_t>(n));
   }
@@ -102,8 +125,11 @@ inline std::string RecvExact(int fd, std::size_t n, int idle_ms) {
   char buf[4096];
   while (out.size() < n) {
     pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, idle_ms) <= 0) break;
+    const int r = ::poll(&p, 1, idle_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
     ssize_t got = ::recv(fd, buf, std::min(sizeof(buf), n - out.size()), 0);
+    if (got < 0 && errno == EINTR) continue;
     if (got <= 0) break;
     out.append(buf, static_cast<std::size_t>(got));
   }
