@@ -24,6 +24,11 @@ std::string Headline(const std::string& message) {
   return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
 }
 
+// Whether the replica (or, once it ended, its pod) still runs and holds its node.
+bool Active(const ObservedReplica& r) {
+  return r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning || r.pod_running;
+}
+
 using api::Condition;
 using api::JobStatus;
 
@@ -126,9 +131,8 @@ class Planner {
   void Cleanup() {
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
-      bool active = r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning;
       if (policy == api::CleanPodPolicy::kAll ||
-          (policy == api::CleanPodPolicy::kRunning && active)) {
+          (policy == api::CleanPodPolicy::kRunning && Active(r))) {
         Delete(r, "cleanPodPolicy " + std::string(contract::NameOf(policy)));
       }
     }
@@ -569,10 +573,8 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   // of the attempt goes, whatever cleanPodPolicy says.
   int released = 0;
   for (const auto& r : in_.replicas) {
-    if (r.terminating || r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed) {
-      continue;
-    }
-    released += r.phase == ReplicaPhase::kRunning ? 1 : 0;
+    if (r.terminating || !Active(r)) continue;
+    released += r.phase != ReplicaPhase::kPending ? 1 : 0;
     Delete(r, "scheduling timeout");
   }
   Finish(false, kSchedulingTimeoutReason,
@@ -692,9 +694,7 @@ Plan Planner::Run() {
       }
       Finish(false, "DeadlineExceeded", message);
       for (const auto& r : in_.replicas) {
-        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) {
-          Delete(r, "deadline exceeded");
-        }
+        if (Active(r)) Delete(r, "deadline exceeded");
       }
       return std::move(plan_);
     }
@@ -743,6 +743,8 @@ Plan Planner::Run() {
       }
     }
     Finish(true, "Succeeded", "all " + std::to_string(pods) + " replicas succeeded");
+    // A pod whose sidecar outlives the runner goes now (cleanPodPolicy Running).
+    Cleanup();
     return std::move(plan_);
   }
 

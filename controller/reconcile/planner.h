@@ -32,6 +32,9 @@ struct ObservedReplica {
   bool disruption = false;        // pod condition DisruptionTarget (preemption, eviction)
   std::string disruption_reason;  // its reason (DeletionByTaintManager, PreemptionByScheduler, ...)
   bool terminating = false;       // deletion requested, not gone yet
+  // Ended (succeeded or failed) while its pod still runs another container (a sidecar:
+  // istio-proxy, one of spec.template's): the pod holds its node until it is deleted.
+  bool pod_running = false;
   // The world it was started into (0 = unknown): a gang never mixes worlds.
   int world_size = 0;
   int nproc_per_node = 0;

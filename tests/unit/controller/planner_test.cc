@@ -207,6 +207,26 @@ TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   EXPECT_TRUE(done.actions.empty());
 }
 
+// A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
+// the pods go under cleanPodPolicy Running, at once and on every later pass.
+TEST(Planner, SucceedsAndDeletesPodsWhoseSidecarOutlivesTheRunner) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  std::vector<ObservedReplica> ended;
+  for (int rank = 0; rank < 2; ++rank) {
+    ObservedReplica r = Replica(rank, 0, ReplicaPhase::kSucceeded);
+    r.pod_running = true;
+    ended.push_back(r);
+  }
+  Plan done = PlanAt(job, ended, At(3));
+  EXPECT_EQ(done.status.phase, "Succeeded");
+  EXPECT_EQ(Count(done, Kind::kDeleteReplica), 2);
+  job.status = done.status;
+  EXPECT_EQ(Count(PlanAt(job, ended, At(4)), Kind::kDeleteReplica), 2);
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
+  EXPECT_EQ(Count(PlanAt(job, ended, At(5)), Kind::kDeleteReplica), 0);
+}
+
 TEST(Planner, ActiveDeadlineFailsTheJob) {
   auto job = Job(2);
   job.spec.run_policy.active_deadline_seconds = 60;
