@@ -115,9 +115,9 @@ class Planner {
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;
     account.attempt_seconds = 0;
-    // The new attempt's placement wait starts now, except after NotPlaced: that gang was never
-    // whole, and its wait goes on.
-    if (reason != "NotPlaced") ForgetPlacementWait();
+    // The new attempt's placement wait starts now, except after NotPlaced or NodeRejected: that
+    // gang was never whole, and its wait goes on (runPolicy.schedulingTimeoutSeconds bounds it).
+    if (reason != "NotPlaced" && reason != "NodeRejected") ForgetPlacementWait();
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
@@ -323,7 +323,8 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   }
   // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
   // gang nothing: not counted. Any other loss counts against backoffLimit.
-  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  const bool free =
+      pick.disruption || pick.never_ran || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
   for (const auto* r : lost) {
@@ -412,6 +413,11 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (RecoverInPlace(current, *pick, what)) return true;
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
+    return true;
+  }
+  // The node refused the pod before anything of the job ran: the placement's doing, as NotPlaced.
+  if (pick->never_ran) {
+    Restart("NodeRejected", what + " (it never started: not counted against backoffLimit)", false);
     return true;
   }
   // A gang that was never whole did not run: a rank of a spec.command image (which knows no
@@ -804,7 +810,7 @@ bool IsConsequence(const ObservedReplica& r) {
 }
 
 bool IsRetryable(const ObservedReplica& r) {
-  if (r.disruption) return true;
+  if (r.disruption || r.never_ran) return true;
   if (IsNodeFault(r)) return true;
   // The runtime could not start the program (not found, not executable): exit 128 from the
   // kubelet, but no restart finds a missing program. Other start errors (a GPU runtime hook, a

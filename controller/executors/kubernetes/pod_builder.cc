@@ -319,6 +319,26 @@ const Json* RunnerTerminated(const Json& status) {
   return t != state->end() && t->is_object() ? &*t : nullptr;
 }
 
+// Whether any container of the pod (an init container, the runner, a sidecar) has started: a
+// status with a running or terminated state, now or last time.
+bool AnyContainerStarted(const Json& status) {
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    auto cs = status.find(list);
+    if (cs == status.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      if (!c.is_object()) continue;
+      for (const char* when : {"state", "lastState"}) {
+        auto state = c.find(when);
+        if (state != c.end() && state->is_object() &&
+            (state->contains("running") || state->contains("terminated"))) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 // A gang scheduler's PodGroup (label or annotation, and its scheduler unless the spec names
 // one) and Kueue's pod group (the job's queue-name label on every pod, the group's name and
 // size).
@@ -628,6 +648,9 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
     if (r.phase == ReplicaPhase::kFailed) {
       r.reason = StringAt(status, "reason");
       r.message = StringAt(status, "message");
+      // The kubelet's admission refused it ("Pod was rejected: ..."), or the node stopped it
+      // before it started: no exit code of the job's to read.
+      r.never_ran = !AnyContainerStarted(status);
     }
     if (terminated != nullptr) {
       const Json& term = *terminated;

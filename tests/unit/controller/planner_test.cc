@@ -981,6 +981,40 @@ TEST(Avoidance, ANodeFaultIsRetriedWhateverTheExitCode) {
   EXPECT_TRUE(IsNodeFault(tainted));
 }
 
+// The kubelet's admission refused a pod the scheduler had placed (the device plugin disagrees):
+// nothing of the job ran, so the gang restarts without spending backoffLimit, even when it is
+// spent, and the placement wait (bounded by schedulingTimeoutSeconds) goes on.
+TEST(Placement, APodTheNodeRejectedRestartsTheGangUncounted) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  const std::string waiting_since = Cond(job.status, kPodsReadyCondition)->last_transition_time;
+  ObservedReplica rejected = Replica(1, 0, ReplicaPhase::kFailed, 0, "OutOfnvidia.com/gpu");
+  rejected.never_ran = true;
+  rejected.message =
+      "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 1, "
+      "capacity: 1";
+  EXPECT_TRUE(IsRetryable(rejected));
+  for (int spent : {0, 2}) {
+    job.status.restarts = spent;
+    Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+    EXPECT_EQ(p.status.phase, "Restarting");
+    EXPECT_EQ(p.status.attempt, 1);
+    EXPECT_EQ(p.status.restarts, spent) << "not counted against backoffLimit";
+    EXPECT_EQ(CountEvents(p, "NodeRejected"), 1);
+    EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+    ASSERT_NE(Cond(p.status, kPodsReadyCondition), nullptr);
+    EXPECT_EQ(Cond(p.status, kPodsReadyCondition)->last_transition_time, waiting_since);
+  }
+  // InPlace: only the rejected replica is replaced, uncounted, with the budget spent.
+  auto in_place = InPlaceJob(2);
+  in_place.status.restarts = in_place.spec.run_policy.backoff_limit;
+  Plan replaced = PlanAt(in_place, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+  EXPECT_EQ(replaced.status.phase, "Restarting");
+  EXPECT_EQ(replaced.status.attempt, 0);
+  EXPECT_EQ(replaced.status.restarts, in_place.spec.run_policy.backoff_limit);
+  EXPECT_EQ(Count(replaced, Kind::kDeleteReplica), 1);
+}
+
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   ObservedReplica missing = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
   missing.message =

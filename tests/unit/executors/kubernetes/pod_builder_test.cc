@@ -410,5 +410,46 @@ TEST(PodBuilderTest, ARunnerThatEndedBesideARunningSidecarEndsTheReplica) {
   EXPECT_FALSE(r.pod_running);
 }
 
+// A Failed pod none of whose containers started was refused by its node (kubelet admission):
+// retryable, whatever exit code it lacks; one whose init container or runner ran is not that.
+TEST(PodBuilderTest, APodRejectedBeforeItRanIsRetryable) {
+  Json pod = {{"metadata",
+               {{"name", "j-a0-1"},
+                {"labels", {{"ringtrain.dev/rank", "1"}, {"ringtrain.dev/attempt", "0"}}}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"reason", "OutOfnvidia.com/gpu"},
+                {"message",
+                 "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: "
+                 "1, used: 1, capacity: 1"}}}};
+  auto r = ObserveReplica(pod);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.reason, "OutOfnvidia.com/gpu");
+  EXPECT_TRUE(r.never_ran);
+  EXPECT_TRUE(reconcile::IsRetryable(r));
+  // Still waiting to start (a status the kubelet wrote before it gave up): it never ran.
+  pod["status"]["containerStatuses"] = {
+      {{"name", "runner"}, {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}}};
+  EXPECT_TRUE(ObserveReplica(pod).never_ran);
+
+  // A user's init container failed: its code is the job's, not the node's.
+  pod["status"] = {
+      {"phase", "Failed"},
+      {"initContainerStatuses",
+       {{{"name", "fetch"}, {"state", {{"terminated", {{"exitCode", 1}}}}}}}},
+      {"containerStatuses",
+       {{{"name", "runner"}, {"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}}}};
+  r = ObserveReplica(pod);
+  EXPECT_FALSE(r.never_ran);
+  EXPECT_FALSE(reconcile::IsRetryable(r));
+  // The runner ran and failed permanently.
+  pod["status"] = {{"phase", "Failed"},
+                   {"containerStatuses",
+                    {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 2}}}}}}}}};
+  r = ObserveReplica(pod);
+  EXPECT_FALSE(r.never_ran);
+  EXPECT_FALSE(reconcile::IsRetryable(r));
+}
+
 }  // namespace
 }  // namespace ringtrain::op
