@@ -24,6 +24,20 @@ std::string Headline(const std::string& message) {
   return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
 }
 
+// t + `seconds`, saturated at the clock's ends: a spec that did not come through the parser (which
+// bounds each duration by api::kMaxPolicySeconds) must not wrap around into the past.
+WallTime AfterSeconds(WallTime t, std::int64_t seconds) {
+  using std::chrono::duration_cast;
+  const std::int64_t max_s =
+      duration_cast<std::chrono::seconds>(WallTime::max().time_since_epoch()).count();
+  const std::int64_t min_s =
+      duration_cast<std::chrono::seconds>(WallTime::min().time_since_epoch()).count();
+  const std::int64_t t_s = duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  if (seconds >= max_s - t_s) return WallTime::max();
+  if (seconds <= min_s - t_s) return WallTime::min();
+  return t + std::chrono::seconds(seconds);
+}
+
 // Whether the replica (or, once it ended, its pod) still runs and holds its node.
 bool Active(const ObservedReplica& r) {
   return r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning || r.pod_running;
@@ -87,8 +101,11 @@ class Planner {
   }
 
   void Requeue(WallTime at) {
-    auto d = std::chrono::duration_cast<Duration>(at - in_.now);
-    if (d < Duration(0)) d = Duration(0);
+    if (at <= in_.now) at = in_.now;
+    // Never further than the longest duration a spec may say: an executor adds it to its clock.
+    const WallTime latest = AfterSeconds(in_.now, api::kMaxPolicySeconds);
+    if (at > latest) at = latest;
+    const auto d = std::chrono::duration_cast<Duration>(at - in_.now);
     if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
   }
 
@@ -570,7 +587,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
       since = admitted;
     }
   }
-  const WallTime deadline = *since + std::chrono::seconds(timeout_s);
+  const WallTime deadline = AfterSeconds(*since, timeout_s);
   if (in_.now < deadline) {
     Requeue(deadline);
     return false;
@@ -612,7 +629,7 @@ bool Planner::HandleStall() {
     if (t && (!since || *t > *since)) since = t;
   }
   if (!since) return false;
-  WallTime deadline = *since + std::chrono::seconds(deadline_s);
+  const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
     SetCondition("Stalled", false, "Progressing", "training is making progress");
     Requeue(deadline);
@@ -659,7 +676,7 @@ Plan Planner::Run() {
     Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
       auto done = ParseRfc3339(st().completion_time).value_or(in_.now);
-      WallTime expiry = done + std::chrono::seconds(*spec_.run_policy.ttl_seconds_after_finished);
+      const WallTime expiry = AfterSeconds(done, *spec_.run_policy.ttl_seconds_after_finished);
       if (in_.now >= expiry) {
         plan_.actions.push_back(
             {Action::Kind::kDeleteJob, 0, 0, job_.metadata.name, "ttlSecondsAfterFinished"});
@@ -690,7 +707,7 @@ Plan Planner::Run() {
 
   if (spec_.run_policy.active_deadline_seconds) {
     auto start = ParseRfc3339(st().start_time).value_or(in_.now);
-    WallTime deadline = start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
+    const WallTime deadline = AfterSeconds(start, *spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
       std::string message = "job ran longer than activeDeadlineSeconds (" +
                             std::to_string(*spec_.run_policy.active_deadline_seconds) + "s)";

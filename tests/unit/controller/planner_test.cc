@@ -275,6 +275,29 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
   EXPECT_EQ(Count(late, Kind::kDeleteJob), 1);
 }
 
+// Durations the parser would refuse (a spec built elsewhere): above ~9.2e9 s, seconds overflow
+// nanoseconds, and a wrapped time point lies in the past.
+TEST(Planner, HugeDurationsSaturateInsteadOfWrappingIntoThePast) {
+  auto job = Job(1);
+  job.spec.run_policy.ttl_seconds_after_finished = 99999999999;
+  job.status.phase = "Succeeded";
+  job.status.completion_time = "2026-11-21T10:00:00Z";
+  Plan kept = PlanAt(job, {}, At(10));
+  EXPECT_EQ(Count(kept, Kind::kDeleteJob), 0);
+  ASSERT_TRUE(kept.requeue_after.has_value());
+  EXPECT_GT(*kept.requeue_after, std::chrono::hours(24 * 365));
+  EXPECT_LE(*kept.requeue_after, std::chrono::seconds(api::kMaxPolicySeconds));
+
+  for (std::int64_t deadline : {std::int64_t{99999999999}, INT64_MAX}) {
+    auto fresh = Job(2);
+    fresh.spec.run_policy.active_deadline_seconds = deadline;
+    Plan p = PlanAt(fresh, {}, kT0);
+    EXPECT_EQ(p.status.phase, "Pending") << deadline;
+    EXPECT_EQ(Count(p, Kind::kCreateReplica), 2) << deadline;
+    EXPECT_LE(*p.requeue_after, std::chrono::seconds(api::kMaxPolicySeconds));
+  }
+}
+
 TEST(Planner, CleanPodPolicyAllDeletesFinishedReplicasToo) {
   auto job = Job(2);
   job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kAll;
