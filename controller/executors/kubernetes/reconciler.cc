@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/json_fields.h"
 #include "common/random.h"
 #include "common/runner_status.h"
 #include "common/time_format.h"
@@ -202,13 +203,15 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
   const std::string message = "invalid spec: " + error.message();
   Json status = raw.value("status", Json::object());
   if (!status.is_object()) status = Json::object();
-  bool already = status.value("phase", "") == "Failed";
+  const std::string phase = StringField(status, "phase");
+  bool already = phase == "Failed";
+  bool failed_invalid = false;  // by an earlier pass of this function
   Json conditions = Json::array();
   if (status.contains("conditions") && status["conditions"].is_array()) {
     for (const auto& c : status["conditions"]) {
-      if (c.value("type", "") == "Failed") {
-        already =
-            already && c.value("reason", "") == "InvalidSpec" && c.value("message", "") == message;
+      if (StringField(c, "type") == "Failed") {
+        failed_invalid = StringField(c, "reason") == "InvalidSpec";
+        already = already && failed_invalid && StringField(c, "message") == message;
         continue;
       }
       if (c.value("type", "") == "Running" && c.value("status", "") == "True") continue;
@@ -216,6 +219,22 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
     }
   } else {
     already = false;
+  }
+  // A job that finished for its own reasons keeps its outcome, its conditions and its pods: an
+  // edit of its spec (or a stricter operator) after the end changes nothing that ran.
+  if (api::IsTerminal(phase) && !failed_invalid) {
+    if (metrics_ != nullptr) metrics_->SetJobPhase(key, phase);
+    JobMemory& memory = Memory(key);
+    if (const std::string uid = MetaString(raw, "uid"); memory.uid != uid) memory = JobMemory{uid};
+    if (memory.invalid_reported == message) return ReconcileResult{};
+    memory.invalid_reported = message;
+    spdlog::warn("job {} ({}): {}; left as it is", key, phase, message);
+    if (events_ != nullptr) {
+      events_->Record(raw, "Warning", "InvalidSpec",
+                      message + " (the job has " + (phase == "Succeeded" ? "succeeded" : "failed") +
+                          ": its status and pods are left as they are)");
+    }
+    return ReconcileResult{};
   }
   if (metrics_ != nullptr) metrics_->SetJobPhase(key, "Failed");
   // Whatever ran under the old spec cannot be planned any more.

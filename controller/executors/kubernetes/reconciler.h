@@ -84,6 +84,8 @@ class Reconciler {
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
+    // The invalid-spec message last reported on a finished job (one Warning event each).
+    std::string invalid_reported;
   };
   // One pass over a job, phase by phase (defined in reconciler.cc).
   struct Pass;

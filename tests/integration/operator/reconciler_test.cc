@@ -315,6 +315,48 @@ class FailedCreateTest : public ReconcilerTest {
   std::unique_ptr<EventRecorder> recorder_;
 };
 
+// A spec made invalid after the job succeeded (an edit, or a newer operator's stricter check):
+// the outcome, the conditions and the pods stay; one Warning event says why nothing is planned.
+TEST_F(FailedCreateTest, AnInvalidSpecLeavesAFinishedJobAsItIs) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    pod["status"] = {{"phase", "Succeeded"},
+                     {"containerStatuses",
+                      {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 0}}}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const Json finished = Status();
+  ASSERT_EQ(finished["phase"], "Succeeded");
+
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["backend"] = "nccl";  // without gpusPerReplica: refused by the parser
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  const int pod_deletes = client_.CountWrites("delete", "pods");
+  const int status_writes = client_.CountWrites("update-status", "trainingjobs");
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    cache_.CatchUp(client_);
+  }
+  EXPECT_EQ(Status(), finished);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), pod_deletes);
+  EXPECT_EQ(client_.CountWrites("update-status", "trainingjobs"), status_writes);
+  EXPECT_EQ(client_.List(kube::kPods, "default", {})->at("items").size(), 2u);
+  int warnings = 0;
+  for (const auto& e : Events()) {
+    if (e.value("reason", "") != "InvalidSpec") continue;
+    ++warnings;
+    EXPECT_EQ(e.value("type", ""), "Warning");
+    EXPECT_NE(e.value("message", "").find("spec.backend"), std::string::npos) << e.dump();
+    EXPECT_EQ(e.value("count", 1), 1) << "once, not on every pass";
+  }
+  EXPECT_EQ(warnings, 1);
+}
+
 // Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
 TEST_F(FailedCreateTest, PodSecurityRefusalIsVisibleOnTheJob) {
   CreateJob(Job(2));
