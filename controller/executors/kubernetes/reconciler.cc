@@ -271,10 +271,12 @@ Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory
   const std::string& ns = job.metadata.ns;
   for (auto [r, obj] : {std::pair{&kube::kSecrets, BuildTokenSecret(job, RandomToken())},
                         std::pair{&kube::kServices, BuildService(job)}}) {
+    const std::string child = obj["metadata"]["name"].get<std::string>();
     auto created = client_->Create(*r, ns, obj);
-    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
-      return created.status().WithContext("create " + r->plural + " " +
-                                          obj["metadata"]["name"].get<std::string>());
+    if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+      RETURN_IF_ERROR(CheckExistingChild(*r, job, child));
+    } else if (!created.ok()) {
+      return created.status().WithContext("create " + r->plural + " " + child);
     }
   }
   RETURN_IF_ERROR(EnsureCheckpointClaim(job));
@@ -291,6 +293,8 @@ Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobM
   auto created = volcano ? client_->Create(kVolcanoPodGroups, ns, *group)
                          : client_->Create(kCoschedulingPodGroups, ns, *group);
   if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    RETURN_IF_ERROR(
+        CheckExistingChild(volcano ? kVolcanoPodGroups : kCoschedulingPodGroups, job, name));
     // Ours from an earlier attempt: the gang's size may have changed since.
     const Json patch = {{"spec", (*group)["spec"]}};
     created =
@@ -316,12 +320,60 @@ Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   if (!claim) return Status::Ok();
   // An existing claim (ours from an earlier pass, or kept across a controller restart) holds
   // the checkpoints a restarted gang resumes from: never replace it.
+  const std::string name = CheckpointClaimName(job.metadata.name);
   auto created = client_->Create(kPersistentVolumeClaims, job.metadata.ns, *claim);
-  if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
-    return created.status().WithContext("create persistentvolumeclaims " +
-                                        CheckpointClaimName(job.metadata.name));
+  if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    return CheckExistingChild(kPersistentVolumeClaims, job, name);
   }
+  if (!created.ok()) return created.status().WithContext("create persistentvolumeclaims " + name);
   return Status::Ok();
+}
+
+Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api::TrainingJob& job,
+                                      const std::string& name) {
+  const std::string what = resource.plural + " " + name;
+  auto existing = client_->Get(resource, job.metadata.ns, name);
+  if (!existing.ok()) {
+    if (existing.status().code() == StatusCode::kNotFound) {
+      return Unavailable(what + " existed a moment ago and is gone: created again next time");
+    }
+    return existing.status().WithContext("get " + what);
+  }
+  if (OwnedBy(*existing, job.metadata.uid)) return Status::Ok();
+  const Json* controller = nullptr;
+  if (auto m = existing->find("metadata"); m != existing->end() && m->is_object()) {
+    if (auto refs = m->find("ownerReferences"); refs != m->end() && refs->is_array()) {
+      for (const auto& ref : *refs) {
+        auto c = ref.is_object() ? ref.find("controller") : ref.end();
+        if (c != ref.end() && c->is_boolean() && c->get<bool>()) controller = &ref;
+      }
+    }
+  }
+  const bool earlier_job = controller != nullptr &&
+                           StringField(*controller, "apiVersion").starts_with(api::kGroup) &&
+                           StringField(*controller, "kind") == api::kKind;
+  if (!earlier_job) {
+    return FailedPrecondition(what + " already exists and is not this TrainingJob's" +
+                              (controller != nullptr
+                                   ? " (its controller is " + StringField(*controller, "kind") +
+                                         " " + StringField(*controller, "name") + ")"
+                                   : std::string(" (no controller ownerReference)")) +
+                              ": delete it or give the job another name");
+  }
+  // An earlier job of the same name left it: the garbage collector deletes it whenever it gets
+  // to it, under this job. Delete it now (that object only), and create ours next time.
+  if (!Deleting(*existing)) {
+    kube::DeleteOptions opts;
+    opts.precondition_uid = MetaString(*existing, "uid");
+    Status st = client_->Delete(resource, job.metadata.ns, name, opts);
+    if (!st.ok() && st.code() != StatusCode::kNotFound && st.code() != StatusCode::kAborted) {
+      return st.WithContext("delete " + what + " of an earlier TrainingJob");
+    }
+    spdlog::info("job {}/{}: deleted {} left by an earlier job of the same name (uid {})",
+                 job.metadata.ns, job.metadata.name, what, StringField(*controller, "uid"));
+  }
+  return Unavailable(what + " belongs to an earlier TrainingJob of the same name (uid " +
+                     StringField(*controller, "uid") + "): deleted, created again next time");
 }
 
 Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what) {

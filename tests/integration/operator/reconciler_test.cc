@@ -357,6 +357,68 @@ TEST_F(FailedCreateTest, AnInvalidSpecLeavesAFinishedJobAsItIs) {
   EXPECT_EQ(warnings, 1);
 }
 
+// A job deleted and created again under its name: the Secret and Service the first one left
+// still name it as their owner, and the garbage collector would delete them under the new one.
+// They are deleted (that object only) and created again for the new job.
+TEST_F(FailedCreateTest, ChildrenAnEarlierJobOfTheSameNameLeftAreReplaced) {
+  const Json old_owner = {{"apiVersion", "ringtrain.dev/v1alpha1"},
+                          {"kind", "TrainingJob"},
+                          {"name", "mnist"},
+                          {"uid", "uid-of-the-deleted-job"},
+                          {"controller", true},
+                          {"blockOwnerDeletion", true}};
+  for (const auto& [r, name] : {std::pair{&kube::kSecrets, TokenSecretName("mnist")},
+                                std::pair{&kube::kServices, ServiceName("mnist")}}) {
+    Json left = {{"metadata", {{"name", name}, {"ownerReferences", Json::array({old_owner})}}}};
+    ASSERT_TRUE(client_.Create(*r, "default", left).ok());
+  }
+  CreateJob(Job(2));
+  const std::string uid = client_.Get(kube::kTrainingJobs, "default", "mnist")
+                              ->at("metadata")
+                              .at("uid")
+                              .get<std::string>();
+  for (int pass = 0; pass < 3 && client_.CountWrites("create", "pods") == 0; ++pass) {
+    auto result = reconciler_->Reconcile("default", "mnist");
+    if (!result.ok()) {
+      EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
+    }
+    cache_.CatchUp(client_);
+  }
+  EXPECT_EQ(client_.CountWrites("delete", "secrets"), 1);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 1);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
+  for (const auto& [r, name] : {std::pair{&kube::kSecrets, TokenSecretName("mnist")},
+                                std::pair{&kube::kServices, ServiceName("mnist")}}) {
+    auto child = client_.Get(*r, "default", name);
+    ASSERT_TRUE(child.ok()) << name;
+    EXPECT_TRUE(OwnedBy(*child, uid)) << child->dump();
+  }
+  for (const auto& e : Events()) EXPECT_NE(e.value("reason", ""), "FailedCreate") << e.dump();
+}
+
+// A Service of the job's name that no TrainingJob owns is someone else's: left alone, and the
+// job shows why it cannot start.
+TEST_F(FailedCreateTest, AChildNoTrainingJobOwnsIsAFailedCreate) {
+  Json theirs = {{"metadata", {{"name", ServiceName("mnist")}}}};
+  ASSERT_TRUE(client_.Create(kube::kServices, "default", theirs).ok());
+  CreateJob(Job(2));
+  auto result = reconciler_->Reconcile("default", "mnist");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 0);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+  const Json refused = Condition(Status(), "ReplicaFailure");
+  ASSERT_FALSE(refused.is_null()) << Status().dump();
+  EXPECT_NE(refused.value("message", "")
+                .find("services " + ServiceName("mnist") +
+                      " already exists and is not this TrainingJob's"),
+            std::string::npos)
+      << refused.dump();
+  int failed_creates = 0;
+  for (const auto& e : Events()) failed_creates += e.value("reason", "") == "FailedCreate" ? 1 : 0;
+  EXPECT_EQ(failed_creates, 1);
+}
+
 // Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
 TEST_F(FailedCreateTest, PodSecurityRefusalIsVisibleOnTheJob) {
   CreateJob(Job(2));
