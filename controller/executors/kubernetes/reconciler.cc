@@ -540,7 +540,11 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
   const Json& pod = *it->second;
   const Json status = pod.value("status", Json::object());
   const std::string ip = status.value("podIP", "");
-  if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod)) return std::nullopt;
+  // A runner that ended serves no /status, though a sidecar may keep its pod Running.
+  if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod) ||
+      ObserveReplica(pod).phase != ReplicaPhase::kRunning) {
+    return std::nullopt;
+  }
   memory.last_poll = pass.in.steady_now;
   std::optional<reconcile::ObservedProgress> progress =
       fetch_(ip, MetricsPort(pod), options_.progress_timeout);

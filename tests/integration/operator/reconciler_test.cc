@@ -590,6 +590,58 @@ TEST_F(ReconcilerTest, SuccessRecordsTheFinalStep) {
   EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
 }
 
+// restartPolicy Never with a sidecar (istio-proxy): each pod stays Running after its runner
+// ended. Rank 0's ended runner is not polled; once both ended the job succeeds and the pods
+// (which still hold their nodes) are deleted under cleanPodPolicy Running.
+TEST_F(ReconcilerTest, PodsWhoseSidecarOutlivesTheRunnerEndTheJob) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  auto set_pod = [&](int rank, bool runner_ended) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(rank));
+    const Json runner_state = runner_ended
+                                  ? Json{{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}
+                                  : Json{{"running", Json::object()}};
+    pod["status"] = {{"phase", "Running"},
+                     {"podIP", "10.0.0.1"},
+                     {"containerStatuses",
+                      {{{"name", "istio-proxy"}, {"state", {{"running", Json::object()}}}},
+                       {{"name", "runner"}, {"state", runner_state}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  };
+  int polls = 0;
+  auto counting = [&polls](const std::string&, int, Duration) {
+    ++polls;
+    return std::optional<reconcile::ObservedProgress>();
+  };
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+
+  set_pod(0, false);
+  set_pod(1, false);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(Reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options, counting)
+                  .Reconcile("default", "mnist")
+                  .ok());
+  EXPECT_EQ(polls, 1) << "rank 0's runner runs: polled";
+  EXPECT_EQ(Status()["phase"], "Running");
+
+  set_pod(0, true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(Reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options, counting)
+                  .Reconcile("default", "mnist")
+                  .ok());
+  EXPECT_EQ(polls, 1) << "rank 0's runner ended: not polled";
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0);
+
+  set_pod(1, true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Succeeded") << Status().dump();
+  EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 2);
+}
+
 // ---- placement: wait reasons from a real cluster, the gang gate, PodGroups, Kueue ----------
 
 Json RecordedWaits() {
