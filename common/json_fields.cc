@@ -90,10 +90,11 @@ Status Fields::Int(const std::string& key, std::int64_t min, std::int64_t max, i
   return Status::Ok();
 }
 
-Status Fields::OptInt(const std::string& key, std::int64_t min, std::optional<std::int64_t>* out) {
+Status Fields::OptInt(const std::string& key, std::int64_t min, std::int64_t max,
+                      std::optional<std::int64_t>* out) {
   if (Find(key) == nullptr) return Status::Ok();
   std::int64_t v = 0;
-  RETURN_IF_ERROR(Int(key, min, std::numeric_limits<std::int64_t>::max(), &v));
+  RETURN_IF_ERROR(Int(key, min, max, &v));
   *out = v;
   return Status::Ok();
 }

@@ -40,7 +40,8 @@ class Fields {
 
   Status Int(const std::string& key, std::int64_t min, std::int64_t max, std::int64_t* out);
   Status Int(const std::string& key, std::int64_t min, std::int64_t max, int* out);
-  Status OptInt(const std::string& key, std::int64_t min, std::optional<std::int64_t>* out);
+  Status OptInt(const std::string& key, std::int64_t min, std::int64_t max,
+                std::optional<std::int64_t>* out);
   Status Number(const std::string& key, double min, bool exclusive_min, double* out);
   Status Bool(const std::string& key, bool* out);
   Status String(const std::string& key, std::string* out);

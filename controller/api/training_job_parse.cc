@@ -92,13 +92,18 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
 Status ParseRunPolicy(const json& j, RunPolicy* p) {
   Fields f(j, "spec.runPolicy");
   RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
-  RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, &p->active_deadline_seconds));
-  RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, &p->ttl_seconds_after_finished));
+  // Each duration at most kMaxPolicySeconds, as the CRD says: a time point past it overflows.
+  RETURN_IF_ERROR(
+      f.OptInt("activeDeadlineSeconds", 1, kMaxPolicySeconds, &p->active_deadline_seconds));
+  RETURN_IF_ERROR(
+      f.OptInt("ttlSecondsAfterFinished", 0, kMaxPolicySeconds, &p->ttl_seconds_after_finished));
   RETURN_IF_ERROR(ReadEnum(f, "cleanPodPolicy", &p->clean_pod_policy));
   RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
-  RETURN_IF_ERROR(f.Int("progressDeadlineSeconds", 0, INT64_MAX, &p->progress_deadline_seconds));
-  RETURN_IF_ERROR(f.Int("schedulingTimeoutSeconds", 0, INT64_MAX, &p->scheduling_timeout_seconds));
+  RETURN_IF_ERROR(
+      f.Int("progressDeadlineSeconds", 0, kMaxPolicySeconds, &p->progress_deadline_seconds));
+  RETURN_IF_ERROR(
+      f.Int("schedulingTimeoutSeconds", 0, kMaxPolicySeconds, &p->scheduling_timeout_seconds));
   RETURN_IF_ERROR(f.Enum("recovery", {"InPlace", "GangRestart"}, &p->recovery));
   ASSIGN_OR_RETURN(const json* group, f.Object("podGroup"));
   if (group != nullptr) {

@@ -24,6 +24,25 @@ std::string Headline(const std::string& message) {
   return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
 }
 
+// t + `seconds`, saturated at the clock's ends: a spec that did not come through the parser (which
+// bounds each duration by api::kMaxPolicySeconds) must not wrap around into the past.
+WallTime AfterSeconds(WallTime t, std::int64_t seconds) {
+  using std::chrono::duration_cast;
+  const std::int64_t max_s =
+      duration_cast<std::chrono::seconds>(WallTime::max().time_since_epoch()).count();
+  const std::int64_t min_s =
+      duration_cast<std::chrono::seconds>(WallTime::min().time_since_epoch()).count();
+  const std::int64_t t_s = duration_cast<std::chrono::seconds>(t.time_since_epoch()).count();
+  if (seconds >= max_s - t_s) return WallTime::max();
+  if (seconds <= min_s - t_s) return WallTime::min();
+  return t + std::chrono::seconds(seconds);
+}
+
+// Whether the replica (or, once it ended, its pod) still runs and holds its node.
+bool Active(const ObservedReplica& r) {
+  return r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning || r.pod_running;
+}
+
 using api::Condition;
 using api::JobStatus;
 
@@ -82,8 +101,11 @@ class Planner {
   }
 
   void Requeue(WallTime at) {
-    auto d = std::chrono::duration_cast<Duration>(at - in_.now);
-    if (d < Duration(0)) d = Duration(0);
+    if (at <= in_.now) at = in_.now;
+    // Never further than the longest duration a spec may say: an executor adds it to its clock.
+    const WallTime latest = AfterSeconds(in_.now, api::kMaxPolicySeconds);
+    if (at > latest) at = latest;
+    const auto d = std::chrono::duration_cast<Duration>(at - in_.now);
     if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
   }
 
@@ -110,9 +132,9 @@ class Planner {
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;
     account.attempt_seconds = 0;
-    // The new attempt's placement wait starts now, except after NotPlaced: that gang was never
-    // whole, and its wait goes on.
-    if (reason != "NotPlaced") ForgetPlacementWait();
+    // The new attempt's placement wait starts now, except after NotPlaced or NodeRejected: that
+    // gang was never whole, and its wait goes on (runPolicy.schedulingTimeoutSeconds bounds it).
+    if (reason != "NotPlaced" && reason != "NodeRejected") ForgetPlacementWait();
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
@@ -126,9 +148,8 @@ class Planner {
   void Cleanup() {
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
-      bool active = r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning;
       if (policy == api::CleanPodPolicy::kAll ||
-          (policy == api::CleanPodPolicy::kRunning && active)) {
+          (policy == api::CleanPodPolicy::kRunning && Active(r))) {
         Delete(r, "cleanPodPolicy " + std::string(contract::NameOf(policy)));
       }
     }
@@ -319,7 +340,8 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   }
   // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
   // gang nothing: not counted. Any other loss counts against backoffLimit.
-  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  const bool free =
+      pick.disruption || pick.never_ran || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
   for (const auto* r : lost) {
@@ -408,6 +430,11 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (RecoverInPlace(current, *pick, what)) return true;
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
+    return true;
+  }
+  // The node refused the pod before anything of the job ran: the placement's doing, as NotPlaced.
+  if (pick->never_ran) {
+    Restart("NodeRejected", what + " (it never started: not counted against backoffLimit)", false);
     return true;
   }
   // A gang that was never whole did not run: a rank of a spec.command image (which knows no
@@ -560,7 +587,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
       since = admitted;
     }
   }
-  const WallTime deadline = *since + std::chrono::seconds(timeout_s);
+  const WallTime deadline = AfterSeconds(*since, timeout_s);
   if (in_.now < deadline) {
     Requeue(deadline);
     return false;
@@ -569,10 +596,8 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   // of the attempt goes, whatever cleanPodPolicy says.
   int released = 0;
   for (const auto& r : in_.replicas) {
-    if (r.terminating || r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed) {
-      continue;
-    }
-    released += r.phase == ReplicaPhase::kRunning ? 1 : 0;
+    if (r.terminating || !Active(r)) continue;
+    released += r.phase != ReplicaPhase::kPending ? 1 : 0;
     Delete(r, "scheduling timeout");
   }
   Finish(false, kSchedulingTimeoutReason,
@@ -604,7 +629,7 @@ bool Planner::HandleStall() {
     if (t && (!since || *t > *since)) since = t;
   }
   if (!since) return false;
-  WallTime deadline = *since + std::chrono::seconds(deadline_s);
+  const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
     SetCondition("Stalled", false, "Progressing", "training is making progress");
     Requeue(deadline);
@@ -651,7 +676,7 @@ Plan Planner::Run() {
     Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
       auto done = ParseRfc3339(st().completion_time).value_or(in_.now);
-      WallTime expiry = done + std::chrono::seconds(*spec_.run_policy.ttl_seconds_after_finished);
+      const WallTime expiry = AfterSeconds(done, *spec_.run_policy.ttl_seconds_after_finished);
       if (in_.now >= expiry) {
         plan_.actions.push_back(
             {Action::Kind::kDeleteJob, 0, 0, job_.metadata.name, "ttlSecondsAfterFinished"});
@@ -682,7 +707,7 @@ Plan Planner::Run() {
 
   if (spec_.run_policy.active_deadline_seconds) {
     auto start = ParseRfc3339(st().start_time).value_or(in_.now);
-    WallTime deadline = start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
+    const WallTime deadline = AfterSeconds(start, *spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
       std::string message = "job ran longer than activeDeadlineSeconds (" +
                             std::to_string(*spec_.run_policy.active_deadline_seconds) + "s)";
@@ -692,9 +717,7 @@ Plan Planner::Run() {
       }
       Finish(false, "DeadlineExceeded", message);
       for (const auto& r : in_.replicas) {
-        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) {
-          Delete(r, "deadline exceeded");
-        }
+        if (Active(r)) Delete(r, "deadline exceeded");
       }
       return std::move(plan_);
     }
@@ -743,6 +766,8 @@ Plan Planner::Run() {
       }
     }
     Finish(true, "Succeeded", "all " + std::to_string(pods) + " replicas succeeded");
+    // A pod whose sidecar outlives the runner goes now (cleanPodPolicy Running).
+    Cleanup();
     return std::move(plan_);
   }
 
@@ -802,7 +827,7 @@ bool IsConsequence(const ObservedReplica& r) {
 }
 
 bool IsRetryable(const ObservedReplica& r) {
-  if (r.disruption) return true;
+  if (r.disruption || r.never_ran) return true;
   if (IsNodeFault(r)) return true;
   // The runtime could not start the program (not found, not executable): exit 128 from the
   // kubelet, but no restart finds a missing program. Other start errors (a GPU runtime hook, a

@@ -32,6 +32,13 @@ struct ObservedReplica {
   bool disruption = false;        // pod condition DisruptionTarget (preemption, eviction)
   std::string disruption_reason;  // its reason (DeletionByTaintManager, PreemptionByScheduler, ...)
   bool terminating = false;       // deletion requested, not gone yet
+  // Ended (succeeded or failed) while its pod still runs another container (a sidecar:
+  // istio-proxy, one of spec.template's): the pod holds its node until it is deleted.
+  bool pod_running = false;
+  // Failed before any of its containers started: the node's kubelet refused the pod (OutOfcpu,
+  // OutOfnvidia.com/gpu, NodeAffinity, UnexpectedAdmissionError, ...) or stopped it first.
+  // Nothing of the job ran: retryable, and not counted against backoffLimit.
+  bool never_ran = false;
   // The world it was started into (0 = unknown): a gang never mixes worlds.
   int world_size = 0;
   int nproc_per_node = 0;
@@ -134,7 +141,8 @@ std::optional<ObservedProgress> ParseRunnerStatus(std::string_view json);
 // Whether a termination message reports another rank's failure rather than its own.
 bool IsConsequence(const ObservedReplica& r);
 
-// Exit codes 1-127 are permanent; 128-255, signals, evictions and lost nodes are retryable.
+// Exit codes 1-127 are permanent; 128-255, signals, evictions, lost nodes and replicas that never
+// ran are retryable.
 bool IsRetryable(const ObservedReplica& r);
 
 std::string ReplicaName(const std::string& job, int attempt, int rank);

@@ -298,6 +298,47 @@ void ObserveWait(const Json& status, reconcile::ObservedReplica* r) {
   }
 }
 
+// The runner container's status: by name, or the only container of the pod; nullptr while the
+// kubelet has not reported it.
+const Json* RunnerStatus(const Json& status) {
+  auto cs = status.find("containerStatuses");
+  if (cs == status.end() || !cs->is_array()) return nullptr;
+  for (const auto& c : *cs) {
+    if (c.is_object() && (StringAt(c, "name") == kContainerName || cs->size() == 1)) return &c;
+  }
+  return nullptr;
+}
+
+// The runner container's state.terminated; nullptr while it has not ended.
+const Json* RunnerTerminated(const Json& status) {
+  const Json* runner = RunnerStatus(status);
+  if (runner == nullptr) return nullptr;
+  auto state = runner->find("state");
+  if (state == runner->end() || !state->is_object()) return nullptr;
+  auto t = state->find("terminated");
+  return t != state->end() && t->is_object() ? &*t : nullptr;
+}
+
+// Whether any container of the pod (an init container, the runner, a sidecar) has started: a
+// status with a running or terminated state, now or last time.
+bool AnyContainerStarted(const Json& status) {
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    auto cs = status.find(list);
+    if (cs == status.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      if (!c.is_object()) continue;
+      for (const char* when : {"state", "lastState"}) {
+        auto state = c.find(when);
+        if (state != c.end() && state->is_object() &&
+            (state->contains("running") || state->contains("terminated"))) {
+          return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 // A gang scheduler's PodGroup (label or annotation, and its scheduler unless the spec names
 // one) and Kueue's pod group (the job's queue-name label on every pod, the group's name and
 // size).
@@ -565,6 +606,20 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       }
     }
   }
+  const Json* terminated = RunnerTerminated(status);
+  // restartPolicy Never: a terminated runner has ended the replica, whatever the phase of a pod
+  // that another container (a sidecar: istio-proxy, one of spec.template's) keeps running. A
+  // success waits for the pod's own phase while the pod is being stopped (deleted, disrupted):
+  // a program that exits 0 on SIGTERM has not finished its work.
+  if (terminated != nullptr && r.phase == ReplicaPhase::kRunning) {
+    if (IntAt(*terminated, "exitCode") != 0) {
+      r.phase = ReplicaPhase::kFailed;
+      r.pod_running = true;
+    } else if (!r.terminating && !r.disruption) {
+      r.phase = ReplicaPhase::kSucceeded;
+      r.pod_running = true;
+    }
+  }
   const Json pod_spec = pod.value("spec", Json::object());
   r.node = StringAt(pod_spec, "nodeName");
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
@@ -591,27 +646,22 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   const bool ended = r.phase == ReplicaPhase::kFailed || r.phase == ReplicaPhase::kSucceeded;
   if (ended) {
     if (r.phase == ReplicaPhase::kFailed) {
-      r.reason = status.value("reason", "");
-      r.message = status.value("message", "");
+      r.reason = StringAt(status, "reason");
+      r.message = StringAt(status, "message");
+      // The kubelet's admission refused it ("Pod was rejected: ..."), or the node stopped it
+      // before it started: no exit code of the job's to read.
+      r.never_ran = !AnyContainerStarted(status);
     }
-    if (auto cs = status.find("containerStatuses"); cs != status.end() && cs->is_array()) {
-      for (const auto& c : *cs) {
-        if (c.value("name", "") != kContainerName && cs->size() > 1) continue;
-        auto t = c.find("state");
-        if (t == c.end() || !t->contains("terminated")) continue;
-        const Json& term = (*t)["terminated"];
-        if (!term.is_object()) continue;
-        r.exit_code = term.value("exitCode", 0);
-        // The pod-level reason (Evicted, NodeLost) says more than the container's "Error".
-        if (r.reason.empty() && r.phase == ReplicaPhase::kFailed) {
-          r.reason = term.value("reason", "");
-        }
-        std::string msg = term.value("message", "");
-        while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
-        if (!msg.empty()) r.message = msg;
-        if (auto f = term.find("finishedAt"); f != term.end() && f->is_string()) {
-          r.finished_at = ParseRfc3339(f->get<std::string>());
-        }
+    if (terminated != nullptr) {
+      const Json& term = *terminated;
+      r.exit_code = static_cast<int>(IntAt(term, "exitCode"));
+      // The pod-level reason (Evicted, NodeLost) says more than the container's "Error".
+      if (r.reason.empty() && r.phase == ReplicaPhase::kFailed) r.reason = StringAt(term, "reason");
+      std::string msg = StringAt(term, "message");
+      while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+      if (!msg.empty()) r.message = msg;
+      if (const std::string f = StringAt(term, "finishedAt"); !f.empty()) {
+        r.finished_at = ParseRfc3339(f);
       }
     }
   }

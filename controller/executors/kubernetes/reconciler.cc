@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/json_fields.h"
 #include "common/random.h"
 #include "common/runner_status.h"
 #include "common/time_format.h"
@@ -202,13 +203,15 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
   const std::string message = "invalid spec: " + error.message();
   Json status = raw.value("status", Json::object());
   if (!status.is_object()) status = Json::object();
-  bool already = status.value("phase", "") == "Failed";
+  const std::string phase = StringField(status, "phase");
+  bool already = phase == "Failed";
+  bool failed_invalid = false;  // by an earlier pass of this function
   Json conditions = Json::array();
   if (status.contains("conditions") && status["conditions"].is_array()) {
     for (const auto& c : status["conditions"]) {
-      if (c.value("type", "") == "Failed") {
-        already =
-            already && c.value("reason", "") == "InvalidSpec" && c.value("message", "") == message;
+      if (StringField(c, "type") == "Failed") {
+        failed_invalid = StringField(c, "reason") == "InvalidSpec";
+        already = already && failed_invalid && StringField(c, "message") == message;
         continue;
       }
       if (c.value("type", "") == "Running" && c.value("status", "") == "True") continue;
@@ -216,6 +219,22 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
     }
   } else {
     already = false;
+  }
+  // A job that finished for its own reasons keeps its outcome, its conditions and its pods: an
+  // edit of its spec (or a stricter operator) after the end changes nothing that ran.
+  if (api::IsTerminal(phase) && !failed_invalid) {
+    if (metrics_ != nullptr) metrics_->SetJobPhase(key, phase);
+    JobMemory& memory = Memory(key);
+    if (const std::string uid = MetaString(raw, "uid"); memory.uid != uid) memory = JobMemory{uid};
+    if (memory.invalid_reported == message) return ReconcileResult{};
+    memory.invalid_reported = message;
+    spdlog::warn("job {} ({}): {}; left as it is", key, phase, message);
+    if (events_ != nullptr) {
+      events_->Record(raw, "Warning", "InvalidSpec",
+                      message + " (the job has " + (phase == "Succeeded" ? "succeeded" : "failed") +
+                          ": its status and pods are left as they are)");
+    }
+    return ReconcileResult{};
   }
   if (metrics_ != nullptr) metrics_->SetJobPhase(key, "Failed");
   // Whatever ran under the old spec cannot be planned any more.
@@ -252,10 +271,12 @@ Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory
   const std::string& ns = job.metadata.ns;
   for (auto [r, obj] : {std::pair{&kube::kSecrets, BuildTokenSecret(job, RandomToken())},
                         std::pair{&kube::kServices, BuildService(job)}}) {
+    const std::string child = obj["metadata"]["name"].get<std::string>();
     auto created = client_->Create(*r, ns, obj);
-    if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
-      return created.status().WithContext("create " + r->plural + " " +
-                                          obj["metadata"]["name"].get<std::string>());
+    if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+      RETURN_IF_ERROR(CheckExistingChild(*r, job, child));
+    } else if (!created.ok()) {
+      return created.status().WithContext("create " + r->plural + " " + child);
     }
   }
   RETURN_IF_ERROR(EnsureCheckpointClaim(job));
@@ -272,6 +293,8 @@ Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobM
   auto created = volcano ? client_->Create(kVolcanoPodGroups, ns, *group)
                          : client_->Create(kCoschedulingPodGroups, ns, *group);
   if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    RETURN_IF_ERROR(
+        CheckExistingChild(volcano ? kVolcanoPodGroups : kCoschedulingPodGroups, job, name));
     // Ours from an earlier attempt: the gang's size may have changed since.
     const Json patch = {{"spec", (*group)["spec"]}};
     created =
@@ -297,12 +320,60 @@ Status Reconciler::EnsureCheckpointClaim(const api::TrainingJob& job) {
   if (!claim) return Status::Ok();
   // An existing claim (ours from an earlier pass, or kept across a controller restart) holds
   // the checkpoints a restarted gang resumes from: never replace it.
+  const std::string name = CheckpointClaimName(job.metadata.name);
   auto created = client_->Create(kPersistentVolumeClaims, job.metadata.ns, *claim);
-  if (!created.ok() && created.status().code() != StatusCode::kAlreadyExists) {
-    return created.status().WithContext("create persistentvolumeclaims " +
-                                        CheckpointClaimName(job.metadata.name));
+  if (!created.ok() && created.status().code() == StatusCode::kAlreadyExists) {
+    return CheckExistingChild(kPersistentVolumeClaims, job, name);
   }
+  if (!created.ok()) return created.status().WithContext("create persistentvolumeclaims " + name);
   return Status::Ok();
+}
+
+Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api::TrainingJob& job,
+                                      const std::string& name) {
+  const std::string what = resource.plural + " " + name;
+  auto existing = client_->Get(resource, job.metadata.ns, name);
+  if (!existing.ok()) {
+    if (existing.status().code() == StatusCode::kNotFound) {
+      return Unavailable(what + " existed a moment ago and is gone: created again next time");
+    }
+    return existing.status().WithContext("get " + what);
+  }
+  if (OwnedBy(*existing, job.metadata.uid)) return Status::Ok();
+  const Json* controller = nullptr;
+  if (auto m = existing->find("metadata"); m != existing->end() && m->is_object()) {
+    if (auto refs = m->find("ownerReferences"); refs != m->end() && refs->is_array()) {
+      for (const auto& ref : *refs) {
+        auto c = ref.is_object() ? ref.find("controller") : ref.end();
+        if (c != ref.end() && c->is_boolean() && c->get<bool>()) controller = &ref;
+      }
+    }
+  }
+  const bool earlier_job = controller != nullptr &&
+                           StringField(*controller, "apiVersion").starts_with(api::kGroup) &&
+                           StringField(*controller, "kind") == api::kKind;
+  if (!earlier_job) {
+    return FailedPrecondition(what + " already exists and is not this TrainingJob's" +
+                              (controller != nullptr
+                                   ? " (its controller is " + StringField(*controller, "kind") +
+                                         " " + StringField(*controller, "name") + ")"
+                                   : std::string(" (no controller ownerReference)")) +
+                              ": delete it or give the job another name");
+  }
+  // An earlier job of the same name left it: the garbage collector deletes it whenever it gets
+  // to it, under this job. Delete it now (that object only), and create ours next time.
+  if (!Deleting(*existing)) {
+    kube::DeleteOptions opts;
+    opts.precondition_uid = MetaString(*existing, "uid");
+    Status st = client_->Delete(resource, job.metadata.ns, name, opts);
+    if (!st.ok() && st.code() != StatusCode::kNotFound && st.code() != StatusCode::kAborted) {
+      return st.WithContext("delete " + what + " of an earlier TrainingJob");
+    }
+    spdlog::info("job {}/{}: deleted {} left by an earlier job of the same name (uid {})",
+                 job.metadata.ns, job.metadata.name, what, StringField(*controller, "uid"));
+  }
+  return Unavailable(what + " belongs to an earlier TrainingJob of the same name (uid " +
+                     StringField(*controller, "uid") + "): deleted, created again next time");
 }
 
 Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what) {
@@ -469,7 +540,11 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
   const Json& pod = *it->second;
   const Json status = pod.value("status", Json::object());
   const std::string ip = status.value("podIP", "");
-  if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod)) return std::nullopt;
+  // A runner that ended serves no /status, though a sidecar may keep its pod Running.
+  if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod) ||
+      ObserveReplica(pod).phase != ReplicaPhase::kRunning) {
+    return std::nullopt;
+  }
   memory.last_poll = pass.in.steady_now;
   std::optional<reconcile::ObservedProgress> progress =
       fetch_(ip, MetricsPort(pod), options_.progress_timeout);

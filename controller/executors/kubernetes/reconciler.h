@@ -84,6 +84,8 @@ class Reconciler {
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
+    // The invalid-spec message last reported on a finished job (one Warning event each).
+    std::string invalid_reported;
   };
   // One pass over a job, phase by phase (defined in reconciler.cc).
   struct Pass;
@@ -119,6 +121,12 @@ class Reconciler {
   Status EnsurePodGroup(const api::TrainingJob& job, int attempt, JobMemory& memory);
   // The PVC of spec.checkpoint.volumeClaim, created once and never replaced.
   Status EnsureCheckpointClaim(const api::TrainingJob& job);
+  // A child's create found the name taken: Ok when the object is this job's. One an earlier job
+  // of the same name left (its ownerReference names another TrainingJob uid, so the garbage
+  // collector would delete it under this job) is deleted and the create retried on the next
+  // pass (an Unavailable error); one no TrainingJob owns is a FailedPrecondition naming it.
+  Status CheckExistingChild(const kube::Resource& resource, const api::TrainingJob& job,
+                            const std::string& name);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
   // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to

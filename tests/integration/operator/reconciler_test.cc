@@ -315,6 +315,110 @@ class FailedCreateTest : public ReconcilerTest {
   std::unique_ptr<EventRecorder> recorder_;
 };
 
+// A spec made invalid after the job succeeded (an edit, or a newer operator's stricter check):
+// the outcome, the conditions and the pods stay; one Warning event says why nothing is planned.
+TEST_F(FailedCreateTest, AnInvalidSpecLeavesAFinishedJobAsItIs) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    pod["status"] = {{"phase", "Succeeded"},
+                     {"containerStatuses",
+                      {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 0}}}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const Json finished = Status();
+  ASSERT_EQ(finished["phase"], "Succeeded");
+
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["backend"] = "nccl";  // without gpusPerReplica: refused by the parser
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  const int pod_deletes = client_.CountWrites("delete", "pods");
+  const int status_writes = client_.CountWrites("update-status", "trainingjobs");
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    cache_.CatchUp(client_);
+  }
+  EXPECT_EQ(Status(), finished);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), pod_deletes);
+  EXPECT_EQ(client_.CountWrites("update-status", "trainingjobs"), status_writes);
+  EXPECT_EQ(client_.List(kube::kPods, "default", {})->at("items").size(), 2u);
+  int warnings = 0;
+  for (const auto& e : Events()) {
+    if (e.value("reason", "") != "InvalidSpec") continue;
+    ++warnings;
+    EXPECT_EQ(e.value("type", ""), "Warning");
+    EXPECT_NE(e.value("message", "").find("spec.backend"), std::string::npos) << e.dump();
+    EXPECT_EQ(e.value("count", 1), 1) << "once, not on every pass";
+  }
+  EXPECT_EQ(warnings, 1);
+}
+
+// A job deleted and created again under its name: the Secret and Service the first one left
+// still name it as their owner, and the garbage collector would delete them under the new one.
+// They are deleted (that object only) and created again for the new job.
+TEST_F(FailedCreateTest, ChildrenAnEarlierJobOfTheSameNameLeftAreReplaced) {
+  const Json old_owner = {{"apiVersion", "ringtrain.dev/v1alpha1"},
+                          {"kind", "TrainingJob"},
+                          {"name", "mnist"},
+                          {"uid", "uid-of-the-deleted-job"},
+                          {"controller", true},
+                          {"blockOwnerDeletion", true}};
+  for (const auto& [r, name] : {std::pair{&kube::kSecrets, TokenSecretName("mnist")},
+                                std::pair{&kube::kServices, ServiceName("mnist")}}) {
+    Json left = {{"metadata", {{"name", name}, {"ownerReferences", Json::array({old_owner})}}}};
+    ASSERT_TRUE(client_.Create(*r, "default", left).ok());
+  }
+  CreateJob(Job(2));
+  const std::string uid = client_.Get(kube::kTrainingJobs, "default", "mnist")
+                              ->at("metadata")
+                              .at("uid")
+                              .get<std::string>();
+  for (int pass = 0; pass < 3 && client_.CountWrites("create", "pods") == 0; ++pass) {
+    auto result = reconciler_->Reconcile("default", "mnist");
+    if (!result.ok()) {
+      EXPECT_EQ(result.status().code(), StatusCode::kUnavailable) << result.status().ToString();
+    }
+    cache_.CatchUp(client_);
+  }
+  EXPECT_EQ(client_.CountWrites("delete", "secrets"), 1);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 1);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
+  for (const auto& [r, name] : {std::pair{&kube::kSecrets, TokenSecretName("mnist")},
+                                std::pair{&kube::kServices, ServiceName("mnist")}}) {
+    auto child = client_.Get(*r, "default", name);
+    ASSERT_TRUE(child.ok()) << name;
+    EXPECT_TRUE(OwnedBy(*child, uid)) << child->dump();
+  }
+  for (const auto& e : Events()) EXPECT_NE(e.value("reason", ""), "FailedCreate") << e.dump();
+}
+
+// A Service of the job's name that no TrainingJob owns is someone else's: left alone, and the
+// job shows why it cannot start.
+TEST_F(FailedCreateTest, AChildNoTrainingJobOwnsIsAFailedCreate) {
+  Json theirs = {{"metadata", {{"name", ServiceName("mnist")}}}};
+  ASSERT_TRUE(client_.Create(kube::kServices, "default", theirs).ok());
+  CreateJob(Job(2));
+  auto result = reconciler_->Reconcile("default", "mnist");
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 0);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+  const Json refused = Condition(Status(), "ReplicaFailure");
+  ASSERT_FALSE(refused.is_null()) << Status().dump();
+  EXPECT_NE(refused.value("message", "")
+                .find("services " + ServiceName("mnist") +
+                      " already exists and is not this TrainingJob's"),
+            std::string::npos)
+      << refused.dump();
+  int failed_creates = 0;
+  for (const auto& e : Events()) failed_creates += e.value("reason", "") == "FailedCreate" ? 1 : 0;
+  EXPECT_EQ(failed_creates, 1);
+}
+
 // Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
 TEST_F(FailedCreateTest, PodSecurityRefusalIsVisibleOnTheJob) {
   CreateJob(Job(2));
@@ -484,6 +588,58 @@ TEST_F(ReconcilerTest, SuccessRecordsTheFinalStep) {
   EXPECT_EQ(Status()["progress"]["step"], 4690);
   EXPECT_EQ(Status()["progress"]["epoch"], 10);
   EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
+}
+
+// restartPolicy Never with a sidecar (istio-proxy): each pod stays Running after its runner
+// ended. Rank 0's ended runner is not polled; once both ended the job succeeds and the pods
+// (which still hold their nodes) are deleted under cleanPodPolicy Running.
+TEST_F(ReconcilerTest, PodsWhoseSidecarOutlivesTheRunnerEndTheJob) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  auto set_pod = [&](int rank, bool runner_ended) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(rank));
+    const Json runner_state = runner_ended
+                                  ? Json{{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}
+                                  : Json{{"running", Json::object()}};
+    pod["status"] = {{"phase", "Running"},
+                     {"podIP", "10.0.0.1"},
+                     {"containerStatuses",
+                      {{{"name", "istio-proxy"}, {"state", {{"running", Json::object()}}}},
+                       {{"name", "runner"}, {"state", runner_state}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  };
+  int polls = 0;
+  auto counting = [&polls](const std::string&, int, Duration) {
+    ++polls;
+    return std::optional<reconcile::ObservedProgress>();
+  };
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+
+  set_pod(0, false);
+  set_pod(1, false);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(Reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options, counting)
+                  .Reconcile("default", "mnist")
+                  .ok());
+  EXPECT_EQ(polls, 1) << "rank 0's runner runs: polled";
+  EXPECT_EQ(Status()["phase"], "Running");
+
+  set_pod(0, true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(Reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options, counting)
+                  .Reconcile("default", "mnist")
+                  .ok());
+  EXPECT_EQ(polls, 1) << "rank 0's runner ended: not polled";
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0);
+
+  set_pod(1, true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Succeeded") << Status().dump();
+  EXPECT_EQ(Status()["replicas"]["succeeded"], 2);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 2);
 }
 
 // ---- placement: wait reasons from a real cluster, the gang gate, PodGroups, Kueue ----------

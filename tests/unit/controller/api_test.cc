@@ -90,6 +90,14 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.podGroup.minMember: unknown field"},
         BadCase{"  runPolicy:\n    activeDeadlineSeconds: 0\n",
                 "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
+        BadCase{"  runPolicy:\n    activeDeadlineSeconds: 315360001\n",
+                "spec.runPolicy.activeDeadlineSeconds: must be at most 315360000"},
+        BadCase{"  runPolicy:\n    ttlSecondsAfterFinished: 315360001\n",
+                "spec.runPolicy.ttlSecondsAfterFinished: must be at most 315360000"},
+        BadCase{"  runPolicy:\n    ttlSecondsAfterFinished: 99999999999\n",
+                "spec.runPolicy.ttlSecondsAfterFinished: must be at most 315360000"},
+        BadCase{"  runPolicy:\n    progressDeadlineSeconds: 315360001\n",
+                "spec.runPolicy.progressDeadlineSeconds: must be at most 315360000"},
         BadCase{"  command: run\n", "spec.command: must be a list"},
         BadCase{"  backend: nccl\n", "spec.backend: nccl needs spec.gpusPerReplica"},
         BadCase{"  gpusPerReplica: 17\n", "spec.gpusPerReplica"},
@@ -109,6 +117,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  resources:\n    requests: {cpu: fast}\n",
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
         BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
+
+// The CRD's maximum (10 years) for every runPolicy duration, taken up to the last second.
+TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {
+  auto job = ParseManifestYaml(WithSpec("  runPolicy:\n    activeDeadlineSeconds: 315360000\n"
+                                        "    ttlSecondsAfterFinished: 315360000\n"
+                                        "    progressDeadlineSeconds: 315360000\n"
+                                        "    schedulingTimeoutSeconds: 315360000\n"),
+                               "job.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.run_policy.active_deadline_seconds, kMaxPolicySeconds);
+  EXPECT_EQ(job->spec.run_policy.ttl_seconds_after_finished, kMaxPolicySeconds);
+  EXPECT_EQ(job->spec.run_policy.progress_deadline_seconds, kMaxPolicySeconds);
+  EXPECT_EQ(job->spec.run_policy.scheduling_timeout_seconds, kMaxPolicySeconds);
+}
 
 TEST(Manifest, NamesTheServiceCannotTakeAreRefusedWithTheReason) {
   auto named = [](const std::string& name) {

@@ -207,6 +207,26 @@ TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   EXPECT_TRUE(done.actions.empty());
 }
 
+// A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
+// the pods go under cleanPodPolicy Running, at once and on every later pass.
+TEST(Planner, SucceedsAndDeletesPodsWhoseSidecarOutlivesTheRunner) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  std::vector<ObservedReplica> ended;
+  for (int rank = 0; rank < 2; ++rank) {
+    ObservedReplica r = Replica(rank, 0, ReplicaPhase::kSucceeded);
+    r.pod_running = true;
+    ended.push_back(r);
+  }
+  Plan done = PlanAt(job, ended, At(3));
+  EXPECT_EQ(done.status.phase, "Succeeded");
+  EXPECT_EQ(Count(done, Kind::kDeleteReplica), 2);
+  job.status = done.status;
+  EXPECT_EQ(Count(PlanAt(job, ended, At(4)), Kind::kDeleteReplica), 2);
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
+  EXPECT_EQ(Count(PlanAt(job, ended, At(5)), Kind::kDeleteReplica), 0);
+}
+
 TEST(Planner, ActiveDeadlineFailsTheJob) {
   auto job = Job(2);
   job.spec.run_policy.active_deadline_seconds = 60;
@@ -253,6 +273,29 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
   EXPECT_EQ(*early.requeue_after, std::chrono::seconds(20));
   Plan late = PlanAt(job, {}, At(30));
   EXPECT_EQ(Count(late, Kind::kDeleteJob), 1);
+}
+
+// Durations the parser would refuse (a spec built elsewhere): above ~9.2e9 s, seconds overflow
+// nanoseconds, and a wrapped time point lies in the past.
+TEST(Planner, HugeDurationsSaturateInsteadOfWrappingIntoThePast) {
+  auto job = Job(1);
+  job.spec.run_policy.ttl_seconds_after_finished = 99999999999;
+  job.status.phase = "Succeeded";
+  job.status.completion_time = "2026-11-21T10:00:00Z";
+  Plan kept = PlanAt(job, {}, At(10));
+  EXPECT_EQ(Count(kept, Kind::kDeleteJob), 0);
+  ASSERT_TRUE(kept.requeue_after.has_value());
+  EXPECT_GT(*kept.requeue_after, std::chrono::hours(24 * 365));
+  EXPECT_LE(*kept.requeue_after, std::chrono::seconds(api::kMaxPolicySeconds));
+
+  for (std::int64_t deadline : {std::int64_t{99999999999}, INT64_MAX}) {
+    auto fresh = Job(2);
+    fresh.spec.run_policy.active_deadline_seconds = deadline;
+    Plan p = PlanAt(fresh, {}, kT0);
+    EXPECT_EQ(p.status.phase, "Pending") << deadline;
+    EXPECT_EQ(Count(p, Kind::kCreateReplica), 2) << deadline;
+    EXPECT_LE(*p.requeue_after, std::chrono::seconds(api::kMaxPolicySeconds));
+  }
 }
 
 TEST(Planner, CleanPodPolicyAllDeletesFinishedReplicasToo) {
@@ -959,6 +1002,40 @@ TEST(Avoidance, ANodeFaultIsRetriedWhateverTheExitCode) {
   tainted.disruption = true;
   tainted.disruption_reason = "DeletionByTaintManager";
   EXPECT_TRUE(IsNodeFault(tainted));
+}
+
+// The kubelet's admission refused a pod the scheduler had placed (the device plugin disagrees):
+// nothing of the job ran, so the gang restarts without spending backoffLimit, even when it is
+// spent, and the placement wait (bounded by schedulingTimeoutSeconds) goes on.
+TEST(Placement, APodTheNodeRejectedRestartsTheGangUncounted) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  const std::string waiting_since = Cond(job.status, kPodsReadyCondition)->last_transition_time;
+  ObservedReplica rejected = Replica(1, 0, ReplicaPhase::kFailed, 0, "OutOfnvidia.com/gpu");
+  rejected.never_ran = true;
+  rejected.message =
+      "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, used: 1, "
+      "capacity: 1";
+  EXPECT_TRUE(IsRetryable(rejected));
+  for (int spent : {0, 2}) {
+    job.status.restarts = spent;
+    Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+    EXPECT_EQ(p.status.phase, "Restarting");
+    EXPECT_EQ(p.status.attempt, 1);
+    EXPECT_EQ(p.status.restarts, spent) << "not counted against backoffLimit";
+    EXPECT_EQ(CountEvents(p, "NodeRejected"), 1);
+    EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+    ASSERT_NE(Cond(p.status, kPodsReadyCondition), nullptr);
+    EXPECT_EQ(Cond(p.status, kPodsReadyCondition)->last_transition_time, waiting_since);
+  }
+  // InPlace: only the rejected replica is replaced, uncounted, with the budget spent.
+  auto in_place = InPlaceJob(2);
+  in_place.status.restarts = in_place.spec.run_policy.backoff_limit;
+  Plan replaced = PlanAt(in_place, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+  EXPECT_EQ(replaced.status.phase, "Restarting");
+  EXPECT_EQ(replaced.status.attempt, 0);
+  EXPECT_EQ(replaced.status.restarts, in_place.spec.run_policy.backoff_limit);
+  EXPECT_EQ(Count(replaced, Kind::kDeleteReplica), 1);
 }
 
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {

@@ -365,5 +365,91 @@ TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
   EXPECT_EQ(ObserveReplica(pod).rank, -1);
 }
 
+// restartPolicy Never and a sidecar (istio-proxy, or one of spec.template's): the pod stays
+// Running after the runner ended; the runner's exit is the replica's.
+TEST(PodBuilderTest, ARunnerThatEndedBesideARunningSidecarEndsTheReplica) {
+  auto pod_with_runner = [](Json terminated) {
+    return Json{{"metadata",
+                 {{"name", "j-a0-0"},
+                  {"labels", {{"ringtrain.dev/rank", "0"}, {"ringtrain.dev/attempt", "0"}}}}},
+                {"status",
+                 {{"phase", "Running"},
+                  {"containerStatuses",
+                   {{{"name", "istio-proxy"}, {"state", {{"running", Json::object()}}}},
+                    {{"name", "runner"}, {"state", {{"terminated", terminated}}}}}}}}};
+  };
+  Json ok = pod_with_runner({{"exitCode", 0}, {"reason", "Completed"}, {"message", "{}"}});
+  auto r = ObserveReplica(ok);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kSucceeded);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.message, "{}");
+  EXPECT_TRUE(r.pod_running);
+
+  Json oom = pod_with_runner(
+      {{"exitCode", 137}, {"reason", "OOMKilled"}, {"finishedAt", "2026-01-01T00:00:05Z"}});
+  r = ObserveReplica(oom);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.exit_code, 137);
+  EXPECT_EQ(r.reason, "OOMKilled");
+  EXPECT_TRUE(r.finished_at.has_value());
+  EXPECT_TRUE(r.pod_running);
+  EXPECT_TRUE(reconcile::IsRetryable(r));
+
+  // A stop in progress (deleted, disrupted): an exit 0 on SIGTERM is no success.
+  ok["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_EQ(ObserveReplica(ok).phase, reconcile::ReplicaPhase::kRunning);
+  ok["metadata"].erase("deletionTimestamp");
+  ok["status"]["conditions"] = {{{"type", "DisruptionTarget"}, {"status", "True"}}};
+  EXPECT_EQ(ObserveReplica(ok).phase, reconcile::ReplicaPhase::kRunning);
+
+  // The sidecar ran alone: the pod reads as its phase.
+  Json running = pod_with_runner(Json::object());
+  running["status"]["containerStatuses"][1]["state"] = {{"running", Json::object()}};
+  r = ObserveReplica(running);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kRunning);
+  EXPECT_FALSE(r.pod_running);
+}
+
+// A Failed pod none of whose containers started was refused by its node (kubelet admission):
+// retryable, whatever exit code it lacks; one whose init container or runner ran is not that.
+TEST(PodBuilderTest, APodRejectedBeforeItRanIsRetryable) {
+  Json pod = {{"metadata",
+               {{"name", "j-a0-1"},
+                {"labels", {{"ringtrain.dev/rank", "1"}, {"ringtrain.dev/attempt", "0"}}}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"reason", "OutOfnvidia.com/gpu"},
+                {"message",
+                 "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: "
+                 "1, used: 1, capacity: 1"}}}};
+  auto r = ObserveReplica(pod);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.reason, "OutOfnvidia.com/gpu");
+  EXPECT_TRUE(r.never_ran);
+  EXPECT_TRUE(reconcile::IsRetryable(r));
+  // Still waiting to start (a status the kubelet wrote before it gave up): it never ran.
+  pod["status"]["containerStatuses"] = {
+      {{"name", "runner"}, {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}}};
+  EXPECT_TRUE(ObserveReplica(pod).never_ran);
+
+  // A user's init container failed: its code is the job's, not the node's.
+  pod["status"] = {
+      {"phase", "Failed"},
+      {"initContainerStatuses",
+       {{{"name", "fetch"}, {"state", {{"terminated", {{"exitCode", 1}}}}}}}},
+      {"containerStatuses",
+       {{{"name", "runner"}, {"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}}}};
+  r = ObserveReplica(pod);
+  EXPECT_FALSE(r.never_ran);
+  EXPECT_FALSE(reconcile::IsRetryable(r));
+  // The runner ran and failed permanently.
+  pod["status"] = {{"phase", "Failed"},
+                   {"containerStatuses",
+                    {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 2}}}}}}}}};
+  r = ObserveReplica(pod);
+  EXPECT_FALSE(r.never_ran);
+  EXPECT_FALSE(reconcile::IsRetryable(r));
+}
+
 }  // namespace
 }  // namespace ringtrain::op
