@@ -122,7 +122,9 @@ StatusOr<std::unique_ptr<Operator>> Operator::Create(kube::KubeClient* client,
     cfg.on_new_leader = [](const std::string& id) {
       spdlog::info("leader election: the leader is {}", id.empty() ? "(none)" : id);
     };
-    auto elector = kube::LeaderElector::Create(client, std::move(cfg));
+    kube::KubeClient* election_client =
+        op->options_.election_client != nullptr ? op->options_.election_client : client;
+    auto elector = kube::LeaderElector::Create(election_client, std::move(cfg));
     if (!elector.ok()) return elector.status().WithContext("leader election");
     op->elector_ = std::move(*elector);
   }

@@ -32,11 +32,16 @@ struct OperatorOptions {
   bool leader_elect = false;
   // Its callbacks are set by the operator; identity also names the Events' reportingInstance.
   kube::LeaderElectionConfig election;
+  // The client the election calls the API with (null: the operator's own). Give it a short
+  // request timeout and no retries: the election steps down at its renew deadline whatever a
+  // call is doing, but waits for that call before its next campaign and when it stops.
+  kube::KubeClient* election_client = nullptr;
 };
 
 class Operator {
  public:
-  // `client`, `metrics` and `clock` (null: the real clock) must outlive the operator.
+  // `client`, `options.election_client`, `metrics` and `clock` (null: the real clock) must
+  // outlive the operator.
   static StatusOr<std::unique_ptr<Operator>> Create(kube::KubeClient* client,
                                                     OperatorOptions options,
                                                     ControllerMetrics* metrics,
