@@ -36,11 +36,14 @@ struct OperatorOptions {
   // request timeout and no retries: the election steps down at its renew deadline whatever a
   // call is doing, but waits for that call before its next campaign and when it stops.
   kube::KubeClient* election_client = nullptr;
+  // The client Events are written with (null: the operator's own): one that a stop does not
+  // cancel writes the last Events at shutdown, within EventRecorder::kFlushTimeout.
+  kube::KubeClient* events_client = nullptr;
 };
 
 class Operator {
  public:
-  // `client`, `options.election_client`, `metrics` and `clock` (null: the real clock) must
+  // `client`, the clients in `options`, `metrics` and `clock` (null: the real clock) must
   // outlive the operator.
   static StatusOr<std::unique_ptr<Operator>> Create(kube::KubeClient* client,
                                                     OperatorOptions options,
@@ -52,8 +55,9 @@ class Operator {
 
   // Starts the informers and the election (or, without it, the workers once synced).
   void Start();
-  // Stops the workers (a reconcile in progress finishes), the election (releasing the lease)
-  // and the informers. Idempotent.
+  // Stops the workers (a reconcile in progress finishes), writes the queued Events (a few
+  // seconds at most), stops the election (releasing the lease, a few seconds at most) and the
+  // informers. Idempotent.
   void Stop();
 
   bool Ready() const;  // both informers have synced
