@@ -10,7 +10,7 @@ start_fake_cluster
   --lease-namespace default --identity e2e-outage --metrics-addr "" --health-addr "" \
   >"$WORK/controller.log" 2>&1 &
 CTRL=$!
-PIDS+=($CTRL)
+PIDS+=("$CTRL")
 holds_lease() {
   [ "$(k get lease ringtrain-controller-leader -o 'jsonpath={.spec.holderIdentity}')" = e2e-outage ]
 }
