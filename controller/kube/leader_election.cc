@@ -60,6 +60,7 @@ LeaderElector::~LeaderElector() { Stop(); }
 void LeaderElector::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable() || stopping_) return;
+  caller_ = std::thread([this] { CallerLoop(); });
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -69,7 +70,9 @@ void LeaderElector::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.get_id() == std::this_thread::get_id()) return;
+  // From a callback (on one of the elector's own threads): the destructor joins them.
+  const auto self = std::this_thread::get_id();
+  if (thread_.get_id() == self || caller_.get_id() == self) return;
   if (thread_.joinable()) thread_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -103,7 +106,6 @@ std::optional<Status> LeaderElector::Call(std::function<Status()> call, SteadyTi
   const auto until = std::chrono::steady_clock::now() + (deadline - SteadyNow());
   std::unique_lock<std::mutex> lock(mu_);
   auto given_up = [&] { return stoppable && stopping_; };
-  if (!caller_.joinable()) caller_ = std::thread([this] { CallerLoop(); });
   // A call that outlived its deadline may still be running: never two at once.
   if (!cv_.wait_until(lock, until, [&] { return done_ == posted_ || given_up(); }) || given_up()) {
     return std::nullopt;
