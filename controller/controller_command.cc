@@ -156,6 +156,22 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   options.election.lease_namespace = !f.lease_namespace.empty() ? f.lease_namespace
                                      : config->ns.empty()       ? "default"
                                                                 : config->ns;
+  // A second client for the lease and the Events: each call bounded by one retry period (a
+  // Get and an Update fit well within the renew deadline) and not retried (the election retries
+  // at that pace itself); not tied to the stop flag, so that after a SIGTERM the last Events
+  // and the release of the lease still go out, each within a few seconds.
+  kube::ClientOptions side_options = client_options;
+  side_options.request_timeout = options.election.retry_period;
+  side_options.max_retries = 0;
+  side_options.stop = nullptr;
+  auto side_client = kube::NewKubeClient(*config, side_options);
+  if (!side_client.ok()) {
+    spdlog::error("kubernetes client for the lease and Events: {}",
+                  side_client.status().ToString());
+    return 1;
+  }
+  options.election_client = side_client->get();
+  options.events_client = side_client->get();
   auto op = Operator::Create(client->get(), options, &metrics);
   if (!op.ok()) {
     spdlog::error("{}", op.status().ToString());

@@ -31,10 +31,15 @@ namespace client = web::http::client;
 constexpr Duration kWatchIdleSlack{30'000};
 constexpr std::size_t kWatchReadBytes = 64 * 1024;
 
-// Waits for a cpprestsdk task for at most `timeout`; on timeout, cancels through `cts`.
-template <typename T>
+// How often a wait for the API server looks at the client's stop flag.
+constexpr Duration kStopPollInterval{50};
+
+// Waits for a cpprestsdk task for at most `timeout`; on timeout, cancels through `cts`. Once
+// `stopped()` holds (asked every kStopPollInterval) it cancels too and returns kCancelled, so a
+// shutdown never waits out a request to an API server that does not answer.
+template <typename T, typename Stopped>
 StatusOr<T> Await(pplx::task<T> task, Duration timeout, pplx::cancellation_token_source* cts,
-                  const std::string& what) {
+                  const Stopped& stopped, const std::string& what) {
   auto promise = std::make_shared<std::promise<T>>();
   auto future = promise->get_future();
   task.then([promise](pplx::task<T> t) {
@@ -44,9 +49,19 @@ StatusOr<T> Await(pplx::task<T> task, Duration timeout, pplx::cancellation_token
       promise->set_exception(std::current_exception());
     }
   });
-  if (future.wait_for(timeout) != std::future_status::ready) {
-    if (cts != nullptr) cts->cancel();
-    return DeadlineExceeded(what + ": no answer within " + std::to_string(timeout.count()) + " ms");
+  const SteadyTime deadline = DeadlineAfter(timeout);
+  for (;;) {
+    const Duration left(MillisLeft(deadline));
+    if (future.wait_for(std::min(left, kStopPollInterval)) == std::future_status::ready) break;
+    if (stopped()) {
+      if (cts != nullptr) cts->cancel();
+      return Cancelled(what + ": the client is stopping");
+    }
+    if (left <= kStopPollInterval) {
+      if (cts != nullptr) cts->cancel();
+      return DeadlineExceeded(what + ": no answer within " + std::to_string(timeout.count()) +
+                              " ms");
+    }
   }
   try {
     return future.get();
@@ -351,10 +366,12 @@ class RestKubeClient final : public KubeClient {
     }
     const std::string path = CollectionPath(r, ns) + query;
     const std::string what = "GET " + path;
+    auto stopped = [this] { return Stopped(); };
     Duration idle = options.timeout_seconds > 0
                         ? Duration(options.timeout_seconds * 1000LL) + kWatchIdleSlack
                         : Duration(3'600'000);
     for (bool refreshed = false;; refreshed = true) {
+      if (Stopped()) return Cancelled(what + ": the client is stopping");
       auto auth = CurrentAuth();
       if (!auth.ok()) return auth.status().WithContext(what);
       std::unique_ptr<client::http_client> http;
@@ -372,11 +389,11 @@ class RestKubeClient final : public KubeClient {
       } catch (const std::exception& e) {
         return Unavailable(what + ": " + e.what());
       }
-      auto response = Await(task, options_.request_timeout, cts.get(), what);
+      auto response = Await(task, options_.request_timeout, cts.get(), stopped, what);
       if (!response.ok()) return response.status();
       if (response->status_code() != http::status_codes::OK) {
-        auto body =
-            Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
+        auto body = Await(response->extract_utf8string(true), options_.request_timeout, cts.get(),
+                          stopped, what);
         std::string raw = body.ok() ? *body : "";
         Status error =
             StatusFromApi(response->status_code(), Json::parse(raw, nullptr, false), raw);
@@ -459,14 +476,20 @@ class RestKubeClient final : public KubeClient {
     return http_;
   }
 
+  // The client's stop flag is set, or the process was asked to stop (SleepOrStop's flag).
+  bool Stopped() const {
+    return (options_.stop != nullptr && options_.stop->load()) || StopRequested();
+  }
+
   // Sleeps `d`, waking early when the client is told to stop.
   bool SleepUnlessStopped(Duration d) {
     const SteadyTime until = DeadlineAfter(d);
     while (MillisLeft(until) > 0) {
-      if (options_.stop != nullptr && options_.stop->load()) return false;
-      std::this_thread::sleep_for(std::min<Duration>(Duration(MillisLeft(until)), Duration(50)));
+      if (Stopped()) return false;
+      std::this_thread::sleep_for(
+          std::min<Duration>(Duration(MillisLeft(until)), kStopPollInterval));
     }
-    return options_.stop == nullptr || !options_.stop->load();
+    return !Stopped();
   }
 
   client::http_client_config HttpConfig(Duration timeout, const ExecCredential* cred) const {
@@ -513,13 +536,16 @@ class RestKubeClient final : public KubeClient {
   StatusOr<Json> Do(const http::method& method, const std::string& path, const Json* body,
                     const std::string& content_type, bool write) {
     const std::string what = method + " " + path;
+    auto stopped = [this] { return Stopped(); };
     Backoff backoff(BackoffOptions{Duration(200), Duration(5'000), 2.0});
     bool refreshed = false;
     for (int attempt = 0;; ++attempt) {
+      // Nothing new is sent once stopping: a write half sent and then abandoned helps no one.
+      if (Stopped()) return Cancelled(what + ": the client is stopping");
       if (write) {
         auto wait = limiter_.Reserve(options_.max_throttle_wait);
         if (!wait.ok()) return wait.status().WithContext(what);
-        if (wait->count() > 0 && !SleepOrStop(*wait)) return StoppedStatus(what);
+        if (wait->count() > 0 && !SleepUnlessStopped(*wait)) return StoppedStatus(what);
       }
       std::optional<Duration> retry_after;
       Status error;
@@ -534,12 +560,12 @@ class RestKubeClient final : public KubeClient {
       } catch (const std::exception& e) {
         return Unavailable(what + ": " + e.what());
       }
-      auto response = Await(task, options_.request_timeout, cts.get(), what);
+      auto response = Await(task, options_.request_timeout, cts.get(), stopped, what);
       if (!response.ok()) {
         error = response.status();
       } else {
-        auto text =
-            Await(response->extract_utf8string(true), options_.request_timeout, cts.get(), what);
+        auto text = Await(response->extract_utf8string(true), options_.request_timeout, cts.get(),
+                          stopped, what);
         if (!text.ok()) {
           error = text.status();
         } else {

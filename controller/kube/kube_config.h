@@ -65,7 +65,9 @@ struct ClientOptions {
   std::string user_agent = "ringtrain/0.1";
   // Wall time for credential expiry (exec plugins); nullptr = the real clock.
   const Clock* clock = nullptr;
-  // Set at shutdown: a running exec plugin is killed and the request fails with kCancelled.
+  // Set at shutdown: a request waiting for its answer or its turn (rate limit, retry backoff)
+  // ends within 50 ms, a running exec plugin is killed, and nothing new is sent; each such call
+  // fails with kCancelled. A process-wide RequestStop() ends the waits too.
   const std::atomic<bool>* stop = nullptr;
 };
 

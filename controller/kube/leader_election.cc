@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
 #include <random>
@@ -59,6 +60,7 @@ LeaderElector::~LeaderElector() { Stop(); }
 void LeaderElector::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (thread_.joinable() || stopping_) return;
+  caller_ = std::thread([this] { CallerLoop(); });
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -68,7 +70,16 @@ void LeaderElector::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  // From a callback (on one of the elector's own threads): the destructor joins them.
+  const auto self = std::this_thread::get_id();
+  if (thread_.get_id() == self || caller_.get_id() == self) return;
+  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    caller_exit_ = true;
+  }
+  cv_.notify_all();
+  if (caller_.joinable()) caller_.join();
 }
 
 bool LeaderElector::IsLeader() const {
@@ -89,6 +100,41 @@ SteadyTime LeaderElector::SteadyNow() const {
   return config_.clock != nullptr ? config_.clock->SteadyNow() : real_clock_.SteadyNow();
 }
 
+std::optional<Status> LeaderElector::Call(std::function<Status()> call, SteadyTime deadline,
+                                          bool stoppable) {
+  // `deadline` is on the injected clock; the waits below are on the real one.
+  const auto until = std::chrono::steady_clock::now() + (deadline - SteadyNow());
+  std::unique_lock<std::mutex> lock(mu_);
+  auto given_up = [&] { return stoppable && stopping_; };
+  // A call that outlived its deadline may still be running: never two at once.
+  if (!cv_.wait_until(lock, until, [&] { return done_ == posted_ || given_up(); }) || given_up()) {
+    return std::nullopt;
+  }
+  call_ = std::move(call);
+  const std::uint64_t mine = ++posted_;
+  cv_.notify_all();
+  if (!cv_.wait_until(lock, until, [&] { return done_ == mine || given_up(); }) || done_ != mine) {
+    return std::nullopt;
+  }
+  return call_result_;
+}
+
+void LeaderElector::CallerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return caller_exit_ || done_ != posted_; });
+    if (done_ == posted_) return;
+    std::function<Status()> call = std::move(call_);
+    const std::uint64_t serial = posted_;
+    lock.unlock();
+    Status result = call();
+    lock.lock();
+    call_result_ = std::move(result);
+    done_ = serial;
+    cv_.notify_all();
+  }
+}
+
 bool LeaderElector::SleepUnlessStopped(Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
   return !cv_.wait_for(lock, d, [&] { return stopping_; });
@@ -107,8 +153,8 @@ void LeaderElector::SetLeader(bool leader) {
 }
 
 Status LeaderElector::TryAcquireOrRenew() {
-  const WallTime now = Now();
-  const std::string stamp = FormatMicroTime(now);
+  const std::string stamp = FormatMicroTime(Now());
+  const SteadyTime now = SteadyNow();
   auto got = client_->Get(kLeases, config_.lease_namespace, config_.lease_name);
   if (!got.ok() && got.status().code() != StatusCode::kNotFound) return got.status();
   if (!got.ok()) {
@@ -141,8 +187,9 @@ Status LeaderElector::TryAcquireOrRenew() {
   bool expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Expiry is judged by our own clock from when we saw the record change (as client-go does),
-    // never by comparing renewTime with our clock: the clocks of two replicas may disagree.
+    // Expiry is judged by our own monotonic clock from when we saw the record change (as
+    // client-go does), never by comparing renewTime with our clock: the clocks of two replicas
+    // may disagree, and a wall clock may jump.
     std::string record = spec.dump();
     if (record != observed_record_) {
       observed_record_ = record;
@@ -176,39 +223,39 @@ Status LeaderElector::TryAcquireOrRenew() {
   return Status::Ok();
 }
 
-void LeaderElector::Release() {
-  auto got = client_->Get(kLeases, config_.lease_namespace, config_.lease_name);
-  if (!got.ok()) return;
-  Json lease = std::move(*got);
+Status LeaderElector::Release() {
+  ASSIGN_OR_RETURN(Json lease, client_->Get(kLeases, config_.lease_namespace, config_.lease_name));
   if (!lease.contains("spec") || StringField(lease["spec"], "holderIdentity") != config_.identity) {
-    return;
+    return Status::Ok();
   }
   const std::string stamp = FormatMicroTime(Now());
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = stamp;
   lease["spec"]["acquireTime"] = stamp;
-  auto released = client_->Update(kLeases, config_.lease_namespace, lease);
-  if (!released.ok()) {
-    spdlog::warn("leader election: release of {}/{} failed: {}", config_.lease_namespace,
-                 config_.lease_name, released.status().ToString());
-  }
+  return client_->Update(kLeases, config_.lease_namespace, lease).status();
 }
 
 void LeaderElector::Run() {
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(1.0, 1.0 + kJitter);
+  auto attempt = [this] { return TryAcquireOrRenew(); };
   for (;;) {
-    // Campaign.
+    // Campaign. `renewed_at` is when the last attempt that took or renewed the lease began: the
+    // write that others see happened after it, so they wait a whole lease_duration from a
+    // later moment than the renew_deadline this leader measures from it.
+    SteadyTime renewed_at{};
     bool acquired = false;
     for (;;) {
-      Status s = TryAcquireOrRenew();
-      if (s.ok()) {
+      const SteadyTime start = SteadyNow();
+      auto s = Call(attempt, start + config_.renew_deadline, /*stoppable=*/true);
+      if (s && s->ok()) {
         acquired = true;
+        renewed_at = start;
         break;
       }
-      if (s.code() != StatusCode::kFailedPrecondition) {
-        spdlog::debug("leader election: acquire failed: {}", s.ToString());
+      if (s && s->code() != StatusCode::kFailedPrecondition) {
+        spdlog::debug("leader election: acquire failed: {}", s->ToString());
       }
       auto wait = Duration(static_cast<long long>(config_.retry_period.count() * jitter(rng)));
       if (!SleepUnlessStopped(wait)) break;
@@ -216,26 +263,44 @@ void LeaderElector::Run() {
     if (!acquired) return;
     SetLeader(true);
     // Lead: renew every retry period; step down when another holder shows up or when no renewal
-    // succeeded for renew_deadline.
-    auto last_renew = SteadyNow();
+    // succeeded by renew_deadline — also while a renewal is still waiting for the API server,
+    // since a follower takes the lease once it expires whatever this replica is waiting for.
     bool stopping = false;
     for (;;) {
-      if (!SleepUnlessStopped(config_.retry_period)) {
+      const SteadyTime deadline = renewed_at + config_.renew_deadline;
+      const Duration left = std::chrono::duration_cast<Duration>(deadline - SteadyNow());
+      if (left.count() <= 0) {
+        spdlog::warn("leader election: no renewal within the renew deadline ({})",
+                     FormatDuration(config_.renew_deadline));
+        break;
+      }
+      if (!SleepUnlessStopped(std::min(config_.retry_period, left))) {
         stopping = true;
         break;
       }
-      Status s = TryAcquireOrRenew();
-      if (s.ok()) {
-        last_renew = SteadyNow();
+      const SteadyTime start = SteadyNow();
+      if (start >= deadline) continue;
+      auto s = Call(attempt, deadline, /*stoppable=*/true);
+      if (!s) continue;  // the deadline passed or Stop() was called: the checks above say which
+      if (s->ok()) {
+        renewed_at = start;
         continue;
       }
-      spdlog::warn("leader election: renew failed: {}", s.ToString());
-      if (s.code() == StatusCode::kFailedPrecondition) break;
-      if (SteadyNow() - last_renew >= config_.renew_deadline) break;
+      spdlog::warn("leader election: renew failed: {}", s->ToString());
+      if (s->code() == StatusCode::kFailedPrecondition) break;
     }
     SetLeader(false);
     if (stopping) {
-      if (config_.release_on_stop) Release();
+      if (config_.release_on_stop) {
+        auto released = Call([this] { return Release(); }, SteadyNow() + config_.release_timeout,
+                             /*stoppable=*/false);
+        if (!released || !released->ok()) {
+          spdlog::warn("leader election: release of {}/{} failed: {}", config_.lease_namespace,
+                       config_.lease_name,
+                       released ? released->ToString()
+                                : "no answer within " + FormatDuration(config_.release_timeout));
+        }
+      }
       return;
     }
   }

@@ -1,12 +1,16 @@
 // Leader election on a coordination.k8s.io/v1 Lease, the way client-go's leaderelection does it:
 // acquire when the lease is free or expired, renew every retry period, step down when renewal
-// fails for renew_deadline, release on a graceful stop. Owns one thread; no controller logic.
+// fails for renew_deadline, release on a graceful stop. Owns two threads (the campaign, and one
+// that makes the API calls so that a hung call cannot keep a leader past its deadline); no
+// controller logic.
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -24,7 +28,10 @@ struct LeaderElectionConfig {
   Duration retry_period{2'000};
   // Clear holderIdentity on Stop() so another replica takes over at once, not after expiry.
   bool release_on_stop = true;
-  // Called on the elector's thread (must not throw); on_stopped_leading also after a lost renewal.
+  // How long Stop() waits for the release (a Get and an Update) before giving up on it.
+  Duration release_timeout{5'000};
+  // Called on the elector's threads (must not throw); on_stopped_leading also after a lost
+  // renewal, as soon as renew_deadline passes, whether or not the renewal call has returned.
   std::function<void()> on_started_leading;
   std::function<void()> on_stopped_leading;
   std::function<void(const std::string& identity)> on_new_leader;
@@ -42,7 +49,9 @@ class LeaderElector {
 
   // Campaigns until Stop(); after losing the lease it campaigns again.
   void Start();
-  // Stops campaigning; a leader steps down (on_stopped_leading) and releases the lease if asked.
+  // Stops campaigning; a leader steps down (on_stopped_leading) and releases the lease if asked
+  // (waiting at most release_timeout for it). Then waits for an API call still in flight, which
+  // the client's own timeout bounds.
   void Stop();
   bool IsLeader() const;
   // The holder this elector last saw on the lease ("" = none).
@@ -53,7 +62,12 @@ class LeaderElector {
   void Run();
   // One attempt to take or renew the lease; ok means we hold it now.
   Status TryAcquireOrRenew();
-  void Release();
+  Status Release();
+  // Runs `call` on caller_ and waits for it until `deadline` (or, if `stoppable`, until
+  // Stop()). nullopt when it did not finish in time: it goes on, and the next Call waits for it
+  // first, so that two calls never race on the lease.
+  std::optional<Status> Call(std::function<Status()> call, SteadyTime deadline, bool stoppable);
+  void CallerLoop();
   void SetLeader(bool leader);
   bool SleepUnlessStopped(Duration d);
   WallTime Now() const;
@@ -69,8 +83,17 @@ class LeaderElector {
   bool leader_ = false;
   std::string observed_holder_;
   std::string observed_record_;  // the lease spec as last read, to see whether it moved
-  WallTime observed_time_{};     // local time when observed_record_ last changed
-  Json observed_lease_;          // the lease as last read or written (resourceVersion for updates)
+  // Monotonic time when observed_record_ last changed: expiry is measured on it, so a step of
+  // the wall clock (NTP) neither expires a live lease nor prolongs a dead one.
+  SteadyTime observed_time_{};
+  Json observed_lease_;  // the lease as last read or written (resourceVersion for updates)
+  // The call handed to caller_: posted_ counts calls handed over, done_ those finished.
+  std::function<Status()> call_;
+  std::uint64_t posted_ = 0;
+  std::uint64_t done_ = 0;
+  Status call_result_;
+  bool caller_exit_ = false;
+  std::thread caller_;
   std::thread thread_;
 };
 

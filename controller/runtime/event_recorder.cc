@@ -75,20 +75,35 @@ void EventRecorder::Record(const nlohmann::json& object, const std::string& type
   cv_.notify_one();
 }
 
-void EventRecorder::Flush() {
+void EventRecorder::Flush(Duration timeout) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
     cv_.notify_all();
+    if (thread_.joinable() && !cv_.wait_for(lock, timeout, [this] { return loop_done_; }) &&
+        !queue_.empty()) {
+      spdlog::warn("events: {} not written within {} at shutdown; dropped", queue_.size(),
+                   FormatDuration(timeout));
+      queue_.clear();
+    }
   }
   if (thread_.joinable()) thread_.join();
+}
+
+std::size_t EventRecorder::QueuedForTest() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size();
 }
 
 void EventRecorder::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;
+    if (queue_.empty()) {
+      loop_done_ = true;
+      cv_.notify_all();
+      return;
+    }
     Pending item = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "controller/kube/kube_client.h"
 
 namespace ringtrain::op {
@@ -28,8 +29,16 @@ class EventRecorder {
   // `object` is the involved object as the API returned it (apiVersion, kind, metadata).
   void Record(const nlohmann::json& object, const std::string& type, const std::string& reason,
               const std::string& message);
-  // Writes what is queued, then stops the thread.
-  void Flush();
+  // Writes what is queued, then stops the thread. What is still queued after `timeout` (an API
+  // server that answers slowly or not at all) is dropped, with a warning; the write in flight
+  // then ends as the client's request timeout or stop allows.
+  void Flush(Duration timeout = kFlushTimeout);
+
+  // How long Flush() writes by default: a few seconds of a pod's 30 s grace period.
+  static constexpr Duration kFlushTimeout{3'000};
+
+  // Events queued and not yet being written.
+  std::size_t QueuedForTest();
 
   // How many distinct events are remembered for correlation (the oldest is forgotten first).
   static constexpr std::size_t kMaxCorrelated = 4096;
@@ -59,6 +68,7 @@ class EventRecorder {
   std::map<std::string, Seen> seen_;  // correlation key -> the Event written for it
   std::uint64_t serial_ = 0;
   bool stop_ = false;
+  bool loop_done_ = false;  // Loop() returned
   std::thread thread_;
 };
 

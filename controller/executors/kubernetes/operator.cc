@@ -122,7 +122,9 @@ StatusOr<std::unique_ptr<Operator>> Operator::Create(kube::KubeClient* client,
     cfg.on_new_leader = [](const std::string& id) {
       spdlog::info("leader election: the leader is {}", id.empty() ? "(none)" : id);
     };
-    auto elector = kube::LeaderElector::Create(client, std::move(cfg));
+    kube::KubeClient* election_client =
+        op->options_.election_client != nullptr ? op->options_.election_client : client;
+    auto elector = kube::LeaderElector::Create(election_client, std::move(cfg));
     if (!elector.ok()) return elector.status().WithContext("leader election");
     op->elector_ = std::move(*elector);
   }
@@ -138,7 +140,7 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
       queue_(options_.queue, clock_) {
   cache_ = std::make_unique<Cache>(&jobs_);
   events_ = std::make_unique<EventRecorder>(
-      client_, "ringtrain-controller",
+      options_.events_client != nullptr ? options_.events_client : client_, "ringtrain-controller",
       options_.election.identity.empty() ? "ringtrain-controller" : options_.election.identity);
   reconciler_ = std::make_unique<Reconciler>(client_, cache_.get(), clock_, events_.get(), metrics_,
                                              options_.reconciler);
@@ -266,12 +268,13 @@ void Operator::Worker() {
 void Operator::Stop() {
   if (stopping_.exchange(true)) return;
   StopWorkers();
+  // Events are writes too: the last ones go out while this replica still holds the lease.
+  events_->Flush();
   if (elector_) elector_->Stop();
   leading_ = false;
   if (metrics_ != nullptr) metrics_->SetLeader(false);
   jobs_->Stop();
   pods_->Stop();
-  events_->Flush();
 }
 
 bool Operator::Ready() const { return jobs_->HasSynced() && pods_->HasSynced(); }

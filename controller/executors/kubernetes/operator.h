@@ -32,11 +32,19 @@ struct OperatorOptions {
   bool leader_elect = false;
   // Its callbacks are set by the operator; identity also names the Events' reportingInstance.
   kube::LeaderElectionConfig election;
+  // The client the election calls the API with (null: the operator's own). Give it a short
+  // request timeout and no retries: the election steps down at its renew deadline whatever a
+  // call is doing, but waits for that call before its next campaign and when it stops.
+  kube::KubeClient* election_client = nullptr;
+  // The client Events are written with (null: the operator's own): one that a stop does not
+  // cancel writes the last Events at shutdown, within EventRecorder::kFlushTimeout.
+  kube::KubeClient* events_client = nullptr;
 };
 
 class Operator {
  public:
-  // `client`, `metrics` and `clock` (null: the real clock) must outlive the operator.
+  // `client`, the clients in `options`, `metrics` and `clock` (null: the real clock) must
+  // outlive the operator.
   static StatusOr<std::unique_ptr<Operator>> Create(kube::KubeClient* client,
                                                     OperatorOptions options,
                                                     ControllerMetrics* metrics,
@@ -47,8 +55,9 @@ class Operator {
 
   // Starts the informers and the election (or, without it, the workers once synced).
   void Start();
-  // Stops the workers (a reconcile in progress finishes), the election (releasing the lease)
-  // and the informers. Idempotent.
+  // Stops the workers (a reconcile in progress finishes), writes the queued Events (a few
+  // seconds at most), stops the election (releasing the lease, a few seconds at most) and the
+  // informers. Idempotent.
   void Stop();
 
   bool Ready() const;  // both informers have synced

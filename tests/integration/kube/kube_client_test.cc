@@ -1,9 +1,16 @@
 // The cpprestsdk KubeClient against the fake API server: CRUD, typed errors, retries, rate
 // limiting and raw watch streams.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
 
 #include "tests/integration/kube/kube_test_util.h"
@@ -340,6 +347,87 @@ TEST_F(KubeTest, ServerDownIsUnavailable) {
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kUnavailable) << got.status().ToString();
   ASSERT_TRUE(server_->Start().ok());
+}
+
+// An API server that accepts a connection, reads the request and never answers. Set `on_request`
+// before Start(); it runs on the listener's thread once a whole request head has arrived.
+class SilentServer {
+ public:
+  ~SilentServer() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (conn_ >= 0) ::close(conn_);
+    if (listener_ >= 0) ::close(listener_);
+  }
+
+  // The URL to send requests to.
+  std::string Start() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    EXPECT_EQ(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listener_, 4), 0);
+    socklen_t len = sizeof(addr);
+    EXPECT_EQ(::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+    thread_ = std::thread([this] { Serve(); });
+    return "http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  }
+
+  std::function<void()> on_request;
+
+ private:
+  // Polls in short slices only so that the destructor can end it.
+  bool Readable(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    while (!done_) {
+      if (::poll(&p, 1, 20) > 0) return true;
+    }
+    return false;
+  }
+
+  void Serve() {
+    if (!Readable(listener_)) return;
+    conn_ = ::accept(listener_, nullptr, nullptr);
+    std::string head;
+    char buf[4096];
+    while (head.find("\r\n\r\n") == std::string::npos && Readable(conn_)) {
+      ssize_t n = ::recv(conn_, buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      head.append(buf, static_cast<std::size_t>(n));
+    }
+    if (head.find("\r\n\r\n") != std::string::npos && on_request) on_request();
+  }
+
+  std::atomic<bool> done_{false};
+  int listener_ = -1;
+  int conn_ = -1;
+  std::thread thread_;
+};
+
+TEST(KubeClientStopTest, StopWakesARequestTheServerNeverAnswers) {
+  SilentServer server;
+  std::atomic<bool> stop{false};
+  // The stop comes once the server holds the whole request: the client is then waiting for an
+  // answer that never comes, for as long as its request timeout (far longer than this test).
+  server.on_request = [&] { stop = true; };
+  KubeConfig config;
+  config.server = server.Start();
+  ClientOptions options;
+  options.request_timeout = std::chrono::seconds(30);
+  options.max_retries = 0;
+  options.stop = &stop;
+  auto client = NewKubeClient(config, options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto got = (*client)->Get(kLeases, "default", "ringtrain-controller-leader");
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kCancelled) << got.status().ToString();
+  EXPECT_TRUE(stop.load());  // ended by the stop, not by anything else
+
+  // A stopped client sends nothing new.
+  auto again = (*client)->Get(kLeases, "default", "ringtrain-controller-leader");
+  EXPECT_EQ(again.status().code(), StatusCode::kCancelled) << again.status().ToString();
 }
 
 }  // namespace

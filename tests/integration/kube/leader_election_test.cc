@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 
 #include "controller/kube/leader_election.h"
 #include "tests/integration/kube/kube_test_util.h"
@@ -13,15 +16,85 @@ namespace {
 using testing::Eventually;
 using testing::KubeTest;
 
+// Passes every call through to `inner`, except that once Hang() was called a Get of a Lease
+// blocks until Release(): an API server that accepts the request and never answers.
+class HangingLeaseClient final : public KubeClient {
+ public:
+  explicit HangingLeaseClient(KubeClient* inner) : inner_(inner) {}
+
+  void Hang() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hang_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hang_ = false;
+    }
+    cv_.notify_all();
+  }
+  // How many Gets are blocked now.
+  int Hanging() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hanging_;
+  }
+
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    if (r.plural == kLeases.plural) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (hang_) {
+        ++hanging_;
+        cv_.wait(lock, [&] { return !hang_; });
+        --hanging_;
+      }
+    }
+    return inner_->Get(r, ns, name);
+  }
+  StatusOr<Json> List(const Resource& r, const std::string& ns,
+                      const ListOptions& options) override {
+    return inner_->List(r, ns, options);
+  }
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Create(r, ns, object);
+  }
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Update(r, ns, object);
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                              const Json& object) override {
+    return inner_->UpdateStatus(r, ns, object);
+  }
+  StatusOr<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                       const Json& patch, PatchType type, bool status) override {
+    return inner_->Patch(r, ns, name, patch, type, status);
+  }
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                const DeleteOptions& options) override {
+    return inner_->Delete(r, ns, name, options);
+  }
+  StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
+                                               const WatchOptions& options) override {
+    return inner_->Watch(r, ns, options);
+  }
+
+ private:
+  KubeClient* inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hang_ = false;
+  int hanging_ = 0;
+};
+
 struct Candidate {
   std::atomic<int> started{0}, stopped{0};
+  std::function<void()> on_started;  // also called when it starts leading; set before Start()
   std::unique_ptr<LeaderElector> elector;
 };
 
 class LeaderElectionTest : public KubeTest {
  protected:
-  std::unique_ptr<Candidate> NewCandidate(const std::string& identity,
-                                          bool release_on_stop = true) {
+  std::unique_ptr<Candidate> NewCandidate(const std::string& identity, bool release_on_stop = true,
+                                          KubeClient* client = nullptr) {
     auto c = std::make_unique<Candidate>();
     LeaderElectionConfig config;
     config.lease_namespace = "default";
@@ -32,9 +105,12 @@ class LeaderElectionTest : public KubeTest {
     config.retry_period = std::chrono::milliseconds(300);
     config.release_on_stop = release_on_stop;
     Candidate* raw = c.get();
-    config.on_started_leading = [raw] { ++raw->started; };
+    config.on_started_leading = [raw] {
+      ++raw->started;
+      if (raw->on_started) raw->on_started();
+    };
     config.on_stopped_leading = [raw] { ++raw->stopped; };
-    auto e = LeaderElector::Create(client_.get(), config);
+    auto e = LeaderElector::Create(client != nullptr ? client : client_.get(), config);
     EXPECT_TRUE(e.ok()) << e.status().ToString();
     c->elector = std::move(e).value();
     return c;
@@ -131,6 +207,35 @@ TEST_F(LeaderElectionTest, StepsDownWhenRenewalFails) {
   ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }, std::chrono::seconds(20)));
   EXPECT_EQ(a->started.load(), 2);
   a->elector->Stop();
+}
+
+TEST_F(LeaderElectionTest, StepsDownAtTheRenewDeadlineWhileTheApiServerHangs) {
+  HangingLeaseClient hanging(client_.get());
+  auto a = NewCandidate("a", /*release_on_stop=*/false, &hanging);
+  // Declared after `a`, so destroyed first: a failed assertion does not leave a's Get blocked.
+  struct Unblock {
+    HangingLeaseClient* client;
+    ~Unblock() { client->Release(); }
+  } unblock{&hanging};
+  a->elector->Start();
+  ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }));
+  // The next renewal's Get never answers (as a client with a long request timeout and retries
+  // blocks for minutes). The leader must step down by its renew deadline (1.5 s after its last
+  // renewal began), before the lease (2 s) expires for the follower that then takes it over.
+  hanging.Hang();
+  ASSERT_TRUE(Eventually([&] { return hanging.Hanging() == 1; }));
+  auto b = NewCandidate("b", /*release_on_stop=*/false);
+  std::atomic<bool> a_led_when_b_started{true};
+  b->on_started = [&] { a_led_when_b_started = a->elector->IsLeader(); };
+  b->elector->Start();
+  ASSERT_TRUE(Eventually([&] { return !a->elector->IsLeader(); }));
+  EXPECT_EQ(hanging.Hanging(), 1);  // stepped down while the renewal was still waiting
+  EXPECT_EQ(a->stopped.load(), 1);
+  ASSERT_TRUE(Eventually([&] { return b->elector->IsLeader(); }));
+  EXPECT_FALSE(a_led_when_b_started.load());  // never two leaders
+  hanging.Release();
+  a->elector->Stop();
+  b->elector->Stop();
 }
 
 }  // namespace
