@@ -100,8 +100,10 @@ class LeaderElectionTest : public KubeTest {
     config.lease_namespace = "default";
     config.lease_name = "ringtrain-test-leader";
     config.identity = identity;
-    config.lease_duration = std::chrono::milliseconds(2000);
-    config.renew_deadline = std::chrono::milliseconds(1500);
+    // Short enough for a quick takeover, long enough that a renewal slowed by a loaded machine
+    // (sanitizers, parallel tests) never reaches the renew deadline by itself.
+    config.lease_duration = std::chrono::milliseconds(4000);
+    config.renew_deadline = std::chrono::milliseconds(3000);
     config.retry_period = std::chrono::milliseconds(300);
     config.release_on_stop = release_on_stop;
     Candidate* raw = c.get();
@@ -172,7 +174,7 @@ TEST_F(LeaderElectionTest, ExactlyOneLeaderAndTakeoverAfterExpiry) {
       server_->GetObject({"coordination.k8s.io", "leases"}, "default", "ringtrain-test-leader");
   ASSERT_TRUE(lease.has_value());
   EXPECT_EQ((*lease)["spec"]["leaseTransitions"], 1);
-  EXPECT_EQ((*lease)["spec"]["leaseDurationSeconds"], 2);
+  EXPECT_EQ((*lease)["spec"]["leaseDurationSeconds"], 4);
   follower->elector->Stop();
 }
 
@@ -198,9 +200,9 @@ TEST_F(LeaderElectionTest, StepsDownWhenRenewalFails) {
   auto a = NewCandidate("a");
   a->elector->Start();
   ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }));
-  // Each failing Get takes 4 requests (3 retries, ~1.4 s), more than the 1.5 s renew deadline
-  // allows twice over: the leader steps down well before the 12 failures run out.
-  server_->FailNextRequests("", "leases", 503, 12);
+  // Each failing Get takes 4 requests (3 retries, ~1.4 s): 24 failures last far longer than the
+  // 3 s renew deadline, so the leader steps down before they run out.
+  server_->FailNextRequests("", "leases", 503, 24);
   ASSERT_TRUE(Eventually([&] { return !a->elector->IsLeader(); }));
   EXPECT_EQ(a->stopped.load(), 1);
   // Once the API answers again, it campaigns and wins back the (unchanged) lease.
@@ -220,8 +222,8 @@ TEST_F(LeaderElectionTest, StepsDownAtTheRenewDeadlineWhileTheApiServerHangs) {
   a->elector->Start();
   ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }));
   // The next renewal's Get never answers (as a client with a long request timeout and retries
-  // blocks for minutes). The leader must step down by its renew deadline (1.5 s after its last
-  // renewal began), before the lease (2 s) expires for the follower that then takes it over.
+  // blocks for minutes). The leader must step down by its renew deadline (3 s after its last
+  // renewal began), before the lease (4 s) expires for the follower that then takes it over.
   hanging.Hang();
   ASSERT_TRUE(Eventually([&] { return hanging.Hanging() == 1; }));
   auto b = NewCandidate("b", /*release_on_stop=*/false);
