@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -92,11 +94,17 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
 Status ParseRunPolicy(const json& j, RunPolicy* p) {
   Fields f(j, "spec.runPolicy");
   RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
-  // Each duration at most kMaxPolicySeconds, as the CRD says: a time point past it overflows.
-  RETURN_IF_ERROR(
-      f.OptInt("activeDeadlineSeconds", 1, kMaxPolicySeconds, &p->active_deadline_seconds));
-  RETURN_IF_ERROR(
-      f.OptInt("ttlSecondsAfterFinished", 0, kMaxPolicySeconds, &p->ttl_seconds_after_finished));
+  // Each duration at most kMaxPolicySeconds, as the CRD says for new writes: a time point past
+  // it overflows. The two the CRD did not bound before are capped, not refused: a job stored
+  // with "activeDeadlineSeconds: 999999999" (no deadline) must not fail when the operator is
+  // upgraded (the planner's arithmetic saturates as well).
+  constexpr std::int64_t kAnyInt = std::numeric_limits<std::int64_t>::max();
+  RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, kAnyInt, &p->active_deadline_seconds));
+  RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, kAnyInt, &p->ttl_seconds_after_finished));
+  for (std::optional<std::int64_t>* d :
+       {&p->active_deadline_seconds, &p->ttl_seconds_after_finished}) {
+    if (d->has_value()) **d = std::min(**d, kMaxPolicySeconds);
+  }
   RETURN_IF_ERROR(ReadEnum(f, "cleanPodPolicy", &p->clean_pod_policy));
   RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));

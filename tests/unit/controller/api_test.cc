@@ -90,12 +90,6 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.runPolicy.podGroup.minMember: unknown field"},
         BadCase{"  runPolicy:\n    activeDeadlineSeconds: 0\n",
                 "spec.runPolicy.activeDeadlineSeconds: must be at least 1"},
-        BadCase{"  runPolicy:\n    activeDeadlineSeconds: 315360001\n",
-                "spec.runPolicy.activeDeadlineSeconds: must be at most 315360000"},
-        BadCase{"  runPolicy:\n    ttlSecondsAfterFinished: 315360001\n",
-                "spec.runPolicy.ttlSecondsAfterFinished: must be at most 315360000"},
-        BadCase{"  runPolicy:\n    ttlSecondsAfterFinished: 99999999999\n",
-                "spec.runPolicy.ttlSecondsAfterFinished: must be at most 315360000"},
         BadCase{"  runPolicy:\n    progressDeadlineSeconds: 315360001\n",
                 "spec.runPolicy.progressDeadlineSeconds: must be at most 315360000"},
         BadCase{"  command: run\n", "spec.command: must be a list"},
@@ -130,6 +124,14 @@ TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {
   EXPECT_EQ(job->spec.run_policy.ttl_seconds_after_finished, kMaxPolicySeconds);
   EXPECT_EQ(job->spec.run_policy.progress_deadline_seconds, kMaxPolicySeconds);
   EXPECT_EQ(job->spec.run_policy.scheduling_timeout_seconds, kMaxPolicySeconds);
+  // Jobs stored before the CRD bounded these two ("no deadline", "keep forever") are capped,
+  // not refused: an upgraded operator must not fail them.
+  auto stored = ParseManifestYaml(WithSpec("  runPolicy:\n    activeDeadlineSeconds: 999999999999\n"
+                                           "    ttlSecondsAfterFinished: 99999999999\n"),
+                                  "job.yaml");
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(stored->spec.run_policy.active_deadline_seconds, kMaxPolicySeconds);
+  EXPECT_EQ(stored->spec.run_policy.ttl_seconds_after_finished, kMaxPolicySeconds);
 }
 
 TEST(Manifest, NamesTheServiceCannotTakeAreRefusedWithTheReason) {
