@@ -339,9 +339,11 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
     news = news || std::find(replaced.begin(), replaced.end(), r->name) == replaced.end();
   }
   // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
-  // gang nothing: not counted. Any other loss counts against backoffLimit.
-  const bool free =
-      pick.disruption || pick.never_ran || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  // gang nothing: not counted. Any other loss counts against backoffLimit, a pod the node
+  // refused included: its replacement may be refused again, and no placement wait bounds that
+  // here (once the budget is spent the gang restarts, uncounted while a scheduling timeout
+  // bounds it).
+  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
   for (const auto* r : lost) {
@@ -432,16 +434,19 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
   }
+  // Placement's doing is not counted while runPolicy.schedulingTimeoutSeconds bounds it (the
+  // placement wait goes on across such restarts); unbounded, it counts like any failure, so a
+  // node that keeps refusing pods cannot restart the gang forever.
+  const bool bounded = spec_.run_policy.scheduling_timeout_seconds > 0 &&
+                       !job_.metadata.labels.contains(api::kKueueQueueLabel);
   // The node refused the pod before anything of the job ran: the placement's doing, as NotPlaced.
-  if (pick->never_ran) {
+  if (pick->never_ran && bounded) {
     Restart("NodeRejected", what + " (it never started: not counted against backoffLimit)", false);
     return true;
   }
   // A gang that was never whole did not run: a rank of a spec.command image (which knows no
   // gang gate) that timed its own rendezvous out against a peer still waiting to be placed is
-  // the placement's doing. Not counted; runPolicy.schedulingTimeoutSeconds bounds such waits.
-  const bool bounded = spec_.run_policy.scheduling_timeout_seconds > 0 &&
-                       !job_.metadata.labels.contains(api::kKueueQueueLabel);
+  // the placement's doing.
   for (const auto* r : current) {
     if (!bounded) break;
     if (r->phase != ReplicaPhase::kPending || r->terminating || r->wait_reason.empty()) continue;

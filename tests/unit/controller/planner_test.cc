@@ -1028,14 +1028,28 @@ TEST(Placement, APodTheNodeRejectedRestartsTheGangUncounted) {
     ASSERT_NE(Cond(p.status, kPodsReadyCondition), nullptr);
     EXPECT_EQ(Cond(p.status, kPodsReadyCondition)->last_transition_time, waiting_since);
   }
-  // InPlace: only the rejected replica is replaced, uncounted, with the budget spent.
+  // Without a scheduling timeout nothing bounds repeated refusals: counted like any failure.
+  auto unbounded = job;
+  unbounded.spec.run_policy.scheduling_timeout_seconds = 0;
+  unbounded.status.restarts = 0;
+  Plan counted = PlanAt(unbounded, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+  EXPECT_EQ(counted.status.phase, "Restarting");
+  EXPECT_EQ(counted.status.restarts, 1);
+  EXPECT_EQ(CountEvents(counted, "NodeRejected"), 0);
+  // InPlace: only the rejected replica is replaced, counted (its replacement may be refused
+  // again, and every replacement would be a new loss); with the budget spent the gang
+  // restarts, uncounted as above.
   auto in_place = InPlaceJob(2);
-  in_place.status.restarts = in_place.spec.run_policy.backoff_limit;
   Plan replaced = PlanAt(in_place, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
   EXPECT_EQ(replaced.status.phase, "Restarting");
   EXPECT_EQ(replaced.status.attempt, 0);
-  EXPECT_EQ(replaced.status.restarts, in_place.spec.run_policy.backoff_limit);
+  EXPECT_EQ(replaced.status.restarts, 1);
   EXPECT_EQ(Count(replaced, Kind::kDeleteReplica), 1);
+  in_place.status.restarts = in_place.spec.run_policy.backoff_limit;
+  Plan gang = PlanAt(in_place, {Replica(0, 0, ReplicaPhase::kRunning), rejected}, At(3));
+  EXPECT_EQ(gang.status.attempt, 1);
+  EXPECT_EQ(gang.status.restarts, in_place.spec.run_policy.backoff_limit);
+  EXPECT_EQ(CountEvents(gang, "NodeRejected"), 1);
 }
 
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
