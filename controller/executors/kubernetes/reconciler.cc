@@ -349,16 +349,21 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
       }
     }
   }
+  // No controller at all: kept on purpose (`kubectl delete --cascade=orphan`, a claim restored
+  // from a snapshot: the checkpoints a new job of this name resumes from). Used as before.
+  if (controller == nullptr) {
+    spdlog::info("job {}/{}: using {}, which has no controller", job.metadata.ns, job.metadata.name,
+                 what);
+    return Status::Ok();
+  }
   const bool earlier_job = controller != nullptr &&
                            StringField(*controller, "apiVersion").starts_with(api::kGroup) &&
                            StringField(*controller, "kind") == api::kKind;
   if (!earlier_job) {
-    return FailedPrecondition(what + " already exists and is not this TrainingJob's" +
-                              (controller != nullptr
-                                   ? " (its controller is " + StringField(*controller, "kind") +
-                                         " " + StringField(*controller, "name") + ")"
-                                   : std::string(" (no controller ownerReference)")) +
-                              ": delete it or give the job another name");
+    return FailedPrecondition(what + " already exists and is not this TrainingJob's (its " +
+                              "controller is " + StringField(*controller, "kind") + " " +
+                              StringField(*controller, "name") +
+                              "): delete it or give the job another name");
   }
   // An earlier job of the same name left it: the garbage collector deletes it whenever it gets
   // to it, under this job. Delete it now (that object only), and create ours next time.

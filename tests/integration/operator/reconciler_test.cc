@@ -398,8 +398,14 @@ TEST_F(FailedCreateTest, ChildrenAnEarlierJobOfTheSameNameLeftAreReplaced) {
 
 // A Service of the job's name that no TrainingJob owns is someone else's: left alone, and the
 // job shows why it cannot start.
-TEST_F(FailedCreateTest, AChildNoTrainingJobOwnsIsAFailedCreate) {
-  Json theirs = {{"metadata", {{"name", ServiceName("mnist")}}}};
+TEST_F(FailedCreateTest, AChildAnotherControllerOwnsIsAFailedCreate) {
+  Json theirs = {{"metadata",
+                  {{"name", ServiceName("mnist")},
+                   {"ownerReferences", Json::array({{{"apiVersion", "apps/v1"},
+                                                     {"kind", "Deployment"},
+                                                     {"name", "web"},
+                                                     {"uid", "uid-web"},
+                                                     {"controller", true}}})}}}};
   ASSERT_TRUE(client_.Create(kube::kServices, "default", theirs).ok());
   CreateJob(Job(2));
   auto result = reconciler_->Reconcile("default", "mnist");
@@ -414,9 +420,24 @@ TEST_F(FailedCreateTest, AChildNoTrainingJobOwnsIsAFailedCreate) {
                       " already exists and is not this TrainingJob's"),
             std::string::npos)
       << refused.dump();
+  EXPECT_NE(refused.value("message", "").find("(its controller is Deployment web)"),
+            std::string::npos)
+      << refused.dump();
   int failed_creates = 0;
   for (const auto& e : Events()) failed_creates += e.value("reason", "") == "FailedCreate" ? 1 : 0;
   EXPECT_EQ(failed_creates, 1);
+}
+
+// A child with no controller was kept on purpose (`kubectl delete --cascade=orphan` keeps the
+// checkpoint claim a new job of the same name resumes from): used as it is.
+TEST_F(FailedCreateTest, AChildWithNoControllerIsUsed) {
+  Json kept = {{"metadata", {{"name", ServiceName("mnist")}}}};
+  ASSERT_TRUE(client_.Create(kube::kServices, "default", kept).ok());
+  CreateJob(Job(2));
+  auto result = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 0);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
 }
 
 // Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
