@@ -176,6 +176,9 @@ Status LeaderElector::TryAcquireOrRenew() {
     observed_holder_ = config_.identity;
     return Status::Ok();
   }
+  // Another holder's lease is timed from when its record reached us, after the Get (a slow Get
+  // must not shorten the wait on it), as client-go does.
+  const SteadyTime seen = SteadyNow();
   Json lease = std::move(*got);
   Json spec = lease.contains("spec") && lease["spec"].is_object() ? lease["spec"] : Json::object();
   std::string holder = spec.contains("holderIdentity") && spec["holderIdentity"].is_string()
@@ -193,12 +196,12 @@ Status LeaderElector::TryAcquireOrRenew() {
     std::string record = spec.dump();
     if (record != observed_record_) {
       observed_record_ = record;
-      observed_time_ = now;
+      observed_time_ = seen;
     }
     if (holder != observed_holder_) new_leader = holder;
     observed_holder_ = holder;
     observed_lease_ = lease;
-    expired = observed_time_ + std::chrono::seconds(duration_s) <= now;
+    expired = observed_time_ + std::chrono::seconds(duration_s) <= seen;
   }
   if (!new_leader.empty() && config_.on_new_leader) config_.on_new_leader(new_leader);
   if (!holder.empty() && holder != config_.identity && !expired) {

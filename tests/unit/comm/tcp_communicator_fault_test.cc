@@ -284,11 +284,12 @@ TEST(TcpCommunicatorFaultTest, AResetRightNeighbourDoesNotDisableTheTimeout) {
   fake1.join();
   fake2.join();
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  std::int32_t mine = 7, all[3] = {};
-  auto gather = std::async(std::launch::async, [&] { return (*c)->AllGather(&mine, 4, all); });
-  // Rank 2's own block, then nothing more.
+  // Rank 2's own block, then nothing more: sent first, so that rank 0 owes rank 1 its 8 bytes
+  // however late the all-gather starts, and its timeout runs only against the stall.
   std::int32_t block = 9;
   ASSERT_TRUE(net::SendAll(left_side, &block, 4, DeadlineAfter(5s)).ok());
+  std::int32_t mine = 7, all[3] = {};
+  auto gather = std::async(std::launch::async, [&] { return (*c)->AllGather(&mine, 4, all); });
   // Rank 1 waits for the 8 bytes rank 0 owes it, then resets the connection unread.
   const int all_owed = 8;  // readable only once all 8 bytes are there
   ::setsockopt(right_side.fd(), SOL_SOCKET, SO_RCVLOWAT, &all_owed, sizeof all_owed);

@@ -108,7 +108,10 @@ struct HangingResolver {
     return EAI_AGAIN;
   }
   HangingResolver() {
-    released = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      released = false;
+    }
     previous = SetResolverForTest(&Resolve);
   }
   ~HangingResolver() {  // the lookups given up on end now, on their own threads
@@ -159,7 +162,11 @@ TEST(Net, ANameResolvesThroughItsLookupThread) {
   ASSERT_TRUE(l.ok());
   auto c = Connect("localhost", *LocalPort(*l), DeadlineAfter(std::chrono::seconds(10)));
   EXPECT_TRUE(c.ok()) << c.status().ToString();
+  // A name the resolver does not know (answered here, not by whatever DNS the machine has).
+  const Resolver real = SetResolverForTest(
+      [](const char*, const char*, const addrinfo*, addrinfo**) { return EAI_NONAME; });
   auto none = Connect("no-such-host.invalid", 1, DeadlineAfter(std::chrono::seconds(30)));
+  SetResolverForTest(real);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), StatusCode::kUnavailable) << none.status().ToString();
   EXPECT_NE(none.status().message().find("resolve no-such-host.invalid"), std::string::npos);
