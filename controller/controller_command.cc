@@ -156,8 +156,8 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   options.election.lease_namespace = !f.lease_namespace.empty() ? f.lease_namespace
                                      : config->ns.empty()       ? "default"
                                                                 : config->ns;
-  // A second client for the lease and the Events: each call bounded by one retry period (a
-  // Get and an Update fit well within the renew deadline) and not retried (the election retries
+  // A second client for the lease (and a third for Events): each call bounded by one retry period
+  // (a Get and an Update fit well within the renew deadline) and not retried (the election retries
   // at that pace itself); not tied to the stop flag, so that after a SIGTERM the last Events
   // and the release of the lease still go out, each within a few seconds.
   kube::ClientOptions side_options = client_options;
@@ -170,8 +170,17 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
                   side_client.status().ToString());
     return 1;
   }
+  // Events may be retried (a 429 from API priority and fairness, a slow etcd write): the Flush
+  // at shutdown is bounded by its own deadline.
+  kube::ClientOptions events_options = side_options;
+  events_options.max_retries = 2;
+  auto events_client = kube::NewKubeClient(*config, events_options);
+  if (!events_client.ok()) {
+    spdlog::error("kubernetes client for Events: {}", events_client.status().ToString());
+    return 1;
+  }
   options.election_client = side_client->get();
-  options.events_client = side_client->get();
+  options.events_client = events_client->get();
   auto op = Operator::Create(client->get(), options, &metrics);
   if (!op.ok()) {
     spdlog::error("{}", op.status().ToString());
