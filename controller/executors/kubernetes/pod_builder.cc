@@ -557,16 +557,22 @@ Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token) {
           {"stringData", {{kTokenKey, token}}}};
 }
 
-bool OwnedBy(const Json& pod, const std::string& uid) {
-  const Json* refs = nullptr;
-  if (auto m = pod.find("metadata"); m != pod.end()) {
-    if (auto r = m->find("ownerReferences"); r != m->end() && r->is_array()) refs = &*r;
+const Json* ControllerRef(const Json& object) {
+  auto m = object.find("metadata");
+  if (m == object.end() || !m->is_object()) return nullptr;
+  auto refs = m->find("ownerReferences");
+  if (refs == m->end() || !refs->is_array()) return nullptr;
+  for (const auto& ref : *refs) {
+    if (!ref.is_object()) continue;
+    auto c = ref.find("controller");
+    if (c != ref.end() && c->is_boolean() && c->get<bool>()) return &ref;
   }
-  if (refs == nullptr) return false;
-  for (const auto& r : *refs) {
-    if (r.value("uid", "") == uid && r.value("controller", false)) return true;
-  }
-  return false;
+  return nullptr;
+}
+
+bool OwnedBy(const Json& object, const std::string& uid) {
+  const Json* ref = ControllerRef(object);
+  return ref != nullptr && StringAt(*ref, "uid") == uid;
 }
 
 reconcile::ObservedReplica ObserveReplica(const Json& pod) {

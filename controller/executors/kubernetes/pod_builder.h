@@ -94,7 +94,10 @@ std::string PodGroupName(const std::string& job);
 // The merge patch that opens the gang gate of a pod.
 Json GangGatePatch();
 
-// Whether the pod is owned by the job with this uid (ownerReferences, controller: true).
-bool OwnedBy(const Json& pod, const std::string& uid);
+// The object's controller reference (the ownerReferences entry with controller: true; the API
+// server allows one), or nullptr.
+const Json* ControllerRef(const Json& object);
+// Whether the object is controlled by the owner with this uid.
+bool OwnedBy(const Json& object, const std::string& uid);
 
 }  // namespace ringtrain::op

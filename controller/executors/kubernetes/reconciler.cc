@@ -155,13 +155,11 @@ Status Reconciler::DeleteCheckpointClaim(const std::string& ns, const std::strin
                ? Status::Ok()
                : got.status().WithContext("get persistentvolumeclaims " + claim);
   }
-  bool ours = false;
-  for (const auto& ref :
-       got->value(Json::json_pointer("/metadata/ownerReferences"), Json::array())) {
-    ours = ours || (ref.value("kind", "") == api::kKind && ref.value("name", "") == name &&
-                    ref.value("controller", false));
+  const Json* controller = ControllerRef(*got);
+  if (controller == nullptr || StringField(*controller, "kind") != api::kKind ||
+      StringField(*controller, "name") != name) {
+    return Status::Ok();
   }
-  if (!ours) return Status::Ok();
   kube::DeleteOptions opts;
   opts.precondition_uid = MetaString(*got, "uid");
   Status st = client_->Delete(kPersistentVolumeClaims, ns, claim, opts);
@@ -340,15 +338,7 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
     return existing.status().WithContext("get " + what);
   }
   if (OwnedBy(*existing, job.metadata.uid)) return Status::Ok();
-  const Json* controller = nullptr;
-  if (auto m = existing->find("metadata"); m != existing->end() && m->is_object()) {
-    if (auto refs = m->find("ownerReferences"); refs != m->end() && refs->is_array()) {
-      for (const auto& ref : *refs) {
-        auto c = ref.is_object() ? ref.find("controller") : ref.end();
-        if (c != ref.end() && c->is_boolean() && c->get<bool>()) controller = &ref;
-      }
-    }
-  }
+  const Json* controller = ControllerRef(*existing);
   // No controller at all: kept on purpose (`kubectl delete --cascade=orphan`, a claim restored
   // from a snapshot: the checkpoints a new job of this name resumes from). Used as before.
   if (controller == nullptr) {
@@ -356,8 +346,7 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
                  what);
     return Status::Ok();
   }
-  const bool earlier_job = controller != nullptr &&
-                           StringField(*controller, "apiVersion").starts_with(api::kGroup) &&
+  const bool earlier_job = StringField(*controller, "apiVersion").starts_with(api::kGroup) &&
                            StringField(*controller, "kind") == api::kKind;
   if (!earlier_job) {
     return FailedPrecondition(what + " already exists and is not this TrainingJob's (its " +

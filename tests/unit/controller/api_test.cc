@@ -112,7 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
         BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
 
-// The CRD's maximum (10 years) for every runPolicy duration, taken up to the last second.
+// Every runPolicy duration taken up to 10 years (the CRD's maximum for the two it bounds).
 TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {
   auto job = ParseManifestYaml(WithSpec("  runPolicy:\n    activeDeadlineSeconds: 315360000\n"
                                         "    ttlSecondsAfterFinished: 315360000\n"

@@ -275,7 +275,7 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
   EXPECT_EQ(Count(late, Kind::kDeleteJob), 1);
 }
 
-// Durations the parser would refuse (a spec built elsewhere): above ~9.2e9 s, seconds overflow
+// Durations past the parser's cap (a spec built elsewhere): above ~9.2e9 s, seconds overflow
 // nanoseconds, and a wrapped time point lies in the past.
 TEST(Planner, HugeDurationsSaturateInsteadOfWrappingIntoThePast) {
   auto job = Job(1);
