@@ -626,6 +626,15 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
       r.pod_running = true;
     }
   }
+  // The pod failed for another container's exit (a sidecar that crashed after the runner had
+  // finished): the runner's own success stands, as it did while the sidecar still ran. Not when
+  // the pod was stopped from outside (a pod-level reason such as Evicted, a deletion, a
+  // disruption), where an exit 0 may be a program's answer to SIGTERM.
+  if (terminated != nullptr && r.phase == ReplicaPhase::kFailed && !r.pod_running &&
+      terminated->contains("exitCode") && IntAt(*terminated, "exitCode") == 0 &&
+      StringAt(status, "reason").empty() && !r.terminating && !r.disruption) {
+    r.phase = ReplicaPhase::kSucceeded;
+  }
   const Json pod_spec = pod.value("spec", Json::object());
   r.node = StringAt(pod_spec, "nodeName");
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {

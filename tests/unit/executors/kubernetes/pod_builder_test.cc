@@ -410,6 +410,45 @@ TEST(PodBuilderTest, ARunnerThatEndedBesideARunningSidecarEndsTheReplica) {
   EXPECT_FALSE(r.pod_running);
 }
 
+// The sidecar crashed after the runner had finished: the pod is Failed, the replica succeeded.
+// Not when the pod was stopped from outside (evicted, deleted, disrupted).
+TEST(PodBuilderTest, ASidecarThatFailedAfterTheRunnerFinishedLeavesTheReplicaSucceeded) {
+  Json pod = {{"metadata",
+               {{"name", "j-a0-0"},
+                {"labels", {{"ringtrain.dev/rank", "0"}, {"ringtrain.dev/attempt", "0"}}}}},
+              {"status",
+               {{"phase", "Failed"},
+                {"containerStatuses",
+                 {{{"name", "istio-proxy"},
+                   {"state", {{"terminated", {{"exitCode", 2}, {"reason", "Error"}}}}}},
+                  {{"name", "runner"},
+                   {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}}}}}}};
+  auto r = ObserveReplica(pod);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kSucceeded);
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_FALSE(r.pod_running);
+
+  Json evicted = pod;
+  evicted["status"]["reason"] = "Evicted";
+  EXPECT_EQ(ObserveReplica(evicted).phase, reconcile::ReplicaPhase::kFailed);
+  Json deleted = pod;
+  deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_EQ(ObserveReplica(deleted).phase, reconcile::ReplicaPhase::kFailed);
+  Json disrupted = pod;
+  disrupted["status"]["conditions"] = {{{"type", "DisruptionTarget"}, {"status", "True"}}};
+  EXPECT_EQ(ObserveReplica(disrupted).phase, reconcile::ReplicaPhase::kFailed);
+  // The runner failed too: the pod's failure is the runner's.
+  Json both = pod;
+  both["status"]["containerStatuses"][1]["state"]["terminated"]["exitCode"] = 1;
+  r = ObserveReplica(both);
+  EXPECT_EQ(r.phase, reconcile::ReplicaPhase::kFailed);
+  EXPECT_EQ(r.exit_code, 1);
+  // No exit code written: nothing says the runner succeeded.
+  Json unknown = pod;
+  unknown["status"]["containerStatuses"][1]["state"]["terminated"].erase("exitCode");
+  EXPECT_EQ(ObserveReplica(unknown).phase, reconcile::ReplicaPhase::kFailed);
+}
+
 // A Failed pod none of whose containers started was refused by its node (kubelet admission):
 // retryable, whatever exit code it lacks; one whose init container or runner ran is not that.
 TEST(PodBuilderTest, APodRejectedBeforeItRanIsRetryable) {
