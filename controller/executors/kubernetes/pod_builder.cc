@@ -615,13 +615,17 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   const Json* terminated = RunnerTerminated(status);
   // restartPolicy Never: a terminated runner has ended the replica, whatever the phase of a pod
   // that another container (a sidecar: istio-proxy, one of spec.template's) keeps running. A
-  // success waits for the pod's own phase while the pod is being stopped (deleted, disrupted):
-  // a program that exits 0 on SIGTERM has not finished its work.
+  // success waits for the pod's own phase while the pod is being stopped (deleted, disrupted, or
+  // given a pod-level reason such as the kubelet's Evicted, which is written before the
+  // containers are killed where DisruptionTarget is not): a program that exits 0 on SIGTERM has
+  // not finished its work.
+  const bool stopped_from_outside =
+      r.terminating || r.disruption || !StringAt(status, "reason").empty();
   if (terminated != nullptr && r.phase == ReplicaPhase::kRunning) {
     if (IntAt(*terminated, "exitCode") != 0) {
       r.phase = ReplicaPhase::kFailed;
       r.pod_running = true;
-    } else if (!r.terminating && !r.disruption) {
+    } else if (!stopped_from_outside) {
       r.phase = ReplicaPhase::kSucceeded;
       r.pod_running = true;
     }
@@ -632,7 +636,7 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   // disruption), where an exit 0 may be a program's answer to SIGTERM.
   if (terminated != nullptr && r.phase == ReplicaPhase::kFailed && !r.pod_running &&
       terminated->contains("exitCode") && IntAt(*terminated, "exitCode") == 0 &&
-      StringAt(status, "reason").empty() && !r.terminating && !r.disruption) {
+      !stopped_from_outside) {
     r.phase = ReplicaPhase::kSucceeded;
   }
   const Json pod_spec = pod.value("spec", Json::object());

@@ -401,6 +401,11 @@ TEST(PodBuilderTest, ARunnerThatEndedBesideARunningSidecarEndsTheReplica) {
   ok["metadata"].erase("deletionTimestamp");
   ok["status"]["conditions"] = {{{"type", "DisruptionTarget"}, {"status", "True"}}};
   EXPECT_EQ(ObserveReplica(ok).phase, reconcile::ReplicaPhase::kRunning);
+  // The kubelet's eviction without PodDisruptionConditions: a pod-level reason only.
+  ok["status"].erase("conditions");
+  ok["status"]["reason"] = "Evicted";
+  EXPECT_EQ(ObserveReplica(ok).phase, reconcile::ReplicaPhase::kRunning);
+  ok["status"].erase("reason");
 
   // The sidecar ran alone: the pod reads as its phase.
   Json running = pod_with_runner(Json::object());
