@@ -242,6 +242,10 @@ StatusOr<TrainingJob> LoadManifestFile(const std::string& path);
 StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source);
 // From the API server's JSON (status included).
 StatusOr<TrainingJob> ParseJobJson(const std::string& json);
+// spec.runPolicy.ttlSecondsAfterFinished of an API-server object alone, read as ParseJobJson
+// reads it (an integer from 0, capped at kMaxPolicySeconds) whatever the rest of the object
+// holds; nullopt when it is absent or not such an integer. For a job whose spec does not parse.
+std::optional<std::int64_t> ReadTtlSecondsAfterFinished(const std::string& json);
 std::string StatusToJson(const JobStatus& status);
 
 // How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_

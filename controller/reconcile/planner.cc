@@ -680,13 +680,13 @@ Plan Planner::Run() {
     CountFinalReplicas();
     Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
-      auto done = ParseRfc3339(st().completion_time).value_or(in_.now);
-      const WallTime expiry = AfterSeconds(done, *spec_.run_policy.ttl_seconds_after_finished);
-      if (in_.now >= expiry) {
+      const Duration left =
+          TtlLeft(st().completion_time, *spec_.run_policy.ttl_seconds_after_finished, in_.now);
+      if (left <= Duration::zero()) {
         plan_.actions.push_back(
             {Action::Kind::kDeleteJob, 0, 0, job_.metadata.name, "ttlSecondsAfterFinished"});
       } else {
-        Requeue(expiry);
+        Requeue(in_.now + left);
       }
     }
     return std::move(plan_);
@@ -883,6 +883,17 @@ bool IsNodeFault(const ObservedReplica& r) {
 
 bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt) {
   return a.required && attempt - a.attempt <= kRequiredAvoidanceAttempts;
+}
+
+Duration TtlLeft(const std::string& completion_time, std::int64_t ttl_seconds, WallTime now) {
+  const WallTime done = ParseRfc3339(completion_time).value_or(now);
+  const WallTime expiry = AfterSeconds(done, ttl_seconds);
+  if (now >= expiry) return Duration::zero();
+  // Rounded up: a job is never looked at again before it expired.
+  const auto left = expiry - now;
+  const auto most = std::chrono::seconds(api::kMaxPolicySeconds);
+  return left >= most ? std::chrono::duration_cast<Duration>(most)
+                      : std::chrono::ceil<Duration>(left);
 }
 
 bool IsPermanentWait(const std::string& wait_reason) { return wait_reason == "InvalidImageName"; }

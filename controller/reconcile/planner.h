@@ -5,6 +5,7 @@
 // and carries out the actions, and reports what it did to the memory (Record* below).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -196,6 +197,12 @@ bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt);
 // Whether a wait reason is one a restart cannot heal (the job fails at once): the image name
 // itself is invalid.
 bool IsPermanentWait(const std::string& wait_reason);
+
+// runPolicy.ttlSecondsAfterFinished of a finished job, counted from its status.completionTime
+// (from `now` when that does not parse): how long the job has left, zero once it is to be
+// deleted, never more than api::kMaxPolicySeconds. The planner's rule, and the Kubernetes
+// executor's for a finished job whose spec no longer parses.
+Duration TtlLeft(const std::string& completion_time, std::int64_t ttl_seconds, WallTime now);
 
 Plan PlanReconcile(const PlanInput& in);
 

@@ -275,6 +275,21 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
   EXPECT_EQ(Count(late, Kind::kDeleteJob), 1);
 }
 
+// The planner's ttl rule as the Kubernetes executor shares it (a job whose spec does not parse).
+TEST(Planner, TtlLeftCountsFromTheCompletionTime) {
+  const std::string done = "2026-11-21T10:00:00Z";
+  EXPECT_EQ(TtlLeft(done, 30, At(10)), std::chrono::seconds(20));
+  EXPECT_EQ(TtlLeft(done, 30, At(30)), Duration::zero());
+  EXPECT_EQ(TtlLeft(done, 30, At(3000)), Duration::zero());
+  EXPECT_EQ(TtlLeft(done, 0, At(0)), Duration::zero());
+  // Never looked at again before it expired, never further than the longest spec duration.
+  EXPECT_EQ(TtlLeft(done, 30, At(10) + std::chrono::microseconds(1)), std::chrono::seconds(20));
+  EXPECT_EQ(TtlLeft(done, 30, At(30) - std::chrono::microseconds(1)), Duration(1));
+  EXPECT_EQ(TtlLeft(done, INT64_MAX, At(10)), std::chrono::seconds(api::kMaxPolicySeconds));
+  // No readable completion time: counted from now.
+  EXPECT_EQ(TtlLeft("", 30, At(10)), std::chrono::seconds(30));
+}
+
 // Durations past the parser's cap (a spec built elsewhere): above ~9.2e9 s, seconds overflow
 // nanoseconds, and a wrapped time point lies in the past.
 TEST(Planner, HugeDurationsSaturateInsteadOfWrappingIntoThePast) {
