@@ -172,11 +172,14 @@ struct Failure {
 
 // A node a replica failed on for a cause of the node's own (lost, evicted for pressure, a
 // device fault): the next attempts stay off it, required for a few attempts, then preferred.
+// A node that only refused a pod (OutOfcpu, NodeAffinity, ...) is preferred against from the
+// start.
 struct AvoidedNode {
   std::string node;
   std::string reason;
-  int attempt = 0;       // the attempt that failed there
-  bool required = true;  // false once relaxed (the gang could not be placed without it)
+  int attempt = 0;  // the attempt that failed there
+  // false once relaxed (the gang could not be placed without it), or for a refusal
+  bool required = true;
   bool operator==(const AvoidedNode&) const = default;
 };
 

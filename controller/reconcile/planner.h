@@ -186,7 +186,9 @@ inline constexpr char kCheckpointsEphemeralCondition[] = "CheckpointsEphemeral";
 // the node in status.avoidedNodes; such a failure is always retryable. The
 // next kRequiredAvoidanceAttempts attempts must not use it (required node affinity), later
 // ones prefer not to; when the required form leaves the gang unschedulable for
-// kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt).
+// kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt). Any other
+// pod the node refused (ObservedReplica::never_ran: OutOfcpu, NodeAffinity, ...) puts it there
+// as preferred only (AvoidedNode::required false), never weakening a required entry.
 inline constexpr char kNodeFaultMarker[] = "node fault: ";
 inline constexpr int kRequiredAvoidanceAttempts = 2;
 inline constexpr std::chrono::seconds kAvoidanceRelaxAfter{60};
