@@ -172,11 +172,14 @@ struct Failure {
 
 // A node a replica failed on for a cause of the node's own (lost, evicted for pressure, a
 // device fault): the next attempts stay off it, required for a few attempts, then preferred.
+// A node that only refused a pod (OutOfcpu, NodeAffinity, ...) is preferred against from the
+// start.
 struct AvoidedNode {
   std::string node;
   std::string reason;
-  int attempt = 0;       // the attempt that failed there
-  bool required = true;  // false once relaxed (the gang could not be placed without it)
+  int attempt = 0;  // the attempt that failed there
+  // false once relaxed (the gang could not be placed without it), or for a refusal
+  bool required = true;
   bool operator==(const AvoidedNode&) const = default;
 };
 
@@ -242,6 +245,10 @@ StatusOr<TrainingJob> LoadManifestFile(const std::string& path);
 StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source);
 // From the API server's JSON (status included).
 StatusOr<TrainingJob> ParseJobJson(const std::string& json);
+// spec.runPolicy.ttlSecondsAfterFinished of an API-server object alone, read as ParseJobJson
+// reads it (an integer from 0, capped at kMaxPolicySeconds) whatever the rest of the object
+// holds; nullopt when it is absent or not such an integer. For a job whose spec does not parse.
+std::optional<std::int64_t> ReadTtlSecondsAfterFinished(const std::string& json);
 std::string StatusToJson(const JobStatus& status);
 
 // How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_

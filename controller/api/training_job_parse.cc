@@ -91,20 +91,23 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   return Status::Ok();
 }
 
+// Each duration at most kMaxPolicySeconds, as the CRD says for new writes: a time point past it
+// overflows. The two the CRD did not bound before (activeDeadlineSeconds,
+// ttlSecondsAfterFinished) are capped, not refused: a job stored with
+// "activeDeadlineSeconds: 999999999" (no deadline) must not fail when the operator is upgraded
+// (the planner's arithmetic saturates as well).
+Status CappedSeconds(Fields& f, const std::string& key, std::int64_t min,
+                     std::optional<std::int64_t>* out) {
+  RETURN_IF_ERROR(f.OptInt(key, min, std::numeric_limits<std::int64_t>::max(), out));
+  if (out->has_value()) **out = std::min(**out, kMaxPolicySeconds);
+  return Status::Ok();
+}
+
 Status ParseRunPolicy(const json& j, RunPolicy* p) {
   Fields f(j, "spec.runPolicy");
   RETURN_IF_ERROR(f.Int("backoffLimit", 0, 1000, &p->backoff_limit));
-  // Each duration at most kMaxPolicySeconds, as the CRD says for new writes: a time point past
-  // it overflows. The two the CRD did not bound before are capped, not refused: a job stored
-  // with "activeDeadlineSeconds: 999999999" (no deadline) must not fail when the operator is
-  // upgraded (the planner's arithmetic saturates as well).
-  constexpr std::int64_t kAnyInt = std::numeric_limits<std::int64_t>::max();
-  RETURN_IF_ERROR(f.OptInt("activeDeadlineSeconds", 1, kAnyInt, &p->active_deadline_seconds));
-  RETURN_IF_ERROR(f.OptInt("ttlSecondsAfterFinished", 0, kAnyInt, &p->ttl_seconds_after_finished));
-  for (std::optional<std::int64_t>* d :
-       {&p->active_deadline_seconds, &p->ttl_seconds_after_finished}) {
-    if (d->has_value()) **d = std::min(**d, kMaxPolicySeconds);
-  }
+  RETURN_IF_ERROR(CappedSeconds(f, "activeDeadlineSeconds", 1, &p->active_deadline_seconds));
+  RETURN_IF_ERROR(CappedSeconds(f, "ttlSecondsAfterFinished", 0, &p->ttl_seconds_after_finished));
   RETURN_IF_ERROR(ReadEnum(f, "cleanPodPolicy", &p->clean_pod_policy));
   RETURN_IF_ERROR(f.Bool("suspend", &p->suspend));
   RETURN_IF_ERROR(f.String("schedulerName", &p->scheduler_name));
@@ -422,6 +425,19 @@ StatusOr<TrainingJob> ParseJobJson(const std::string& text) {
   json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return InvalidArgument("TrainingJob: not valid JSON");
   return FromJson(doc, /*with_status=*/true);
+}
+
+std::optional<std::int64_t> ReadTtlSecondsAfterFinished(const std::string& text) {
+  const json doc = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!doc.is_object()) return std::nullopt;
+  const auto spec = doc.find("spec");
+  if (spec == doc.end() || !spec->is_object()) return std::nullopt;
+  const auto policy = spec->find("runPolicy");
+  if (policy == spec->end() || !policy->is_object()) return std::nullopt;
+  Fields f(*policy, "spec.runPolicy");
+  std::optional<std::int64_t> ttl;
+  if (!CappedSeconds(f, "ttlSecondsAfterFinished", 0, &ttl).ok()) return std::nullopt;
+  return ttl;
 }
 
 }  // namespace ringtrain::api

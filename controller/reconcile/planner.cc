@@ -489,16 +489,27 @@ int WaitSeverity(const std::string& reason) {
 }  // namespace
 
 void Planner::AvoidNodeOf(const ObservedReplica& r) {
-  if (r.node.empty() || !IsNodeFault(r)) return;
+  const bool fault = IsNodeFault(r);
+  if (r.node.empty() || (!fault && !r.never_ran)) return;
   auto& list = st().avoided_nodes;
-  std::erase_if(list, [&r](const api::AvoidedNode& a) { return a.node == r.node; });
-  list.push_back({r.node, r.reason.empty() ? "NodeFault" : r.reason, st().attempt, true});
+  auto known = std::find_if(list.begin(), list.end(),
+                            [&r](const api::AvoidedNode& a) { return a.node == r.node; });
+  // Any other refusal of the kubelet (OutOfcpu, NodeAffinity, ...) is usually a race between
+  // the scheduler's view of the node and the kubelet's: the next attempts only prefer other
+  // nodes (a required avoidance would hold a one-node cluster for kAvoidanceRelaxAfter), and
+  // never weaken a required avoidance of the node.
+  if (!fault && known != list.end() && known->required) return;
+  if (known != list.end()) list.erase(known);
+  const std::string fallback = fault ? "NodeFault" : "NodeRejected";
+  list.push_back({r.node, r.reason.empty() ? fallback : r.reason, st().attempt, fault});
   while (list.size() > api::kMaxAvoidedNodes) list.erase(list.begin());
-  plan_.events.push_back({"Warning", "AvoidingNode",
-                          "replica " + r.name + " failed on node " + r.node + " (" +
-                              list.back().reason + "): the next " +
-                              std::to_string(kRequiredAvoidanceAttempts) +
-                              " attempts must not use it, later ones prefer not to"});
+  std::string message = "replica " + r.name +
+                        (fault ? " failed on node " : " was refused by node ") + r.node + " (" +
+                        list.back().reason + "): ";
+  message += fault ? "the next " + std::to_string(kRequiredAvoidanceAttempts) +
+                         " attempts must not use it, later ones prefer not to"
+                   : "the next attempts prefer not to use it";
+  plan_.events.push_back({"Warning", "AvoidingNode", message});
 }
 
 bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& wait_message) {
@@ -680,13 +691,13 @@ Plan Planner::Run() {
     CountFinalReplicas();
     Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
-      auto done = ParseRfc3339(st().completion_time).value_or(in_.now);
-      const WallTime expiry = AfterSeconds(done, *spec_.run_policy.ttl_seconds_after_finished);
-      if (in_.now >= expiry) {
+      const Duration left =
+          TtlLeft(st().completion_time, *spec_.run_policy.ttl_seconds_after_finished, in_.now);
+      if (left <= Duration::zero()) {
         plan_.actions.push_back(
             {Action::Kind::kDeleteJob, 0, 0, job_.metadata.name, "ttlSecondsAfterFinished"});
       } else {
-        Requeue(expiry);
+        Requeue(in_.now + left);
       }
     }
     return std::move(plan_);
@@ -883,6 +894,17 @@ bool IsNodeFault(const ObservedReplica& r) {
 
 bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt) {
   return a.required && attempt - a.attempt <= kRequiredAvoidanceAttempts;
+}
+
+Duration TtlLeft(const std::string& completion_time, std::int64_t ttl_seconds, WallTime now) {
+  const WallTime done = ParseRfc3339(completion_time).value_or(now);
+  const WallTime expiry = AfterSeconds(done, ttl_seconds);
+  if (now >= expiry) return Duration::zero();
+  // Rounded up: a job is never looked at again before it expired.
+  const auto left = expiry - now;
+  const auto most = std::chrono::seconds(api::kMaxPolicySeconds);
+  return left >= most ? std::chrono::duration_cast<Duration>(most)
+                      : std::chrono::ceil<Duration>(left);
 }
 
 bool IsPermanentWait(const std::string& wait_reason) { return wait_reason == "InvalidImageName"; }

@@ -5,6 +5,7 @@
 // and carries out the actions, and reports what it did to the memory (Record* below).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -185,7 +186,9 @@ inline constexpr char kCheckpointsEphemeralCondition[] = "CheckpointsEphemeral";
 // the node in status.avoidedNodes; such a failure is always retryable. The
 // next kRequiredAvoidanceAttempts attempts must not use it (required node affinity), later
 // ones prefer not to; when the required form leaves the gang unschedulable for
-// kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt).
+// kAvoidanceRelaxAfter, it is relaxed to preferred at once (a new, uncounted attempt). Any other
+// pod the node refused (ObservedReplica::never_ran: OutOfcpu, NodeAffinity, ...) puts it there
+// as preferred only (AvoidedNode::required false), never weakening a required entry.
 inline constexpr char kNodeFaultMarker[] = "node fault: ";
 inline constexpr int kRequiredAvoidanceAttempts = 2;
 inline constexpr std::chrono::seconds kAvoidanceRelaxAfter{60};
@@ -196,6 +199,12 @@ bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt);
 // Whether a wait reason is one a restart cannot heal (the job fails at once): the image name
 // itself is invalid.
 bool IsPermanentWait(const std::string& wait_reason);
+
+// runPolicy.ttlSecondsAfterFinished of a finished job, counted from its status.completionTime
+// (from `now` when that does not parse): how long the job has left, zero once it is to be
+// deleted, never more than api::kMaxPolicySeconds. The planner's rule, and the Kubernetes
+// executor's for a finished job whose spec no longer parses.
+Duration TtlLeft(const std::string& completion_time, std::int64_t ttl_seconds, WallTime now);
 
 Plan PlanReconcile(const PlanInput& in);
 

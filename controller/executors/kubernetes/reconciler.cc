@@ -224,15 +224,18 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
     if (metrics_ != nullptr) metrics_->SetJobPhase(key, phase);
     JobMemory& memory = Memory(key);
     if (const std::string uid = MetaString(raw, "uid"); memory.uid != uid) memory = JobMemory{uid};
-    if (memory.invalid_reported == message) return ReconcileResult{};
-    memory.invalid_reported = message;
-    spdlog::warn("job {} ({}): {}; left as it is", key, phase, message);
-    if (events_ != nullptr) {
-      events_->Record(raw, "Warning", "InvalidSpec",
-                      message + " (the job has " + (phase == "Succeeded" ? "succeeded" : "failed") +
-                          ": its status and pods are left as they are)");
+    if (memory.invalid_reported != message) {
+      memory.invalid_reported = message;
+      spdlog::warn("job {} ({}): {}; left as it is", key, phase, message);
+      if (events_ != nullptr) {
+        events_->Record(raw, "Warning", "InvalidSpec",
+                        message + " (the job has " +
+                            (phase == "Succeeded" ? "succeeded" : "failed") +
+                            ": its status and pods are left as they are)");
+      }
     }
-    return ReconcileResult{};
+    // Its runPolicy.ttlSecondsAfterFinished still ends it, read on its own.
+    return ApplyTtl(raw, status, pods);
   }
   if (metrics_ != nullptr) metrics_->SetJobPhase(key, "Failed");
   // Whatever ran under the old spec cannot be planned any more.
@@ -241,7 +244,8 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
       RETURN_IF_ERROR(DeletePod(key, pod));
     }
   }
-  if (already) return ReconcileResult{};
+  // Its pods are deleted above: the ttl deletes the job and its other children.
+  if (already) return ApplyTtl(raw, status, {});
   const std::string now = FormatRfc3339(clock_->Now());
   conditions.push_back({{"type", "Failed"},
                         {"status", "True"},
@@ -261,7 +265,7 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
   expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
   spdlog::warn("job {}: {}", key, message);
   if (events_ != nullptr) events_->Record(raw, "Warning", "InvalidSpec", message);
-  return ReconcileResult{};
+  return ApplyTtl(raw, status, {});
 }
 
 Status Reconciler::EnsureChildren(const api::TrainingJob& job, JobMemory& memory) {
@@ -622,7 +626,7 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
       }
       case Action::Kind::kDeleteJob:
         spdlog::info("job {}: deleting ({})", pass.key, a.reason);
-        RETURN_IF_ERROR(DeleteJob(pass));
+        RETURN_IF_ERROR(DeleteJob(pass.raw, pass.owned));
         return ReconcileResult{};
     }
   }
@@ -664,15 +668,31 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
   return Status::Ok();
 }
 
-Status Reconciler::DeleteJob(const Pass& pass) {
-  if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(pass.ns, pass.name, pass.owned));
+Status Reconciler::DeleteJob(const Json& raw, const std::vector<Json>& owned) {
+  const std::string ns = MetaString(raw, "namespace");
+  const std::string name = MetaString(raw, "name");
+  const std::string key = JobKey(ns, name);
+  if (options_.delete_children) RETURN_IF_ERROR(DeleteChildren(ns, name, owned));
   kube::DeleteOptions opts;
-  opts.precondition_uid = MetaString(pass.raw, "uid");
-  Status st = client_->Delete(kube::kTrainingJobs, pass.ns, pass.name, opts);
-  if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + pass.key);
-  ForgetMemory(pass.key);
-  expectations_.Clear(pass.key);
+  opts.precondition_uid = MetaString(raw, "uid");
+  Status st = client_->Delete(kube::kTrainingJobs, ns, name, opts);
+  if (!st.ok() && st.code() != StatusCode::kNotFound) return st.WithContext("delete " + key);
+  ForgetMemory(key);
+  expectations_.Clear(key);
   return Status::Ok();
+}
+
+StatusOr<ReconcileResult> Reconciler::ApplyTtl(const Json& raw, const Json& status,
+                                               const std::vector<Json>& pods) {
+  const std::optional<std::int64_t> ttl = api::ReadTtlSecondsAfterFinished(raw.dump());
+  if (!ttl) return ReconcileResult{};
+  const Duration left =
+      reconcile::TtlLeft(StringField(status, "completionTime"), *ttl, clock_->Now());
+  if (left > Duration::zero()) return ReconcileResult{left};
+  spdlog::info("job {}/{}: deleting (ttlSecondsAfterFinished)", MetaString(raw, "namespace"),
+               MetaString(raw, "name"));
+  RETURN_IF_ERROR(DeleteJob(raw, pods));
+  return ReconcileResult{};
 }
 
 void Reconciler::NotePodsReady(const Pass& pass) {

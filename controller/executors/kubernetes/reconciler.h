@@ -101,7 +101,9 @@ class Reconciler {
   // Act's steps: one replica's pod (and what it needs first), the job itself (ttl), and the
   // pods-ready metric once the whole gang exists.
   Status CreateReplica(Pass& pass, const reconcile::Action& a);
-  Status DeleteJob(const Pass& pass);
+  // The job (runPolicy.ttlSecondsAfterFinished) with its children `owned` and the rest
+  // DeleteChildren deletes, when options_.delete_children.
+  Status DeleteJob(const Json& raw, const std::vector<Json>& owned);
   void NotePodsReady(const Pass& pass);
   // Rank 0's /status, at most every progress_interval, while it runs.
   std::optional<reconcile::ObservedProgress> ObserveProgress(const Pass& pass);
@@ -110,6 +112,11 @@ class Reconciler {
                                        const std::vector<Json>& pods);
   StatusOr<ReconcileResult> HandleInvalid(const Json& raw, const std::vector<Json>& pods,
                                           const Status& error);
+  // A finished job whose spec does not parse: its runPolicy.ttlSecondsAfterFinished, read
+  // alone (api::ReadTtlSecondsAfterFinished), counted from status.completionTime as the planner
+  // counts it; deleted with DeleteJob once expired, else requeued for then.
+  StatusOr<ReconcileResult> ApplyTtl(const Json& raw, const Json& status,
+                                     const std::vector<Json>& pods);
   // An unschedulable pod whose claim is not bound: the claim and why, in place of the
   // scheduler's generic words (one GET per claim and pass, only on that path).
   // `problems`: claim → why it is unbound ("" = bound), filled once per claim and pass.

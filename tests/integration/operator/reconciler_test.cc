@@ -357,6 +357,157 @@ TEST_F(FailedCreateTest, AnInvalidSpecLeavesAFinishedJobAsItIs) {
   EXPECT_EQ(warnings, 1);
 }
 
+// runPolicy.ttlSecondsAfterFinished of a job whose spec does not parse is read on its own and
+// applied as the planner applies it: from status.completionTime, the job and its children
+// deleted once it expired, and not before.
+TEST_F(ReconcilerTest, AnInvalidFinishedJobIsDeletedAtItsTtl) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"ttlSecondsAfterFinished", 30}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    pod["status"] = {{"phase", "Succeeded"},
+                     {"containerStatuses",
+                      {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 0}}}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Succeeded");
+  ASSERT_EQ(Status()["completionTime"], FormatRfc3339(kClockStart));
+
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["backend"] = "nccl";  // without gpusPerReplica: refused by the parser
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(10));
+  auto early = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(early.ok()) << early.status().ToString();
+  ASSERT_TRUE(early->requeue_after.has_value());
+  EXPECT_EQ(*early->requeue_after, std::chrono::seconds(20));
+  clock_.Advance(std::chrono::seconds(19));
+  auto almost = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(almost.ok());
+  EXPECT_EQ(almost->requeue_after, std::optional<Duration>(std::chrono::seconds(1)));
+  EXPECT_EQ(client_.CountWrites("delete", "trainingjobs"), 0);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0) << "a finished job is left as it is";
+  EXPECT_EQ(Status()["phase"], "Succeeded");
+
+  clock_.Advance(std::chrono::seconds(1));
+  auto expired = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(expired.ok()) << expired.status().ToString();
+  EXPECT_FALSE(expired->requeue_after.has_value());
+  EXPECT_FALSE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("delete", "trainingjobs"), 1);
+  // The planner's delete path: its children go with it.
+  EXPECT_EQ(client_.List(kube::kPods, "default", {})->at("items").size(), 0u);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 1);
+  EXPECT_EQ(client_.CountWrites("delete", "secrets"), 1);
+}
+
+// A job failed with reason InvalidSpec, from the start or by an edit while it ran: its ttl
+// counts from the completionTime that failure wrote.
+TEST_F(ReconcilerTest, AJobFailedForAnInvalidSpecIsDeletedAtItsTtl) {
+  CreateJob(
+      Job(2, {{"spec", {{"backend", "nccl"}, {"runPolicy", {{"ttlSecondsAfterFinished", 60}}}}}}));
+  auto failed = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  ASSERT_EQ(Status()["phase"], "Failed");
+  EXPECT_EQ(Status()["completionTime"], FormatRfc3339(kClockStart));
+  EXPECT_EQ(failed->requeue_after, std::optional<Duration>(std::chrono::seconds(60)));
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(59));
+  auto early = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(early.ok());
+  EXPECT_EQ(early->requeue_after, std::optional<Duration>(std::chrono::seconds(1)));
+  EXPECT_TRUE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok());
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_FALSE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("delete", "trainingjobs"), 1);
+
+  // Made invalid while it ran: its pods go at once, the job when its ttl expires.
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"ttlSecondsAfterFinished", 5}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["backend"] = "nccl";
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  const WallTime edited = clock_.Now();
+  auto invalid = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(invalid.ok()) << invalid.status().ToString();
+  EXPECT_EQ(Status()["phase"], "Failed");
+  EXPECT_EQ(Status()["completionTime"], FormatRfc3339(edited));
+  EXPECT_EQ(invalid->requeue_after, std::optional<Duration>(std::chrono::seconds(5)));
+  EXPECT_EQ(client_.List(kube::kPods, "default", {})->at("items").size(), 0u);
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_FALSE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("delete", "trainingjobs"), 2);
+}
+
+// A ttlSecondsAfterFinished that is itself what is wrong (or that no parser would take) means
+// no ttl: the job stays, failed or finished, however long it waits. A valid one beside another
+// broken runPolicy field is the control: that job goes.
+TEST_F(ReconcilerTest, AnInvalidTtlDeletesNothing) {
+  const std::vector<Json> bad = {
+      -1, "30", 1.5, true, Json::object(), Json::array({30}), Json::parse("18446744073709551615")};
+  std::vector<Json> policies = {{{"ttlSecondsAfterFinished", 30}, {"backoffLimit", -1}}};
+  for (const Json& ttl : bad) policies.push_back({{"ttlSecondsAfterFinished", ttl}});
+  int deletes = 0;
+  for (const Json& policy : policies) {
+    const bool valid_ttl = policy["ttlSecondsAfterFinished"] == 30;
+    CreateJob(Job(2, {{"spec", {{"runPolicy", policy}}}}));
+    auto failed = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(failed.ok()) << policy.dump() << ": " << failed.status().ToString();
+    EXPECT_EQ(Status()["phase"], "Failed") << policy.dump();
+    EXPECT_NE(
+        Status()["conditions"][0]["message"].get<std::string>().find(
+            valid_ttl ? "spec.runPolicy.backoffLimit" : "spec.runPolicy.ttlSecondsAfterFinished"),
+        std::string::npos)
+        << policy.dump();
+    EXPECT_EQ(failed->requeue_after.has_value(), valid_ttl) << policy.dump();
+    cache_.CatchUp(client_);
+    clock_.Advance(std::chrono::hours(24 * 365));
+    auto later = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(later.ok()) << policy.dump();
+    EXPECT_FALSE(later->requeue_after.has_value()) << policy.dump();
+    EXPECT_NE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok(), valid_ttl)
+        << policy.dump();
+    deletes += valid_ttl ? 1 : 0;
+    EXPECT_EQ(client_.CountWrites("delete", "trainingjobs"), deletes) << policy.dump();
+    // The test's own delete, for the next case.
+    if (client_.Get(kube::kTrainingJobs, "default", "mnist").ok()) {
+      ASSERT_TRUE(client_.Delete(kube::kTrainingJobs, "default", "mnist", {}).ok());
+      ++deletes;
+    }
+  }
+
+  // A finished job whose edit broke its ttl: left as it is.
+  CreateJob(Job(1, {{"spec", {{"runPolicy", {{"ttlSecondsAfterFinished", 30}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-0");
+  pod["status"] = {{"phase", "Succeeded"},
+                   {"containerStatuses",
+                    {{{"name", "runner"}, {"state", {{"terminated", {{"exitCode", 0}}}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Succeeded");
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = "soon";
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::hours(1));
+  auto kept = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(kept.ok());
+  EXPECT_FALSE(kept->requeue_after.has_value());
+  EXPECT_TRUE(client_.Get(kube::kTrainingJobs, "default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Succeeded");
+}
+
 // A job deleted and created again under its name: the Secret and Service the first one left
 // still name it as their owner, and the garbage collector would delete them under the new one.
 // They are deleted (that object only) and created again for the new job.

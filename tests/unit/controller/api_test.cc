@@ -134,6 +134,29 @@ TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {
   EXPECT_EQ(stored->spec.run_policy.ttl_seconds_after_finished, kMaxPolicySeconds);
 }
 
+// The ttl of a job whose spec does not parse, read alone as the parser reads it.
+TEST(Manifest, TtlSecondsAfterFinishedIsReadAloneFromAnInvalidObject) {
+  auto ttl = [](const std::string& run_policy) {
+    return ReadTtlSecondsAfterFinished(
+        R"({"metadata":{"name":"j"},"spec":{"replicas":0,"backend":"nccl","runPolicy":)" +
+        run_policy + "}}");
+  };
+  EXPECT_EQ(ttl(R"({"ttlSecondsAfterFinished":30,"cleanPodPolicy":"Sometimes"})"), 30);
+  EXPECT_EQ(ttl(R"({"ttlSecondsAfterFinished":0})"), 0);
+  EXPECT_EQ(ttl(R"({"ttlSecondsAfterFinished":99999999999})"), kMaxPolicySeconds);
+  for (const char* bad :
+       {R"({})", R"({"ttlSecondsAfterFinished":null})", R"({"ttlSecondsAfterFinished":-1})",
+        R"({"ttlSecondsAfterFinished":"30"})", R"({"ttlSecondsAfterFinished":1.5})",
+        R"({"ttlSecondsAfterFinished":true})",
+        R"({"ttlSecondsAfterFinished":18446744073709551615})", R"([30])",
+        R"("ttlSecondsAfterFinished")"}) {
+    EXPECT_EQ(ttl(bad), std::nullopt) << bad;
+  }
+  EXPECT_EQ(ReadTtlSecondsAfterFinished(R"({"spec":[]})"), std::nullopt);
+  EXPECT_EQ(ReadTtlSecondsAfterFinished("not json"), std::nullopt);
+  EXPECT_EQ(ReadTtlSecondsAfterFinished("[]"), std::nullopt);
+}
+
 TEST(Manifest, NamesTheServiceCannotTakeAreRefusedWithTheReason) {
   auto named = [](const std::string& name) {
     return ParseManifestYaml(

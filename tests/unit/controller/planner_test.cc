@@ -275,6 +275,21 @@ TEST(Planner, TtlDeletesTheFinishedJob) {
   EXPECT_EQ(Count(late, Kind::kDeleteJob), 1);
 }
 
+// The planner's ttl rule as the Kubernetes executor shares it (a job whose spec does not parse).
+TEST(Planner, TtlLeftCountsFromTheCompletionTime) {
+  const std::string done = "2026-11-21T10:00:00Z";
+  EXPECT_EQ(TtlLeft(done, 30, At(10)), std::chrono::seconds(20));
+  EXPECT_EQ(TtlLeft(done, 30, At(30)), Duration::zero());
+  EXPECT_EQ(TtlLeft(done, 30, At(3000)), Duration::zero());
+  EXPECT_EQ(TtlLeft(done, 0, At(0)), Duration::zero());
+  // Never looked at again before it expired, never further than the longest spec duration.
+  EXPECT_EQ(TtlLeft(done, 30, At(10) + std::chrono::microseconds(1)), std::chrono::seconds(20));
+  EXPECT_EQ(TtlLeft(done, 30, At(30) - std::chrono::microseconds(1)), Duration(1));
+  EXPECT_EQ(TtlLeft(done, INT64_MAX, At(10)), std::chrono::seconds(api::kMaxPolicySeconds));
+  // No readable completion time: counted from now.
+  EXPECT_EQ(TtlLeft("", 30, At(10)), std::chrono::seconds(30));
+}
+
 // Durations past the parser's cap (a spec built elsewhere): above ~9.2e9 s, seconds overflow
 // nanoseconds, and a wrapped time point lies in the past.
 TEST(Planner, HugeDurationsSaturateInsteadOfWrappingIntoThePast) {
@@ -1050,6 +1065,103 @@ TEST(Placement, APodTheNodeRejectedRestartsTheGangUncounted) {
   EXPECT_EQ(gang.status.attempt, 1);
   EXPECT_EQ(gang.status.restarts, in_place.spec.run_policy.backoff_limit);
   EXPECT_EQ(CountEvents(gang, "NodeRejected"), 1);
+}
+
+// Any other refusal of the kubelet is usually a race between the scheduler and the kubelet:
+// the node is only preferred against (a one-node cluster must not wait kAvoidanceRelaxAfter),
+// and the refusal counts against backoffLimit exactly as before.
+TEST(Avoidance, ANodeThatRefusedAPodIsOnlyPreferredAgainst) {
+  for (const char* reason : {"OutOfcpu", "OutOfmemory", "NodeAffinity", ""}) {
+    auto job = Job(2);
+    job.status = PlanAt(job, {}, kT0).status;
+    ObservedReplica refused = Replica(1, 0, ReplicaPhase::kFailed, 0, reason);
+    refused.never_ran = true;
+    refused.node = "node-0";
+    Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), refused}, At(3));
+    EXPECT_EQ(p.status.phase, "Restarting") << reason;
+    EXPECT_EQ(p.status.restarts, 0) << reason;
+    ASSERT_EQ(p.status.avoided_nodes.size(), 1u) << reason;
+    const api::AvoidedNode& a = p.status.avoided_nodes[0];
+    EXPECT_EQ(a.node, "node-0");
+    EXPECT_EQ(a.reason, *reason != '\0' ? reason : "NodeRejected");
+    EXPECT_EQ(a.attempt, 0);
+    EXPECT_FALSE(a.required) << reason;
+    EXPECT_FALSE(IsAvoidanceRequired(a, 1)) << reason;
+    ASSERT_EQ(CountEvents(p, "AvoidingNode"), 1) << reason;
+    for (const auto& e : p.events) {
+      if (e.reason != "AvoidingNode") continue;
+      EXPECT_NE(e.message.find("prefer not to"), std::string::npos) << e.message;
+      EXPECT_EQ(e.message.find("must not"), std::string::npos) << e.message;
+      EXPECT_NE(e.message.find("node-0"), std::string::npos) << e.message;
+    }
+    // Unbounded by a scheduling timeout it counts, as before; the node is avoided the same way.
+    auto unbounded = job;
+    unbounded.spec.run_policy.scheduling_timeout_seconds = 0;
+    Plan counted = PlanAt(unbounded, {Replica(0, 0, ReplicaPhase::kRunning), refused}, At(3));
+    EXPECT_EQ(counted.status.restarts, 1) << reason;
+    ASSERT_EQ(counted.status.avoided_nodes.size(), 1u) << reason;
+    EXPECT_FALSE(counted.status.avoided_nodes[0].required) << reason;
+  }
+  // A pod that never ran on no node (nothing placed it) avoids nothing.
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  ObservedReplica unplaced = Replica(1, 0, ReplicaPhase::kFailed, 0, "OutOfcpu");
+  unplaced.never_ran = true;
+  Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), unplaced}, At(3));
+  EXPECT_TRUE(p.status.avoided_nodes.empty());
+  // The kubelet's admission error stays a node fault: required.
+  ObservedReplica admission = Replica(1, 0, ReplicaPhase::kFailed, 0, "UnexpectedAdmissionError");
+  admission.never_ran = true;
+  admission.node = "node-0";
+  Plan faulted = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), admission}, At(3));
+  ASSERT_EQ(faulted.status.avoided_nodes.size(), 1u);
+  EXPECT_TRUE(faulted.status.avoided_nodes[0].required);
+}
+
+// A refusal never weakens a required avoidance of the same node; a node fault after a refusal
+// makes it required.
+TEST(Avoidance, ARefusalNeverDowngradesARequiredAvoidance) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  job.status.attempt = 1;
+  const api::AvoidedNode evicted{"node-0", "Evicted", 0, true};
+  job.status.avoided_nodes = {evicted};
+  ObservedReplica refused = Replica(1, 1, ReplicaPhase::kFailed, 0, "OutOfcpu");
+  refused.never_ran = true;
+  refused.node = "node-0";
+  Plan p = PlanAt(job, {Replica(0, 1, ReplicaPhase::kRunning), refused}, At(3));
+  EXPECT_EQ(p.status.attempt, 2);
+  ASSERT_EQ(p.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(p.status.avoided_nodes[0], evicted);
+  EXPECT_TRUE(IsAvoidanceRequired(p.status.avoided_nodes[0], 2));
+
+  // In one pass: a node fault and a refusal on the same node, in either order.
+  auto fresh = Job(2);
+  fresh.status = PlanAt(fresh, {}, kT0).status;
+  ObservedReplica lost = Replica(0, 0, ReplicaPhase::kFailed, 137, "NodeLost");
+  lost.node = "node-0";
+  ObservedReplica refused0 = Replica(1, 0, ReplicaPhase::kFailed, 0, "OutOfcpu");
+  refused0.never_ran = true;
+  refused0.node = "node-0";
+  for (const auto& replicas : {std::vector<ObservedReplica>{lost, refused0},
+                               std::vector<ObservedReplica>{refused0, lost}}) {
+    Plan both = PlanAt(fresh, replicas, At(3));
+    ASSERT_EQ(both.status.avoided_nodes.size(), 1u);
+    EXPECT_TRUE(both.status.avoided_nodes[0].required);
+    EXPECT_EQ(both.status.avoided_nodes[0].reason, "NodeLost");
+  }
+
+  // A preferred entry of an earlier refusal is refreshed by a later one, and made required by
+  // a node fault.
+  job.status.avoided_nodes = {{"node-0", "OutOfcpu", 0, false}};
+  Plan again = PlanAt(job, {Replica(0, 1, ReplicaPhase::kRunning), refused}, At(3));
+  ASSERT_EQ(again.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(again.status.avoided_nodes[0], (api::AvoidedNode{"node-0", "OutOfcpu", 1, false}));
+  ObservedReplica lost1 = Replica(1, 1, ReplicaPhase::kFailed, 137, "NodeLost");
+  lost1.node = "node-0";
+  Plan faulted = PlanAt(job, {Replica(0, 1, ReplicaPhase::kRunning), lost1}, At(3));
+  ASSERT_EQ(faulted.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(faulted.status.avoided_nodes[0], (api::AvoidedNode{"node-0", "NodeLost", 1, true}));
 }
 
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {

@@ -258,6 +258,23 @@ TEST(PodBuilderTest, AvoidedNodesBecomeNodeAffinityOnTheNodesName) {
                         .contains("matchFields"));
 }
 
+// A node that only refused a pod (required false) is preferred against from the next attempt
+// on: no required term, so a one-node cluster still places the gang there.
+TEST(PodBuilderTest, ANodeOnlyPreferredAgainstAddsNoRequiredTerm) {
+  auto job = api::ParseJobJson(Job(2).dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job->status.avoided_nodes = {{"node-0", "OutOfcpu", 0, false}};
+  Json pod = BuildPod(*job, 1, 0, PodOptions{});
+  const Json& affinity = pod["spec"]["affinity"]["nodeAffinity"];
+  EXPECT_FALSE(affinity.contains("requiredDuringSchedulingIgnoredDuringExecution"))
+      << affinity.dump();
+  ASSERT_EQ(affinity["preferredDuringSchedulingIgnoredDuringExecution"].size(), 1u);
+  const Json& preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"][0];
+  EXPECT_EQ(preferred["weight"], 100);
+  EXPECT_EQ(preferred["preference"]["matchFields"][0],
+            Json({{"key", "metadata.name"}, {"operator", "NotIn"}, {"values", {"node-0"}}}));
+}
+
 TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
   Json raw = Job(
       4, {{"metadata", {{"uid", "u1"}, {"namespace", "ml"}}},
