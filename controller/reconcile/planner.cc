@@ -114,6 +114,14 @@ class Planner {
     SetCondition(succeeded ? "Succeeded" : "Failed", true, reason, message);
     SetCondition("Running", false, reason, message);
     SetCondition("Restarting", false, reason, message);
+    // The gang no longer runs (kubectl get tj shows this reason as PODS): a wait's reason
+    // (Unschedulable, ErrImagePull) stays, as it says why the job ended.
+    if (const Condition* ready = FindCondition(kPodsReadyCondition);
+        ready != nullptr && ready->status == "True") {
+      SetCondition(kPodsReadyCondition, false, "JobFinished",
+                   std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
+                       ": its replicas no longer run");
+    }
     if (st().completion_time.empty()) st().completion_time = now_s_;
   }
 

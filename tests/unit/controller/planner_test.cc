@@ -207,6 +207,27 @@ TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   EXPECT_TRUE(done.actions.empty());
 }
 
+// kubectl get tj shows PodsReady's reason as PODS: a finished gang no longer says it runs.
+TEST(Planner, AFinishedJobsPodsNoLongerReadAsRunning) {
+  auto job = Job(2);
+  const std::vector<ObservedReplica> running = {Replica(0, 0, ReplicaPhase::kRunning),
+                                                Replica(1, 0, ReplicaPhase::kRunning)};
+  job.status = PlanAt(job, {}, kT0).status;
+  job.status = PlanAt(job, running, At(1)).status;
+  ASSERT_EQ(job.status.phase, "Running");
+  ASSERT_NE(Cond(job.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(job.status, kPodsReadyCondition)->reason, "AllPodsRunning");
+  Plan done = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kSucceeded), Replica(1, 0, ReplicaPhase::kSucceeded)},
+      At(3));
+  EXPECT_EQ(done.status.phase, "Succeeded");
+  const api::Condition* ready = Cond(done.status, kPodsReadyCondition);
+  ASSERT_NE(ready, nullptr);
+  EXPECT_EQ(ready->status, "False");
+  EXPECT_EQ(ready->reason, "JobFinished");
+  EXPECT_NE(ready->message.find("succeeded"), std::string::npos) << ready->message;
+}
+
 // A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
 // the pods go under cleanPodPolicy Running, at once and on every later pass.
 TEST(Planner, SucceedsAndDeletesPodsWhoseSidecarOutlivesTheRunner) {
@@ -742,6 +763,10 @@ TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted)
   EXPECT_EQ(Count(end, Kind::kDeleteReplica), 2);
   EXPECT_EQ(end.status.restarts, 0);
   EXPECT_FALSE(end.status.last_failure.has_value()) << "no rank is to blame";
+  // The wait's reason stays: it says why the job ended.
+  const api::Condition* ready_at_end = Cond(end.status, kPodsReadyCondition);
+  ASSERT_NE(ready_at_end, nullptr);
+  EXPECT_EQ(ready_at_end->reason, "Unschedulable");
 }
 
 TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
