@@ -160,10 +160,24 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   // (a Get and an Update fit well within the renew deadline) and not retried (the election retries
   // at that pace itself); not tied to the stop flag, so that after a SIGTERM the last Events
   // and the release of the lease still go out, each within a few seconds.
+  //
+  // Their credential plugins must not outlive that shutdown either (bounded only by the
+  // plugin's own 60 s timeout, they would hold the process past a pod's grace period), but the
+  // stop flag cannot kill them: the release and the last Events run after it is set and would
+  // be left with a cached credential only (none when it has just expired or been refused). So
+  // each client's plugin has a flag of its own, set when its budget is spent: the lease's by
+  // the elector once the release has ended or run out of release_timeout (5 s), the Events' by
+  // the recorder once its flush has (EventRecorder::kFlushTimeout, 3 s). Until then a plugin
+  // may run and get the credential those last writes need; after, it is killed within ~50 ms.
+  std::atomic<bool> lease_calls_abandoned{false};
+  std::atomic<bool> events_abandoned{false};
+  options.election.calls_abandoned = &lease_calls_abandoned;
+  options.events_abandoned = &events_abandoned;
   kube::ClientOptions side_options = client_options;
   side_options.request_timeout = options.election.retry_period;
   side_options.max_retries = 0;
   side_options.stop = nullptr;
+  side_options.exec_stop = &lease_calls_abandoned;
   auto side_client = kube::NewKubeClient(*config, side_options);
   if (!side_client.ok()) {
     spdlog::error("kubernetes client for the lease and Events: {}",
@@ -174,6 +188,7 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   // at shutdown is bounded by its own deadline.
   kube::ClientOptions events_options = side_options;
   events_options.max_retries = 2;
+  events_options.exec_stop = &events_abandoned;
   auto events_client = kube::NewKubeClient(*config, events_options);
   if (!events_client.ok()) {
     spdlog::error("kubernetes client for Events: {}", events_client.status().ToString());

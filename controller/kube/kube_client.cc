@@ -290,7 +290,9 @@ class RestKubeClient final : public KubeClient {
         file_token_read_(clock_->SteadyNow()) {
     if (config_.exec && config_.token.empty() && config_.client_cert_file.empty() &&
         config_.client_cert_data.empty()) {
-      exec_ = std::make_unique<ExecAuthenticator>(*config_.exec, clock_, options_.stop);
+      exec_ = std::make_unique<ExecAuthenticator>(
+          *config_.exec, clock_,
+          options_.exec_stop != nullptr ? options_.exec_stop : options_.stop);
     }
   }
 

@@ -69,6 +69,11 @@ struct ClientOptions {
   // ends within 50 ms, a running exec plugin is killed, and nothing new is sent; each such call
   // fails with kCancelled. A process-wide RequestStop() ends the waits too.
   const std::atomic<bool>* stop = nullptr;
+  // Set: a running exec credential plugin is killed (its request fails with kCancelled) and
+  // none is started, while requests with a cached credential still go out. For a client whose
+  // last writes must go out after the stop (the lease's release, the last Events) but whose
+  // plugin must not outlive their budget. When given, the plugin watches it instead of `stop`.
+  const std::atomic<bool>* exec_stop = nullptr;
 };
 
 // Checks the TLS material a config names (files exist and hold PEM, the key matches the

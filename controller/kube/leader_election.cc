@@ -74,6 +74,8 @@ void LeaderElector::Stop() {
   const auto self = std::this_thread::get_id();
   if (thread_.get_id() == self || caller_.get_id() == self) return;
   if (thread_.joinable()) thread_.join();
+  // The release has had its budget: a call still running (a hung plugin) is of no more use.
+  if (config_.calls_abandoned != nullptr) config_.calls_abandoned->store(true);
   {
     std::lock_guard<std::mutex> lock(mu_);
     caller_exit_ = true;

@@ -5,6 +5,7 @@
 // controller logic.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -36,6 +37,12 @@ struct LeaderElectionConfig {
   std::function<void()> on_stopped_leading;
   std::function<void(const std::string& identity)> on_new_leader;
   const Clock* clock = nullptr;  // default: the real clock; must outlive the elector
+  // Set by Stop() once the elector has no more use for a call still in flight: after the release
+  // has ended or run out of release_timeout (or at once when there is nothing to release). Give
+  // it to the election client as ClientOptions::exec_stop: a credential plugin that such a call
+  // waits for is then killed rather than waited for up to its own timeout (60 s), while the
+  // release may still run the plugin within its budget. Must outlive the elector.
+  std::atomic<bool>* calls_abandoned = nullptr;
 };
 
 class LeaderElector {
@@ -50,8 +57,9 @@ class LeaderElector {
   // Campaigns until Stop(); after losing the lease it campaigns again.
   void Start();
   // Stops campaigning; a leader steps down (on_stopped_leading) and releases the lease if asked
-  // (waiting at most release_timeout for it). Then waits for an API call still in flight, which
-  // the client's own timeout bounds.
+  // (waiting at most release_timeout for it). Then sets calls_abandoned and waits for an API call
+  // still in flight, which the client's own timeout bounds (or calls_abandoned, where a plugin
+  // runs).
   void Stop();
   bool IsLeader() const;
   // The holder this elector last saw on the lease ("" = none).

@@ -9,11 +9,12 @@
 namespace ringtrain::op {
 
 EventRecorder::EventRecorder(kube::KubeClient* client, std::string component, std::string instance,
-                             std::size_t max_queued)
+                             std::size_t max_queued, std::atomic<bool>* writes_abandoned)
     : client_(client),
       component_(std::move(component)),
       instance_(std::move(instance)),
       max_queued_(max_queued),
+      writes_abandoned_(writes_abandoned),
       thread_([this] { Loop(); }) {}
 
 EventRecorder::~EventRecorder() { Flush(); }
@@ -87,6 +88,8 @@ void EventRecorder::Flush(Duration timeout) {
       queue_.clear();
     }
   }
+  // The budget is spent (or nothing is left): a write still waiting for a plugin is abandoned.
+  if (writes_abandoned_ != nullptr) writes_abandoned_->store(true);
   if (thread_.joinable()) thread_.join();
 }
 

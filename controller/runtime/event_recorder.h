@@ -5,6 +5,7 @@
 // fails on every retry shows as one Warning "(xN over ...)" in `kubectl describe`.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -20,8 +21,12 @@ namespace ringtrain::op {
 
 class EventRecorder {
  public:
+  // `writes_abandoned` (may be null; must outlive the recorder): set by Flush() once its budget
+  // has run out or the queue is written, before it waits for the write in flight. Give it to the
+  // client as ClientOptions::exec_stop, so that a credential plugin that write waits for is
+  // killed instead of holding the shutdown up to the plugin's own timeout (60 s).
   EventRecorder(kube::KubeClient* client, std::string component, std::string instance,
-                std::size_t max_queued = 1000);
+                std::size_t max_queued = kMaxQueued, std::atomic<bool>* writes_abandoned = nullptr);
   ~EventRecorder();
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;
@@ -31,9 +36,11 @@ class EventRecorder {
               const std::string& message);
   // Writes what is queued, then stops the thread. What is still queued after `timeout` (an API
   // server that answers slowly or not at all) is dropped, with a warning; the write in flight
-  // then ends as the client's request timeout or stop allows.
+  // then ends as the client's request timeout or stop (or `writes_abandoned`) allows.
   void Flush(Duration timeout = kFlushTimeout);
 
+  // Events queued at most, by default.
+  static constexpr std::size_t kMaxQueued = 1000;
   // How long Flush() writes by default: a few seconds of a pod's 30 s grace period.
   static constexpr Duration kFlushTimeout{3'000};
 
@@ -62,6 +69,7 @@ class EventRecorder {
   const std::string component_;
   const std::string instance_;
   const std::size_t max_queued_;
+  std::atomic<bool>* const writes_abandoned_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;

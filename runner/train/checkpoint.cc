@@ -11,6 +11,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include "common/stop.h"
+
 namespace ringtrain::train {
 namespace {
 
@@ -19,6 +21,8 @@ constexpr char kMagicV2[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '2'};
 constexpr char kMagicV3[8] = {'R', 'T', 'C', 'K', 'P', 'T', '0', '3'};
 // A model record longer than this is corruption (a canonical string is a line per layer at most).
 constexpr std::uint32_t kMaxModelRecord = 1u << 20;
+// How often a wait to read a checkpoint again looks at the drain flag (which has no descriptor).
+constexpr Duration kDrainCheck{50};
 
 // The first format (no data position in samples, no world size); still read.
 struct HeaderV1 {
@@ -136,9 +140,9 @@ class Fd {
 StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t num_params,
                                          std::size_t state_size, const ExpectedModel* expected) {
   // What the system says of a file: an error the volume may heal (EIO, ESTALE, ETIMEDOUT on a
-  // network file system, EMFILE, ENOMEM) is retryable and leaves the file alone (the gang
-  // restarts and reads it again); no permission is permanent; anything else about this file
-  // (gone, a directory) makes it unreadable, DataLoss, skipped for an older one.
+  // network file system, EMFILE, ENOMEM) is retryable and leaves the file alone (the caller
+  // reads it again, then the gang restarts and does); no permission is permanent; anything else
+  // about this file (gone, a directory) makes it unreadable, DataLoss, skipped for an older one.
   auto os_error = [&path](const char* what, int err) {
     const StatusCode code = StatusCodeForErrno(err);
     return ErrnoStatus(code == StatusCode::kUnavailable || code == StatusCode::kPermissionDenied
@@ -344,17 +348,45 @@ Status CheckCheckpointDirWritable(const std::string& dir) {
   return s;
 }
 
+bool WaitToReadCheckpointAgain(Duration d) {
+  const SteadyTime deadline = DeadlineAfter(d);
+  // A draining rank's first SIGTERM sets only DrainFlag, which no descriptor signals: SleepOrStop
+  // wakes on a stop at once and the drain is looked at between its short sleeps.
+  while (!DrainFlag().load()) {
+    const int left = MillisLeft(deadline);
+    if (left == 0) return true;
+    if (!SleepOrStop(std::min(Duration{left}, kDrainCheck))) return false;
+  }
+  return false;
+}
+
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
                                                std::size_t state_size,
-                                               const ExpectedModel* expected) {
+                                               const ExpectedModel* expected,
+                                               const CheckpointReadRetry& retry) {
   std::error_code ec;
   auto all = ListCheckpoints(dir, ec);
   if (ec && ec != std::errc::no_such_file_or_directory) {
     return ErrnoStatus("checkpoint dir " + dir, ec.value());
   }
   std::string reasons;
+  int retried = 0;  // one budget for the whole load
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     auto st = ReadCheckpoint(it->second, num_params, state_size, expected);
+    // Only what the volume may heal is read again; the same file, before any older one.
+    while (!st.ok() && st.status().code() == StatusCode::kUnavailable && retried < retry.retries) {
+      const Duration wait = BackoffDelay(retry.backoff, retried);
+      ++retried;
+      // The message names the file and the errno ("read /ckpt/ckpt-500.bin: Input/output error").
+      spdlog::warn("checkpoint: {}; reading it again in {} (retry {} of {})", st.status().message(),
+                   FormatDuration(wait), retried, retry.retries);
+      if (!(retry.wait ? retry.wait(wait) : WaitToReadCheckpointAgain(wait))) {
+        return Unavailable(st.status().message() + " (the wait to read it again, retry " +
+                           std::to_string(retried) + " of " + std::to_string(retry.retries) +
+                           ", was interrupted by a stop request)");
+      }
+      st = ReadCheckpoint(it->second, num_params, state_size, expected);
+    }
     if (st.ok()) return st;
     if (st.status().code() != StatusCode::kDataLoss) return st.status();
     // Moved aside, not deleted: left in place, a corrupt file numbered above the checkpoints

@@ -4,10 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/backoff.h"
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace ringtrain::train {
@@ -67,6 +70,24 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
 // checkpoint. Same error classification as WriteCheckpoint.
 Status CheckCheckpointDirWritable(const std::string& dir);
 
+// Waits `d` before a checkpoint read is tried again; false, at once, when the process is asked
+// to stop: a stop request (SleepOrStop's), or the first SIGTERM of a draining rank (DrainFlag),
+// which has nothing to save yet while it loads its checkpoint.
+bool WaitToReadCheckpointAgain(Duration d);
+
+// The in-process retries of a checkpoint read that failed in a way the volume may heal: a bad
+// block or a flaky network file system often heals within seconds, while giving up restarts the
+// whole gang and counts against backoffLimit. The waits (1 s, 2 s, 4 s by default: 7 s of the
+// 60 s collective timeout the other ranks wait in for rank 0's resume point) are one budget for
+// the whole load, whichever files fail.
+struct CheckpointReadRetry {
+  int retries = 3;  // tries after the first
+  BackoffOptions backoff{Duration{1000}, Duration{4000}, 2.0};
+  // The wait before retry n (BackoffDelay(backoff, n - 1)); false when a stop cut it short.
+  // Tests move a fake clock instead of sleeping.
+  std::function<bool(Duration)> wait = WaitToReadCheckpointAgain;
+};
+
 // The newest readable checkpoint in `dir`:
 //  - NotFound when there is no checkpoint file at all (a fresh start);
 //  - a corrupt, truncated or implausible file is skipped with a warning for the next older
@@ -80,10 +101,13 @@ Status CheckCheckpointDirWritable(const std::string& dir);
 //    model where `expected` does not accept that, or other parameter/optimizer sizes;
 //  - PermissionDenied when the dir or a file cannot be read (permanent);
 //  - Unavailable (retryable) when reading a file fails in a way the volume may heal (EIO,
-//    ESTALE, ETIMEDOUT, EMFILE, ENOMEM): the file is left as it is for the next attempt.
+//    ESTALE, ETIMEDOUT, EMFILE, ENOMEM) and still fails after `retry`'s tries, or a stop
+//    interrupted the wait between them (the message then says so): the file is left as it is
+//    for the next attempt.
 // `expected` null: the recorded model is not checked (sizes only).
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,
                                                std::size_t state_size,
-                                               const ExpectedModel* expected = nullptr);
+                                               const ExpectedModel* expected = nullptr,
+                                               const CheckpointReadRetry& retry = {});
 
 }  // namespace ringtrain::train

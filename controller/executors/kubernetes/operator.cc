@@ -141,7 +141,8 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
   cache_ = std::make_unique<Cache>(&jobs_);
   events_ = std::make_unique<EventRecorder>(
       options_.events_client != nullptr ? options_.events_client : client_, "ringtrain-controller",
-      options_.election.identity.empty() ? "ringtrain-controller" : options_.election.identity);
+      options_.election.identity.empty() ? "ringtrain-controller" : options_.election.identity,
+      EventRecorder::kMaxQueued, options_.events_abandoned);
   reconciler_ = std::make_unique<Reconciler>(client_, cache_.get(), clock_, events_.get(), metrics_,
                                              options_.reconciler);
   auto restarts = [this] {

@@ -39,6 +39,9 @@ struct OperatorOptions {
   // The client Events are written with (null: the operator's own): one that a stop does not
   // cancel writes the last Events at shutdown, within EventRecorder::kFlushTimeout.
   kube::KubeClient* events_client = nullptr;
+  // Set once that budget is spent (EventRecorder's writes_abandoned): the events client's
+  // ClientOptions::exec_stop. The election's counterpart is election.calls_abandoned.
+  std::atomic<bool>* events_abandoned = nullptr;
 };
 
 class Operator {

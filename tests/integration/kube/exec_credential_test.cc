@@ -10,10 +10,14 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "controller/kube/kube_config.h"
+#include "controller/kube/leader_election.h"
+#include "controller/runtime/event_recorder.h"
 #include "tests/fakes/fake_clock.h"
 #include "tests/integration/kube/kube_test_util.h"
 
@@ -35,6 +39,61 @@ std::string Slurp(const fs::path& p) {
   out << in.rdbuf();
   return out.str();
 }
+
+// Passes every call through to `inner` and keeps what each returned, in order.
+class RecordingClient final : public KubeClient {
+ public:
+  explicit RecordingClient(KubeClient* inner) : inner_(inner) {}
+
+  std::vector<Status> Statuses() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return statuses_;
+  }
+
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return Keep(inner_->Get(r, ns, name));
+  }
+  StatusOr<Json> List(const Resource& r, const std::string& ns,
+                      const ListOptions& options) override {
+    return Keep(inner_->List(r, ns, options));
+  }
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return Keep(inner_->Create(r, ns, object));
+  }
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return Keep(inner_->Update(r, ns, object));
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns,
+                              const Json& object) override {
+    return Keep(inner_->UpdateStatus(r, ns, object));
+  }
+  StatusOr<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
+                       const Json& patch, PatchType type, bool status) override {
+    return Keep(inner_->Patch(r, ns, name, patch, type, status));
+  }
+  Status Delete(const Resource& r, const std::string& ns, const std::string& name,
+                const DeleteOptions& options) override {
+    Status s = inner_->Delete(r, ns, name, options);
+    std::lock_guard<std::mutex> lock(mu_);
+    statuses_.push_back(s);
+    return s;
+  }
+  StatusOr<std::unique_ptr<WatchStream>> Watch(const Resource& r, const std::string& ns,
+                                               const WatchOptions& options) override {
+    return inner_->Watch(r, ns, options);
+  }
+
+ private:
+  StatusOr<Json> Keep(StatusOr<Json> result) {
+    std::lock_guard<std::mutex> lock(mu_);
+    statuses_.push_back(result.status());
+    return result;
+  }
+
+  KubeClient* inner_;
+  std::mutex mu_;
+  std::vector<Status> statuses_;
+};
 
 class ExecCredentialTest : public testing::KubeTest {
  protected:
@@ -75,6 +134,21 @@ class ExecCredentialTest : public testing::KubeTest {
                       status + "}}'\n");
   }
 
+  // A plugin printing the token in $D/token, counting its runs in $D/runs; once $D/hang exists
+  // it touches $D/started and hangs instead (a login prompt nobody answers).
+  std::string HangingPlugin() {
+    return Script(
+        "hanging.sh",
+        "echo run >> \"$D/runs\"\n"
+        "if [ -e \"$D/hang\" ]; then touch \"$D/started\"; exec sleep 600; fi\n"
+        "echo '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+        "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"'\"$(cat \"$D/token\")\"'\"}}'\n");
+  }
+  void HangFromNowOn() { std::ofstream(dir_ / "hang") << "1"; }
+  bool PluginHangs() {
+    return testing::Eventually([&] { return fs::exists(dir_ / "started"); });
+  }
+
   void SetToken(const std::string& token) { std::ofstream(dir_ / "token") << token; }
 
   int Runs() {
@@ -86,7 +160,8 @@ class ExecCredentialTest : public testing::KubeTest {
 
   // The controller's path: a kubeconfig naming the plugin, loaded, then a client.
   std::unique_ptr<KubeClient> ClientWithPlugin(const std::string& command,
-                                               const std::string& extra = "") {
+                                               const std::string& extra = "",
+                                               ClientOptions options = {}) {
     std::ofstream(dir_ / "kubeconfig")
         << "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         << "clusters: [{name: k, cluster: {server: \"" << server_->url() << "\"}}]\n"
@@ -101,7 +176,6 @@ class ExecCredentialTest : public testing::KubeTest {
     auto config = LoadKubeconfig((dir_ / "kubeconfig").string());
     EXPECT_TRUE(config.ok()) << config.status().ToString();
     if (!config.ok()) return nullptr;
-    ClientOptions options;
     options.clock = &clock_;
     options.max_retries = 0;
     auto c = NewKubeClient(*config, options);
@@ -347,6 +421,103 @@ TEST_F(ExecCredentialTest, ARotatedTokenFileIsReadAgainAfterA401) {
   auto list = (*c)->List(kPods, "default", {});
   ASSERT_TRUE(list.ok()) << list.status().ToString();
   EXPECT_EQ(server_->UnauthorizedCount(), 1);
+}
+
+// ClientOptions::exec_stop, the flag of a client whose last writes go out after the stop (the
+// lease's release, the last Events): set, it kills the plugin but cancels no request.
+TEST_F(ExecCredentialTest, ExecStopKillsThePluginButNotTheRequests) {
+  server_->RequireBearerTokens({"t1"});
+  SetToken("t1");
+  std::atomic<bool> exec_stop{false};
+  ClientOptions options;
+  options.exec_stop = &exec_stop;
+  auto client = ClientWithPlugin(HangingPlugin(), "", options);
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->List(kPods, "default", {}).ok());
+  exec_stop = true;
+  auto cached = client->List(kPods, "default", {});
+  EXPECT_TRUE(cached.ok()) << "a request with the cached credential still goes out: "
+                           << cached.status().ToString();
+  EXPECT_EQ(Runs(), 1);
+
+  // A client whose plugin hangs: set once the plugin runs, the flag kills it.
+  exec_stop = false;
+  HangFromNowOn();
+  auto hung = ClientWithPlugin(HangingPlugin(), "", options);
+  ASSERT_NE(hung, nullptr);
+  std::thread stopper([&] {
+    EXPECT_TRUE(PluginHangs());
+    exec_stop = true;
+  });
+  auto list = hung->List(kPods, "default", {});
+  stopper.join();
+  ASSERT_FALSE(list.ok());
+  EXPECT_EQ(list.status().code(), StatusCode::kCancelled) << list.status().ToString();
+  EXPECT_NE(list.status().message().find("stopped while the plugin was running"), std::string::npos)
+      << list.status().message();
+}
+
+// The lease's client at shutdown: its renewal waits in a plugin that hangs (the server refused
+// the cached token). Stop() gives the release its budget, then sets calls_abandoned, which kills
+// the plugin: the stuck call ends kCancelled rather than at the plugin's 60 s timeout.
+TEST_F(ExecCredentialTest, AStoppedElectorKillsTheLeaseClientsHungPlugin) {
+  server_->RequireBearerTokens({"t1"});
+  SetToken("t1");
+  std::atomic<bool> abandoned{false};
+  ClientOptions options;
+  options.exec_stop = &abandoned;
+  auto lease_client = ClientWithPlugin(HangingPlugin(), "", options);
+  ASSERT_NE(lease_client, nullptr);
+  RecordingClient recording(lease_client.get());
+  LeaderElectionConfig config;
+  config.lease_name = "ringtrain-test-leader";
+  config.identity = "a";
+  config.lease_duration = std::chrono::milliseconds(4000);
+  config.renew_deadline = std::chrono::milliseconds(3000);
+  config.retry_period = std::chrono::milliseconds(300);
+  config.release_timeout = std::chrono::milliseconds(300);
+  config.calls_abandoned = &abandoned;
+  auto elector = LeaderElector::Create(&recording, config);
+  ASSERT_TRUE(elector.ok()) << elector.status().ToString();
+  (*elector)->Start();
+  ASSERT_TRUE(testing::Eventually([&] { return (*elector)->IsLeader(); }));
+  HangFromNowOn();
+  server_->RequireBearerTokens({"t2"});
+  ASSERT_TRUE(PluginHangs());
+  EXPECT_FALSE(abandoned.load()) << "set only once the release has had its budget";
+  (*elector)->Stop();
+  EXPECT_TRUE(abandoned.load());
+  const std::vector<Status> statuses = recording.Statuses();
+  ASSERT_FALSE(statuses.empty());
+  EXPECT_EQ(statuses.back().code(), StatusCode::kCancelled) << statuses.back().ToString();
+  EXPECT_NE(statuses.back().message().find("stopped while the plugin was running"),
+            std::string::npos)
+      << statuses.back().ToString();
+}
+
+// The Events' client at shutdown: the write in flight waits in a plugin that hangs. Flush() gives
+// the queue its budget, then sets writes_abandoned, which kills the plugin: the write ends
+// kCancelled rather than at the plugin's 60 s timeout.
+TEST_F(ExecCredentialTest, AFlushedEventRecorderKillsItsClientsHungPlugin) {
+  server_->RequireBearerTokens({"t1"});
+  SetToken("t1");
+  HangFromNowOn();
+  std::atomic<bool> abandoned{false};
+  ClientOptions options;
+  options.exec_stop = &abandoned;
+  auto events_client = ClientWithPlugin(HangingPlugin(), "", options);
+  ASSERT_NE(events_client, nullptr);
+  RecordingClient recording(events_client.get());
+  op::EventRecorder recorder(&recording, "ringtrain-controller", "test",
+                             op::EventRecorder::kMaxQueued, &abandoned);
+  recorder.Record(testing::Pod("p1"), "Normal", "Created", "Created pod p1");
+  ASSERT_TRUE(PluginHangs());
+  EXPECT_FALSE(abandoned.load()) << "set only once the flush has had its budget";
+  recorder.Flush(std::chrono::milliseconds(100));
+  EXPECT_TRUE(abandoned.load());
+  const std::vector<Status> statuses = recording.Statuses();
+  ASSERT_EQ(statuses.size(), 1u);
+  EXPECT_EQ(statuses[0].code(), StatusCode::kCancelled) << statuses[0].ToString();
 }
 
 }  // namespace

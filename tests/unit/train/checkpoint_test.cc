@@ -5,13 +5,19 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 #include <vector>
 
+#include "common/stop.h"
 #include "runner/train/checkpoint.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace ringtrain::train {
 namespace {
@@ -24,8 +30,13 @@ class CheckpointTest : public ::testing::Test {
              ::testing::UnitTest::GetInstance()->current_test_info()->name()))
                .string();
     std::filesystem::remove_all(dir_);
+    ResetStopForTest();
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    if (stopper_.joinable()) stopper_.join();
+    std::filesystem::remove_all(dir_);
+    ResetStopForTest();
+  }
 
   Status Write(std::int64_t step, float value) {
     CheckpointPosition pos;
@@ -64,10 +75,59 @@ class CheckpointTest : public ::testing::Test {
     return e;
   }
 
+  // Retries whose waits move the fake clock instead of sleeping; `at_wait(n)` runs in the n-th
+  // wait and says whether it ended normally (false: a stop cut it short).
+  CheckpointReadRetry FakeRetry(std::function<bool(int)> at_wait = [](int) { return true; }) {
+    CheckpointReadRetry retry;
+    retry.wait = [this, at_wait](Duration d) {
+      waits_.push_back(d);
+      clock_.Advance(d);
+      return at_wait(static_cast<int>(waits_.size()));
+    };
+    return retry;
+  }
+  // Retries with the real wait, counted, and an hour before each retry: a wait that ignores the
+  // stop fails by the test's own timeout, not by a clock assert.
+  CheckpointReadRetry RealRetry() {
+    CheckpointReadRetry retry;
+    retry.backoff.initial = std::chrono::hours(1);
+    retry.backoff.max = std::chrono::hours(1);
+    retry.wait = [this](Duration d) {
+      waits_.push_back(d);
+      return WaitToReadCheckpointAgain(d);
+    };
+    return retry;
+  }
+  // Runs `stop` on another thread once the wait blocks on the stop descriptor (it has checked
+  // the flags and polls), so only the wake-up can end it.
+  void OnceBlocked(std::function<void()> stop) {
+    const std::uint64_t seen = StopFdPollsForTest().value();
+    stopper_ = std::thread([seen, stop] {
+      EXPECT_TRUE(StopFdPollsForTest().AwaitAbove(seen, std::chrono::minutes(1)))
+          << "the wait never blocked";
+      stop();
+    });
+  }
+  // A read of this file fails with the kernel's own EIO: /proc/self/mem at offset 0 (never
+  // mapped).
+  void MakeUnreadable(std::int64_t step) const {
+    std::filesystem::create_directories(dir_);
+    std::filesystem::remove(Path(step));
+    std::filesystem::create_symlink("/proc/self/mem", Path(step));
+  }
+  std::string IoError(std::int64_t step) const {
+    return "read " + Path(step) + ": " + std::strerror(EIO);
+  }
+
   static constexpr std::size_t kParams = 10;
   static constexpr std::size_t kState = 20;
   std::string dir_;
+  testing::FakeClock clock_;
+  std::vector<Duration> waits_;
+  std::thread stopper_;
 };
+
+using std::chrono::seconds;
 
 TEST_F(CheckpointTest, RoundTripsThePositionInSamples) {
   ASSERT_TRUE(Write(7, 1.5f).ok());
@@ -371,25 +431,138 @@ TEST_F(CheckpointTest, ACorruptModelRecordIsSkippedForTheOlderCheckpoint) {
 }
 
 // A read error the volume may heal (EIO, ESTALE, ETIMEDOUT: a network file system's hiccup)
-// must not condemn the newest checkpoint: the load fails retryably (the gang restarts and reads
-// it again) and the file stays, where it was renamed .corrupt and the job resumed from an older
-// one. The EIO is the kernel's own: reading /proc/self/mem at offset 0 (never mapped).
+// must not condemn the newest checkpoint: after its retries the load fails retryably (the gang
+// restarts and reads it again) and the file stays, where it was renamed .corrupt and the job
+// resumed from an older one.
 TEST_F(CheckpointTest, AnIoErrorReadingTheNewestCheckpointIsRetryableAndKeepsIt) {
   ASSERT_TRUE(Write(10, 1.0f).ok());
-  std::filesystem::create_symlink("/proc/self/mem", Path(20));
-  auto st = LoadNewestCheckpoint(dir_, kParams, kState);
+  MakeUnreadable(20);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry());
   ASSERT_FALSE(st.ok()) << "resumed from step " << st->global_step;
   EXPECT_TRUE(st.status().retryable()) << st.status().ToString();
   EXPECT_NE(st.status().message().find("read " + Path(20)), std::string::npos)
       << st.status().ToString();
   EXPECT_TRUE(std::filesystem::is_symlink(Path(20)));
   EXPECT_FALSE(std::filesystem::exists(Path(20) + ".corrupt"));
-  // A file that is gone or is no file at all stays unreadable: skipped for the older one.
+  // A file that is gone or is no file at all stays unreadable: skipped for the older one, and
+  // not read again.
+  waits_.clear();
   std::filesystem::remove(Path(20));
   std::filesystem::create_directory(Path(20));
-  auto older = LoadNewestCheckpoint(dir_, kParams, kState);
+  auto older = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry());
   ASSERT_TRUE(older.ok()) << older.status().ToString();
   EXPECT_EQ(older->global_step, 10);
+  EXPECT_TRUE(waits_.empty());
+}
+
+// A bad block or a flaky network file system often heals within seconds: the load reads the
+// same file again in-process (1 s, then 2 s later) instead of restarting the whole gang.
+TEST_F(CheckpointTest, AnIoErrorThatHealsIsReadAgainInProcess) {
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  MakeUnreadable(20);
+  const SteadyTime start = clock_.SteadyNow();
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry([this](int n) {
+                                   // The volume heals during the second wait.
+                                   if (n == 2) {
+                                     EXPECT_TRUE(Write(20, 2.0f).ok());
+                                   }
+                                   return true;
+                                 }));
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 20);
+  EXPECT_EQ(st->params, std::vector<float>(kParams, 2.0f));
+  EXPECT_EQ(waits_, (std::vector<Duration>{seconds(1), seconds(2)}));
+  EXPECT_EQ(clock_.SteadyNow() - start, seconds(3));
+  EXPECT_TRUE(std::filesystem::exists(Path(10))) << "the older checkpoint is kept";
+}
+
+// An error that never heals: exactly 1 + 3 tries, waiting 1 s, 2 s and 4 s between them, then
+// the same retryable error a single try gives, naming the file and the errno.
+TEST_F(CheckpointTest, AnIoErrorOnEveryTryGivesUpAfterTheRetries) {
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  MakeUnreadable(20);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry([this](int) {
+                                   // Each wait follows a failed read of the same, kept file.
+                                   EXPECT_TRUE(std::filesystem::is_symlink(Path(20)));
+                                   return true;
+                                 }));
+  ASSERT_FALSE(st.ok()) << "resumed from step " << st->global_step;
+  EXPECT_EQ(st.status().code(), StatusCode::kUnavailable) << st.status().ToString();
+  EXPECT_EQ(st.status().message(), IoError(20));
+  EXPECT_EQ(waits_, (std::vector<Duration>{seconds(1), seconds(2), seconds(4)}));
+  EXPECT_TRUE(std::filesystem::is_symlink(Path(20)));
+  EXPECT_FALSE(std::filesystem::exists(Path(20) + ".corrupt"));
+  // No retries: one try, the same error.
+  waits_.clear();
+  CheckpointReadRetry once = FakeRetry();
+  once.retries = 0;
+  auto single = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, once);
+  EXPECT_EQ(single.status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(single.status().message(), IoError(20));
+  EXPECT_TRUE(waits_.empty());
+}
+
+// Corruption does not heal by waiting: a checksum mismatch is skipped for the older checkpoint
+// at once, with no retry.
+TEST_F(CheckpointTest, ACorruptCheckpointIsNotReadAgain) {
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  ASSERT_TRUE(Write(20, 2.0f).ok());
+  Poke(20, 72, 12345);  // the first payload bytes: the CRC no longer matches
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 10);
+  EXPECT_TRUE(waits_.empty());
+  EXPECT_TRUE(std::filesystem::exists(Path(20) + ".corrupt"));
+}
+
+// A stop during the wait (a deleted pod) ends the load at once with the same retryable error,
+// saying it was interrupted: no further read, no further wait.
+TEST_F(CheckpointTest, AStopDuringTheWaitEndsTheLoadRetryably) {
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  MakeUnreadable(20);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, FakeRetry([](int) {
+                                   RequestStop(SIGTERM);
+                                   return false;
+                                 }));
+  ASSERT_FALSE(st.ok()) << "resumed from step " << st->global_step;
+  EXPECT_EQ(st.status().code(), StatusCode::kUnavailable) << st.status().ToString();
+  EXPECT_EQ(st.status().message().rfind(IoError(20), 0), 0u) << st.status().message();
+  EXPECT_NE(st.status().message().find("interrupted by a stop request"), std::string::npos)
+      << st.status().message();
+  EXPECT_EQ(waits_.size(), 1u);
+  EXPECT_TRUE(std::filesystem::is_symlink(Path(20)));
+}
+
+// The real wait wakes on a stop requested while it blocks.
+TEST_F(CheckpointTest, TheRealWaitWakesOnAStop) {
+  MakeUnreadable(20);
+  OnceBlocked([] { RequestStop(SIGTERM); });
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, RealRetry());
+  EXPECT_EQ(st.status().code(), StatusCode::kUnavailable) << st.status().ToString();
+  EXPECT_NE(st.status().message().find("interrupted by a stop request"), std::string::npos)
+      << st.status().message();
+  EXPECT_EQ(waits_.size(), 1u);
+}
+
+// A draining CPU rank's first SIGTERM only sets the drain flag (no stop request): the wait ends
+// on it too, since a rank still loading its checkpoint has nothing to save.
+TEST_F(CheckpointTest, TheRealWaitWakesOnADrainSignal) {
+  MakeUnreadable(20);
+  InstallStopSignalHandlers();
+  {
+    DrainScope draining;
+    OnceBlocked([] { std::raise(SIGTERM); });
+    auto st = LoadNewestCheckpoint(dir_, kParams, kState, nullptr, RealRetry());
+    EXPECT_EQ(st.status().code(), StatusCode::kUnavailable) << st.status().ToString();
+    EXPECT_NE(st.status().message().find("interrupted by a stop request"), std::string::npos)
+        << st.status().message();
+    EXPECT_EQ(waits_.size(), 1u);
+    stopper_.join();
+    EXPECT_TRUE(DrainFlag().load());
+    EXPECT_FALSE(StopRequested()) << "a drain signal, not a stop";
+  }
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
 }
 
 }  // namespace
