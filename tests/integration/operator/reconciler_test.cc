@@ -151,6 +151,34 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
 }
 
+// Recorded on a real cluster: each pod's sidecar exited 3, then its runner exited 0, so the
+// kubelet made the pod Failed, and the operator (scaled to 0) first saw the pods that way. The
+// job trained to the end: it succeeded, with no restart (it used to fail, restarts 0).
+TEST_F(ReconcilerTest, PodsFailedOnlyByTheirSidecarAfterTheRunnerSucceededRecordedOnARealCluster) {
+  std::ifstream in(std::string(RINGTRAIN_SOURCE_DIR) +
+                   "/tests/integration/operator/testdata/real-pod-sidecar-failed.json");
+  const Json recorded = Json::parse(in);
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  for (int r = 0; r < 2; ++r) {
+    const std::string name = "mnist-a0-" + std::to_string(r);
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    pod["status"] = recorded.at("rank" + std::to_string(r)).at("status");
+    ASSERT_EQ(pod["status"]["phase"], "Failed");
+    client_.Set(kube::kPods, "default", pod);
+  }
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Succeeded") << Status().dump();
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_FALSE(Status().contains("lastFailure")) << Status().dump();
+}
+
 // runPolicy.recovery InPlace (the default): only the deleted pod comes back, under its own name
 // in the same attempt; the survivor keeps running (same UID) and hands its state over.
 TEST_F(ReconcilerTest, APodDeletedBySomeoneIsReplacedAloneInPlace) {
