@@ -104,7 +104,12 @@ int RunLocalRanks(const LocalLaunch& launch) {
     env[contract::kEnvTerminationLog] = term_logs[static_cast<std::size_t>(i)];
     std::vector<std::string> argv = {launch.self};
     argv.insert(argv.end(), launch.args.begin(), launch.args.end());
-    auto child = ChildProcess::Spawn(argv, env, SpawnOptions{});
+    // A group of its own: a supervisor that signals this launcher's group (`ringtrain run`)
+    // reaches the ranks only through the launcher, one signal each, so the first SIGTERM stays
+    // a request to stop at a step boundary (a second one stops a rank at once).
+    SpawnOptions spawn;
+    spawn.new_process_group = true;
+    auto child = ChildProcess::Spawn(argv, env, spawn);
     if (!child.ok()) {
       spdlog::error("cannot start local rank {}: {}", i, child.status().ToString());
       stop_all(SIGTERM);
