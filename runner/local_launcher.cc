@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -75,9 +76,14 @@ int RunLocalRanks(const LocalLaunch& launch) {
     auto eq = kv.find('=');
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  char dir_template[] = "/tmp/ringtrain-ranks-XXXXXX";
-  const char* dir = ::mkdtemp(dir_template);
-  const std::string logs = dir != nullptr ? dir : "/tmp";
+  // The ranks' termination messages, read here and removed with the folder before returning.
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  std::string dir_template = (tmp / "ringtrain-ranks-XXXXXX").string();
+  const char* dir = ::mkdtemp(dir_template.data());
+  const std::string logs = dir != nullptr ? dir : tmp.string();
+  const std::string created = dir != nullptr ? dir : "";
 
   std::vector<ChildProcess> ranks;  // by local rank
   ranks.reserve(static_cast<std::size_t>(launch.nproc));
@@ -174,6 +180,10 @@ int RunLocalRanks(const LocalLaunch& launch) {
     std::ifstream in(term_logs[0]);
     std::string line;
     if (std::getline(in, line) && !line.empty()) WriteLine(launch.termination_log, line);
+  }
+  if (!created.empty()) {
+    std::filesystem::remove_all(created, ec);
+    if (ec) spdlog::warn("cannot remove {}: {}", created, ec.message());
   }
   return first_code;
 }
