@@ -72,6 +72,12 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
   RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
   RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
+  // SGD's momentum is in [0, 1), as the runner's optimizer checks it (1 never forgets a
+  // gradient; beyond, the steps grow without bound); adam ignores it.
+  if (t->optimizer == "sgd" && t->momentum >= 1) {
+    return InvalidArgument(f.Path("momentum") + ": must be less than 1 (optimizer sgd), got " +
+                           QuoteJson(json(t->momentum)));
+  }
   RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
   RETURN_IF_ERROR(ReadEnum(f, "lrScaling", &t->lr_scaling));
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));

@@ -73,6 +73,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  train:\n    epochs: 0\n", "spec.train.epochs: must be at least 1"},
         BadCase{"  train:\n    model: resnet\n", "spec.train.model: must be one of mlp, cnn"},
         BadCase{"  train:\n    learningRate: 0\n", "spec.train.learningRate: must be greater"},
+        BadCase{"  train:\n    optimizer: sgd\n    momentum: 1\n",
+                "spec.train.momentum: must be less than 1 (optimizer sgd), got 1"},
+        BadCase{"  train:\n    optimizer: sgd\n    momentum: 1.5\n",
+                "spec.train.momentum: must be less than 1 (optimizer sgd), got 1.5"},
+        BadCase{"  train:\n    momentum: -0.1\n", "spec.train.momentum: must be at least 0"},
         BadCase{"  train:\n    epoch: 3\n", "spec.train.epoch: unknown field"},
         BadCase{"  replica: 3\n", "spec.replica: unknown field"},
         BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
@@ -111,6 +116,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  resources:\n    requests: {cpu: fast}\n",
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
         BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
+
+// SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
+TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
+  auto sgd =
+      ParseManifestYaml(WithSpec("  train:\n    optimizer: sgd\n    momentum: 0.999\n"), "a.yaml");
+  ASSERT_TRUE(sgd.ok()) << sgd.status().ToString();
+  EXPECT_DOUBLE_EQ(sgd->spec.train.momentum, 0.999);
+  auto adam =
+      ParseManifestYaml(WithSpec("  train:\n    optimizer: adam\n    momentum: 1\n"), "a.yaml");
+  EXPECT_TRUE(adam.ok()) << adam.status().ToString();
+}
 
 // Every runPolicy duration taken up to 10 years (the CRD's maximum for the two it bounds).
 TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {
