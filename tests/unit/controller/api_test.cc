@@ -115,7 +115,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.checkpoint.path: must be an absolute path"},
         BadCase{"  resources:\n    requests: {cpu: fast}\n",
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
-        BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
+        BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          env: [{name: A, value: a}, {name: N, value: 3}]\n",
+                "spec.template.spec.containers[runner].env[1].value: must be a string (quote "
+                "it), got an integer 3"},
+        BadCase{
+            "  template:\n    spec:\n      containers:\n        - env: [{name: T, value: true}]\n",
+            "spec.template.spec.containers[0].env[0].value: must be a string (quote it), got "
+            "a boolean true"},
+        BadCase{"  template:\n    spec:\n      initContainers:\n        - name: fetch\n"
+                "          env: [{name: N, value: {a: 1}}]\n",
+                "spec.template.spec.initContainers[fetch].env[0].value: must be a string"}));
 
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
 TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
