@@ -450,8 +450,18 @@ StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec) {
   return LocalContainerFromSpec(spec, HostEnvironment(), ec ? "/" : cwd.string(), InjectedNames());
 }
 
+Status CheckRunsLocally(const api::JobSpec& spec) {
+  if (spec.run_policy.suspend) {
+    return FailedPrecondition(
+        "spec.runPolicy.suspend: true holds the job until it is resumed on a cluster, and "
+        "`ringtrain run` cannot resume it: set it to false (or remove it) to run the job here");
+  }
+  return Status::Ok();
+}
+
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
                                   const std::atomic<bool>* interrupted) {
+  RETURN_IF_ERROR(CheckRunsLocally(job.spec));
   ASSIGN_OR_RETURN(LocalContainer container, LocalContainerForRun(job.spec));
   LocalRun run(job, options, std::move(container));
   return run.Run(interrupted);

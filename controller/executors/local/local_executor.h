@@ -36,6 +36,10 @@ struct LocalRunResult {
 // its working directory; see local_container.h); an error names the field and what to do.
 StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec);
 
+// What `ringtrain run` cannot do although a cluster can (spec.runPolicy.suspend: a local run
+// cannot be resumed): a FailedPrecondition naming the field and what to do, else Ok.
+Status CheckRunsLocally(const api::JobSpec& spec);
+
 // Runs the job to completion (or until *interrupted becomes true: all ranks are stopped).
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
                                   const std::atomic<bool>* interrupted);
