@@ -16,8 +16,10 @@ namespace ringtrain::executors {
 
 struct LocalRunOptions {
   std::string runner_path;  // ringtrain-runner (unused when the spec sets a command)
-  std::string workdir;      // logs, termination messages, result, default checkpoints
-  bool tty = false;         // redraw one progress line instead of printing a line every 10 s
+  // Logs, termination messages, results (an earlier run's are removed at start) and, unless
+  // spec.checkpoint.path is set, checkpoints (in checkpoints/<job name>).
+  std::string workdir;
+  bool tty = false;  // redraw one progress line instead of printing a line every 10 s
   Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   Duration poll{std::chrono::milliseconds(100)};
   // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
