@@ -128,6 +128,22 @@ INSTANTIATE_TEST_SUITE_P(
                 "          env: [{name: N, value: {a: 1}}]\n",
                 "spec.template.spec.initContainers[fetch].env[0].value: must be a string"}));
 
+// The operator reads the same checks from the API object: a job with a non-string env value
+// fails naming the field before any pod is built (the API server would refuse the pod).
+TEST(Manifest, TheOperatorRefusesANonStringEnvValueNamingIt) {
+  const std::string doc =
+      R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+      R"("spec":{"template":{"spec":{"containers":[{"name":"runner","env":[)"
+      R"({"name":"A","value":"a"},{"name":"B","value":null},{"name":"N","value":3}]}]}}}})";
+  auto job = ParseJobJson(doc);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find(
+                "spec.template.spec.containers[runner].env[2].value: must be a string"),
+            std::string::npos)
+      << job.status().message();
+}
+
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
 TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
   auto sgd =
