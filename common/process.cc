@@ -174,11 +174,14 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
     ::_exit(report.stage == kStageExec && IsNotFound(report.error) ? kExitNotFound
                                                                    : kExitCannotExecute);
   }
+  // Also here, so the group exists before the first signal to it, whichever runs first.
+  if (new_group) (void)::setpgid(pid, pid);
   ::close(report_pipe[1]);
   ExecReport report;
   const bool failed = ReadExecReport(report_pipe[0], &report);
   ::close(report_pipe[0]);
   ChildProcess child(pid, argv[0]);
+  child.own_group_ = new_group;
   if (failed) {
     child.start_error_ = StartErrorMessage(report, argv[0], search_path, working_dir);
     // Where the program's own output would have gone, so its log says why it is empty.
@@ -210,6 +213,7 @@ ChildProcess& ChildProcess::operator=(ChildProcess&& other) noexcept {
   exited_ = other.exited_;
   exit_code_ = other.exit_code_;
   term_signal_ = other.term_signal_;
+  own_group_ = other.own_group_;
   terminating_ = other.terminating_;
   kill_armed_ = other.kill_armed_;
   kill_at_ = other.kill_at_;
@@ -224,6 +228,7 @@ void ChildProcess::Reset() {
   exited_ = false;
   exit_code_ = 0;
   term_signal_ = 0;
+  own_group_ = false;
   terminating_ = false;
   kill_armed_ = false;
 }
@@ -239,6 +244,9 @@ bool ChildProcess::Poll() {
     exited_ = true;
     exit_code_ = ExitCodeFromWaitStatus(wait_status);
     term_signal_ = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
+    // What the child left running in its group ends with it, as a container's processes end
+    // with its first one. Its pid stays a group id (never reused) while any member lives.
+    if (own_group_) (void)::kill(-pid_, SIGKILL);
     return true;
   }
   if (r < 0) {
@@ -251,14 +259,18 @@ bool ChildProcess::Poll() {
   }
   if (kill_armed_ && std::chrono::steady_clock::now() >= kill_at_) {
     kill_armed_ = false;
-    ::kill(pid_, SIGKILL);
+    SendSignal(SIGKILL);
   }
   return false;
 }
 
+bool ChildProcess::SendSignal(int signal) const {
+  return ::kill(own_group_ ? -pid_ : pid_, signal) == 0;
+}
+
 bool ChildProcess::Signal(int signal) {
   if (!running()) return false;
-  return ::kill(pid_, signal) == 0;
+  return SendSignal(signal);
 }
 
 void ChildProcess::RequestTerminate(Duration grace, int signal) {
@@ -270,10 +282,10 @@ void ChildProcess::RequestTerminate(Duration grace, int signal) {
   }
   if (grace <= Duration::zero()) {
     kill_armed_ = false;
-    ::kill(pid_, SIGKILL);
+    SendSignal(SIGKILL);
     return;
   }
-  ::kill(pid_, signal);
+  SendSignal(signal);
 }
 
 void ChildProcess::WaitUntil(SteadyTime deadline, bool wake_on_stop) {

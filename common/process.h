@@ -19,9 +19,12 @@
 namespace ringtrain {
 
 struct SpawnOptions {
-  std::string log_path;            // stdout and stderr, truncated; empty = inherit the parent's
-  std::string working_dir;         // the child's current directory; empty = the parent's
-  bool new_process_group = false;  // keep the terminal's Ctrl-C away from the child
+  std::string log_path;     // stdout and stderr, truncated; empty = inherit the parent's
+  std::string working_dir;  // the child's current directory; empty = the parent's
+  // Keep the terminal's Ctrl-C away from the child. Its signals (Signal, RequestTerminate, the
+  // SIGKILL after the grace) then go to the whole group, and what is left of the group gets
+  // SIGKILL when the child is reaped: nothing it started outlives it.
+  bool new_process_group = false;
 };
 
 // Exit codes of a child that never ran its program, as a shell (and `docker run`) reports them;
@@ -83,7 +86,8 @@ class ChildProcess {
   // RequestTerminate whose grace has passed. True once the child has exited.
   bool Poll();
 
-  // Sends `signal` to a running child; false once it has been reaped (its pid may be reused).
+  // Sends `signal` to a running child (its group, when it has its own); false once it has been
+  // reaped (its pid may be reused).
   bool Signal(int signal);
 
   // Sends `signal` now and arms a SIGKILL that the first Poll after `grace` sends if the child
@@ -107,6 +111,8 @@ class ChildProcess {
   // Blocks on the child's pidfd (or short sleeps where pidfd_open is missing) until it exits,
   // `deadline` passes, or, when `wake_on_stop`, a stop is requested.
   void WaitUntil(SteadyTime deadline, bool wake_on_stop);
+  // kill(2) to the child, or to its group when it was spawned with one of its own.
+  bool SendSignal(int signal) const;
 
   pid_t pid_ = -1;
   std::string name_;  // argv[0], for errors
@@ -114,6 +120,7 @@ class ChildProcess {
   bool exited_ = false;
   int exit_code_ = 0;
   int term_signal_ = 0;
+  bool own_group_ = false;  // SpawnOptions::new_process_group
   bool terminating_ = false;
   bool kill_armed_ = false;
   SteadyTime kill_at_{};

@@ -2,11 +2,13 @@
 // runner processes under the same planner the operator uses; `ringtrain validate JOB.yaml`
 // checks a manifest. Exit code 0 = the job succeeded, 1 = it failed or the input was bad,
 // 130 = interrupted.
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +44,17 @@ std::string DefaultRunnerPath() {
   if (n <= 0) return "ringtrain-runner";
   buf[n] = '\0';
   return (std::filesystem::path(buf).parent_path() / "ringtrain-runner").string();
+}
+
+// Whether `path` can be written (created, or appended to), found by trying: a file this makes
+// is removed again. The error names the path and why.
+Status CheckWritable(const std::string& path) {
+  const bool existed = ::access(path.c_str(), F_OK) == 0;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(StatusCode::kFailedPrecondition, path, errno);
+  ::close(fd);
+  if (!existed) ::unlink(path.c_str());
+  return Status::Ok();
 }
 
 // Parses a subcommand's flags: -1 to go on, else the exit code (0 after --help, 2 on bad flags,
@@ -80,6 +93,10 @@ int Validate(const std::vector<std::string>& args) {
   }
   std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", manifest.c_str(),
               job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
+  // Valid for a cluster; only this machine's `ringtrain run` cannot do it.
+  if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
+    std::printf("note: `ringtrain run` will refuse this job: %s\n", local.message().c_str());
+  }
   if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
     // The operator reads the job from the API server and never the dataset.
     api::TrainSpec strict = job->spec.train;
@@ -105,6 +122,10 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());
     return 1;
   }
+  if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), local.message().c_str());
+    return 1;
+  }
   // The runner container of spec.template as local ranks get it: refused here, before any rank
   // starts, when it needs the cluster (a Secret, a ConfigMap).
   auto container = executors::LocalContainerForRun(job->spec);
@@ -126,6 +147,13 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
                  runner.c_str());
     return 1;
+  }
+  // Where the summary goes is known writable before any rank starts, not after the job.
+  if (!summary_path.empty()) {
+    if (Status writable = CheckWritable(summary_path); !writable.ok()) {
+      std::fprintf(stderr, "error: --summary-json %s\n", writable.message().c_str());
+      return 1;
+    }
   }
   if (workdir.empty()) {
     std::string tmpl =

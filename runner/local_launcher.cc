@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -75,9 +76,14 @@ int RunLocalRanks(const LocalLaunch& launch) {
     auto eq = kv.find('=');
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  char dir_template[] = "/tmp/ringtrain-ranks-XXXXXX";
-  const char* dir = ::mkdtemp(dir_template);
-  const std::string logs = dir != nullptr ? dir : "/tmp";
+  // The ranks' termination messages, read here and removed with the folder before returning.
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) tmp = "/tmp";
+  std::string dir_template = (tmp / "ringtrain-ranks-XXXXXX").string();
+  const char* dir = ::mkdtemp(dir_template.data());
+  const std::string logs = dir != nullptr ? dir : tmp.string();
+  const std::string created = dir != nullptr ? dir : "";
 
   std::vector<ChildProcess> ranks;  // by local rank
   ranks.reserve(static_cast<std::size_t>(launch.nproc));
@@ -104,7 +110,12 @@ int RunLocalRanks(const LocalLaunch& launch) {
     env[contract::kEnvTerminationLog] = term_logs[static_cast<std::size_t>(i)];
     std::vector<std::string> argv = {launch.self};
     argv.insert(argv.end(), launch.args.begin(), launch.args.end());
-    auto child = ChildProcess::Spawn(argv, env, SpawnOptions{});
+    // A group of its own: a supervisor that signals this launcher's group (`ringtrain run`)
+    // reaches the ranks only through the launcher, one signal each, so the first SIGTERM stays
+    // a request to stop at a step boundary (a second one stops a rank at once).
+    SpawnOptions spawn;
+    spawn.new_process_group = true;
+    auto child = ChildProcess::Spawn(argv, env, spawn);
     if (!child.ok()) {
       spdlog::error("cannot start local rank {}: {}", i, child.status().ToString());
       stop_all(SIGTERM);
@@ -169,6 +180,10 @@ int RunLocalRanks(const LocalLaunch& launch) {
     std::ifstream in(term_logs[0]);
     std::string line;
     if (std::getline(in, line) && !line.empty()) WriteLine(launch.termination_log, line);
+  }
+  if (!created.empty()) {
+    std::filesystem::remove_all(created, ec);
+    if (ec) spdlog::warn("cannot remove {}: {}", created, ec.message());
   }
   return first_code;
 }

@@ -72,6 +72,12 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   RETURN_IF_ERROR(f.Enum("optimizer", contract::OptimizerNames(), &t->optimizer));
   RETURN_IF_ERROR(f.Number("learningRate", 0, true, &t->learning_rate));
   RETURN_IF_ERROR(f.Number("momentum", 0, false, &t->momentum));
+  // SGD's momentum is in [0, 1), as the runner's optimizer checks it (1 never forgets a
+  // gradient; beyond, the steps grow without bound); adam ignores it.
+  if (t->optimizer == "sgd" && t->momentum >= 1) {
+    return InvalidArgument(f.Path("momentum") + ": must be less than 1 (optimizer sgd), got " +
+                           QuoteJson(json(t->momentum)));
+  }
   RETURN_IF_ERROR(f.Number("weightDecay", 0, false, &t->weight_decay));
   RETURN_IF_ERROR(ReadEnum(f, "lrScaling", &t->lr_scaling));
   RETURN_IF_ERROR(f.Number("warmupEpochs", 0, false, &t->warmup_epochs));
@@ -229,6 +235,38 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
   return f.NoUnknown();
 }
 
+// What the API server would refuse of spec.template's containers, said here with the field's
+// path so `ringtrain run` (which has no API server) refuses it too: an env value that is not a
+// string (`value: 3` in YAML is a number; a local rank would have run with "" instead).
+Status CheckTemplateEnv(const json& tmpl) {
+  const auto pod = tmpl.find("spec");
+  if (pod == tmpl.end() || !pod->is_object()) return Status::Ok();
+  for (const char* list : {"initContainers", "containers"}) {
+    const auto containers = pod->find(list);
+    if (containers == pod->end() || !containers->is_array()) continue;
+    for (std::size_t i = 0; i < containers->size(); ++i) {
+      const json& c = (*containers)[i];
+      if (!c.is_object()) continue;
+      const auto env = c.find("env");
+      if (env == c.end() || !env->is_array()) continue;
+      const auto name = c.find("name");
+      const std::string which = name != c.end() && name->is_string() && !name->empty()
+                                    ? name->get<std::string>()
+                                    : std::to_string(i);
+      for (std::size_t k = 0; k < env->size(); ++k) {
+        const json& e = (*env)[k];
+        if (!e.is_object()) continue;
+        const auto value = e.find("value");
+        if (value == e.end() || value->is_string() || value->is_null()) continue;
+        return InvalidArgument("spec.template.spec." + std::string(list) + "[" + which + "].env[" +
+                               std::to_string(k) + "].value: must be a string (quote it), got " +
+                               JsonTypeName(*value) + " " + QuoteJson(*value));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
@@ -252,6 +290,7 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   }
   RETURN_IF_ERROR(f.Strings("command", &s->command));
   ASSIGN_OR_RETURN(const json* tmpl, f.Object("template"));
+  if (tmpl != nullptr) RETURN_IF_ERROR(CheckTemplateEnv(*tmpl));
   if (tmpl != nullptr && !tmpl->empty()) s->pod_template_json = tmpl->dump();
   ASSIGN_OR_RETURN(const json* rp, f.Object("runPolicy"));
   if (rp != nullptr) RETURN_IF_ERROR(ParseRunPolicy(*rp, &s->run_policy));

@@ -17,7 +17,7 @@ sed -i 's|^\(\s*\)replicas:.*|\1replicas: 3|' "$WORK/job.yaml"
 sed -i "s|^\(\s*\)backoffLimit:.*|&\n\1recovery: GangRestart|" "$WORK/job.yaml"
 grep -q "recovery: GangRestart" "$WORK/job.yaml" || fail "could not set runPolicy.recovery"
 job=fashion-mnist-mlp
-ckpts=$WORK/run/checkpoints
+ckpts=$WORK/run/checkpoints/$job
 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/summary.json" \
   >"$WORK/ringtrain.log" 2>&1 &
 RUN_PID=$!

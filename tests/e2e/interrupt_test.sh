@@ -2,8 +2,44 @@
 # Ctrl-C (SIGINT) stops `ringtrain run` and every rank it started: exit code 130, no runner
 # left behind, and the summary says Interrupted. A rank stopped while it waits for the
 # rendezvous (SIGTERM: a deleted pod) or while it retries the store (SIGINT) exits at once with
-# 143/130 instead of running on until the 300 s rendezvous timeout.
+# 143/130 instead of running on until the 300 s rendezvous timeout. What a spec.command started
+# (sh -c "sleep ...; ...") ends with its rank, at Ctrl-C and at the end of the job.
 source "$(dirname "$0")/lib.sh"
+
+# A spec.command's own children: a number no other process sleeps for.
+nap=$((777000 + $$ % 1000))
+cat >"$WORK/nap.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: nap}
+spec:
+  replicas: 2
+  command: ["sh", "-c", "sleep $nap; echo done"]
+YAML
+"$BIN/ringtrain" run "$WORK/nap.yaml" --workdir "$WORK/nap" >"$WORK/nap.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+naps() { [ "$(pgrep -fx "sleep $nap" | wc -l)" = "$1" ]; }
+wait_until 60 "both ranks' sleep" naps 2
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "nap: ringtrain run exited with $RC after SIGINT, expected 130"
+wait_until 30 "the ranks' sleep ended" naps 0
+# A rank whose command failed ends the job: its peer's sleep ends with it.
+cat >"$WORK/nap-fail.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: nap-fail}
+spec:
+  replicas: 2
+  command: ["sh", "-c", "[ \$RANK = 1 ] && { while ! pgrep -fx 'sleep $nap' >/dev/null; do sleep 0.1; done; exit 3; }; sleep $nap; echo done"]
+YAML
+"$BIN/ringtrain" run "$WORK/nap-fail.yaml" --workdir "$WORK/nap-fail" >"$WORK/nap-fail.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_exit "$RUN_PID" 60
+[ "$RC" = 1 ] || fail "nap-fail: ringtrain run exited with $RC, expected 1 (a failed job)"
+wait_until 30 "rank 0's sleep ended with the job" naps 0
 
 # Rank 0 hosts the store and waits for a rank that never comes.
 port=$(free_port)

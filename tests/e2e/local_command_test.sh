@@ -164,4 +164,39 @@ console_has secret "env[0] (API_KEY): valueFrom.secretKeyRef (secret \"creds\", 
 run secret API_KEY=s3cret
 expect "secret: exported (exit code: $(tail -n 3 "$WORK/secret.out"))" "$RC" 0
 console_has secret "using API_KEY from ringtrain's environment"
+# A reused --workdir: an earlier run's result is not this job's. A job that never trained
+# (here one whose command fails) reports no accuracy, on the console or in the summary.
+mkdir -p "$WORK/stale"
+echo '{"test_accuracy": 0.895, "test_loss": 0.3, "steps": 940}' >"$WORK/stale/result-attempt-0.json"
+job stale 1 '["sh", "-c", "exit 3"]'
+run stale
+expect "stale: ringtrain run exit code" "$RC" 1
+python3 -c 'import json,sys; sys.exit("test_accuracy" in json.load(open(sys.argv[1])))' \
+  "$WORK/stale.json" || fail "stale: the summary has an earlier run's accuracy"
+grep -q "test accuracy" "$WORK/stale.out" && fail "stale: the console shows an earlier run's accuracy"
+[ ! -e "$WORK/stale/result-attempt-0.json" ] || fail "stale: the earlier result is still there"
+echo "ok: stale: an earlier run's result is not reported"
+
+# runPolicy.suspend: valid for a cluster (validate says so, with a note), refused by
+# `ringtrain run` before any rank starts (it could never resume the job).
+job suspended 1 '["sh", "-c", "true"]'
+sed -i 's/runPolicy: {backoffLimit: 2}/runPolicy: {backoffLimit: 2, suspend: true}/' "$WORK/suspended.yaml"
+"$BIN/ringtrain" validate "$WORK/suspended.yaml" >"$WORK/suspended-validate.out" 2>&1 && RC=0 || RC=$?
+expect "suspended: validate exit code" "$RC" 0
+grep -q "TrainingJob suspended is valid" "$WORK/suspended-validate.out" || fail "suspended: not valid"
+grep -qF "note: \`ringtrain run\` will refuse this job: spec.runPolicy.suspend:" \
+  "$WORK/suspended-validate.out" || fail "suspended: validate has no note: $(cat "$WORK/suspended-validate.out")"
+run suspended
+expect "suspended: ringtrain run exit code" "$RC" 1
+console_has suspended "suspended.yaml: spec.runPolicy.suspend: true holds the job until it is resumed"
+[ ! -e "$WORK/suspended" ] || fail "suspended: run went on to start ranks"
+
+# A --summary-json that cannot be written: refused before any rank starts, naming the path.
+job nosummary 1 '["sh", "-c", "true"]'
+timeout 120 "$BIN/ringtrain" run "$WORK/nosummary.yaml" --workdir "$WORK/nosummary" \
+  --summary-json "$WORK/no-such-dir/summary.json" >"$WORK/nosummary.out" 2>&1 && RC=0 || RC=$?
+expect "nosummary: ringtrain run exit code" "$RC" 1
+console_has nosummary "error: --summary-json $WORK/no-such-dir/summary.json: No such file or directory"
+grep -q "Succeeded" "$WORK/nosummary.out" && fail "nosummary: the job ran"
+[ ! -e "$WORK/nosummary" ] || fail "nosummary: run went on to start ranks"
 echo "PASS"

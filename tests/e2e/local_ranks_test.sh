@@ -3,9 +3,25 @@
 # starts one rank per slot (rank = node × 2 + local rank). Two such "pods" form a world of 4
 # and train to the end; then a rank killed inside a pod makes that pod's launcher stop its
 # other rank and exit with a retryable code and a termination message naming the rank; and a
-# SIGTERM to a pod whose ranks wait in the rendezvous stops them all at once (143).
+# SIGTERM to a pod whose ranks wait in the rendezvous stops them all at once (143). Each way
+# out, the launcher removes the folder it kept its ranks' termination messages in.
 # Runs on CPUs (--device cpu): the launcher is the same for GPUs.
 source "$(dirname "$0")/lib.sh"
+# The launcher's folder goes under $TMPDIR: here, where no other run's can be.
+export TMPDIR=$WORK/tmp
+mkdir -p "$TMPDIR"
+no_rank_folder_left() {
+  local left
+  left=$(find "$TMPDIR" -maxdepth 1 -name 'ringtrain-ranks-*')
+  [ -z "$left" ] || fail "$1: the launcher left $left behind"
+}
+# rank_folder PID: the folder a launched rank's termination message goes to.
+rank_folder() {
+  local log
+  log=$(tr '\0' '\n' <"/proc/$1/environ" | sed -n 's/^RINGTRAIN_TERMINATION_LOG=//p')
+  [ -n "$log" ] || fail "rank $1 has no RINGTRAIN_TERMINATION_LOG"
+  dirname "$log"
+}
 
 # start_node NODE WORLD PORT LOG [runner flags...]
 start_node() {
@@ -35,6 +51,7 @@ grep -q "started 2 local ranks (node 1, ranks 2-3)" "$WORK/node1.log" ||
   fail "node 1 did not start ranks 2 and 3"
 [ "$(json_get "$WORK/result.json" world_size)" = 4 ] || fail "world size is not 4"
 [ "$(json_get "$WORK/result.json" steps)" = 40 ] || fail "rank 0 did not take 40 steps"
+no_rank_folder_left "a finished pod"
 
 # 2. One rank of a pod dies: its launcher stops the other and exits retryably.
 port=$(free_port)
@@ -46,11 +63,15 @@ wait_until 120 "both local ranks training" \
 children=$(pgrep -P "$pod" || true)
 [ "$(echo "$children" | wc -w)" = 2 ] || fail "expected 2 rank processes, found: $children"
 victim=$(echo "$children" | tail -n 1)
+folder=$(rank_folder "$victim")
+[ -d "$folder" ] || fail "no folder $folder"
 kill -9 "$victim"
 wait_exit "$pod" 90
 echo "launcher exit code: $RC"
 [ "$RC" -ge 128 ] || fail "launcher exited $RC, expected a retryable code (128-255)"
 grep -q "local rank" "$WORK/pod.log.termination" || fail "termination message does not name the rank"
+no_rank_folder_left "a pod whose rank died"
+[ ! -e "$folder" ] || fail "a pod whose rank died: $folder left behind"
 for c in $children; do
   if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
 done
@@ -62,11 +83,14 @@ pod=$LAST_PID
 wait_until 120 "both local ranks in the rendezvous" \
   bash -c "[ \$(grep -c 'loaded' '$WORK/term.log') -ge 2 ]"
 children=$(pgrep -P "$pod" || true)
+folder=$(rank_folder "$(echo "$children" | head -n 1)")
 sleep 0.5
 kill -TERM "$pod"
 # Far below the 300 s rendezvous timeout and the launcher's 15 s grace; generous for CI.
 wait_exit "$pod" 30
 [ "$RC" = 143 ] || fail "launcher exited $RC after SIGTERM, expected 143"
+no_rank_folder_left "a pod stopped by SIGTERM"
+[ ! -e "$folder" ] || fail "a pod stopped by SIGTERM: $folder left behind"
 for c in $children; do
   if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
 done

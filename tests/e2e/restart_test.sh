@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 # kill_rank_1 RUN_DIR: kill -9 rank 1 of the gang running under RUN_DIR, once it checkpointed.
 kill_rank_1() {
   local victim
-  wait_until 120 "a checkpoint of attempt 0" compgen -G "$1/checkpoints/ckpt-*.bin"
+  wait_until 120 "a checkpoint of attempt 0" compgen -G "$1/checkpoints/fashion-mnist-mlp/ckpt-*.bin"
   victim=$(run_rank_pid "$1" 0 1) || fail "rank 1 not found"
   kill -9 "$victim"
 }

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "common/json_fields.h"
+
 namespace ringtrain::executors {
 namespace {
 
@@ -69,6 +71,11 @@ Status ReadEnv(const Json& list, const EnvMap& host_env, const std::set<std::str
     v.name = name;
     auto from = e.find("valueFrom");
     if (from == e.end()) {
+      // Never "" for a value of another type: the API server refuses it (so does the parser).
+      if (auto value = e.find("value");
+          value != e.end() && !value->is_string() && !value->is_null()) {
+        return InvalidArgument(where + ".value: must be a string (quote it), got " + value->dump());
+      }
       v.value = StringAt(e, "value");
       out->env.push_back(std::move(v));
       continue;

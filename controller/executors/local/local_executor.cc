@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <sstream>
@@ -148,6 +149,25 @@ class LocalRun {
   std::vector<ObservedReplica> Observe() const;
   std::optional<reconcile::ObservedProgress> PollProgress();
   void PrintProgress(bool force);
+  // Where the built-in runner keeps this job's checkpoints: spec.checkpoint.path, else a folder
+  // of the work directory named after the job, so another job in the same work directory
+  // never resumes from them.
+  std::string CheckpointDir() const {
+    return job_.spec.checkpoint.path.empty()
+               ? options_.workdir + "/checkpoints/" + job_.metadata.name
+               : job_.spec.checkpoint.path;
+  }
+  std::string ResultPath(int attempt) const {
+    return options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json";
+  }
+  // Results an earlier run left in a reused work directory: never read as this run's.
+  void RemoveStaleResults() const;
+  // Says on the console, once, that the first attempt resumed from a checkpoint (a gang restart
+  // says so in its GangRestarted event).
+  // `ended`: learnt from the result, after the run.
+  void AnnounceResume(std::int64_t step, bool ended);
+  // A line on the console between progress lines.
+  void Say(const std::string& line, bool warning) const;
   bool AnyAlive() const {
     for (const auto& [name, p] : procs_) {
       if (!p.exited) return true;
@@ -172,7 +192,34 @@ class LocalRun {
   SteadyTime next_poll_{};
   SteadyTime next_print_{};
   int printed_attempt_ = -1;
+  bool announced_resume_ = false;
 };
+
+void LocalRun::RemoveStaleResults() const {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.workdir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("result-attempt-")) std::filesystem::remove(entry.path(), ec);
+  }
+}
+
+void LocalRun::Say(const std::string& line, bool warning) const {
+  if (options_.tty) std::fputs("\r\033[K", stdout);
+  std::fflush(stdout);
+  if (warning) {
+    spdlog::warn("{}", line);
+  } else {
+    spdlog::info("{}", line);
+  }
+}
+
+void LocalRun::AnnounceResume(std::int64_t step, bool ended) {
+  if (announced_resume_ || step <= 0 || !job_.spec.command.empty()) return;
+  announced_resume_ = true;
+  Say(std::string(ended ? "resumed" : "resuming") + " from step " + std::to_string(step) + " of " +
+          CheckpointDir(),
+      false);
+}
 
 Status LocalRun::Spawn(int rank, int attempt) {
   const api::JobSpec& spec = job_.spec;
@@ -225,13 +272,13 @@ Status LocalRun::Spawn(int rank, int attempt) {
   if (!spec.command.empty()) {
     command = spec.command;
   } else {
-    std::string ckpt =
-        spec.checkpoint.path.empty() ? options_.workdir + "/checkpoints" : spec.checkpoint.path;
     command.push_back(options_.runner_path);
-    for (auto& a : api::RunnerArgs(spec, ckpt)) command.push_back(a);
+    for (auto& a : api::RunnerArgs(spec, CheckpointDir())) command.push_back(a);
     if (rank == 0) {
+      const std::string result = ResultPath(attempt);
+      std::remove(result.c_str());  // only what this process writes is this attempt's result
       command.push_back("--result-file");
-      command.push_back(options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json");
+      command.push_back(result);
     }
   }
   // Everything else as the rank's pod would have it: the template's env and workingDir, $(VAR)
@@ -328,6 +375,8 @@ std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
   reconcile::ObservedProgress p = reconcile::ObserveRunnerStatus(
       contract::FetchRunnerStatus("127.0.0.1", it->second.metrics_port, Duration(500)));
   if (p.reachable) progress_ = p;  // what the progress line shows: the last good read
+  // The first attempt starts fresh or from a checkpoint (later ones may start from survivors).
+  if (p.reachable && p.training && state_.status.attempt == 0) AnnounceResume(p.start_step, false);
   return p;
 }
 
@@ -361,6 +410,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   const SteadyTime start = options_.clock->SteadyNow();
   state_ = job_;
   LocalRunResult result;
+  RemoveStaleResults();
   for (;;) {
     Reap();
     if (interrupted != nullptr && interrupted->load()) {
@@ -384,8 +434,6 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     if (plan.status.attempt != state_.status.attempt) progress_.reset();
     state_.status = plan.status;
     for (const auto& e : plan.events) {
-      if (options_.tty) std::fputs("\r\033[K", stdout);
-      std::fflush(stdout);
       // A message of several lines (a log's end) is shown whole in the summary, not here.
       std::string message = e.message;
       if (const auto nl = message.find('\n'); nl != std::string::npos) {
@@ -393,11 +441,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
             std::count(message.begin() + static_cast<std::ptrdiff_t>(nl), message.end(), '\n');
         message = message.substr(0, nl) + " (" + std::to_string(more) + " more lines)";
       }
-      if (e.type == "Warning") {
-        spdlog::warn("{}: {}", e.reason, message);
-      } else {
-        spdlog::info("{}: {}", e.reason, message);
-      }
+      Say(e.reason + ": " + message, e.type == "Warning");
     }
     for (const auto& a : plan.actions) {
       switch (a.kind) {
@@ -437,8 +481,18 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   if (options_.tty) std::fputs("\n", stdout);
   result.status = state_.status;
   result.wall_seconds = std::chrono::duration<double>(options_.clock->SteadyNow() - start).count();
-  result.result_json = ReadFile(options_.workdir + "/result-attempt-" +
-                                std::to_string(state_.status.attempt) + ".json");
+  result.result_json = ReadFile(ResultPath(state_.status.attempt));
+  if (state_.status.attempt == 0 && !result.result_json.empty()) {
+    // A run that ended before a /status read saw it train: its result says where it started.
+    const auto r = nlohmann::json::parse(result.result_json, nullptr, false);
+    auto integer = [&r](const char* key) {
+      const auto it = r.find(key);
+      return it != r.end() && it->is_number_integer() ? it->get<std::int64_t>() : 0;
+    };
+    if (r.is_object() && r.contains("resumed") && r["resumed"] == true) {
+      AnnounceResume(integer("steps") - integer("steps_this_run"), true);
+    }
+  }
   return result;
 }
 
@@ -450,8 +504,18 @@ StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec) {
   return LocalContainerFromSpec(spec, HostEnvironment(), ec ? "/" : cwd.string(), InjectedNames());
 }
 
+Status CheckRunsLocally(const api::JobSpec& spec) {
+  if (spec.run_policy.suspend) {
+    return FailedPrecondition(
+        "spec.runPolicy.suspend: true holds the job until it is resumed on a cluster, and "
+        "`ringtrain run` cannot resume it: set it to false (or remove it) to run the job here");
+  }
+  return Status::Ok();
+}
+
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
                                   const std::atomic<bool>* interrupted) {
+  RETURN_IF_ERROR(CheckRunsLocally(job.spec));
   ASSIGN_OR_RETURN(LocalContainer container, LocalContainerForRun(job.spec));
   LocalRun run(job, options, std::move(container));
   return run.Run(interrupted);

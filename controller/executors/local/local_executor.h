@@ -16,8 +16,10 @@ namespace ringtrain::executors {
 
 struct LocalRunOptions {
   std::string runner_path;  // ringtrain-runner (unused when the spec sets a command)
-  std::string workdir;      // logs, termination messages, result, default checkpoints
-  bool tty = false;         // redraw one progress line instead of printing a line every 10 s
+  // Logs, termination messages, results (an earlier run's are removed at start) and, unless
+  // spec.checkpoint.path is set, checkpoints (in checkpoints/<job name>).
+  std::string workdir;
+  bool tty = false;  // redraw one progress line instead of printing a line every 10 s
   Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
   Duration poll{std::chrono::milliseconds(100)};
   // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
@@ -35,6 +37,10 @@ struct LocalRunResult {
 // spec.template's runner container as the local ranks of this process get it (its environment,
 // its working directory; see local_container.h); an error names the field and what to do.
 StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec);
+
+// What `ringtrain run` cannot do although a cluster can (spec.runPolicy.suspend: a local run
+// cannot be resumed): a FailedPrecondition naming the field and what to do, else Ok.
+Status CheckRunsLocally(const api::JobSpec& spec);
 
 // Runs the job to completion (or until *interrupted becomes true: all ranks are stopped).
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,

@@ -46,6 +46,27 @@ bool Gone(pid_t pid) {
   return unreapable && no_process;
 }
 
+// True once `pid` (not our child: a grandchild, reaped by whoever adopted it) has ended: no
+// such process, or one that is only a zombie waiting for its new parent.
+bool Ended(pid_t pid) {
+  errno = 0;
+  if (::kill(pid, 0) < 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto paren = line.rfind(')');
+  return paren == std::string::npos || line.compare(paren + 1, 3, " Z ") == 0;
+}
+
+// Polls Ended for far longer than a signal needs to land (a bound, not a timing assertion).
+bool EndsSoon(pid_t pid) {
+  for (int i = 0; i < 6000; ++i) {
+    if (Ended(pid)) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return false;
+}
+
 class ProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -67,6 +88,20 @@ class ProcessTest : public ::testing::Test {
     auto child = ChildProcess::Spawn({"/bin/sh", "-c", script}, env, options);
     EXPECT_TRUE(child.ok()) << child.status().ToString();
     return child.ok() ? std::move(*child) : ChildProcess();
+  }
+  // A shell in a process group of its own, as `ringtrain run` starts a rank.
+  ChildProcess GroupShell(const std::string& script) {
+    SpawnOptions options;
+    options.log_path = Log();
+    options.new_process_group = true;
+    auto child = ChildProcess::Spawn({"/bin/sh", "-c", script}, {}, options);
+    EXPECT_TRUE(child.ok()) << child.status().ToString();
+    return child.ok() ? std::move(*child) : ChildProcess();
+  }
+  // The pid the child wrote to `name` under dir_ once it logged "ready"; -1 if it never did.
+  pid_t ReadyPid(const std::string& name) const {
+    if (!Logged("ready")) return -1;
+    return static_cast<pid_t>(std::atoi(ReadFile(dir_ + "/" + name).c_str()));
   }
   std::string Log() const { return dir_ + "/child.log"; }
   // Writes `text` to `path` (making its folder) with `mode`.
@@ -398,6 +433,52 @@ TEST_F(ProcessTest, ChildDiesWithTheThreadThatSpawnedIt) {
   spawner.join();
   ASSERT_TRUE(child.Wait(kBound).ok());
   EXPECT_EQ(child.term_signal(), SIGKILL);
+}
+
+// Ctrl-C under `ringtrain run`: a command's own children (sh -c "sleep 777; ...") end with it.
+TEST_F(ProcessTest, TerminateSignalsTheChildsOwnGroup) {
+  ChildProcess child =
+      GroupShell("sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready; wait");
+  const pid_t grandchild = ReadyPid("grandchild");
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(child.Terminate(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 128 + SIGTERM);
+  EXPECT_TRUE(EndsSoon(grandchild)) << "sleep " << grandchild << " outlived its group's SIGTERM";
+  (void)::kill(grandchild, SIGKILL);
+}
+
+// The SIGKILL after the grace reaches a grandchild that ignores SIGTERM too.
+TEST_F(ProcessTest, TheKillAfterTheGraceReachesTheGroup) {
+  ChildProcess child =
+      GroupShell("trap '' TERM; sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready; wait");
+  const pid_t grandchild = ReadyPid("grandchild");
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(child.Terminate(Duration(100)).ok());
+  EXPECT_EQ(child.term_signal(), SIGKILL);
+  EXPECT_TRUE(EndsSoon(grandchild)) << "sleep " << grandchild << " outlived its group's SIGKILL";
+  (void)::kill(grandchild, SIGKILL);
+}
+
+// A child that exits leaving a background process behind: the rest of its group ends with it,
+// as a container's processes end with its first one.
+TEST_F(ProcessTest, WhatAChildLeftInItsGroupEndsWhenItIsReaped) {
+  ChildProcess child = GroupShell("sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready");
+  const pid_t grandchild = ReadyPid("grandchild");
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 0);
+  EXPECT_TRUE(EndsSoon(grandchild)) << "sleep " << grandchild << " outlived its parent";
+  (void)::kill(grandchild, SIGKILL);
+}
+
+// Without a group of its own a child shares ours: only the child itself is signalled.
+TEST_F(ProcessTest, AChildWithoutItsOwnGroupIsSignalledAlone) {
+  ChildProcess child = Shell("sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready; wait");
+  const pid_t grandchild = ReadyPid("grandchild");
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(child.Terminate(kBound).ok());
+  EXPECT_FALSE(Ended(grandchild));
+  ASSERT_EQ(::kill(grandchild, SIGKILL), 0);
 }
 
 }  // namespace

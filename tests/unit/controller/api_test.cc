@@ -73,6 +73,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  train:\n    epochs: 0\n", "spec.train.epochs: must be at least 1"},
         BadCase{"  train:\n    model: resnet\n", "spec.train.model: must be one of mlp, cnn"},
         BadCase{"  train:\n    learningRate: 0\n", "spec.train.learningRate: must be greater"},
+        BadCase{"  train:\n    optimizer: sgd\n    momentum: 1\n",
+                "spec.train.momentum: must be less than 1 (optimizer sgd), got 1"},
+        BadCase{"  train:\n    optimizer: sgd\n    momentum: 1.5\n",
+                "spec.train.momentum: must be less than 1 (optimizer sgd), got 1.5"},
+        BadCase{"  train:\n    momentum: -0.1\n", "spec.train.momentum: must be at least 0"},
         BadCase{"  train:\n    epoch: 3\n", "spec.train.epoch: unknown field"},
         BadCase{"  replica: 3\n", "spec.replica: unknown field"},
         BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
@@ -110,7 +115,45 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.checkpoint.path: must be an absolute path"},
         BadCase{"  resources:\n    requests: {cpu: fast}\n",
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
-        BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"}));
+        BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          env: [{name: A, value: a}, {name: N, value: 3}]\n",
+                "spec.template.spec.containers[runner].env[1].value: must be a string (quote "
+                "it), got an integer 3"},
+        BadCase{
+            "  template:\n    spec:\n      containers:\n        - env: [{name: T, value: true}]\n",
+            "spec.template.spec.containers[0].env[0].value: must be a string (quote it), got "
+            "a boolean true"},
+        BadCase{"  template:\n    spec:\n      initContainers:\n        - name: fetch\n"
+                "          env: [{name: N, value: {a: 1}}]\n",
+                "spec.template.spec.initContainers[fetch].env[0].value: must be a string"}));
+
+// The operator reads the same checks from the API object: a job with a non-string env value
+// fails naming the field before any pod is built (the API server would refuse the pod).
+TEST(Manifest, TheOperatorRefusesANonStringEnvValueNamingIt) {
+  const std::string doc =
+      R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+      R"("spec":{"template":{"spec":{"containers":[{"name":"runner","env":[)"
+      R"({"name":"A","value":"a"},{"name":"B","value":null},{"name":"N","value":3}]}]}}}})";
+  auto job = ParseJobJson(doc);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(job.status().message().find(
+                "spec.template.spec.containers[runner].env[2].value: must be a string"),
+            std::string::npos)
+      << job.status().message();
+}
+
+// SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
+TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
+  auto sgd =
+      ParseManifestYaml(WithSpec("  train:\n    optimizer: sgd\n    momentum: 0.999\n"), "a.yaml");
+  ASSERT_TRUE(sgd.ok()) << sgd.status().ToString();
+  EXPECT_DOUBLE_EQ(sgd->spec.train.momentum, 0.999);
+  auto adam =
+      ParseManifestYaml(WithSpec("  train:\n    optimizer: adam\n    momentum: 1\n"), "a.yaml");
+  EXPECT_TRUE(adam.ok()) << adam.status().ToString();
+}
 
 // Every runPolicy duration taken up to 10 years (the CRD's maximum for the two it bounds).
 TEST(Manifest, RunPolicyDurationsTakeUpToTenYears) {

@@ -145,6 +145,21 @@ TEST(LocalContainer, MalformedEntriesNameTheirField) {
   EXPECT_THAT(bad_from.status().message(), HasSubstr("env[0] (X).valueFrom"));
 }
 
+// `value: 3` is a number: refused naming it, never run as "".
+TEST(LocalContainer, AValueThatIsNotAStringIsRefused) {
+  auto number = LocalContainerFromSpec(
+      WithRunner(R"j({"name":"runner","env":[{"name":"A","value":"a"},{"name":"N","value":3}]})j"),
+      {}, "/", kOurs);
+  ASSERT_FALSE(number.ok());
+  EXPECT_THAT(number.status().message(),
+              HasSubstr("spec.template.spec.containers[runner].env[1].value: must be a string"));
+  auto unset = LocalContainerFromSpec(
+      WithRunner(R"j({"name":"runner","env":[{"name":"N","value":null}]})j"), {}, "/", kOurs);
+  ASSERT_TRUE(unset.ok()) << unset.status().ToString();
+  ASSERT_EQ(unset->env.size(), 1u);
+  EXPECT_EQ(unset->env[0].value, "");
+}
+
 TEST(LocalRankExec, EnvAndCommandAsInThePod) {
   const api::JobSpec spec = WithRunner(R"j({"name":"runner","env":[
       {"name":"TAG","value":"t-$(RINGTRAIN_RANK)"},
