@@ -9,7 +9,9 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -27,8 +29,11 @@ namespace ringtrain {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<bool> g_kill_now{false};  // a second SIGINT/SIGTERM while the ranks stop
 
-void OnSignal(int) { g_interrupted = true; }
+void OnSignal(int) {
+  if (g_interrupted.exchange(true)) g_kill_now = true;
+}
 
 constexpr char kUsage[] =
     "usage:\n"
@@ -116,6 +121,12 @@ int Run(const std::vector<std::string>& args) {
   set.String("workdir", &workdir, "the ranks' logs and files (default: a new temporary one)",
              "DIR");
   set.String("runner", &runner, "the runner binary (else $RINGTRAIN_RUNNER)", "PATH");
+  std::int64_t grace_seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(contract::kTerminationGracePeriod).count();
+  set.Int("grace-period", &grace_seconds,
+          "seconds a rank has to stop after SIGTERM (Ctrl-C, a failed peer) before SIGKILL, as a "
+          "pod's terminationGracePeriodSeconds; a second Ctrl-C kills at once",
+          {0, 3600});
   if (int rc = ParseOrUsage(set, args); rc >= 0) return rc;
   auto job = api::LoadManifestFile(manifest);
   if (!job.ok()) {
@@ -190,6 +201,8 @@ int Run(const std::vector<std::string>& args) {
   opts.runner_path = runner;
   opts.workdir = workdir;
   opts.tty = ::isatty(STDOUT_FILENO) != 0;
+  opts.grace = std::chrono::seconds(grace_seconds);
+  opts.kill_now = &g_kill_now;
   auto result = executors::RunLocal(*job, opts, &g_interrupted);
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().ToString().c_str());

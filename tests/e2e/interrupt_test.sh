@@ -41,6 +41,33 @@ wait_exit "$RUN_PID" 60
 [ "$RC" = 1 ] || fail "nap-fail: ringtrain run exited with $RC, expected 1 (a failed job)"
 wait_until 30 "rank 0's sleep ended with the job" naps 0
 
+# Ranks that ignore SIGTERM: the first Ctrl-C gives them their grace (--grace-period 600 here),
+# a second one kills them at once.
+cat >"$WORK/stubborn.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: stubborn}
+spec:
+  replicas: 2
+  command: ["sh", "-c", ": stubborn-$$; trap '' TERM; while :; do sleep 0.2; done"]
+YAML
+"$BIN/ringtrain" run "$WORK/stubborn.yaml" --workdir "$WORK/stubborn" --grace-period 600 \
+  >"$WORK/stubborn.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+stubborn() { [ "$(pgrep -f "stubborn-$$" | wc -l)" = "$1" ]; }
+wait_until 60 "both stubborn ranks" stubborn 2
+kill -INT "$RUN_PID"
+wait_until 30 "the first interrupt said so" grep -q "interrupted: stopping the ranks" "$WORK/stubborn.log"
+sleep 1
+kill -0 "$RUN_PID" 2>/dev/null || fail "stubborn: ringtrain run ended before its ranks' grace"
+stubborn 2 || fail "stubborn: a rank that ignores SIGTERM ended before its grace"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "stubborn: ringtrain run exited with $RC after a second SIGINT, expected 130"
+grep -q "interrupted again: killing the ranks" "$WORK/stubborn.log" || fail "stubborn: no kill line"
+wait_until 30 "the stubborn ranks ended" stubborn 0
+
 # Rank 0 hosts the store and waits for a rank that never comes.
 port=$(free_port)
 RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_rank 0 2 "$port" tok "$WORK/rdzv.log" --epochs 1

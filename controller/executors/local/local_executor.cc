@@ -410,6 +410,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   const SteadyTime start = options_.clock->SteadyNow();
   state_ = job_;
   LocalRunResult result;
+  bool killed_now = false;
   RemoveStaleResults();
   for (;;) {
     Reap();
@@ -417,6 +418,18 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
       if (!result.interrupted) {
         result.interrupted = true;
         for (auto& [name, p] : procs_) Kill(p);
+        if (AnyAlive()) {
+          Say("interrupted: stopping the ranks (SIGTERM; SIGKILL after " +
+                  FormatDuration(options_.grace) + ", or at once on a second Ctrl-C)",
+              true);
+        }
+      }
+      if (options_.kill_now != nullptr && options_.kill_now->load() && !killed_now) {
+        killed_now = true;
+        if (AnyAlive()) Say("interrupted again: killing the ranks (SIGKILL)", true);
+        for (auto& [name, p] : procs_) {
+          if (!p.exited) p.child.RequestTerminate(Duration::zero());
+        }
       }
       if (!AnyAlive()) break;
       std::this_thread::sleep_for(options_.poll);

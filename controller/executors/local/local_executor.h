@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/status.h"
 #include "controller/api/training_job.h"
 #include "controller/executors/local/local_container.h"
@@ -20,7 +21,12 @@ struct LocalRunOptions {
   // spec.checkpoint.path is set, checkpoints (in checkpoints/<job name>).
   std::string workdir;
   bool tty = false;  // redraw one progress line instead of printing a line every 10 s
-  Duration grace{std::chrono::seconds(10)};  // SIGTERM → SIGKILL
+  // SIGTERM → SIGKILL, as a pod's terminationGracePeriodSeconds: a rank stops at an agreed
+  // step and rank 0 checkpoints (a multi-GPU replica's launcher gives its ranks 15 s of it).
+  Duration grace{contract::kTerminationGracePeriod};
+  // Set (a second Ctrl-C) while the ranks stop after *interrupted: those still running get
+  // SIGKILL at once instead of the rest of their grace. May be null.
+  const std::atomic<bool>* kill_now = nullptr;
   Duration poll{std::chrono::milliseconds(100)};
   // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
   // run's wall time); must outlive the run.
