@@ -68,6 +68,28 @@ wait_exit "$RUN_PID" 60
 grep -q "interrupted again: killing the ranks" "$WORK/stubborn.log" || fail "stubborn: no kill line"
 wait_until 30 "the stubborn ranks ended" stubborn 0
 
+# A Ctrl-C after the job ended (rank 1 failed for good) while rank 0 still has its grace: the
+# job's outcome stands (Failed, exit 1), the rank is killed at once.
+cat >"$WORK/ended.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: ended}
+spec:
+  replicas: 2
+  command: ["sh", "-c", ": ended-$$; trap '' TERM; [ \$RANK = 1 ] && { while [ ! -e $WORK/ended-ready ]; do sleep 0.1; done; exit 1; }; touch $WORK/ended-ready; while :; do sleep 0.2; done"]
+YAML
+"$BIN/ringtrain" run "$WORK/ended.yaml" --workdir "$WORK/ended" --grace-period 600 \
+  --summary-json "$WORK/ended.json" >"$WORK/ended.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_until 60 "the job failed" grep -q "PermanentFailure" "$WORK/ended.log"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 1 ] || fail "ended: ringtrain run exited with $RC after the job failed, expected 1"
+[ "$(json_get "$WORK/ended.json" phase)" = Failed ] || fail "ended: summary phase"
+no_ended() { [ "$(pgrep -f "ended-$$" | wc -l)" = 0 ]; }
+wait_until 30 "the lingering rank ended" no_ended
+
 # Rank 0 hosts the store and waits for a rank that never comes.
 port=$(free_port)
 RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_rank 0 2 "$port" tok "$WORK/rdzv.log" --epochs 1

@@ -415,7 +415,10 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   for (;;) {
     Reap();
     if (interrupted != nullptr && interrupted->load()) {
-      if (!result.interrupted) {
+      // A job that had finished keeps its outcome: the interrupt only cuts short the grace of
+      // the ranks still stopping.
+      const bool finished = api::IsTerminal(state_.status.phase);
+      if (!result.interrupted && !finished) {
         result.interrupted = true;
         for (auto& [name, p] : procs_) Kill(p);
         if (AnyAlive()) {
@@ -424,9 +427,15 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
               true);
         }
       }
-      if (options_.kill_now != nullptr && options_.kill_now->load() && !killed_now) {
+      if ((finished || (options_.kill_now != nullptr && options_.kill_now->load())) &&
+          !killed_now) {
         killed_now = true;
-        if (AnyAlive()) Say("interrupted again: killing the ranks (SIGKILL)", true);
+        if (AnyAlive()) {
+          Say(finished ? "interrupted: the job has " + state_.status.phase +
+                             "; killing the ranks still stopping (SIGKILL)"
+                       : "interrupted again: killing the ranks (SIGKILL)",
+              true);
+        }
         for (auto& [name, p] : procs_) {
           if (!p.exited) p.child.RequestTerminate(Duration::zero());
         }
