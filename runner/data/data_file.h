@@ -1,5 +1,5 @@
-// Reading a dataset file (plain or gzip) for the CSV and NPY readers: sizes bounded before
-// memory grows. Internal to runner/data; the IDX reader keeps its own streaming reader.
+// Reading a dataset file (plain or gzip) for the IDX, CSV and NPY readers: sizes bounded before
+// memory grows. Internal to runner/data.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,8 @@ class DataFile {
 
   const std::string& path() const { return path_; }
   bool gzip() const { return gzip_; }
+  // Bytes on disk.
+  std::uint64_t size() const { return size_; }
   // The most bytes the file can yield: its size, or size × deflate's best ratio for gzip.
   std::uint64_t max_content_bytes() const;
 
