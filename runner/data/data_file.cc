@@ -10,6 +10,26 @@
 #include "runner/data/idx.h"
 
 namespace ringtrain::data {
+namespace {
+
+// " while reading the pixels", or "" when the caller names nothing.
+std::string While(const char* what) {
+  return what == nullptr ? std::string() : std::string(" while reading ") + what;
+}
+
+// After gzread gave no bytes: zlib reports a gzip stream cut short (no end-of-stream marker, or
+// no trailer) as the end of the file, with Z_BUF_ERROR "unexpected end of file" left in
+// gzerror; that is a truncated file, not the end of the data.
+Status CheckEnd(gzFile f, const std::string& path, const char* what) {
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err == Z_BUF_ERROR) {
+    return DataLoss(path + ": truncated gzip stream" + While(what) + " (" + msg + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 struct DataFile::Impl {
   gzFile f = nullptr;
@@ -63,7 +83,10 @@ StatusOr<std::size_t> DataFile::ReadUpTo(std::size_t len, std::string& out) {
       int err = 0;
       return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
     }
-    if (n == 0) break;
+    if (n == 0) {
+      RETURN_IF_ERROR(CheckEnd(impl_->f, path_, nullptr));
+      break;
+    }
     out.append(buf, static_cast<std::size_t>(n));
     got += static_cast<std::size_t>(n);
   }
@@ -80,7 +103,10 @@ Status DataFile::ReadExact(void* buf, std::size_t len, const char* what) {
       const char* msg = gzerror(impl_->f, &err);
       return DataLoss(path_ + ": corrupt file while reading " + what + ": " + msg);
     }
-    if (n == 0) return DataLoss(path_ + ": truncated file while reading " + what);
+    if (n == 0) {
+      RETURN_IF_ERROR(CheckEnd(impl_->f, path_, what));
+      return DataLoss(path_ + ": truncated file while reading " + what);
+    }
     p += n;
     len -= static_cast<std::size_t>(n);
   }
@@ -108,7 +134,7 @@ Status DataFile::ExpectEnd() {
     return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
   }
   if (n > 0) return DataLoss(path_ + ": more data than the header announces");
-  return Status::Ok();
+  return CheckEnd(impl_->f, path_, nullptr);
 }
 
 }  // namespace ringtrain::data

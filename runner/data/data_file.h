@@ -29,6 +29,8 @@ class DataFile {
   // The most bytes the file can yield: its size, or size × deflate's best ratio for gzip.
   std::uint64_t max_content_bytes() const;
 
+  // A gzip stream cut short is DataLoss "truncated gzip stream" naming the file wherever it
+  // ends: zlib alone would report it as the end of the file.
   // Reads exactly `len` bytes: DataLoss naming the file and `what` when it ends first.
   Status ReadExact(void* buf, std::size_t len, const char* what);
   // Appends up to `len` bytes to `out`, growing it only as bytes arrive; returns how many came

@@ -192,6 +192,32 @@ TEST_F(CsvTest, AGzipBombStopsAtTheByteCap) {
   EXPECT_NE(Error(t).find(bomb + ": more than 4096 bytes"), std::string::npos) << Error(t);
 }
 
+// zlib reports a gzip stream cut short as the end of the file; cut where the text before the cut
+// ends at a line (a full flush there), the rows before it would parse as a smaller dataset.
+TEST_F(CsvTest, ATruncatedGzipIsDataLossNotFewerSamples) {
+  const std::string path = (dir_ / "cut.csv.gz").string();
+  gzFile f = gzopen(path.c_str(), "wb");
+  std::uintmax_t cut = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string row =
+        std::to_string(i) + "," + std::to_string(i % 7) + "," + std::to_string(i % 2) + "\n";
+    gzwrite(f, row.data(), static_cast<unsigned>(row.size()));
+    if (i == 1824) {
+      gzflush(f, Z_FULL_FLUSH);
+      cut = std::filesystem::file_size(path);
+    }
+  }
+  gzclose(f);
+  auto whole = ReadCsv({path, ""}, CsvOptions{});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->n, 5000u);
+  std::filesystem::resize_file(path, cut);
+  auto t = ReadCsv({path, ""}, CsvOptions{});
+  ASSERT_FALSE(t.ok()) << t->n << " samples";
+  EXPECT_EQ(t.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(Error(t).find(path + ": truncated gzip stream"), std::string::npos) << Error(t);
+}
+
 TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {
   const auto path = Write("q.csv", "\"a,1\",\"y\"\n\"1\",\"0\"\n");
   CsvOptions o;

@@ -110,6 +110,26 @@ TEST_F(IdxTest, CorruptCompressedStreamIsDataLoss) {
   EXPECT_NE(ds.status().message().find(images), std::string::npos);
 }
 
+// Every pixel is there but the gzip trailer (CRC and length) is cut off: zlib reports the end
+// of the file, and only the error it leaves behind says the stream was cut short.
+TEST_F(IdxTest, AGzipCutShortIsDataLossEvenWithEveryByteAnnounced) {
+  std::string images, labels;
+  WriteValid(&images, &labels);
+  std::filesystem::resize_file(labels, std::filesystem::file_size(labels) - 4);
+  auto ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ds.status().message().find(labels + ": truncated gzip stream"), std::string::npos)
+      << ds.status().message();
+  // Cut inside the pixels: the same, naming what was being read.
+  WriteValid(&images, &labels);
+  std::filesystem::resize_file(images, std::filesystem::file_size(images) - 12);
+  ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find(images + ": truncated gzip stream"), std::string::npos)
+      << ds.status().message();
+}
+
 TEST_F(IdxTest, BadMagicIsRejected) {
   std::vector<unsigned char> img = {0x1f, 0x00, 0x08, 0x03, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 5};
   auto lab = Header(1, {1});
