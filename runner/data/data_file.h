@@ -14,8 +14,9 @@ namespace ringtrain::data {
 // An open dataset file; gzip is detected from its first two bytes, not from its name.
 class DataFile {
  public:
-  // NotFound (a missing file cannot appear by restarting), PermissionDenied, or InvalidArgument
-  // for something that is not a regular file; the message names `path`.
+  // NotFound (a missing file cannot appear by restarting), PermissionDenied, InvalidArgument
+  // for something that is not a regular file, or Unavailable (retryable) for an error the volume
+  // may heal (EIO, ESTALE, ETIMEDOUT, EMFILE, ENOMEM); the message names `path`.
   static StatusOr<DataFile> Open(const std::string& path);
 
   DataFile(DataFile&&) noexcept;
@@ -30,7 +31,8 @@ class DataFile {
   std::uint64_t max_content_bytes() const;
 
   // A gzip stream cut short is DataLoss "truncated gzip stream" naming the file wherever it
-  // ends: zlib alone would report it as the end of the file.
+  // ends: zlib alone would report it as the end of the file. A read error the volume may heal
+  // (EIO, ESTALE, ETIMEDOUT) is Unavailable naming the file and the error, not a corrupt file.
   // Reads exactly `len` bytes: DataLoss naming the file and `what` when it ends first.
   Status ReadExact(void* buf, std::size_t len, const char* what);
   // Appends up to `len` bytes to `out`, growing it only as bytes arrive; returns how many came

@@ -30,7 +30,8 @@ inline constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{4} << 30;
 inline constexpr std::uint64_t kMaxDeflateRatio = 1032;
 
 // Reads an image file (magic 0x803) and its label file (magic 0x801). Truncated or corrupt
-// files are DataLoss, a count mismatch or a label ≥ `classes` is DataLoss; errors name the file.
+// files are DataLoss, a count mismatch or a label ≥ `classes` is DataLoss, a read error the
+// volume may heal (EIO, ESTALE, ETIMEDOUT) is Unavailable (retryable); errors name the file.
 // The header's dimensions are checked against the file's size (and kMaxIdxBytes) before any
 // allocation, and memory grows only as bytes actually arrive.
 StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,

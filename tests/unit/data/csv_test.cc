@@ -4,7 +4,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -216,6 +218,20 @@ TEST_F(CsvTest, ATruncatedGzipIsDataLossNotFewerSamples) {
   ASSERT_FALSE(t.ok()) << t->n << " samples";
   EXPECT_EQ(t.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(Error(t).find(path + ": truncated gzip stream"), std::string::npos) << Error(t);
+}
+
+// A read error the volume may heal (EIO here: offset 0 of this process's own memory is never
+// mapped) is retryable and names the file and the error; it is not a corrupt file.
+TEST_F(CsvTest, AnIoErrorIsUnavailableNotACorruptFile) {
+  const auto train = Write("train.csv", "1,5,0\n3,5,1\n");
+  const std::string test = (dir_ / "test.csv").string();
+  std::filesystem::create_symlink("/proc/self/mem", test);
+  auto tt = LoadCsv({train, ""}, {test, ""}, CsvOptions{});
+  ASSERT_FALSE(tt.ok());
+  EXPECT_EQ(tt.status().code(), StatusCode::kUnavailable) << tt.status().ToString();
+  EXPECT_TRUE(tt.status().retryable());
+  EXPECT_NE(Error(tt).find(test + ": read error: " + std::strerror(EIO)), std::string::npos)
+      << Error(tt);
 }
 
 TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {

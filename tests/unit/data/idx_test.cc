@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -127,6 +129,20 @@ TEST_F(IdxTest, AGzipCutShortIsDataLossEvenWithEveryByteAnnounced) {
   ds = LoadIdx(images, labels);
   ASSERT_FALSE(ds.ok());
   EXPECT_NE(ds.status().message().find(images + ": truncated gzip stream"), std::string::npos)
+      << ds.status().message();
+}
+
+TEST_F(IdxTest, AnIoErrorIsRetryableNamingTheFileAndWhatWasRead) {
+  std::string images, labels;
+  WriteValid(&images, &labels);
+  std::filesystem::remove(images);
+  std::filesystem::create_symlink("/proc/self/mem", images);  // EIO at offset 0
+  auto ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kUnavailable) << ds.status().ToString();
+  EXPECT_NE(ds.status().message().find(
+                images + ": read error while reading the header: " + std::strerror(EIO)),
+            std::string::npos)
       << ds.status().message();
 }
 
