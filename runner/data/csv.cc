@@ -293,6 +293,9 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
                     std::to_string(*px.announced_features) + " features, the file has " +
                     std::to_string(t.features));
   }
+  for (std::size_t c = 0; c < px.names.size(); ++c) {
+    if (!label_col || c != *label_col) t.feature_names.push_back(px.names[c]);
+  }
   t.x.reserve(t.n * t.features);
   for (const Line& row : px.rows) {
     for (std::size_t c = 0; c < px.columns; ++c) {

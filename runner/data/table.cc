@@ -22,6 +22,7 @@ Table Rows(const Table& all, const std::vector<std::size_t>& order, std::size_t 
   t.features = all.features;
   t.shape = all.shape;
   t.task = all.task;
+  t.feature_names = all.feature_names;
   t.path = all.path;
   t.labels_path = all.labels_path;
   t.x.resize(t.n * t.features);
@@ -139,6 +140,22 @@ Status ValidateTable(const Table& t, const Table* reference) {
       return InvalidArgument(x + ": samples of " + std::to_string(t.features) +
                              " features, the training set (" + reference->path + ") has " +
                              std::to_string(reference->features));
+    }
+    const auto& names = t.feature_names;
+    const auto& ref = reference->feature_names;
+    if (!names.empty() && !ref.empty() && names != ref) {
+      // sklearn refuses the same (a model fitted with feature names, given them in another
+      // order): read by position, every sample's values would meet the wrong weights.
+      const auto i = static_cast<std::size_t>(
+          std::mismatch(names.begin(), names.end(), ref.begin(), ref.end()).first - names.begin());
+      auto name = [](const std::vector<std::string>& v, std::size_t k) {
+        return k < v.size() ? "\"" + v[k] + "\"" : std::string("nothing");
+      };
+      return InvalidArgument(x + ": the header names feature " + std::to_string(i + 1) + " " +
+                             name(names, i) + ", the training set (" + reference->path +
+                             ") names it " + name(ref, i) +
+                             ": both header lines must name the same feature columns in the same "
+                             "order");
     }
     if (t.task.kind != reference->task.kind || t.task.targets != reference->task.targets) {
       return InvalidArgument(y + ": not the task of the training set (" + reference->labels_path +

@@ -39,6 +39,9 @@ struct Table {
   // its product is `features`.
   std::vector<std::size_t> shape;
   Task task;
+  // The features' names, from a CSV header line (empty without one): a test split whose header
+  // names other columns, or the same in another order, is refused rather than read by position.
+  std::vector<std::string> feature_names;
   std::string path;         // where x came from, for error messages
   std::string labels_path;  // where the labels/targets came from (== path for one CSV file)
 };
@@ -71,9 +74,9 @@ using SplitReader = std::function<StatusOr<Table>(const Task* train_task)>;
 StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize);
 
 // Whether `t` is self-consistent (sizes, labels below task.classes, finite values) and, when
-// `reference` is given, has its features and task (a test split of another width or with a label
-// the model cannot output is InvalidArgument naming the file, checked once at load because Gather
-// trusts the shape and the indices).
+// `reference` is given, has its features (by name too, when both have names) and task (a test split
+// of another width or with a label the model cannot output is InvalidArgument naming the file,
+// checked once at load because Gather trusts the shape and the indices).
 Status ValidateTable(const Table& t, const Table* reference = nullptr);
 
 // Deterministic holdout: moves a `test_fraction` of `all` (at least one sample each side) into

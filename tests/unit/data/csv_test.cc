@@ -275,6 +275,38 @@ TEST_F(CsvTest, TestSplitMustMatchTheTrainingSplit) {
       << Error(tt);
 }
 
+// Both splits name their columns: the test split's are matched by name, never by position alone
+// (sklearn refuses features named in another order; so does this).
+TEST_F(CsvTest, TestHeaderMustNameTheTrainingFeaturesInTheSameOrder) {
+  CsvOptions o;
+  o.label_name = "label";
+  o.standardize = false;
+  const auto train = Write("train.csv", "a,b,label\n1,5,0\n3,6,1\n");
+  const auto swapped = Write("swapped.csv", "b,a,label\n5,1,0\n");
+  auto tt = LoadCsv({train, ""}, {swapped, ""}, o);
+  ASSERT_FALSE(tt.ok());
+  EXPECT_EQ(tt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(tt).find(swapped + ": the header names feature 1 \"b\", the training set (" +
+                           train + ") names it \"a\""),
+            std::string::npos)
+      << Error(tt);
+  const auto renamed = Write("renamed.csv", "a,c,label\n1,5,0\n");
+  EXPECT_NE(Error(LoadCsv({train, ""}, {renamed, ""}, o)).find("feature 2 \"c\""),
+            std::string::npos);
+  // The label column is found by its name wherever it is; the features keep their order.
+  const auto moved = Write("moved.csv", "label,a,b\n1,2,7\n");
+  tt = LoadCsv({train, ""}, {moved, ""}, o);
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
+  EXPECT_EQ(tt->test.labels, (std::vector<std::int32_t>{1}));
+  // A test file without a header is read by position, as before.
+  const auto bare = Write("bare.csv", "2,7,1\n");
+  o.label_name.clear();
+  tt = LoadCsv({train, ""}, {bare, ""}, o);
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
+}
+
 TEST_F(CsvTest, SplitHoldoutAndGatherCopyRows) {
   std::string text;
   for (int i = 0; i < 10; ++i) text += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
