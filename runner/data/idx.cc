@@ -133,13 +133,13 @@ Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
   return Status::Ok();
 }
 
-StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int classes) {
   std::string prefix = dir + "/" + (train ? "train" : "t10k");
   auto pick = [](const std::string& base) {
     struct stat st {};
     return ::stat((base + ".gz").c_str(), &st) == 0 ? base + ".gz" : base;
   };
-  return LoadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"));
+  return LoadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"), classes);
 }
 
 void Gather(const Dataset& ds, const std::size_t* idx, int n, float* x, std::int32_t* y) {

@@ -37,8 +37,13 @@ inline constexpr std::uint64_t kMaxDeflateRatio = 1032;
 StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
                           int classes = 10);
 
+// The values a label byte can take: LoadIdx(..., kIdxLabelValues) checks no label against a
+// class count, leaving that to ValidateForModel with the model's classes.
+inline constexpr int kIdxLabelValues = 256;
+
 // The four standard names under `dir` ("train-images-idx3-ubyte.gz", ...); `.gz` optional.
-StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train);
+// Labels are checked below `classes` as LoadIdx does (10: Fashion-MNIST's).
+StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int classes = 10);
 
 // Whether `ds` fits a model of rows × cols inputs and `classes` outputs: a test set of another
 // shape than the training set, or a label the model cannot output, is InvalidArgument naming the

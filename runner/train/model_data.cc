@@ -75,8 +75,10 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
     case data::DatasetFormat::kIdx: {
       const int classes = spec.classes > 0 ? spec.classes : idx_classes;
       TrainingData::Idx idx;
-      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true));
-      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false));
+      // Labels against the model's classes in ValidateForModel: an error naming the file and
+      // the classes, whatever their number.
+      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true, data::kIdxLabelValues));
+      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false, data::kIdxLabelValues));
       RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
       out.shape = ShapeOf(idx.train, classes);

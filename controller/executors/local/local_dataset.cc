@@ -55,10 +55,14 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
     case data::DatasetFormat::kIdx: {
       if (!Exists(spec.train)) return out;
       // The test split: the same header as the training split, a sixth of its size.
-      ASSIGN_OR_RETURN(data::Dataset ds, data::LoadFashionMnist(spec.train, /*train=*/false));
+      // Its labels against the classes the runner will use (the spec's, else 10), as the runner
+      // checks them (data::ValidateForModel).
+      ASSIGN_OR_RETURN(data::Dataset ds,
+                       data::LoadFashionMnist(spec.train, /*train=*/false, data::kIdxLabelValues));
       api::DataShape shape;
       shape.input = model::Shape{1, ds.rows, ds.cols};
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
+      RETURN_IF_ERROR(data::ValidateForModel(ds, ds.rows, ds.cols, shape.outputs));
       return LocalDataShape{shape, spec.train + " (IDX)"};
     }
     case data::DatasetFormat::kCsv: {

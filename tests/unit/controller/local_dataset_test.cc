@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/unit/data/idx_writer.h"
+
 namespace ringtrain::executors {
 namespace {
 
@@ -108,6 +110,30 @@ TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
   auto summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find(Csv()), std::string::npos)
+      << summary.status().message();
+}
+
+// An IDX set of 12 classes: the spec's classes reach the reader, and the labels are checked
+// against the classes the runner will use, as the runner checks them.
+TEST_F(LocalDatasetTest, IdxWithMoreThanTenClassesTakesTheSpecsClasses) {
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 12);
+  api::TrainingJob job =
+      Job("    model:\n      layers: [flatten, {dense: {units: 12}}]\n"
+          "    dataset: {format: idx, train: " +
+          dir_.string() + ", classes: 12}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_NE(summary->find("Total params: 120\n"), std::string::npos) << *summary;  // 9*12+12
+  job =
+      Job("    model:\n      layers: [flatten, {dense: {units: 10}}]\n"
+          "    dataset: {format: idx, train: " +
+          dir_.string() + "}\n");
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find((dir_ / "t10k-labels-idx1-ubyte").string() +
+                                            ": label 10 at index 10 is not below the model's 10 "
+                                            "classes"),
+            std::string::npos)
       << summary.status().message();
 }
 
