@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -49,6 +50,14 @@ StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int class
 // shape than the training set, or a label the model cannot output, is InvalidArgument naming the
 // file (checked once at load, because Gather trusts the shape and the indices).
 Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes);
+
+// Whether `ds`'s images have the per-sample shape a dataset declares (inputShape; empty: none),
+// for the runner and for `ringtrain validate`/`run` alike: [c, h, w] must be 1 × rows × cols
+// ([h, w] is [1, h, w]); [features] (or more dimensions) needs as many values. IDX images keep
+// their shape. InvalidArgument naming `field` (where the shape was declared) and the images file
+// otherwise.
+Status CheckDeclaredShape(const std::vector<int>& declared, std::string_view field,
+                          const Dataset& ds);
 
 // Fashion-MNIST training-set statistics, used for every split.
 inline constexpr float kFashionMean = 0.2860f;

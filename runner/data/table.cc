@@ -170,6 +170,28 @@ Status ValidateTable(const Table& t, const Table* reference) {
   return Status::Ok();
 }
 
+Status ApplyDeclaredShape(const std::vector<int>& declared, std::string_view field, Table& t) {
+  if (declared.empty()) return Status::Ok();
+  std::vector<std::size_t> dims;
+  std::size_t values = 1;
+  std::string said;
+  for (const int d : declared) {
+    if (d < 1) return InvalidArgument(std::string(field) + ": every dimension must be positive");
+    dims.push_back(static_cast<std::size_t>(d));
+    values *= static_cast<std::size_t>(d);
+    said += (said.empty() ? "[" : ", ") + std::to_string(d);
+  }
+  if (values != t.features) {
+    std::string stored;
+    for (const std::size_t d : t.shape) stored += (stored.empty() ? "" : "x") + std::to_string(d);
+    return InvalidArgument(std::string(field) + ": says " + said + "] (" + std::to_string(values) +
+                           " values) per sample but " + Name(t.path, "the in-memory table") +
+                           " has " + std::to_string(t.features) + " (" + stored + ")");
+  }
+  t.shape = std::move(dims);
+  return Status::Ok();
+}
+
 StatusOr<TrainTest> SplitHoldout(Table all, double test_fraction, std::uint64_t seed) {
   if (!(test_fraction > 0.0 && test_fraction < 1.0)) {
     return InvalidArgument("test fraction " + std::to_string(test_fraction) + " is not in (0, 1)");
