@@ -234,6 +234,43 @@ TEST_F(CsvTest, AnIoErrorIsUnavailableNotACorruptFile) {
       << Error(tt);
 }
 
+// pandas names the columns of a DataFrame built from an array 0, 1, 2, ...: beside a named label
+// column that line is a header; a line of nothing but 0..n-1 is refused as ambiguous rather than
+// silently read as a sample (or silently dropped).
+TEST_F(CsvTest, PandasIntegerColumnNamesAreAHeaderOrRefusedAsAmbiguous) {
+  CsvOptions o;
+  o.label_name = "label";
+  const auto named = Write("named.csv", "0,1,2,label\n5,6,7,1\n8,9,10,0\n");
+  auto t = ReadCsv({named, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  EXPECT_EQ(t->x, (std::vector<float>{5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(t->feature_names, (std::vector<std::string>{"0", "1", "2"}));
+
+  const auto numbers = Write("numbers.csv", "0,1,2,3\n5,6,7,1\n8,9,10,0\n");
+  t = ReadCsv({numbers, ""}, CsvOptions{});
+  ASSERT_FALSE(t.ok()) << t->n << " samples";
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(t).find(numbers + ": line 1 is 0, 1, ..., 3: pandas' integer column names or "
+                                    "a sample?"),
+            std::string::npos)
+      << Error(t);
+  CsvOptions said;
+  said.header = CsvHeader::kHeader;
+  t = ReadCsv({numbers, ""}, said);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  said.header = CsvHeader::kNone;
+  said.task.classes = 4;
+  t = ReadCsv({numbers, ""}, said);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 3u);
+  // Numbers that are not 0, 1, 2, ... are a sample, as before.
+  t = ReadCsv({Write("data.csv", "0,2,1\n3,4,0\n"), ""}, CsvOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+}
+
 TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {
   const auto path = Write("q.csv", "\"a,1\",\"y\"\n\"1\",\"0\"\n");
   CsvOptions o;
