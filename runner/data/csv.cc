@@ -125,6 +125,20 @@ bool LooksLikeHeader(const Line& line) {
                       [](std::string_view c) { return ParseNumber(c).has_value(); });
 }
 
+// Whether the numbers of `line` are 0, 1, 2, ... in order, at least two of them: the integer
+// column names pandas writes for a DataFrame built from an array ("0,1,2,label"; "0,1,2,3" when
+// the label column got an integer name too).
+bool HasPandasIntegerNames(const Line& line) {
+  std::int64_t next = 0;
+  for (const std::string_view c : line.cells) {
+    if (!ParseNumber(c)) continue;
+    const auto v = ParseCount(c);
+    if (!v || *v != next) return false;
+    ++next;
+  }
+  return next >= 2;
+}
+
 // sklearn's "150,4,setosa,versicolor,virginica": two counts, then names or empty cells.
 bool LooksLikeCounts(const Line& line) {
   if (line.cells.size() < 3 || !ParseCount(line.cells[0]) || !ParseCount(line.cells[1])) {
@@ -182,9 +196,23 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
     }
     first = 1;
   }
-  const bool header =
-      o.header == CsvHeader::kHeader ||
-      (o.header != CsvHeader::kNone && first < lines.size() && LooksLikeHeader(lines[first]));
+  bool header = o.header == CsvHeader::kHeader;
+  if (!header && o.header != CsvHeader::kNone && first < lines.size()) {
+    const Line& l = lines[first];
+    header = LooksLikeHeader(l);
+    if (!header && HasPandasIntegerNames(l)) {
+      // pandas' integer names beside named columns are a header; a line of nothing but
+      // 0, 1, ..., n-1 may be either, and guessing would add or drop a sample silently.
+      if (std::all_of(l.cells.begin(), l.cells.end(),
+                      [](std::string_view c) { return ParseNumber(c).has_value(); })) {
+        return InvalidArgument(path + ": line " + std::to_string(l.number) + " is 0, 1, ..., " +
+                               std::to_string(l.cells.size() - 1) +
+                               ": pandas' integer column names or a sample? Say \"header\": " +
+                               "\"header\" or \"none\"");
+      }
+      header = true;
+    }
+  }
   if (header && first < lines.size()) {
     for (auto c : lines[first].cells) p.names.emplace_back(c);
     ++first;
@@ -292,6 +320,9 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     return DataLoss(px.path + ": the counts line announces " +
                     std::to_string(*px.announced_features) + " features, the file has " +
                     std::to_string(t.features));
+  }
+  for (std::size_t c = 0; c < px.names.size(); ++c) {
+    if (!label_col || c != *label_col) t.feature_names.push_back(px.names[c]);
   }
   t.x.reserve(t.n * t.features);
   for (const Line& row : px.rows) {

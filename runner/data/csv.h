@@ -15,7 +15,10 @@ namespace ringtrain::data {
 inline constexpr std::uint64_t kMaxCsvBytes = std::uint64_t{1} << 30;
 
 enum class CsvHeader {
-  // A first line with a non-numeric cell is a header; a sklearn counts line is recognised.
+  // A first line with no numeric cell is a header, and so is one whose numbers are pandas'
+  // integer column names 0, 1, 2, ... beside a named column ("0,1,2,label"); a line of only
+  // 0, 1, ..., n-1 is refused as ambiguous (say kHeader or kNone). A sklearn counts line is
+  // recognised.
   kAuto,
   kNone,    // every line is a sample
   kHeader,  // the first line names the columns

@@ -10,6 +10,45 @@
 #include "runner/data/idx.h"
 
 namespace ringtrain::data {
+namespace {
+
+// " while reading the pixels", or "" when the caller names nothing.
+std::string While(const char* what) {
+  return what == nullptr ? std::string() : std::string(" while reading ") + what;
+}
+
+// What a system error says of the file: one the volume may heal (EIO, ESTALE, ETIMEDOUT on a
+// network file system; EMFILE, ENOMEM) is Unavailable, retryable, as a checkpoint read's is: the
+// gang restarts and reads the file again; no permission, and anything that no restart changes,
+// keep `permanent`.
+Status FileError(StatusCode permanent, const std::string& what, int err) {
+  const StatusCode code = StatusCodeForErrno(err);
+  return ErrnoStatus(code == StatusCode::kUnavailable ? code : permanent, what, err);
+}
+
+// After gzread failed (`n` < 0, `err_no` the errno it left): a read error of the system (zlib's
+// Z_ERRNO), classified by FileError, else a corrupt stream (DataLoss).
+Status ReadFailed(gzFile f, int err_no, const std::string& path, const char* what) {
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err == Z_ERRNO)
+    return FileError(StatusCode::kDataLoss, path + ": read error" + While(what), err_no);
+  return DataLoss(path + ": corrupt file" + While(what) + ": " + msg);
+}
+
+// After gzread gave no bytes: zlib reports a gzip stream cut short (no end-of-stream marker, or
+// no trailer) as the end of the file, with Z_BUF_ERROR "unexpected end of file" left in
+// gzerror; that is a truncated file, not the end of the data.
+Status CheckEnd(gzFile f, const std::string& path, const char* what) {
+  int err = Z_OK;
+  const char* msg = gzerror(f, &err);
+  if (err == Z_BUF_ERROR) {
+    return DataLoss(path + ": truncated gzip stream" + While(what) + " (" + msg + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 struct DataFile::Impl {
   gzFile f = nullptr;
@@ -26,7 +65,7 @@ DataFile::~DataFile() = default;
 
 StatusOr<DataFile> DataFile::Open(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  if (::stat(path.c_str(), &st) != 0) return FileError(StatusCode::kNotFound, path, errno);
   if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
   bool gzip = false;
   if (FILE* raw = std::fopen(path.c_str(), "rb")) {
@@ -34,12 +73,12 @@ StatusOr<DataFile> DataFile::Open(const std::string& path) {
     gzip = std::fread(m, 1, 2, raw) == 2 && m[0] == 0x1f && m[1] == 0x8b;
     std::fclose(raw);
   } else {
-    return ErrnoStatus(errno == EACCES ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
-                       path, errno);
+    return FileError(errno == EACCES ? StatusCode::kPermissionDenied : StatusCode::kNotFound, path,
+                     errno);
   }
   auto impl = std::make_unique<Impl>();
   impl->f = gzopen(path.c_str(), "rb");
-  if (impl->f == nullptr) return ErrnoStatus(StatusCode::kNotFound, path, errno);
+  if (impl->f == nullptr) return FileError(StatusCode::kNotFound, path, errno);
   gzbuffer(impl->f, 1 << 20);
   return DataFile(std::move(impl), path, static_cast<std::uint64_t>(st.st_size), gzip);
 }
@@ -59,11 +98,11 @@ StatusOr<std::size_t> DataFile::ReadUpTo(std::size_t len, std::string& out) {
   while (got < len) {
     const auto want = static_cast<unsigned>(std::min(len - got, sizeof buf));
     const int n = gzread(impl_->f, buf, want);
-    if (n < 0) {
-      int err = 0;
-      return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
+    if (n < 0) return ReadFailed(impl_->f, errno, path_, nullptr);
+    if (n == 0) {
+      RETURN_IF_ERROR(CheckEnd(impl_->f, path_, nullptr));
+      break;
     }
-    if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
     got += static_cast<std::size_t>(n);
   }
@@ -75,12 +114,11 @@ Status DataFile::ReadExact(void* buf, std::size_t len, const char* what) {
   while (len > 0) {
     const unsigned chunk = len > (1u << 30) ? (1u << 30) : static_cast<unsigned>(len);
     const int n = gzread(impl_->f, p, chunk);
-    if (n < 0) {
-      int err = 0;
-      const char* msg = gzerror(impl_->f, &err);
-      return DataLoss(path_ + ": corrupt file while reading " + what + ": " + msg);
+    if (n < 0) return ReadFailed(impl_->f, errno, path_, what);
+    if (n == 0) {
+      RETURN_IF_ERROR(CheckEnd(impl_->f, path_, what));
+      return DataLoss(path_ + ": truncated file while reading " + what);
     }
-    if (n == 0) return DataLoss(path_ + ": truncated file while reading " + what);
     p += n;
     len -= static_cast<std::size_t>(n);
   }
@@ -103,12 +141,9 @@ Status DataFile::ReadPayload(std::uint64_t total, std::vector<unsigned char>& ou
 Status DataFile::ExpectEnd() {
   unsigned char extra = 0;
   const int n = gzread(impl_->f, &extra, 1);
-  if (n < 0) {
-    int err = 0;
-    return DataLoss(path_ + ": corrupt file: " + gzerror(impl_->f, &err));
-  }
+  if (n < 0) return ReadFailed(impl_->f, errno, path_, nullptr);
   if (n > 0) return DataLoss(path_ + ": more data than the header announces");
-  return Status::Ok();
+  return CheckEnd(impl_->f, path_, nullptr);
 }
 
 }  // namespace ringtrain::data

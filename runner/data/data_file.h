@@ -1,5 +1,5 @@
-// Reading a dataset file (plain or gzip) for the CSV and NPY readers: sizes bounded before
-// memory grows. Internal to runner/data; the IDX reader keeps its own streaming reader.
+// Reading a dataset file (plain or gzip) for the IDX, CSV and NPY readers: sizes bounded before
+// memory grows. Internal to runner/data.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,9 @@ namespace ringtrain::data {
 // An open dataset file; gzip is detected from its first two bytes, not from its name.
 class DataFile {
  public:
-  // NotFound (a missing file cannot appear by restarting), PermissionDenied, or InvalidArgument
-  // for something that is not a regular file; the message names `path`.
+  // NotFound (a missing file cannot appear by restarting), PermissionDenied, InvalidArgument
+  // for something that is not a regular file, or Unavailable (retryable) for an error the volume
+  // may heal (EIO, ESTALE, ETIMEDOUT, EMFILE, ENOMEM); the message names `path`.
   static StatusOr<DataFile> Open(const std::string& path);
 
   DataFile(DataFile&&) noexcept;
@@ -24,9 +25,14 @@ class DataFile {
 
   const std::string& path() const { return path_; }
   bool gzip() const { return gzip_; }
+  // Bytes on disk.
+  std::uint64_t size() const { return size_; }
   // The most bytes the file can yield: its size, or size × deflate's best ratio for gzip.
   std::uint64_t max_content_bytes() const;
 
+  // A gzip stream cut short is DataLoss "truncated gzip stream" naming the file wherever it
+  // ends: zlib alone would report it as the end of the file. A read error the volume may heal
+  // (EIO, ESTALE, ETIMEDOUT) is Unavailable naming the file and the error, not a corrupt file.
   // Reads exactly `len` bytes: DataLoss naming the file and `what` when it ends first.
   Status ReadExact(void* buf, std::size_t len, const char* what);
   // Appends up to `len` bytes to `out`, growing it only as bytes arrive; returns how many came

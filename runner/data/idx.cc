@@ -1,78 +1,25 @@
 #include "runner/data/idx.h"
 
 #include <sys/stat.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <array>
-#include <cerrno>
-#include <cstdio>
-#include <memory>
+
+#include "runner/data/data_file.h"
 
 namespace ringtrain::data {
 namespace {
-
-struct GzCloser {
-  void operator()(gzFile f) const { gzclose(f); }
-};
-using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
 
 std::uint32_t BigEndian32(const unsigned char* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
          std::uint32_t{p[3]};
 }
 
-// Reads exactly `len` bytes; a short read means the file was truncated or is corrupt.
-Status ReadExact(gzFile f, void* buf, std::size_t len, const std::string& path, const char* what) {
-  auto* p = static_cast<unsigned char*>(buf);
-  while (len > 0) {
-    unsigned chunk = len > (1u << 30) ? (1u << 30) : static_cast<unsigned>(len);
-    int n = gzread(f, p, chunk);
-    if (n < 0) {
-      int err = 0;
-      const char* msg = gzerror(f, &err);
-      return DataLoss(path + ": corrupt file while reading " + what + ": " + msg);
-    }
-    if (n == 0) return DataLoss(path + ": truncated file while reading " + what);
-    p += n;
-    len -= static_cast<std::size_t>(n);
-  }
-  return Status::Ok();
-}
-
-struct OpenedFile {
-  GzFile f;
-  std::uint64_t size = 0;  // bytes on disk
-  bool gzip = false;
-};
-
-StatusOr<OpenedFile> Open(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    // A missing dataset file cannot appear by restarting: NotFound is permanent.
-    return ErrnoStatus(StatusCode::kNotFound, path, errno);
-  }
-  if (!S_ISREG(st.st_mode)) return InvalidArgument(path + ": not a regular file");
-  OpenedFile out;
-  out.size = static_cast<std::uint64_t>(st.st_size);
-  if (FILE* raw = std::fopen(path.c_str(), "rb")) {
-    unsigned char m[2] = {0, 0};
-    out.gzip = std::fread(m, 1, 2, raw) == 2 && m[0] == 0x1f && m[1] == 0x8b;
-    std::fclose(raw);
-  } else {
-    return ErrnoStatus(errno == EACCES ? StatusCode::kPermissionDenied : StatusCode::kNotFound,
-                       path, errno);
-  }
-  out.f.reset(gzopen(path.c_str(), "rb"));
-  if (!out.f) return ErrnoStatus(StatusCode::kNotFound, path, errno);
-  gzbuffer(out.f.get(), 1 << 20);
-  return out;
-}
-
 // Returns the dimensions after checking the magic (type 0x08 = unsigned byte).
-StatusOr<std::vector<std::uint32_t>> ReadHeader(gzFile f, const std::string& path, int ndims) {
+StatusOr<std::vector<std::uint32_t>> ReadHeader(DataFile& file, int ndims) {
+  const std::string& path = file.path();
   std::array<unsigned char, 4> magic{};
-  RETURN_IF_ERROR(ReadExact(f, magic.data(), 4, path, "the header"));
+  RETURN_IF_ERROR(file.ReadExact(magic.data(), 4, "the header"));
   if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08 || magic[3] != ndims) {
     return DataLoss(path + ": not an IDX file of " + std::to_string(ndims) +
                     "-dimensional unsigned bytes (bad magic number)");
@@ -80,22 +27,10 @@ StatusOr<std::vector<std::uint32_t>> ReadHeader(gzFile f, const std::string& pat
   std::vector<std::uint32_t> dims(static_cast<std::size_t>(ndims));
   for (auto& d : dims) {
     std::array<unsigned char, 4> b{};
-    RETURN_IF_ERROR(ReadExact(f, b.data(), 4, path, "the header"));
+    RETURN_IF_ERROR(file.ReadExact(b.data(), 4, "the header"));
     d = BigEndian32(b.data());
   }
   return dims;
-}
-
-// After the payload the stream must end: trailing bytes mean a mismatched header.
-Status ExpectEnd(gzFile f, const std::string& path) {
-  unsigned char extra = 0;
-  int n = gzread(f, &extra, 1);
-  if (n < 0) {
-    int err = 0;
-    return DataLoss(path + ": corrupt file: " + gzerror(f, &err));
-  }
-  if (n > 0) return DataLoss(path + ": more data than the header announces");
-  return Status::Ok();
 }
 
 std::string DimsString(const std::vector<std::uint32_t>& dims) {
@@ -107,8 +42,8 @@ std::string DimsString(const std::vector<std::uint32_t>& dims) {
 // The payload size the header announces, checked before anything is allocated: the product
 // must not overflow, must stay under kMaxIdxBytes, and must fit the file (exactly for a plain
 // file; within deflate's best ratio for a gzip one).
-StatusOr<std::uint64_t> PayloadBytes(const OpenedFile& file, const std::vector<std::uint32_t>& dims,
-                                     const std::string& path) {
+StatusOr<std::uint64_t> PayloadBytes(const DataFile& file, const std::vector<std::uint32_t>& dims) {
+  const std::string& path = file.path();
   std::uint64_t total = 1;
   for (auto d : dims) {
     if (d == 0 || __builtin_mul_overflow(total, std::uint64_t{d}, &total) || total > kMaxIdxBytes) {
@@ -117,35 +52,19 @@ StatusOr<std::uint64_t> PayloadBytes(const OpenedFile& file, const std::vector<s
     }
   }
   const std::uint64_t header = 4 * (1 + dims.size());
-  if (!file.gzip) {
-    const std::uint64_t have = file.size - std::min(file.size, header);
+  if (!file.gzip()) {
+    const std::uint64_t have = file.size() - std::min(file.size(), header);
     if (have < total) {
       return DataLoss(path + ": truncated file: the header announces " + DimsString(dims) + " = " +
                       std::to_string(total) + " bytes, the file holds " + std::to_string(have));
     }
     if (have > total) return DataLoss(path + ": more data than the header announces");
-  } else if (total + header > file.size * kMaxDeflateRatio) {
+  } else if (total + header > file.max_content_bytes()) {
     return DataLoss(path + ": truncated or corrupt file: the header announces " + DimsString(dims) +
                     " = " + std::to_string(total) + " bytes, more than " +
-                    std::to_string(file.size) + " compressed bytes can hold");
+                    std::to_string(file.size()) + " compressed bytes can hold");
   }
   return total;
-}
-
-// Reads the announced payload, growing `out` only as bytes arrive, so a header that lies about
-// a compressed file costs at most one chunk beyond what the file really holds.
-Status ReadPayload(gzFile f, std::uint64_t total, std::vector<std::uint8_t>& out,
-                   const std::string& path, const char* what) {
-  constexpr std::uint64_t kChunk = 16u << 20;
-  out.clear();
-  while (out.size() < total) {
-    const std::size_t done = out.size();
-    const std::size_t next =
-        static_cast<std::size_t>(std::min<std::uint64_t>(total, done + kChunk));
-    out.resize(next);
-    RETURN_IF_ERROR(ReadExact(f, out.data() + done, next - done, path, what));
-  }
-  return Status::Ok();
 }
 
 }  // namespace
@@ -156,29 +75,29 @@ StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& lab
   ds.images_path = images_path;
   ds.labels_path = labels_path;
   {
-    ASSIGN_OR_RETURN(OpenedFile file, Open(images_path));
-    ASSIGN_OR_RETURN(auto dims, ReadHeader(file.f.get(), images_path, 3));
+    ASSIGN_OR_RETURN(DataFile file, DataFile::Open(images_path));
+    ASSIGN_OR_RETURN(auto dims, ReadHeader(file, 3));
     if (dims[1] > 4096 || dims[2] > 4096) {
       return DataLoss(images_path + ": implausible dimensions " + DimsString(dims) +
                       " (images larger than 4096x4096)");
     }
-    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims, images_path));
+    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims));
     ds.count = dims[0];
     ds.rows = static_cast<int>(dims[1]);
     ds.cols = static_cast<int>(dims[2]);
-    RETURN_IF_ERROR(ReadPayload(file.f.get(), bytes, ds.images, images_path, "the pixels"));
-    RETURN_IF_ERROR(ExpectEnd(file.f.get(), images_path));
+    RETURN_IF_ERROR(file.ReadPayload(bytes, ds.images, "the pixels"));
+    RETURN_IF_ERROR(file.ExpectEnd());
   }
   {
-    ASSIGN_OR_RETURN(OpenedFile file, Open(labels_path));
-    ASSIGN_OR_RETURN(auto dims, ReadHeader(file.f.get(), labels_path, 1));
+    ASSIGN_OR_RETURN(DataFile file, DataFile::Open(labels_path));
+    ASSIGN_OR_RETURN(auto dims, ReadHeader(file, 1));
     if (dims[0] != ds.count) {
       return DataLoss(labels_path + ": " + std::to_string(dims[0]) + " labels for " +
                       std::to_string(ds.count) + " images in " + images_path);
     }
-    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims, labels_path));
-    RETURN_IF_ERROR(ReadPayload(file.f.get(), bytes, ds.labels, labels_path, "the labels"));
-    RETURN_IF_ERROR(ExpectEnd(file.f.get(), labels_path));
+    ASSIGN_OR_RETURN(std::uint64_t bytes, PayloadBytes(file, dims));
+    RETURN_IF_ERROR(file.ReadPayload(bytes, ds.labels, "the labels"));
+    RETURN_IF_ERROR(file.ExpectEnd());
   }
   for (std::size_t i = 0; i < ds.count; ++i) {
     if (ds.labels[i] >= classes) {
@@ -214,13 +133,33 @@ Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
   return Status::Ok();
 }
 
-StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train) {
+Status CheckDeclaredShape(const std::vector<int>& declared, std::string_view field,
+                          const Dataset& ds) {
+  if (declared.empty()) return Status::Ok();
+  std::size_t values = 1;
+  std::string said;
+  for (const int d : declared) {
+    values *= static_cast<std::size_t>(std::max(d, 0));
+    said += (said.empty() ? "[" : ", ") + std::to_string(d);
+  }
+  const auto& d = declared;
+  bool fits = values == static_cast<std::size_t>(ds.sample_size());
+  if (d.size() == 3) fits = fits && d[0] == 1 && d[1] == ds.rows && d[2] == ds.cols;
+  if (d.size() == 2) fits = fits && d[0] == ds.rows && d[1] == ds.cols;
+  if (fits) return Status::Ok();
+  return InvalidArgument(
+      std::string(field) + ": says " + said + "] per sample but " +
+      (ds.images_path.empty() ? std::string("the in-memory images") : ds.images_path) +
+      " has images of 1x" + std::to_string(ds.rows) + "x" + std::to_string(ds.cols));
+}
+
+StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int classes) {
   std::string prefix = dir + "/" + (train ? "train" : "t10k");
   auto pick = [](const std::string& base) {
     struct stat st {};
     return ::stat((base + ".gz").c_str(), &st) == 0 ? base + ".gz" : base;
   };
-  return LoadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"));
+  return LoadIdx(pick(prefix + "-images-idx3-ubyte"), pick(prefix + "-labels-idx1-ubyte"), classes);
 }
 
 void Gather(const Dataset& ds, const std::size_t* idx, int n, float* x, std::int32_t* y) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -30,19 +31,33 @@ inline constexpr std::uint64_t kMaxIdxBytes = std::uint64_t{4} << 30;
 inline constexpr std::uint64_t kMaxDeflateRatio = 1032;
 
 // Reads an image file (magic 0x803) and its label file (magic 0x801). Truncated or corrupt
-// files are DataLoss, a count mismatch or a label ≥ `classes` is DataLoss; errors name the file.
+// files are DataLoss, a count mismatch or a label ≥ `classes` is DataLoss, a read error the
+// volume may heal (EIO, ESTALE, ETIMEDOUT) is Unavailable (retryable); errors name the file.
 // The header's dimensions are checked against the file's size (and kMaxIdxBytes) before any
 // allocation, and memory grows only as bytes actually arrive.
 StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
                           int classes = 10);
 
+// The values a label byte can take: LoadIdx(..., kIdxLabelValues) checks no label against a
+// class count, leaving that to ValidateForModel with the model's classes.
+inline constexpr int kIdxLabelValues = 256;
+
 // The four standard names under `dir` ("train-images-idx3-ubyte.gz", ...); `.gz` optional.
-StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train);
+// Labels are checked below `classes` as LoadIdx does (10: Fashion-MNIST's).
+StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int classes = 10);
 
 // Whether `ds` fits a model of rows × cols inputs and `classes` outputs: a test set of another
 // shape than the training set, or a label the model cannot output, is InvalidArgument naming the
 // file (checked once at load, because Gather trusts the shape and the indices).
 Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes);
+
+// Whether `ds`'s images have the per-sample shape a dataset declares (inputShape; empty: none),
+// for the runner and for `ringtrain validate`/`run` alike: [c, h, w] must be 1 × rows × cols
+// ([h, w] is [1, h, w]); [features] (or more dimensions) needs as many values. IDX images keep
+// their shape. InvalidArgument naming `field` (where the shape was declared) and the images file
+// otherwise.
+Status CheckDeclaredShape(const std::vector<int>& declared, std::string_view field,
+                          const Dataset& ds);
 
 // Fashion-MNIST training-set statistics, used for every split.
 inline constexpr float kFashionMean = 0.2860f;

@@ -22,6 +22,7 @@ Table Rows(const Table& all, const std::vector<std::size_t>& order, std::size_t 
   t.features = all.features;
   t.shape = all.shape;
   t.task = all.task;
+  t.feature_names = all.feature_names;
   t.path = all.path;
   t.labels_path = all.labels_path;
   t.x.resize(t.n * t.features);
@@ -140,6 +141,22 @@ Status ValidateTable(const Table& t, const Table* reference) {
                              " features, the training set (" + reference->path + ") has " +
                              std::to_string(reference->features));
     }
+    const auto& names = t.feature_names;
+    const auto& ref = reference->feature_names;
+    if (!names.empty() && !ref.empty() && names != ref) {
+      // sklearn refuses the same (a model fitted with feature names, given them in another
+      // order): read by position, every sample's values would meet the wrong weights.
+      const auto i = static_cast<std::size_t>(
+          std::mismatch(names.begin(), names.end(), ref.begin(), ref.end()).first - names.begin());
+      auto name = [](const std::vector<std::string>& v, std::size_t k) {
+        return k < v.size() ? "\"" + v[k] + "\"" : std::string("nothing");
+      };
+      return InvalidArgument(x + ": the header names feature " + std::to_string(i + 1) + " " +
+                             name(names, i) + ", the training set (" + reference->path +
+                             ") names it " + name(ref, i) +
+                             ": both header lines must name the same feature columns in the same "
+                             "order");
+    }
     if (t.task.kind != reference->task.kind || t.task.targets != reference->task.targets) {
       return InvalidArgument(y + ": not the task of the training set (" + reference->labels_path +
                              ")");
@@ -150,6 +167,28 @@ Status ValidateTable(const Table& t, const Table* reference) {
                              std::to_string(reference->task.classes));
     }
   }
+  return Status::Ok();
+}
+
+Status ApplyDeclaredShape(const std::vector<int>& declared, std::string_view field, Table& t) {
+  if (declared.empty()) return Status::Ok();
+  std::vector<std::size_t> dims;
+  std::size_t values = 1;
+  std::string said;
+  for (const int d : declared) {
+    if (d < 1) return InvalidArgument(std::string(field) + ": every dimension must be positive");
+    dims.push_back(static_cast<std::size_t>(d));
+    values *= static_cast<std::size_t>(d);
+    said += (said.empty() ? "[" : ", ") + std::to_string(d);
+  }
+  if (values != t.features) {
+    std::string stored;
+    for (const std::size_t d : t.shape) stored += (stored.empty() ? "" : "x") + std::to_string(d);
+    return InvalidArgument(std::string(field) + ": says " + said + "] (" + std::to_string(values) +
+                           " values) per sample but " + Name(t.path, "the in-memory table") +
+                           " has " + std::to_string(t.features) + " (" + stored + ")");
+  }
+  t.shape = std::move(dims);
   return Status::Ok();
 }
 

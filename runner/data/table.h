@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -39,6 +40,9 @@ struct Table {
   // its product is `features`.
   std::vector<std::size_t> shape;
   Task task;
+  // The features' names, from a CSV header line (empty without one): a test split whose header
+  // names other columns, or the same in another order, is refused rather than read by position.
+  std::vector<std::string> feature_names;
   std::string path;         // where x came from, for error messages
   std::string labels_path;  // where the labels/targets came from (== path for one CSV file)
 };
@@ -71,10 +75,17 @@ using SplitReader = std::function<StatusOr<Table>(const Task* train_task)>;
 StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize);
 
 // Whether `t` is self-consistent (sizes, labels below task.classes, finite values) and, when
-// `reference` is given, has its features and task (a test split of another width or with a label
-// the model cannot output is InvalidArgument naming the file, checked once at load because Gather
-// trusts the shape and the indices).
+// `reference` is given, has its features (by name too, when both have names) and task (a test split
+// of another width or with a label the model cannot output is InvalidArgument naming the file,
+// checked once at load because Gather trusts the shape and the indices).
 Status ValidateTable(const Table& t, const Table* reference = nullptr);
+
+// The per-sample shape a dataset declares (spec.train.dataset.inputShape; empty: none), one rule
+// for the runner and for `ringtrain validate`/`run`: a shape holding as many values as a sample
+// becomes the table's sample shape (a CSV row of 784 pixels as [1, 28, 28], an NPY of 8x8 images
+// as [64]); another number of values is InvalidArgument naming `field` (where the shape was
+// declared, e.g. "spec.train.dataset.inputShape") and the file.
+Status ApplyDeclaredShape(const std::vector<int>& declared, std::string_view field, Table& t);
 
 // Deterministic holdout: moves a `test_fraction` of `all` (at least one sample each side) into
 // the test table, the order drawn from std::mt19937_64(seed); for datasets shipped as one file.

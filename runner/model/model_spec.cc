@@ -329,6 +329,16 @@ StatusOr<ShapeReport> InferShapes(const ModelSpec& spec) {
   return report;
 }
 
+Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values) {
+  const Shape flat{static_cast<int>(values), 1, 1};
+  Shape s = flat;
+  if (dims.size() == 2) s = Shape{1, static_cast<int>(dims[0]), static_cast<int>(dims[1])};
+  if (dims.size() == 3) {
+    s = Shape{static_cast<int>(dims[0]), static_cast<int>(dims[1]), static_cast<int>(dims[2])};
+  }
+  return s.size() == values ? s : flat;
+}
+
 StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, int outputs) {
   ASSIGN_OR_RETURN(ShapeReport report, InferShapes(spec));
   if (data.size() != spec.input.size() ||

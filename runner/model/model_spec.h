@@ -119,6 +119,11 @@ StatusOr<ModelSpec> ParseModelSpec(std::string_view json, std::string_view where
 // a softmax that is not last or not under softmax_cross_entropy, an empty output.
 StatusOr<ShapeReport> InferShapes(const ModelSpec& spec);
 
+// The model input a sample of shape `dims` is: {features} flat, {h, w} as [1, h, w], {c, h, w};
+// any other number of dimensions, or dims that do not hold `values`, as `values` flat values.
+// The one rule of the runner (train::ShapeOf) and of `ringtrain validate`/`run`.
+Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values);
+
 // InferShapes, then whether the spec fits a dataset: its per-sample shape must be the spec's
 // input, and the output must be `outputs` features: the number of classes for
 // softmax_cross_entropy, the width of the targets for mse.

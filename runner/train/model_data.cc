@@ -9,11 +9,6 @@
 namespace ringtrain::train {
 namespace {
 
-std::string ShapeText(const model::Shape& s) {
-  if (s.h == 1 && s.w == 1) return "[" + std::to_string(s.c) + "]";
-  return "[" + std::to_string(s.c) + ", " + std::to_string(s.h) + ", " + std::to_string(s.w) + "]";
-}
-
 // Reads one file of a split and holds out the test split, standardising after the split.
 StatusOr<data::TrainTest> Holdout(StatusOr<data::Table> all, const data::DatasetSpec& spec,
                                   std::uint64_t seed) {
@@ -53,15 +48,7 @@ StatusOr<DataShape> ShapeOf(const data::Table& t) {
                            " features per sample, a model takes 1.." + std::to_string(kMax));
   }
   DataShape s;
-  const auto& d = t.shape;
-  if (d.size() == 2) {
-    s.input = model::Shape{1, static_cast<int>(d[0]), static_cast<int>(d[1])};
-  } else if (d.size() == 3) {
-    s.input = model::Shape{static_cast<int>(d[0]), static_cast<int>(d[1]), static_cast<int>(d[2])};
-  } else {
-    s.input = model::Shape{static_cast<int>(t.features), 1, 1};
-  }
-  if (s.input.size() != t.features) s.input = model::Shape{static_cast<int>(t.features), 1, 1};
+  s.input = model::InputShapeOf(t.shape, t.features);
   s.regression = !t.task.classification();
   s.outputs = s.regression ? t.task.targets : t.task.classes;
   return s;
@@ -75,10 +62,13 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
     case data::DatasetFormat::kIdx: {
       const int classes = spec.classes > 0 ? spec.classes : idx_classes;
       TrainingData::Idx idx;
-      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true));
-      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false));
+      // Labels against the model's classes in ValidateForModel: an error naming the file and
+      // the classes, whatever their number.
+      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true, data::kIdxLabelValues));
+      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false, data::kIdxLabelValues));
       RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
+      RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, "dataset.inputShape", idx.train));
       out.shape = ShapeOf(idx.train, classes);
       out.description = std::to_string(idx.train.count) + " training and " +
                         std::to_string(idx.test.count) + " test images from " + spec.train;
@@ -117,6 +107,11 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
     }
   }
   if (out.table) {
+    // The declared shape, as `ringtrain validate` applies it: an NPY of 8x8 images declared [64]
+    // is what a model of 64 inputs takes.
+    for (data::Table* t : {&out.table->train, &out.table->test}) {
+      RETURN_IF_ERROR(data::ApplyDeclaredShape(spec.input_shape, "dataset.inputShape", *t));
+    }
     ASSIGN_OR_RETURN(out.shape, ShapeOf(out.table->train));
     out.description = std::to_string(out.table->train.n) + " training and " +
                       std::to_string(out.table->test.n) + " test samples (" +
@@ -124,27 +119,6 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
                       (out.shape.regression ? std::to_string(out.shape.outputs) + " target(s)"
                                             : std::to_string(out.shape.outputs) + " classes") +
                       ") from " + out.table->train.path;
-  }
-  if (!spec.input_shape.empty()) {
-    // [c, h, w] must be an image's shape ([h, w] is [1, h, w]); flat data (CSV) and [features]
-    // (or more dimensions) only need as many values per sample, as a model's input does.
-    const auto& d = spec.input_shape;
-    std::size_t product = 1;
-    std::string stated;
-    for (const int v : d) {
-      product *= static_cast<std::size_t>(v);
-      stated += (stated.empty() ? "[" : ", ") + std::to_string(v);
-    }
-    stated += "]";
-    bool fits = product == out.shape.input.size();
-    const bool flat_data = out.shape.input.h == 1 && out.shape.input.w == 1;
-    if (d.size() == 3 && !flat_data)
-      fits = fits && model::Shape{d[0], d[1], d[2]} == out.shape.input;
-    if (d.size() == 2 && !flat_data) fits = fits && model::Shape{1, d[0], d[1]} == out.shape.input;
-    if (!fits) {
-      return InvalidArgument("dataset.inputShape: says " + stated +
-                             " per sample but the data has " + ShapeText(out.shape.input));
-    }
   }
   return out;
 }

@@ -10,23 +10,11 @@
 namespace ringtrain::executors {
 namespace {
 
+constexpr char kInputShape[] = "spec.train.dataset.inputShape";
+
 bool Exists(const std::string& path) {
   std::error_code ec;
   return !path.empty() && std::filesystem::exists(path, ec);
-}
-
-// The shape a table's samples have as the model sees them: a declared inputShape of the same
-// size reshapes flat features (a CSV of 784 pixels as 1x28x28).
-model::Shape TableShape(const data::Table& table, const std::optional<api::DataShape>& declared) {
-  model::Shape flat{static_cast<int>(table.features), 1, 1};
-  if (declared && declared->input && declared->input->size() == table.features) {
-    return *declared->input;
-  }
-  const auto& s = table.shape;
-  if (s.size() == 2) return {1, static_cast<int>(s[0]), static_cast<int>(s[1])};
-  if (s.size() == 3)
-    return {static_cast<int>(s[0]), static_cast<int>(s[1]), static_cast<int>(s[2])};
-  return flat;
 }
 
 std::string ShapeText(const model::Shape& s) {
@@ -55,10 +43,15 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
     case data::DatasetFormat::kIdx: {
       if (!Exists(spec.train)) return out;
       // The test split: the same header as the training split, a sixth of its size.
-      ASSIGN_OR_RETURN(data::Dataset ds, data::LoadFashionMnist(spec.train, /*train=*/false));
+      // Its labels against the classes the runner will use (the spec's, else 10), as the runner
+      // checks them (data::ValidateForModel).
+      ASSIGN_OR_RETURN(data::Dataset ds,
+                       data::LoadFashionMnist(spec.train, /*train=*/false, data::kIdxLabelValues));
       api::DataShape shape;
       shape.input = model::Shape{1, ds.rows, ds.cols};
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
+      RETURN_IF_ERROR(data::ValidateForModel(ds, ds.rows, ds.cols, shape.outputs));
+      RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, ds));
       return LocalDataShape{shape, spec.train + " (IDX)"};
     }
     case data::DatasetFormat::kCsv: {
@@ -81,8 +74,11 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
       break;
     }
   }
+  // The declared shape applied as the runner applies it (an NPY of 8x8 images declared [64] is
+  // 64 flat inputs on both sides).
+  RETURN_IF_ERROR(data::ApplyDeclaredShape(spec.input_shape, kInputShape, table));
   api::DataShape shape;
-  shape.input = TableShape(table, declared);
+  shape.input = model::InputShapeOf(table.shape, table.features);
   shape.outputs = table.task.classification() ? table.task.classes : table.task.targets;
   return LocalDataShape{shape, table.path + " (" + std::to_string(table.n) + " samples)"};
 }

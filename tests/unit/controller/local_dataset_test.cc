@@ -8,6 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include "tests/unit/data/idx_writer.h"
+#include "tests/unit/data/npy_writer.h"
 
 namespace ringtrain::executors {
 namespace {
@@ -108,6 +112,64 @@ TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
   auto summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find(Csv()), std::string::npos)
+      << summary.status().message();
+}
+
+// An IDX set of 12 classes: the spec's classes reach the reader, and the labels are checked
+// against the classes the runner will use, as the runner checks them.
+TEST_F(LocalDatasetTest, IdxWithMoreThanTenClassesTakesTheSpecsClasses) {
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 12);
+  api::TrainingJob job =
+      Job("    model:\n      layers: [flatten, {dense: {units: 12}}]\n"
+          "    dataset: {format: idx, train: " +
+          dir_.string() + ", classes: 12}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_NE(summary->find("Total params: 120\n"), std::string::npos) << *summary;  // 9*12+12
+  job =
+      Job("    model:\n      layers: [flatten, {dense: {units: 10}}]\n"
+          "    dataset: {format: idx, train: " +
+          dir_.string() + "}\n");
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find((dir_ / "t10k-labels-idx1-ubyte").string() +
+                                            ": label 10 at index 10 is not below the model's 10 "
+                                            "classes"),
+            std::string::npos)
+      << summary.status().message();
+}
+
+// NPY images of 8x8 declared [64]: validate and the runner apply the declared shape alike
+// (train::LoadTrainingData, model_data_test), so the model of 64 inputs passes both.
+TEST_F(LocalDatasetTest, NpyImagesTakeTheDeclaredInputShapeAsTheRunnerDoes) {
+  std::string pixels;
+  std::vector<std::int64_t> labels;
+  for (int i = 0; i < 200; ++i) {
+    pixels += std::string(64, static_cast<char>(i));
+    labels.push_back(i % 2);
+  }
+  const std::string x = (dir_ / "x.npy").string();
+  const std::string y = (dir_ / "y.npy").string();
+  std::ofstream(x, std::ios::binary) << data::Npy("|u1", "(200, 8, 8)", pixels);
+  std::ofstream(y, std::ios::binary) << data::Npy("<i8", "(200,)", data::Bytes(labels));
+  auto job_for = [&](const std::string& shape) {
+    return Job(
+        "    model:\n      layers: [{dense: {units: 16}}, relu, {dense: {units: 2}}]\n"
+        "    dataset: {format: npy, trainX: " +
+        x + ", trainY: " + y + ", testFraction: 0.25, inputShape: " + shape + "}\n");
+  };
+  api::TrainingJob job = job_for("[64]");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  ASSERT_TRUE(job.spec.train.model_spec.has_value());
+  EXPECT_EQ(job.spec.train.model_spec->input, (model::Shape{64, 1, 1}));
+  job = job_for("[65]");
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(
+                "spec.train.dataset.inputShape: says [65] (65 values) per sample but " + x +
+                " has 64 (8x8)"),
+            std::string::npos)
       << summary.status().message();
 }
 

@@ -4,7 +4,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -192,6 +194,83 @@ TEST_F(CsvTest, AGzipBombStopsAtTheByteCap) {
   EXPECT_NE(Error(t).find(bomb + ": more than 4096 bytes"), std::string::npos) << Error(t);
 }
 
+// zlib reports a gzip stream cut short as the end of the file; cut where the text before the cut
+// ends at a line (a full flush there), the rows before it would parse as a smaller dataset.
+TEST_F(CsvTest, ATruncatedGzipIsDataLossNotFewerSamples) {
+  const std::string path = (dir_ / "cut.csv.gz").string();
+  gzFile f = gzopen(path.c_str(), "wb");
+  std::uintmax_t cut = 0;
+  for (int i = 0; i < 5000; ++i) {
+    const std::string row =
+        std::to_string(i) + "," + std::to_string(i % 7) + "," + std::to_string(i % 2) + "\n";
+    gzwrite(f, row.data(), static_cast<unsigned>(row.size()));
+    if (i == 1824) {
+      gzflush(f, Z_FULL_FLUSH);
+      cut = std::filesystem::file_size(path);
+    }
+  }
+  gzclose(f);
+  auto whole = ReadCsv({path, ""}, CsvOptions{});
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  EXPECT_EQ(whole->n, 5000u);
+  std::filesystem::resize_file(path, cut);
+  auto t = ReadCsv({path, ""}, CsvOptions{});
+  ASSERT_FALSE(t.ok()) << t->n << " samples";
+  EXPECT_EQ(t.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(Error(t).find(path + ": truncated gzip stream"), std::string::npos) << Error(t);
+}
+
+// A read error the volume may heal (EIO here: offset 0 of this process's own memory is never
+// mapped) is retryable and names the file and the error; it is not a corrupt file.
+TEST_F(CsvTest, AnIoErrorIsUnavailableNotACorruptFile) {
+  const auto train = Write("train.csv", "1,5,0\n3,5,1\n");
+  const std::string test = (dir_ / "test.csv").string();
+  std::filesystem::create_symlink("/proc/self/mem", test);
+  auto tt = LoadCsv({train, ""}, {test, ""}, CsvOptions{});
+  ASSERT_FALSE(tt.ok());
+  EXPECT_EQ(tt.status().code(), StatusCode::kUnavailable) << tt.status().ToString();
+  EXPECT_TRUE(tt.status().retryable());
+  EXPECT_NE(Error(tt).find(test + ": read error: " + std::strerror(EIO)), std::string::npos)
+      << Error(tt);
+}
+
+// pandas names the columns of a DataFrame built from an array 0, 1, 2, ...: beside a named label
+// column that line is a header; a line of nothing but 0..n-1 is refused as ambiguous rather than
+// silently read as a sample (or silently dropped).
+TEST_F(CsvTest, PandasIntegerColumnNamesAreAHeaderOrRefusedAsAmbiguous) {
+  CsvOptions o;
+  o.label_name = "label";
+  const auto named = Write("named.csv", "0,1,2,label\n5,6,7,1\n8,9,10,0\n");
+  auto t = ReadCsv({named, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  EXPECT_EQ(t->x, (std::vector<float>{5, 6, 7, 8, 9, 10}));
+  EXPECT_EQ(t->feature_names, (std::vector<std::string>{"0", "1", "2"}));
+
+  const auto numbers = Write("numbers.csv", "0,1,2,3\n5,6,7,1\n8,9,10,0\n");
+  t = ReadCsv({numbers, ""}, CsvOptions{});
+  ASSERT_FALSE(t.ok()) << t->n << " samples";
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(t).find(numbers + ": line 1 is 0, 1, ..., 3: pandas' integer column names or "
+                                    "a sample?"),
+            std::string::npos)
+      << Error(t);
+  CsvOptions said;
+  said.header = CsvHeader::kHeader;
+  t = ReadCsv({numbers, ""}, said);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  said.header = CsvHeader::kNone;
+  said.task.classes = 4;
+  t = ReadCsv({numbers, ""}, said);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 3u);
+  // Numbers that are not 0, 1, 2, ... are a sample, as before.
+  t = ReadCsv({Write("data.csv", "0,2,1\n3,4,0\n"), ""}, CsvOptions{});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+}
+
 TEST_F(CsvTest, QuotedCellsMayHoldTheDelimiter) {
   const auto path = Write("q.csv", "\"a,1\",\"y\"\n\"1\",\"0\"\n");
   CsvOptions o;
@@ -231,6 +310,38 @@ TEST_F(CsvTest, TestSplitMustMatchTheTrainingSplit) {
   EXPECT_NE(Error(tt).find(unseen + ": line 1, column 3: label 2 is not below the 2 classes"),
             std::string::npos)
       << Error(tt);
+}
+
+// Both splits name their columns: the test split's are matched by name, never by position alone
+// (sklearn refuses features named in another order; so does this).
+TEST_F(CsvTest, TestHeaderMustNameTheTrainingFeaturesInTheSameOrder) {
+  CsvOptions o;
+  o.label_name = "label";
+  o.standardize = false;
+  const auto train = Write("train.csv", "a,b,label\n1,5,0\n3,6,1\n");
+  const auto swapped = Write("swapped.csv", "b,a,label\n5,1,0\n");
+  auto tt = LoadCsv({train, ""}, {swapped, ""}, o);
+  ASSERT_FALSE(tt.ok());
+  EXPECT_EQ(tt.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(Error(tt).find(swapped + ": the header names feature 1 \"b\", the training set (" +
+                           train + ") names it \"a\""),
+            std::string::npos)
+      << Error(tt);
+  const auto renamed = Write("renamed.csv", "a,c,label\n1,5,0\n");
+  EXPECT_NE(Error(LoadCsv({train, ""}, {renamed, ""}, o)).find("feature 2 \"c\""),
+            std::string::npos);
+  // The label column is found by its name wherever it is; the features keep their order.
+  const auto moved = Write("moved.csv", "label,a,b\n1,2,7\n");
+  tt = LoadCsv({train, ""}, {moved, ""}, o);
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
+  EXPECT_EQ(tt->test.labels, (std::vector<std::int32_t>{1}));
+  // A test file without a header is read by position, as before.
+  const auto bare = Write("bare.csv", "2,7,1\n");
+  o.label_name.clear();
+  tt = LoadCsv({train, ""}, {bare, ""}, o);
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
 }
 
 TEST_F(CsvTest, SplitHoldoutAndGatherCopyRows) {

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -108,6 +110,40 @@ TEST_F(IdxTest, CorruptCompressedStreamIsDataLoss) {
   ASSERT_FALSE(ds.ok());
   EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
   EXPECT_NE(ds.status().message().find(images), std::string::npos);
+}
+
+// Every pixel is there but the gzip trailer (CRC and length) is cut off: zlib reports the end
+// of the file, and only the error it leaves behind says the stream was cut short.
+TEST_F(IdxTest, AGzipCutShortIsDataLossEvenWithEveryByteAnnounced) {
+  std::string images, labels;
+  WriteValid(&images, &labels);
+  std::filesystem::resize_file(labels, std::filesystem::file_size(labels) - 4);
+  auto ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(ds.status().message().find(labels + ": truncated gzip stream"), std::string::npos)
+      << ds.status().message();
+  // Cut inside the pixels: the same, naming what was being read.
+  WriteValid(&images, &labels);
+  std::filesystem::resize_file(images, std::filesystem::file_size(images) - 12);
+  ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_NE(ds.status().message().find(images + ": truncated gzip stream"), std::string::npos)
+      << ds.status().message();
+}
+
+TEST_F(IdxTest, AnIoErrorIsRetryableNamingTheFileAndWhatWasRead) {
+  std::string images, labels;
+  WriteValid(&images, &labels);
+  std::filesystem::remove(images);
+  std::filesystem::create_symlink("/proc/self/mem", images);  // EIO at offset 0
+  auto ds = LoadIdx(images, labels);
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kUnavailable) << ds.status().ToString();
+  EXPECT_NE(ds.status().message().find(
+                images + ": read error while reading the header: " + std::strerror(EIO)),
+            std::string::npos)
+      << ds.status().message();
 }
 
 TEST_F(IdxTest, BadMagicIsRejected) {

@@ -1,4 +1,5 @@
-// Test data: .npy files as numpy writes them, built in memory (npy_test, user_model_test).
+// Test data: .npy files as numpy writes them, built in memory (npy_test, user_model_test,
+// model_data_test, local_dataset_test).
 #pragma once
 
 #include <cstdint>

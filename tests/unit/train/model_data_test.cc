@@ -1,0 +1,128 @@
+// train::LoadTrainingData: what a rank loads for a DatasetSpec and the shape its model is checked
+// against, on data written here.
+#include "runner/train/model_data.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/data/idx_writer.h"
+#include "tests/unit/data/npy_writer.h"
+
+namespace ringtrain::train {
+namespace {
+
+class ModelDataTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("model_data_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // x (200, 8, 8) uint8 and y (200,) int64 labels 0/1, as the NPY files of a job.
+  data::DatasetSpec NpyImages() {
+    std::string pixels;
+    std::vector<std::int64_t> labels;
+    for (int i = 0; i < 200; ++i) {
+      for (int p = 0; p < 64; ++p) pixels += static_cast<char>((i + p) % 256);
+      labels.push_back(i % 2);
+    }
+    data::DatasetSpec spec;
+    spec.format = data::DatasetFormat::kNpy;
+    spec.train_x = (dir_ / "x.npy").string();
+    spec.train_y = (dir_ / "y.npy").string();
+    std::ofstream(spec.train_x, std::ios::binary) << data::Npy("|u1", "(200, 8, 8)", pixels);
+    std::ofstream(spec.train_y, std::ios::binary)
+        << data::Npy("<i8", "(200,)", data::Bytes(labels));
+    spec.test_fraction = 0.25;
+    return spec;
+  }
+
+  std::filesystem::path dir_;
+};
+
+// The runner applies a declared inputShape of the same size as `ringtrain validate` does: 8x8
+// images declared [64] train a model of 64 inputs instead of being refused on every rank.
+TEST_F(ModelDataTest, TheDeclaredInputShapeReshapesTheTableAsValidateDoes) {
+  data::DatasetSpec spec = NpyImages();
+  spec.input_shape = {64};
+  auto loaded = LoadTrainingData(spec, 1, 10);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->shape.input, (model::Shape{64, 1, 1}));
+  TrainConfig config;
+  auto model = model::ParseModelSpec(
+      R"({"input": [64], "layers": [{"dense": {"units": 16}}, "relu", {"dense": {"units": 2}}]})");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  config.model_spec = *model;
+  auto resolved = ResolveModelSpec(config, loaded->shape);
+  EXPECT_TRUE(resolved.ok()) << resolved.status().ToString();
+  // The engines take the shape from the tables themselves.
+  auto from_table = ShapeOf(loaded->table->test);
+  ASSERT_TRUE(from_table.ok());
+  EXPECT_EQ(from_table->input, (model::Shape{64, 1, 1}));
+
+  spec.input_shape = {65};
+  loaded = LoadTrainingData(spec, 1, 10);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find("dataset.inputShape: says [65] (65 values) per sample "
+                                           "but " +
+                                           spec.train_x + " has 64 (8x8)"),
+            std::string::npos)
+      << loaded.status().message();
+}
+
+// The spec's classes reach the IDX reader: 12 classes load when the spec says 12, and are refused
+// by the model check, naming the labels file and the classes, when nothing says more than 10.
+TEST_F(ModelDataTest, IdxWithMoreThanTenClassesLoadsWithTheSpecsClasses) {
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 12);
+  data::DatasetSpec spec = data::IdxDatasetSpec(dir_.string());
+  spec.classes = 12;
+  auto loaded = LoadTrainingData(spec, 1, /*idx_classes=*/10);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->shape.outputs, 12);
+  EXPECT_EQ(loaded->shape.input, (model::Shape{1, 3, 3}));
+  ASSERT_NE(loaded->idx_train(), nullptr);
+  EXPECT_EQ(loaded->idx_train()->labels[11], 11);
+
+  spec.classes = 0;
+  loaded = LoadTrainingData(spec, 1, /*idx_classes=*/10);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(loaded.status().message().find((dir_ / "train-labels-idx1-ubyte").string() +
+                                           ": label 10 at index 10 is not below the model's 10 "
+                                           "classes"),
+            std::string::npos)
+      << loaded.status().message();
+}
+
+// IDX images keep their shape; a declared one must be it (or hold as many values), the same
+// check as `ringtrain validate`'s, naming the field and the images file.
+TEST_F(ModelDataTest, IdxImagesKeepTheirShapeAndTheDeclaredOneIsChecked) {
+  data::WriteIdxDir(dir_.string(), 20, 3, 3, 10);
+  data::DatasetSpec spec = data::IdxDatasetSpec(dir_.string());
+  for (const std::vector<int>& fits : {std::vector<int>{1, 3, 3}, {3, 3}, {9}}) {
+    spec.input_shape = fits;
+    auto loaded = LoadTrainingData(spec, 1, 10);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(loaded->shape.input, (model::Shape{1, 3, 3}));
+  }
+  spec.input_shape = {3, 3, 1};
+  auto loaded = LoadTrainingData(spec, 1, 10);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("dataset.inputShape: says [3, 3, 1] per sample but " +
+                                           (dir_ / "train-images-idx3-ubyte").string() +
+                                           " has images of 1x3x3"),
+            std::string::npos)
+      << loaded.status().message();
+}
+
+}  // namespace
+}  // namespace ringtrain::train
