@@ -13,6 +13,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -30,9 +31,19 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 std::atomic<bool> g_kill_now{false};  // a second SIGINT/SIGTERM while the ranks stop
+std::atomic<std::int64_t> g_first_signal_ns{0};
 
+// A second signal kills the ranks at once only when it comes a second or more after the first:
+// one stop may arrive twice at once (GNU timeout signals its child, then its own process group).
 void OnSignal(int) {
-  if (g_interrupted.exchange(true)) g_kill_now = true;
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  if (!g_interrupted.exchange(true)) {
+    g_first_signal_ns = ns;
+  } else if (ns - g_first_signal_ns.load() >= 1'000'000'000) {
+    g_kill_now = true;
+  }
 }
 
 constexpr char kUsage[] =

@@ -57,6 +57,8 @@ RUN_PID=$!
 PIDS+=($RUN_PID)
 stubborn() { [ "$(pgrep -f "stubborn-$$" | wc -l)" = "$1" ]; }
 wait_until 60 "both stubborn ranks" stubborn 2
+# One stop that arrives twice at once (GNU timeout signals its child, then its group) is one.
+kill -INT "$RUN_PID"
 kill -INT "$RUN_PID"
 wait_until 30 "the first interrupt said so" grep -q "interrupted: stopping the ranks" "$WORK/stubborn.log"
 sleep 1
