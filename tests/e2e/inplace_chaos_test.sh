@@ -55,6 +55,8 @@ cat "$WORK/summary.json" || true
 expected=$((313 * ${CHAOS_EPOCHS:-6}))
 [ "$(json_get "$WORK/summary.json" steps)" = "$expected" ] ||
   fail "steps is $(json_get "$WORK/summary.json" steps), expected $expected (seed $seed)"
+# The run started fresh: a recovery's start step is no checkpoint's.
+grep -q "resum" "$WORK/ringtrain.log" && fail "ringtrain run announced a resume (seed $seed)"
 # Rank 0's logs (a replaced rank 0's log is kept as .log.N) say it recovered once per kill.
 n=$(cat "$WORK/run/$job-a0-0.log"* | grep -c "recovered in place")
 [ "$n" = "$kills" ] || fail "rank 0 logged $n in-place recoveries, expected $kills (seed $seed)"

@@ -167,14 +167,17 @@ console_has secret "using API_KEY from ringtrain's environment"
 # A reused --workdir: an earlier run's result is not this job's. A job that never trained
 # (here one whose command fails) reports no accuracy, on the console or in the summary.
 mkdir -p "$WORK/stale"
-echo '{"test_accuracy": 0.895, "test_loss": 0.3, "steps": 940}' >"$WORK/stale/result-attempt-0.json"
+echo '{"test_accuracy": 0.895, "test_loss": 0.3, "steps": 940}' >"$WORK/stale/result-stale-attempt-0.json"
+# What an earlier version wrote, whatever the job.
+cp "$WORK/stale/result-stale-attempt-0.json" "$WORK/stale/result-attempt-0.json"
 job stale 1 '["sh", "-c", "exit 3"]'
 run stale
 expect "stale: ringtrain run exit code" "$RC" 1
 python3 -c 'import json,sys; sys.exit("test_accuracy" in json.load(open(sys.argv[1])))' \
   "$WORK/stale.json" || fail "stale: the summary has an earlier run's accuracy"
 grep -q "test accuracy" "$WORK/stale.out" && fail "stale: the console shows an earlier run's accuracy"
-[ ! -e "$WORK/stale/result-attempt-0.json" ] || fail "stale: the earlier result is still there"
+[ ! -e "$WORK/stale/result-stale-attempt-0.json" ] || fail "stale: the earlier result is still there"
+[ ! -e "$WORK/stale/result-attempt-0.json" ] || fail "stale: an earlier version's result is still there"
 echo "ok: stale: an earlier run's result is not reported"
 
 # runPolicy.suspend: valid for a cluster (validate says so, with a note), refused by

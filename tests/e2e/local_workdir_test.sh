@@ -25,7 +25,12 @@ run() {
 }
 
 job first
+# What an earlier version kept for every job in checkpoints/ itself: said, never used.
+mkdir -p "$WORK/shared/checkpoints"
+echo "not a checkpoint" >"$WORK/shared/checkpoints/ckpt-7.bin"
 run first first
+grep -qF "$WORK/shared/checkpoints holds checkpoints of an earlier ringtrain" "$WORK/first.out" ||
+  fail "first: no word of the checkpoints of an earlier version: $(cat "$WORK/first.out")"
 [ "$(json_get "$WORK/first.json" resumed)" = False ] || fail "first: resumed in a new work dir"
 compgen -G "$WORK/shared/checkpoints/first/ckpt-*.bin" >/dev/null ||
   fail "first: no checkpoint in checkpoints/first: $(ls -R "$WORK/shared")"

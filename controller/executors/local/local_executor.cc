@@ -157,11 +157,17 @@ class LocalRun {
                ? options_.workdir + "/checkpoints/" + job_.metadata.name
                : job_.spec.checkpoint.path;
   }
+  // Named after the job, as its checkpoints are: another job in the same work directory never
+  // reads or removes it.
   std::string ResultPath(int attempt) const {
-    return options_.workdir + "/result-attempt-" + std::to_string(attempt) + ".json";
+    return options_.workdir + "/" + ResultPrefix() + std::to_string(attempt) + ".json";
   }
+  std::string ResultPrefix() const { return "result-" + job_.metadata.name + "-attempt-"; }
   // Results an earlier run left in a reused work directory: never read as this run's.
   void RemoveStaleResults() const;
+  // Checkpoints an earlier version kept for every job in checkpoints/ itself: said, not used
+  // (which job wrote them is not known).
+  void WarnOfSharedCheckpoints() const;
   // Says on the console, once, that the first attempt resumed from a checkpoint (a gang restart
   // says so in its GangRestarted event).
   // `ended`: learnt from the result, after the run.
@@ -192,14 +198,35 @@ class LocalRun {
   SteadyTime next_poll_{};
   SteadyTime next_print_{};
   int printed_attempt_ = -1;
-  bool announced_resume_ = false;
+  bool announced_resume_ = false;  // or decided there was nothing to announce
 };
 
 void LocalRun::RemoveStaleResults() const {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(options_.workdir, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("result-attempt-")) std::filesystem::remove(entry.path(), ec);
+    // Also what an earlier version wrote (result-attempt-N.json, whatever the job).
+    if (name.starts_with(ResultPrefix()) || name.starts_with("result-attempt-")) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
+void LocalRun::WarnOfSharedCheckpoints() const {
+  if (!job_.spec.checkpoint.path.empty() || !job_.spec.command.empty()) return;
+  std::error_code ec;
+  if (std::filesystem::exists(CheckpointDir(), ec)) return;
+  const std::string shared = options_.workdir + "/checkpoints";
+  for (const auto& entry : std::filesystem::directory_iterator(shared, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("ckpt-") && name.ends_with(".bin")) {
+      Say(shared +
+              " holds checkpoints of an earlier ringtrain (one folder for every job): this "
+              "job's are kept in " +
+              CheckpointDir() + "; move the ckpt-*.bin files there to resume from them",
+          true);
+      return;
+    }
   }
 }
 
@@ -214,8 +241,11 @@ void LocalRun::Say(const std::string& line, bool warning) const {
 }
 
 void LocalRun::AnnounceResume(std::int64_t step, bool ended) {
-  if (announced_resume_ || step <= 0 || !job_.spec.command.empty()) return;
+  // The first training read of attempt 0 decides: a later start step is an in-place recovery's
+  // (rank 0 reports the step it recovered at), not a checkpoint's.
+  if (announced_resume_ || !job_.spec.command.empty()) return;
   announced_resume_ = true;
+  if (step <= 0) return;
   Say(std::string(ended ? "resumed" : "resuming") + " from step " + std::to_string(step) + " of " +
           CheckpointDir(),
       false);
@@ -376,7 +406,10 @@ std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
       contract::FetchRunnerStatus("127.0.0.1", it->second.metrics_port, Duration(500)));
   if (p.reachable) progress_ = p;  // what the progress line shows: the last good read
   // The first attempt starts fresh or from a checkpoint (later ones may start from survivors).
-  if (p.reachable && p.training && state_.status.attempt == 0) AnnounceResume(p.start_step, false);
+  if (p.reachable && p.training && state_.status.attempt == 0 &&
+      state_.status.in_place_recoveries == 0) {
+    AnnounceResume(p.start_step, false);
+  }
   return p;
 }
 
@@ -412,6 +445,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   LocalRunResult result;
   bool killed_now = false;
   RemoveStaleResults();
+  WarnOfSharedCheckpoints();
   for (;;) {
     Reap();
     if (interrupted != nullptr && interrupted->load()) {
@@ -504,8 +538,10 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   result.status = state_.status;
   result.wall_seconds = std::chrono::duration<double>(options_.clock->SteadyNow() - start).count();
   result.result_json = ReadFile(ResultPath(state_.status.attempt));
-  if (state_.status.attempt == 0 && !result.result_json.empty()) {
-    // A run that ended before a /status read saw it train: its result says where it started.
+  if (state_.status.attempt == 0 && state_.status.in_place_recoveries == 0 &&
+      !result.result_json.empty()) {
+    // A run that ended before a /status read saw it train: its result says where it started
+    // (unless ranks recovered in place: their start is the recovery's).
     const auto r = nlohmann::json::parse(result.result_json, nullptr, false);
     auto integer = [&r](const char* key) {
       const auto it = r.find(key);
