@@ -115,9 +115,10 @@ class Planner {
     SetCondition("Running", false, reason, message);
     SetCondition("Restarting", false, reason, message);
     // The gang no longer runs (kubectl get tj shows this reason as PODS): a wait's reason
-    // (Unschedulable, ErrImagePull) stays, as it says why the job ended.
+    // (Unschedulable, ErrImagePull) stays, as it says why the job ended; PodsStarting says
+    // nothing of that.
     if (const Condition* ready = FindCondition(kPodsReadyCondition);
-        ready != nullptr && ready->status == "True") {
+        ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason)) {
       SetCondition(kPodsReadyCondition, false, "JobFinished",
                    std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
                        ": its replicas no longer run");
@@ -498,7 +499,9 @@ int WaitSeverity(const std::string& reason) {
 
 void Planner::AvoidNodeOf(const ObservedReplica& r) {
   const bool fault = IsNodeFault(r);
-  if (r.node.empty() || (!fault && !r.never_ran)) return;
+  // A pod stopped before it started by a deletion or a preemption was not refused by its node.
+  const bool refused = r.never_ran && !r.terminating && !r.disruption;
+  if (r.node.empty() || (!fault && !refused)) return;
   auto& list = st().avoided_nodes;
   auto known = std::find_if(list.begin(), list.end(),
                             [&r](const api::AvoidedNode& a) { return a.node == r.node; });

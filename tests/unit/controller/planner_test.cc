@@ -226,6 +226,22 @@ TEST(Planner, AFinishedJobsPodsNoLongerReadAsRunning) {
   EXPECT_EQ(ready->status, "False");
   EXPECT_EQ(ready->reason, "JobFinished");
   EXPECT_NE(ready->message.find("succeeded"), std::string::npos) << ready->message;
+
+  // Ended while a pod was still starting (PodsStarting): that says nothing of the end either.
+  auto starting = Job(2);
+  starting.status = PlanAt(starting, {}, kT0).status;
+  starting.status =
+      PlanAt(starting,
+             {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kPending)}, At(1))
+          .status;
+  ASSERT_NE(Cond(starting.status, kPodsReadyCondition), nullptr);
+  ASSERT_EQ(Cond(starting.status, kPodsReadyCondition)->reason, kPodsStartingReason);
+  Plan ended = PlanAt(
+      starting, {Replica(0, 0, ReplicaPhase::kFailed, 1), Replica(1, 0, ReplicaPhase::kPending)},
+      At(2));
+  EXPECT_EQ(ended.status.phase, "Failed");
+  ASSERT_NE(Cond(ended.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(ended.status, kPodsReadyCondition)->reason, "JobFinished");
 }
 
 // A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
@@ -1134,6 +1150,20 @@ TEST(Avoidance, ANodeThatRefusedAPodIsOnlyPreferredAgainst) {
   unplaced.never_ran = true;
   Plan p = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), unplaced}, At(3));
   EXPECT_TRUE(p.status.avoided_nodes.empty());
+  // Stopped before it started by a preemption or a deletion: its node refused nothing.
+  ObservedReplica preempted = Replica(1, 0, ReplicaPhase::kFailed);
+  preempted.never_ran = true;
+  preempted.node = "node-0";
+  preempted.disruption = true;
+  preempted.disruption_reason = "PreemptionByScheduler";
+  EXPECT_TRUE(PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), preempted}, At(3))
+                  .status.avoided_nodes.empty());
+  ObservedReplica deleted = Replica(1, 0, ReplicaPhase::kFailed);
+  deleted.never_ran = true;
+  deleted.node = "node-0";
+  deleted.terminating = true;
+  EXPECT_TRUE(PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), deleted}, At(3))
+                  .status.avoided_nodes.empty());
   // The kubelet's admission error stays a node fault: required.
   ObservedReplica admission = Replica(1, 0, ReplicaPhase::kFailed, 0, "UnexpectedAdmissionError");
   admission.never_ran = true;
