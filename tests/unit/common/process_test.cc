@@ -435,20 +435,31 @@ TEST_F(ProcessTest, ChildDiesWithTheThreadThatSpawnedIt) {
   EXPECT_EQ(child.term_signal(), SIGKILL);
 }
 
-// Ctrl-C under `ringtrain run`: a command's own children (sh -c "sleep 777; ...") end with it.
+// Ctrl-C under `ringtrain run`: a command's own children (sh -c "sleep 777; ...") end with it,
+// and get the SIGTERM themselves (a chance to stop cleanly), not only the SIGKILL that ends
+// what is left of the group once the child is reaped.
 TEST_F(ProcessTest, TerminateSignalsTheChildsOwnGroup) {
-  ChildProcess child =
-      GroupShell("sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready; wait");
+  const std::string got_term = dir_ + "/got-term";
+  // The child waits for the grandchild's trap before it exits (then the reap's SIGKILL finds
+  // nothing left): only a SIGTERM to the group lets it end within the bound.
+  // "ready" once the grandchild's trap is set.
+  const std::string armed = dir_ + "/armed";
+  ChildProcess child = GroupShell("sh -c 'trap \"touch " + got_term + "; exit 0\" TERM; touch " +
+                                  armed + "; while :; do sleep 0.1; done' & echo $! > " + dir_ +
+                                  "/grandchild; trap 'wait $!; exit 143' TERM; while [ ! -e " +
+                                  armed + " ]; do sleep 0.01; done; echo ready; wait");
   const pid_t grandchild = ReadyPid("grandchild");
   ASSERT_GT(grandchild, 0);
   ASSERT_TRUE(child.Terminate(kBound).ok());
   EXPECT_EQ(child.exit_code(), 128 + SIGTERM);
-  EXPECT_TRUE(EndsSoon(grandchild)) << "sleep " << grandchild << " outlived its group's SIGTERM";
+  EXPECT_TRUE(EndsSoon(grandchild)) << "sh " << grandchild << " outlived its group's SIGTERM";
+  EXPECT_TRUE(std::filesystem::exists(got_term)) << "the grandchild never got the SIGTERM";
   (void)::kill(grandchild, SIGKILL);
 }
 
-// The SIGKILL after the grace reaches a grandchild that ignores SIGTERM too.
-TEST_F(ProcessTest, TheKillAfterTheGraceReachesTheGroup) {
+// After the grace nothing of the group survives, a grandchild that ignores SIGTERM included
+// (the SIGKILL goes to the group; what would be left of it is killed at the reap as well).
+TEST_F(ProcessTest, AfterTheGraceNothingOfTheGroupSurvives) {
   ChildProcess child =
       GroupShell("trap '' TERM; sleep 777 & echo $! > " + dir_ + "/grandchild; echo ready; wait");
   const pid_t grandchild = ReadyPid("grandchild");
