@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -65,6 +66,15 @@ std::string DefaultRunnerPath() {
 // Whether `path` can be written (created, or appended to), found by trying: a file this makes
 // is removed again. The error names the path and why.
 Status CheckWritable(const std::string& path) {
+  // Not a regular file (a FIFO, /dev/stdout): opening it could block or end a reader's input,
+  // so only the permission is checked.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (::access(path.c_str(), W_OK) != 0) {
+      return ErrnoStatus(StatusCode::kFailedPrecondition, path, errno);
+    }
+    return Status::Ok();
+  }
   const bool existed = ::access(path.c_str(), F_OK) == 0;
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(StatusCode::kFailedPrecondition, path, errno);

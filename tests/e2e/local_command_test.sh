@@ -180,6 +180,18 @@ grep -q "test accuracy" "$WORK/stale.out" && fail "stale: the console shows an e
 [ ! -e "$WORK/stale/result-attempt-0.json" ] || fail "stale: an earlier version's result is still there"
 echo "ok: stale: an earlier run's result is not reported"
 
+# --summary-json a FIFO another process reads: checked without opening it (an open and close
+# would end the reader's input, and the summary's own open then waits for a reader forever).
+job fifo 1 '["sh", "-c", "true"]'
+mkfifo "$WORK/fifo.json"
+cat "$WORK/fifo.json" >"$WORK/fifo-read.json" &
+reader=$!
+run fifo
+expect "fifo: ringtrain run exit code" "$RC" 0
+wait "$reader" || fail "fifo: the reader failed"
+[ "$(json_get "$WORK/fifo-read.json" phase)" = Succeeded ] || fail "fifo: the reader got no summary"
+echo "ok: fifo: the summary reaches a FIFO's reader"
+
 # runPolicy.suspend: valid for a cluster (validate says so, with a note), refused by
 # `ringtrain run` before any rank starts (it could never resume the job).
 job suspended 1 '["sh", "-c", "true"]'
