@@ -214,6 +214,11 @@ int Run(const std::vector<std::string>& args) {
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
+  // Neither interrupts the handler of the other: the first signal's time is set before a second
+  // one is looked at.
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
