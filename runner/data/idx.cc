@@ -6,6 +6,7 @@
 #include <array>
 
 #include "runner/data/data_file.h"
+#include "runner/data/table.h"
 
 namespace ringtrain::data {
 namespace {
@@ -136,19 +137,14 @@ Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
 Status CheckDeclaredShape(const std::vector<int>& declared, std::string_view field,
                           const Dataset& ds) {
   if (declared.empty()) return Status::Ok();
-  std::size_t values = 1;
-  std::string said;
-  for (const int d : declared) {
-    values *= static_cast<std::size_t>(std::max(d, 0));
-    said += (said.empty() ? "[" : ", ") + std::to_string(d);
-  }
+  const DeclaredShape said = DescribeDeclaredShape(declared);
   const auto& d = declared;
-  bool fits = values == static_cast<std::size_t>(ds.sample_size());
+  bool fits = said.values == static_cast<std::size_t>(ds.sample_size());
   if (d.size() == 3) fits = fits && d[0] == 1 && d[1] == ds.rows && d[2] == ds.cols;
   if (d.size() == 2) fits = fits && d[0] == ds.rows && d[1] == ds.cols;
   if (fits) return Status::Ok();
   return InvalidArgument(
-      std::string(field) + ": says " + said + "] per sample but " +
+      std::string(field) + ": says " + said.text + " per sample but " +
       (ds.images_path.empty() ? std::string("the in-memory images") : ds.images_path) +
       " has images of 1x" + std::to_string(ds.rows) + "x" + std::to_string(ds.cols));
 }

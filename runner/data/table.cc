@@ -170,25 +170,32 @@ Status ValidateTable(const Table& t, const Table* reference) {
   return Status::Ok();
 }
 
+DeclaredShape DescribeDeclaredShape(const std::vector<int>& declared) {
+  DeclaredShape out;
+  out.values = 1;
+  for (const int d : declared) {
+    out.values *= static_cast<std::size_t>(std::max(d, 0));
+    out.text += (out.text.empty() ? "[" : ", ") + std::to_string(d);
+  }
+  out.text += "]";
+  return out;
+}
+
 Status ApplyDeclaredShape(const std::vector<int>& declared, std::string_view field, Table& t) {
   if (declared.empty()) return Status::Ok();
-  std::vector<std::size_t> dims;
-  std::size_t values = 1;
-  std::string said;
-  for (const int d : declared) {
-    if (d < 1) return InvalidArgument(std::string(field) + ": every dimension must be positive");
-    dims.push_back(static_cast<std::size_t>(d));
-    values *= static_cast<std::size_t>(d);
-    said += (said.empty() ? "[" : ", ") + std::to_string(d);
+  if (std::any_of(declared.begin(), declared.end(), [](int d) { return d < 1; })) {
+    return InvalidArgument(std::string(field) + ": every dimension must be positive");
   }
-  if (values != t.features) {
+  const DeclaredShape said = DescribeDeclaredShape(declared);
+  if (said.values != t.features) {
     std::string stored;
     for (const std::size_t d : t.shape) stored += (stored.empty() ? "" : "x") + std::to_string(d);
-    return InvalidArgument(std::string(field) + ": says " + said + "] (" + std::to_string(values) +
-                           " values) per sample but " + Name(t.path, "the in-memory table") +
-                           " has " + std::to_string(t.features) + " (" + stored + ")");
+    return InvalidArgument(std::string(field) + ": says " + said.text + " (" +
+                           std::to_string(said.values) + " values) per sample but " +
+                           Name(t.path, "the in-memory table") + " has " +
+                           std::to_string(t.features) + " (" + stored + ")");
   }
-  t.shape = std::move(dims);
+  t.shape.assign(declared.begin(), declared.end());
   return Status::Ok();
 }
 

@@ -80,6 +80,14 @@ StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize);
 // checked once at load because Gather trusts the shape and the indices).
 Status ValidateTable(const Table& t, const Table* reference = nullptr);
 
+// A declared per-sample shape as errors quote it ("[1, 28, 28]") and the values it holds (0 when
+// a dimension is not positive).
+struct DeclaredShape {
+  std::string text;
+  std::size_t values = 0;
+};
+DeclaredShape DescribeDeclaredShape(const std::vector<int>& declared);
+
 // The per-sample shape a dataset declares (spec.train.dataset.inputShape; empty: none), one rule
 // for the runner and for `ringtrain validate`/`run`: a shape holding as many values as a sample
 // becomes the table's sample shape (a CSV row of 784 pixels as [1, 28, 28], an NPY of 8x8 images
