@@ -63,14 +63,34 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
       options.label_index = spec.label_index;
       options.task = task;
       options.standardize = false;
-      ASSIGN_OR_RETURN(table, data::ReadCsv({spec.train, spec.train_labels}, options));
+      const data::CsvSplitFiles train{spec.train, spec.train_labels};
+      const data::CsvSplitFiles test{spec.test, spec.test_labels};
+      // Both splits when both are here, under the ranks' own rule (data::LoadTrainTest): a test
+      // file whose header or columns differ is refused now, not on every rank.
+      if (spec.test_fraction == 0 && Exists(test.features) &&
+          (test.labels.empty() || Exists(test.labels))) {
+        ASSIGN_OR_RETURN(data::TrainTest both, data::LoadCsv(train, test, options));
+        table = std::move(both.train);
+      } else {
+        ASSIGN_OR_RETURN(table, data::ReadCsv(train, options));
+        RETURN_IF_ERROR(data::ValidateTable(table));
+      }
       break;
     }
     case data::DatasetFormat::kNpy: {
       if (!Exists(spec.train_x) || !Exists(spec.train_y)) return out;
       data::NpyOptions options;
       options.task = task;
-      ASSIGN_OR_RETURN(table, data::ReadNpy({spec.train_x, spec.train_y}, options));
+      options.standardize = false;
+      const data::NpySplitFiles train{spec.train_x, spec.train_y};
+      const data::NpySplitFiles test{spec.test_x, spec.test_y};
+      if (spec.test_fraction == 0 && Exists(test.x) && Exists(test.y)) {
+        ASSIGN_OR_RETURN(data::TrainTest both, data::LoadNpy(train, test, options));
+        table = std::move(both.train);
+      } else {
+        ASSIGN_OR_RETURN(table, data::ReadNpy(train, options));
+        RETURN_IF_ERROR(data::ValidateTable(table));
+      }
       break;
     }
   }

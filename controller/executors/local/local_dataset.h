@@ -1,7 +1,8 @@
 // What `ringtrain run` and `ringtrain validate` know of a job's dataset on this machine, to
 // check the model before any rank starts: the IDX files' shape, the CSV/NPY training split's
-// shape and classes when the files are here, else what spec.train.dataset declares. The
-// operator never reads a dataset (api::DeclaredDataShape only).
+// shape and classes when the files are here (with the test split checked against it as the ranks
+// check it, when that is here too), else what spec.train.dataset declares. The operator never
+// reads a dataset (api::DeclaredDataShape only).
 #pragma once
 
 #include <optional>

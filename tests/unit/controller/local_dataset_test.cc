@@ -115,6 +115,61 @@ TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
       << summary.status().message();
 }
 
+// The test split is read too when it is here, under the ranks' rule (data::LoadTrainTest): a
+// test CSV whose header names other columns is refused by validate, not on every rank.
+TEST_F(LocalDatasetTest, ATestCsvWithAnotherHeaderIsRefusedBeforeAnyRankStarts) {
+  const std::string test = (dir_ / "test.csv").string();
+  std::ofstream(test) << "a,b,d,c,target\n"
+                         "1,2,4,3,0\n"
+                         "2,3,5,4,1\n";
+  auto job_for = [&](const std::string& dataset) {
+    return Job("    model:\n      layers: [{dense: {units: 3}}]\n    dataset: {format: csv, " +
+               dataset + ", label: target}\n");
+  };
+  api::TrainingJob job = job_for("train: " + Csv() + ", test: " + test);
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(test +
+                                            ": the header names feature 3 \"d\", the "
+                                            "training set (" +
+                                            Csv() + ") names it \"c\""),
+            std::string::npos)
+      << summary.status().message();
+  // A test file not on this machine, or a holdout split: the training file alone, as before.
+  job = job_for("train: " + Csv() + ", test: " + (dir_ / "elsewhere.csv").string());
+  summary = CheckModelLocally(&job.spec.train);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  job = job_for("train: " + Csv() + ", testFraction: 0.5");
+  summary = CheckModelLocally(&job.spec.train);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  // The same columns in the same order pass.
+  std::ofstream(test) << "a,b,c,d,target\n"
+                         "1,2,3,4,0\n";
+  job = job_for("train: " + Csv() + ", test: " + test);
+  summary = CheckModelLocally(&job.spec.train);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+}
+
+// A test NPY whose samples have another shape is refused by validate too.
+TEST_F(LocalDatasetTest, ATestNpyOfAnotherShapeIsRefusedBeforeAnyRankStarts) {
+  std::vector<std::int64_t> labels = {0, 1, 0, 1};
+  const std::string x = (dir_ / "x.npy").string(), y = (dir_ / "y.npy").string();
+  const std::string tx = (dir_ / "tx.npy").string(), ty = (dir_ / "ty.npy").string();
+  std::ofstream(x, std::ios::binary) << data::Npy("|u1", "(4, 6)", std::string(24, '\1'));
+  std::ofstream(y, std::ios::binary) << data::Npy("<i8", "(4,)", data::Bytes(labels));
+  std::ofstream(tx, std::ios::binary) << data::Npy("|u1", "(4, 5)", std::string(20, '\1'));
+  std::ofstream(ty, std::ios::binary) << data::Npy("<i8", "(4,)", data::Bytes(labels));
+  api::TrainingJob job = Job(
+      "    model:\n      layers: [{dense: {units: 2}}]\n    dataset: {format: npy, trainX: " + x +
+      ", trainY: " + y + ", testX: " + tx + ", testY: " + ty + "}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(tx + ": samples of 5 features, the training set (" + x +
+                                            ") has 6"),
+            std::string::npos)
+      << summary.status().message();
+}
+
 // An IDX set of 12 classes: the spec's classes reach the reader, and the labels are checked
 // against the classes the runner will use, as the runner checks them.
 TEST_F(LocalDatasetTest, IdxWithMoreThanTenClassesTakesTheSpecsClasses) {
