@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +37,66 @@ std::string ReadFirstLine(const std::string& path) {
 void WriteLine(const std::string& path, const std::string& line) {
   std::ofstream out(path, std::ios::trunc);
   if (out) out << line << "\n";
+}
+
+constexpr std::string_view kFolderPrefix = "ringtrain-ranks-";
+
+// The kernel's start time of process `pid` (field 22 of /proc/PID/stat, in clock ticks since
+// boot): with the pid, it names one process, whatever pids are reused. Empty when none runs.
+std::string StartTimeOf(const std::string& pid) {
+  const std::string stat = ReadFirstLine("/proc/" + pid + "/stat");
+  const auto paren = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (paren == std::string::npos) return "";
+  std::istringstream fields(stat.substr(paren + 1));
+  std::string field;
+  for (int i = 3; i <= 22 && (fields >> field); ++i) {
+    if (i == 22) return field;
+  }
+  return "";
+}
+
+// This process as the folder's name carries it: "<pid namespace>-<pid>-<start time>".
+std::string OwnerTag() {
+  char ns[64] = {};  // "pid:[4026531836]"
+  const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
+  std::string id = n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : "";
+  id.erase(std::remove_if(id.begin(), id.end(), [](char c) { return c < '0' || c > '9'; }),
+           id.end());
+  const std::string pid = std::to_string(::getpid());
+  return (id.empty() ? "0" : id) + "-" + pid + "-" + StartTimeOf(pid);
+}
+
+// Removes the folders of launchers that were killed before they could (SIGKILL, the end of a
+// grace period): ours, in this pid namespace, whose process no longer runs. A folder of
+// another namespace (a container sharing this $TMPDIR) or of another user is left alone.
+void RemoveFoldersOfDeadLaunchers(const std::filesystem::path& tmp, const std::string& own_tag) {
+  const std::string ns = own_tag.substr(0, own_tag.find('-'));
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(tmp, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (!name.starts_with(kFolderPrefix)) continue;
+    // "<ns>-<pid>-<start>-XXXXXX"; an earlier version's "XXXXXX" names no owner: kept.
+    std::istringstream parts(name.substr(kFolderPrefix.size()));
+    std::string folder_ns, pid, start;
+    if (!std::getline(parts, folder_ns, '-') || !std::getline(parts, pid, '-') ||
+        !std::getline(parts, start, '-') || folder_ns != ns || pid.empty() ||
+        pid.find_first_not_of("0123456789") != std::string::npos) {
+      continue;
+    }
+    if (StartTimeOf(pid) == start) continue;  // its launcher still runs
+    struct stat st {};
+    if (::lstat(it->path().c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) {
+      continue;
+    }
+    std::error_code rm;
+    std::filesystem::remove_all(it->path(), rm);
+    if (rm) {
+      spdlog::warn("cannot remove {}, left by a launcher that was killed: {}", it->path().string(),
+                   rm.message());
+    } else {
+      spdlog::info("removed {}, left by a launcher that was killed", it->path().string());
+    }
+  }
 }
 
 }  // namespace
@@ -80,7 +142,9 @@ int RunLocalRanks(const LocalLaunch& launch) {
   std::error_code ec;
   std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
   if (ec) tmp = "/tmp";
-  std::string dir_template = (tmp / "ringtrain-ranks-XXXXXX").string();
+  const std::string tag = OwnerTag();
+  RemoveFoldersOfDeadLaunchers(tmp, tag);
+  std::string dir_template = (tmp / (std::string(kFolderPrefix) + tag + "-XXXXXX")).string();
   const char* dir = ::mkdtemp(dir_template.data());
   const std::string logs = dir != nullptr ? dir : tmp.string();
   const std::string created = dir != nullptr ? dir : "";

@@ -4,6 +4,8 @@
 // with its own metrics port (base + local_rank), forwards SIGTERM/SIGINT, and when one rank
 // fails stops the others and exits with that rank's code and reason, so the controller's
 // gang logic (retryable 128-255 vs permanent) sees the pod exactly as for a single rank.
+// The ranks' termination messages go to a folder under $TMPDIR, removed on the way out; one
+// left by a launcher killed outright is removed by the next launcher that starts there.
 #pragma once
 
 #include <string>

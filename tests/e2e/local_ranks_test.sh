@@ -4,7 +4,8 @@
 # and train to the end; then a rank killed inside a pod makes that pod's launcher stop its
 # other rank and exit with a retryable code and a termination message naming the rank; and a
 # SIGTERM to a pod whose ranks wait in the rendezvous stops them all at once (143). Each way
-# out, the launcher removes the folder it kept its ranks' termination messages in.
+# out, the launcher removes the folder it kept its ranks' termination messages in; the folder
+# of a launcher killed with SIGKILL is removed by the next launcher.
 # Runs on CPUs (--device cpu): the launcher is the same for GPUs.
 source "$(dirname "$0")/lib.sh"
 # The launcher's folder goes under $TMPDIR: here, where no other run's can be.
@@ -93,5 +94,38 @@ no_rank_folder_left "a pod stopped by SIGTERM"
 [ ! -e "$folder" ] || fail "a pod stopped by SIGTERM: $folder left behind"
 for c in $children; do
   if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
+done
+
+# 4. A launcher killed outright (SIGKILL: a second Ctrl-C, the end of a grace period) cannot
+# remove its folder; the next launcher here does, and leaves the folders of a launcher that
+# still runs, of another pid namespace, and of an earlier version (no owner in the name).
+port=$(free_port)
+RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$port" "$WORK/kill.log" --epochs 1
+pod=$LAST_PID
+wait_until 120 "both local ranks in the rendezvous" \
+  bash -c "[ \$(grep -c 'loaded' '$WORK/kill.log') -ge 2 ]"
+children=$(pgrep -P "$pod" || true)
+folder=$(rank_folder "$(echo "$children" | head -n 1)")
+kill -KILL "$pod"
+wait_exit "$pod" 30
+for c in $children; do  # their parent-death signal
+  wait_until 30 "rank $c ended with its launcher" bash -c "! kill -0 $c 2>/dev/null"
+done
+[ -d "$folder" ] || fail "no folder $folder after the launcher was killed"
+ns=$(readlink /proc/self/ns/pid | tr -dc 0-9)
+start=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
+live=$TMPDIR/ringtrain-ranks-$ns-$$-$start-live01
+foreign=$TMPDIR/ringtrain-ranks-1$ns-$$-1-other1
+old=$TMPDIR/ringtrain-ranks-Ab12Cd
+mkdir -p "$live" "$foreign" "$old"
+port=$(free_port)
+start_node 0 2 "$port" "$WORK/next.log" --epochs 1 --max-steps 5
+wait_exit "$LAST_PID" 300
+[ "$RC" = 0 ] || fail "the next launcher exited $RC, expected 0"
+[ ! -e "$folder" ] || fail "the next launcher left $folder, whose launcher was killed"
+grep -q "removed $folder, left by a launcher that was killed" "$WORK/next.log" ||
+  fail "the next launcher did not say it removed $folder"
+for keep in "$live" "$foreign" "$old"; do
+  [ -d "$keep" ] || fail "the next launcher removed $keep"
 done
 echo PASS
