@@ -22,6 +22,7 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.loss = read->loss;
   // Before it trains, a runner knows neither where it starts nor what its gang recovered.
   p.training = !read->state.empty() && read->state != "starting";
+  p.idle = read->state == "starting" || read->state == "recovering";
   p.start_step = read->start_step;
   p.recoveries = read->recoveries;
   p.recovery_steps_lost = read->recovery_steps_lost;

@@ -267,9 +267,17 @@ class Planner {
 
   void SetProgress(const ObservedProgress& p) {
     AccountRecoveries(p);
+    if (p.idle && st().progress) {
+      // A rank 0 that does not train (a new process starting after a gang restart or as a
+      // replacement, or a gang recovering) has no step of its own yet: the job's is still the
+      // last one seen, and the job trains at no speed. (Its step 0 and the rate it had before
+      // a failure were shown before.) The progress deadline still counts from that step.
+      st().progress->samples_per_second = 0;
+      return;
+    }
     // For people (kubectl's SAMPLES/S column): a tenth of a sample per second is plenty; the
     // metrics carry the exact figure.
-    const double samples_per_second = std::round(p.samples_per_second * 10) / 10;
+    const double samples_per_second = p.idle ? 0.0 : std::round(p.samples_per_second * 10) / 10;
     if (!st().progress || st().progress->step != p.step) {
       st().progress = api::Progress{p.step, p.epoch, samples_per_second, p.loss, now_s_};
     } else {

@@ -66,6 +66,9 @@ struct ObservedProgress {
   std::string error;  // why it could not be read, when !reachable
   // Rank 0 trains (past its start): start_step and the recovery totals below are known.
   bool training = false;
+  // Rank 0 says it does not train now: "starting" (a new process, its step not yet known) or
+  // "recovering" (its gang lost a rank). Its step and rate say nothing of the job's.
+  bool idle = false;
   std::int64_t start_step = -1;  // where this gang started: a checkpoint's step, or 0
   // The attempt's in-place recoveries as the gang counts them (common/runner_status.h).
   int recoveries = 0;

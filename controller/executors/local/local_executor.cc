@@ -404,7 +404,13 @@ std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
   if (it == procs_.end() || it->second.exited) return std::nullopt;
   reconcile::ObservedProgress p = reconcile::ObserveRunnerStatus(
       contract::FetchRunnerStatus("127.0.0.1", it->second.metrics_port, Duration(500)));
-  if (p.reachable) progress_ = p;  // what the progress line shows: the last good read
+  // What the progress line shows: the last good read; a rank 0 that does not train (starting
+  // after a restart, recovering) keeps the last step seen, at no speed.
+  if (p.reachable && (!p.idle || !progress_)) {
+    progress_ = p;
+  } else if (p.reachable) {
+    progress_->samples_per_second = 0;
+  }
   // The first attempt starts fresh or from a checkpoint (later ones may start from survivors).
   if (p.reachable && p.training && state_.status.attempt == 0 &&
       state_.status.in_place_recoveries == 0) {

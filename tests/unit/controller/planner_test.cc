@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/runner_contract.h"
 #include "common/time_format.h"
+#include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
 #include "tests/fakes/fake_clock.h"
 
@@ -1676,6 +1678,48 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   Plan later = PlanWithProgress(job, next, At(20), Training(1500, 1000));
   EXPECT_EQ(FindEvent(later, "GangRestarted"), nullptr);
   EXPECT_EQ(later.status.recovery, trains.status.recovery);
+}
+
+// A rank 0 that does not train (a new process starting after a gang restart or as an in-place
+// replacement; a gang recovering) is no news of the job's progress: STEP keeps the last step
+// seen (and its time, which the progress deadline counts from), SAMPLES/S reads 0, and the
+// job's progress moves again with the first step the new process trains.
+TEST(PlannerProgress, ARankZeroThatDoesNotTrainKeepsTheLastStepAtNoSpeed) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  auto idle = [](const std::string& state, std::int64_t step, double samples_per_second) {
+    contract::RunnerStatus read;
+    read.state = state;
+    read.step = step;
+    read.samples_per_second = samples_per_second;
+    return ObserveRunnerStatus(read);
+  };
+  // A replacement rank 0 that starts (its step 0), then survivors that recover (the rate they
+  // had before the failure).
+  for (const auto& [state, step, rate] :
+       {std::tuple<std::string, std::int64_t, double>{"starting", 0, 0},
+        {"recovering", 5630, 35463}}) {
+    Plan p = PlanWithProgress(job, gang, At(10), idle(state, step, rate));
+    ASSERT_TRUE(p.status.progress.has_value());
+    EXPECT_EQ(p.status.progress->step, 5628) << state;
+    EXPECT_EQ(p.status.progress->epoch, 12) << state;
+    EXPECT_EQ(p.status.progress->samples_per_second, 0) << state;
+    EXPECT_EQ(p.status.progress->updated_at, "2026-11-21T10:00:05Z") << state;
+  }
+  // Trains again: its own step and rate.
+  Plan trains = PlanWithProgress(job, gang, At(12), idle("running", 6097, 70000));
+  EXPECT_EQ(trains.status.progress->step, 6097);
+  EXPECT_EQ(trains.status.progress->samples_per_second, 70000);
+  EXPECT_EQ(trains.status.progress->updated_at, "2026-11-21T10:00:12Z");
+  // The job's first read, before anything trained: step 0 at no speed.
+  job.status.progress.reset();
+  Plan first = PlanWithProgress(job, gang, At(1), idle("starting", 0, 0));
+  ASSERT_TRUE(first.status.progress.has_value());
+  EXPECT_EQ(first.status.progress->step, 0);
+  EXPECT_EQ(first.status.progress->samples_per_second, 0);
 }
 
 }  // namespace
