@@ -11,6 +11,15 @@
       with the first value of each variable) and of the rules must return data through
       /api/v1/query; each label_values() variable query must find values; every rule must load
       and evaluate healthy. Polls until all pass or TIMEOUT_SECONDS, then names what failed.
+  dashboard.py scenario DASHBOARD.json PROMETHEUS_URL SCENARIO_URL TIMEOUT_SECONDS
+      The panels' values for fake_exporters.py's job whose rank 0 is replaced in place (a new
+      process: counters from 0, another instance label) while the survivor's
+      ringtrain_recovery_seconds_total accrues live: waits (at most TIMEOUT_SECONDS) until the
+      scenario is over, then reads the panels over its whole span through /api/v1/query_range
+      and checks them against what the job did: "Steps/s per job" follows the survivor's pace
+      (a dead process's partial window does not pass for the rank's), "Checkpoints written"
+      counts every checkpoint of both rank-0 processes, "Goodput" stays within 0-1 and drops
+      below 1 while the gang recovers.
 """
 import json
 import math
@@ -29,13 +38,16 @@ BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__rang
 VAR_REF = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)(?::\w+)?\]\]")
 # Documented metrics the dashboard does not chart, and why.
 NOT_CHARTED = {
-    # The runner's own one-second throughput, shown by /status and `kubectl get tj`; the
-    # dashboard derives throughput from rate(ringtrain_samples_total) instead.
+    # A rank's own throughput over its last report window (1 s); /status and `kubectl get tj`
+    # show it times the world size. The dashboard derives throughput per rank and per job
+    # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
 }
 # Substitutes for Grafana's interval variables in the live test: Prometheus scrapes every
 # second there, so 15 s windows hold enough samples for rate() and friends.
 LIVE_INTERVAL = "15s"
+# Substitute for the dashboard's time range ($__range, in instant stat queries): its default.
+LIVE_RANGE = "1h"
 
 
 def panels_of(dash):
@@ -153,6 +165,7 @@ def get(base, path, **params):
 def substitute(expr, values):
     expr = expr.replace("$__rate_interval", LIVE_INTERVAL).replace("$__interval", LIVE_INTERVAL)
     expr = expr.replace("${__rate_interval}", LIVE_INTERVAL).replace("${__interval}", LIVE_INTERVAL)
+    expr = re.sub(r"\$(__range|\{__range\})(?!_)", LIVE_RANGE, expr)
 
     def one(m):
         name = m.group(1) or m.group(2) or m.group(3)
@@ -277,9 +290,107 @@ def live(dash_path, rules_path, base, timeout):
         time.sleep(1)
 
 
+# --- scenario -------------------------------------------------------------------------------
+
+def panel(dash, title):
+    found = [p for p in panels_of(dash) if p.get("title") == title]
+    if len(found) != 1:
+        raise SystemExit(f"dashboard.py: no single panel titled {title!r}")
+    return found[0]
+
+
+def series_values(res):
+    """{labels (sorted tuple): [(t, value), ...]} of a query_range answer."""
+    if res.get("status") != "success":
+        raise RuntimeError(res.get("error"))
+    return {tuple(sorted(r["metric"].items())): [(float(t), float(v)) for t, v in r["values"]]
+            for r in res["data"]["result"]}
+
+
+def scenario_check(dash_path, base, scenario_url, timeout):
+    dash = json.load(open(dash_path))
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(scenario_url, timeout=10) as r:
+            sc = json.load(r)
+        # Done, and Prometheus has scraped the final values (it scrapes every second).
+        if sc["done"] and sc["now"] > sc["end"] + 3:
+            break
+        if time.monotonic() > deadline:
+            return [f"scenario not over after {timeout} s: {sc}"]
+        time.sleep(1)
+    problems = []
+    window = float(LIVE_INTERVAL.rstrip("s"))
+    values = {"namespace": promql_regex_escape(sc["namespace"]), "job": promql_regex_escape(sc["job"]),
+              "rank": ".*"}
+    # Full rate windows from training on, to the end of training.
+    start, end = sc["train"] + window + 1, sc["end"]
+
+    def query_range(expr):
+        return series_values(get(base, "/api/v1/query_range", query=expr, start=f"{start:.3f}",
+                                 end=f"{end:.3f}", step="1"))
+
+    def one_series(title, expr):
+        got = query_range(expr)
+        if len(got) != 1:
+            problems.append(f"{title!r}: {len(got)} series for job {sc['job']} (want 1): {expr}")
+            return {}
+        return dict(next(iter(got.values())))
+
+    def phase(t):
+        return ("before the loss" if t < sc["kill"] else "recovering" if t < sc["handover"]
+                else "trained again")
+
+    # Steps/s per job against the survivor's own pace (rank 1: one process throughout).
+    p = panel(dash, "Steps/s per job")
+    expr = substitute(p["targets"][0]["expr"], values)
+    shown = one_series(p["title"], expr)
+    truth = one_series("truth", substitute(
+        'rate(ringtrain_steps_total{namespace="$namespace", job="$job", rank="1"}[$__rate_interval])',
+        {"namespace": sc["namespace"], "job": sc["job"]}))
+    bad_points = [(t, truth[t], shown.get(t)) for t in sorted(truth)
+                  if shown.get(t) is None or not 0.8 * truth[t] - 1 <= shown[t] <= 1.2 * truth[t] + 1]
+    if not truth:
+        problems.append("no steps rate of the survivor rank (is the fake job scraped?)")
+    for t, want, got in bad_points[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{got} steps/s, the survivor took {want:.2f}/s: {expr}")
+    # Checkpoints written over the dashboard's range, after the job: all of them.
+    p = panel(dash, "Checkpoints written")
+    expr = substitute(p["targets"][0]["expr"], values)
+    res = get(base, "/api/v1/query", query=expr, time=f"{sc['end'] + 2:.3f}")
+    got = [float(r["value"][1]) for r in res.get("data", {}).get("result", [])]
+    if got != [sc["checkpoints"]]:
+        problems.append(f"{p['title']!r}: {got}, the job wrote {sc['checkpoints']} checkpoints "
+                        f"({sc['checkpoints_of_the_last_rank_0']} of them by the replacement of rank 0): {expr}")
+    # Goodput: within 0-1 everywhere, below 1 while the gang recovers (the survivor's counter
+    # accrues live) and back to 1 once a whole window trains again.
+    p = panel(dash, "Goodput (share of time training)")
+    expr = substitute(p["targets"][0]["expr"], values)
+    good = one_series(p["title"], expr)
+    outside = [(t, v) for t, v in sorted(good.items()) if not -1e-9 <= v <= 1 + 1e-9]
+    for t, v in outside[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{v:.3f}, outside 0-1: {expr}")
+    recovering = [v for t, v in good.items() if sc["kill"] + window / 2 + 1 < t < sc["handover"]]
+    if not recovering or max(recovering) >= 0.6:
+        problems.append(f"{p['title']!r} while the gang recovers: {sorted(recovering)[-3:]} "
+                        f"(want below 0.6: no rank trained for over half the window): {expr}")
+    settled = [v for t, v in good.items() if t > sc["handover"] + window + 1]
+    if not settled or min(settled) < 0.99:
+        problems.append(f"{p['title']!r} a window after the recovery: {sorted(settled)[:3]} (want 1): {expr}")
+    if not problems:
+        print(f"dashboard.py scenario: job {sc['job']}: steps/s per job follows the survivor at "
+              f"{len(truth)} points, {sc['checkpoints']} checkpoints counted, goodput within 0-1 "
+              f"(min {min(good.values()):.2f} while recovering)")
+    return problems
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "check":
         problems = check(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "scenario":
+        problems = scenario_check(sys.argv[2], sys.argv[3].rstrip("/"), sys.argv[4], float(sys.argv[5]))
     elif len(sys.argv) == 6 and sys.argv[1] == "live":
         problems = live(sys.argv[2], sys.argv[3], sys.argv[4].rstrip("/"), float(sys.argv[5]))
     else:
