@@ -5,9 +5,9 @@
                metrics, labels job, namespace, rank, gpu), for ranks 0..WORLD-1 of JOB.
   /runner/P    the /metrics of runner process P of the 2-rank job REPLACED_JOB, which loses
                rank 0 and recovers in place, answering as ringtrain-runner does (the series,
-               types and labels of runner/, their values moving as in the runs under
-               /tmp/s31: a process's counters start at 0, a replacement exports zeros until the
-               handover). P is "0a" (rank 0, killed at KILL), "0b" (its replacement, serving
+               types and labels of runner/, their values moving as in `ringtrain run` jobs
+               whose rank was killed: a process's counters start at 0, a replacement exports
+               zeros until the handover). P is "0a" (rank 0, killed at KILL), "0b" (its replacement, serving
                from REPLACE; a new process of the same rank: scrape it as another target, as a
                new pod IP is one) or "1" (the survivor). A dead or not yet started process
                answers 503, so Prometheus marks its series stale.
