@@ -5,7 +5,10 @@
       Static checks: unique panel ids, every panel has a query, every query and panel uses the
       datasource variable, every $variable resolves (defined, and defined before a variable
       query that uses it), panels lie on the 24-column grid without overlapping, every metric
-      documented in README.md (Metrics) is charted (or listed in NOT_CHARTED with the reason).
+      documented in README.md (Metrics) is charted (or listed in NOT_CHARTED with the reason),
+      no runner counter is read raw (outside rate/irate/increase: it restarts at 0 in each
+      process), no min/max/avg across ranks takes a runner counter's rate() or increase() per
+      series (a rank's processes are summed first).
   dashboard.py live DASHBOARD.json RULES.yaml PROMETHEUS_URL TIMEOUT_SECONDS
       Every PromQL expression of the dashboard (variables substituted: once with "All", once
       with the first value of each variable) and of the rules must return data through
@@ -43,6 +46,14 @@ NOT_CHARTED = {
     # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
 }
+# min/max/avg across series of a runner counter's rate() or increase() straight away: each
+# process of a rank is its own series, so the rank's series must be summed first.
+PER_PROCESS_ACROSS_RANKS = re.compile(
+    r"\b(min|max|avg)\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(\s*(rate|irate|increase)\(\s*"
+    r"ringtrain_(?!controller_)\w+")
+# A runner counter (per process) outside rate(), irate() or increase().
+RAW_RUNNER_COUNTER = re.compile(
+    r"(?<!\w)(?<!rate\()(?<!increase\()(ringtrain_(?!controller_)\w+_(?:total|count|sum|bucket))\b")
 # Substitutes for Grafana's interval variables in the live test: Prometheus scrapes every
 # second there, so 15 s windows hold enough samples for rate() and friends.
 LIVE_INTERVAL = "15s"
@@ -137,6 +148,15 @@ def check(dash_path, metrics_md):
                 if r not in names and r not in BUILTINS:
                     problems.append(f"panel {p.get('id')} {p.get('title')!r}: ${r} is not a variable")
             charted |= set(re.findall(r"\bringtrain_\w+", expr))
+            for m in RAW_RUNNER_COUNTER.finditer(expr):
+                problems.append(
+                    f"panel {p.get('id')} {p.get('title')!r}: {m.group(1)} read raw: the counter starts "
+                    f"at 0 in every process (a replaced or restarted rank); use increase() or rate()")
+            for m in PER_PROCESS_ACROSS_RANKS.finditer(expr):
+                problems.append(
+                    f"panel {p.get('id')} {p.get('title')!r}: {m.group(0)}...: a rank replaced in place is "
+                    f"a new process (another series, its counter from 0) beside the dead one's partial "
+                    f"window; take sum by (namespace, job, rank) of the {m.group(2)}() before {m.group(1)}")
     if len(set(ids)) != len(ids) or None in ids:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         problems.append(f"panel ids not unique: {dup}")
