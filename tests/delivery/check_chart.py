@@ -8,7 +8,7 @@ metrics port of a multi-GPU runner pod.
 
 usage: check_chart.py RENDERED.yaml --namespace NS --release NAME --kinds K1,K2,...
                       [--compare-manifests DIR] [--chart DIR] [--readme README.md]
-                      [--expect KEY=VALUE ...]
+                      [--pods PODS.json] [--expect KEY=VALUE ...]
 Exits 1 with one line per problem.
 """
 import argparse
@@ -243,6 +243,31 @@ POD_PORTS = ([("runner", "rendezvous", 29500), ("runner", "metrics", 9400)]
              + [("runner", f"metrics-{i}", 9400 + i) for i in range(1, GPUS)]
              + [("sidecar", "metrics", 15090), ("sidecar", "admin", 15000)])
 RANK_PORTS = {(c, n) for c, n, _ in POD_PORTS if c == "runner" and n.startswith("metrics")}
+METRICS_PORT = 9400  # common/runner_env.h kMetricsPort: local rank i serves on METRICS_PORT + i
+SIDECAR = [("sidecar", "metrics", 15090), ("sidecar", "admin", 15000)]
+
+
+def use_pods(path):
+    """Replaces the modelled runner pod by the pods of a `kubectl get pods -o json` (built by
+    the real controller): the rank ports are the runner container's ports METRICS_PORT + i for
+    each of its GPUs (local ranks), whatever their names; a sidecar is added."""
+    global POD_PORTS, RANK_PORTS, GPUS
+    pods = json.load(open(path))["items"]
+    if not pods:
+        bad(f"{path}: no pods")
+    POD_PORTS, RANK_PORTS = list(SIDECAR), set()
+    for pod in pods:
+        for c in pod["spec"]["containers"]:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            gpus = max(1, int(limits.get("nvidia.com/gpu", 0)))
+            if c["name"] == "runner":
+                GPUS = gpus
+            for port in c.get("ports") or []:
+                POD_PORTS.append((c["name"], port.get("name", ""), port["containerPort"]))
+                if c["name"] == "runner" and METRICS_PORT <= port["containerPort"] < METRICS_PORT + gpus:
+                    RANK_PORTS.add((c["name"], port.get("name", "")))
+    if len(RANK_PORTS) < 2:
+        bad(f"{path}: want a pod with several local ranks, found rank ports {sorted(RANK_PORTS)}")
 
 
 def relabel(labels, rules):
@@ -391,9 +416,13 @@ def main():
     ap.add_argument("--chart", required=True)
     ap.add_argument("--compare-manifests")
     ap.add_argument("--readme", help="also check README.md's plain-Prometheus scrape config")
+    ap.add_argument("--pods", help="kubectl get pods -o json of runner pods: check the PodMonitor "
+                    "against their container ports instead of the modelled 8-GPU pod")
     ap.add_argument("--expect", action="append", default=[],
                     help="JSON-path-ish KIND.field.sub=JSON value the render must have")
     a = ap.parse_args()
+    if a.pods:
+        use_pods(a.pods)
     objs = load(a.rendered)
     kinds = sorted(o.get("kind", "?") for o in objs)
     want = sorted(a.kinds.split(","))

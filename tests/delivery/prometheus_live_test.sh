@@ -26,6 +26,21 @@ cm=$(free_port)
   --health-addr "127.0.0.1:$(free_port)" >"$WORK/controller.log" 2>&1 &
 PIDS+=($!)
 k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
+# A replica with 4 GPUs (4 local ranks, each serving /metrics on its own port): the chart's
+# PodMonitor must scrape every rank's port of the pod the real controller builds.
+sed -e 's/name: fashion-mnist-mlp/name: gpu4/' -e 's/gpusPerReplica: 0/gpusPerReplica: 4/' \
+  -e 's/backend: tcp/backend: nccl/' -e 's/replicas: 2/replicas: 1/' \
+  "$SRC/manifests/examples/fashion-mnist-mlp.yaml" | k apply -f - >/dev/null || fail "4-GPU job apply"
+gpu4_pod() { k get pods -l ringtrain.dev/job=gpu4 -o name | grep -q .; }
+wait_until 60 "the 4-GPU job's pod" gpu4_pod
+k get pods -l ringtrain.dev/job=gpu4 -o json >"$WORK/gpu4-pods.json" || fail "get the 4-GPU pod"
+tools
+"$HELM" template ringtrain "$CHART" --namespace ringtrain-system --include-crds \
+  --set podMonitor.enabled=true >"$WORK/chart.yaml" 2>"$WORK/helm.log" || fail "helm template"
+python3 "$DELIVERY/check_chart.py" "$WORK/chart.yaml" --namespace ringtrain-system --chart "$CHART" \
+  --kinds CustomResourceDefinition,ServiceAccount,ClusterRole,ClusterRoleBinding,Service,Deployment,PodMonitor \
+  --pods "$WORK/gpu4-pods.json" ||
+  fail "the PodMonitor misses ports of a 4-GPU pod: $(python3 -c 'import json,sys; print([(c["name"], c.get("ports")) for p in json.load(open(sys.argv[1]))["items"] for c in p["spec"]["containers"]])' "$WORK/gpu4-pods.json")"
 # A job a second, as on a busy cluster, so the reconcile histograms keep moving under rate().
 for i in $(seq 1 120); do
   sed "s/name: fashion-mnist-mlp/name: live-$i/" "$SRC/manifests/examples/fashion-mnist-mlp.yaml" |
