@@ -22,7 +22,8 @@
       and checks them against what the job did: "Steps/s per job" follows the survivor's pace
       (a dead process's partial window does not pass for the rank's), "Checkpoints written"
       counts every checkpoint of both rank-0 processes, "Goodput" stays within 0-1 and drops
-      below 1 while the gang recovers.
+      below 1 while the gang recovers, "Training loss" leaves out the replacement's 0 while
+      it waits for the state.
 """
 import json
 import math
@@ -399,6 +400,20 @@ def scenario_check(dash_path, base, scenario_url, timeout):
     settled = [v for t, v in good.items() if t > sc["handover"] + window + 1]
     if not settled or min(settled) < 0.99:
         problems.append(f"{p['title']!r} a window after the recovery: {sorted(settled)[:3]} (want 1): {expr}")
+    # Training loss while rank 0's replacement waits for the state (it exports 0, no loss yet):
+    # the survivor's loss, not half of it.
+    p = panel(dash, "Training loss")
+    expr = substitute(p["targets"][0]["expr"], values)
+    loss = one_series(p["title"], expr)
+    survivor = one_series("truth", substitute(
+        'ringtrain_loss{namespace="$namespace", job="$job", rank="1"}',
+        {"namespace": sc["namespace"], "job": sc["job"]}))
+    waiting = [t for t in sorted(survivor) if sc["replace"] + 2 < t < sc["handover"]]
+    if not waiting:
+        problems.append("no loss of the survivor rank while the replacement waits")
+    for t in [t for t in waiting if abs(loss.get(t, 0) - survivor[t]) > 0.01 * survivor[t]][:3]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{loss.get(t)}, the survivor's loss is {survivor[t]:.4f}: {expr}")
     if not problems:
         print(f"dashboard.py scenario: job {sc['job']}: steps/s per job follows the survivor at "
               f"{len(truth)} points, {sc['checkpoints']} checkpoints counted, goodput within 0-1 "
