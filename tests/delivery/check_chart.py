@@ -2,10 +2,13 @@
 """Offline checks of `helm template` output: the schema-level rules the API server and the
 Prometheus Operator would enforce on the objects we render, the references between them, and
 (--compare) agreement with the plain manifests in manifests/ on what matters: RBAC rules,
-security contexts, probes, ports, resources, args.
+security contexts, probes, ports, resources, args. The PodMonitor (and, with --readme, the
+README's scrape config for a Prometheus without the operator) must scrape every local rank's
+metrics port of a multi-GPU runner pod.
 
 usage: check_chart.py RENDERED.yaml --namespace NS --release NAME --kinds K1,K2,...
-                      [--compare-manifests DIR] [--chart DIR] [--expect KEY=VALUE ...]
+                      [--compare-manifests DIR] [--chart DIR] [--readme README.md]
+                      [--pods PODS.json] [--expect KEY=VALUE ...]
 Exits 1 with one line per problem.
 """
 import argparse
@@ -207,14 +210,15 @@ def check_refs(objs, ns, chart):
         for e in s.get("podMetricsEndpoints", []):
             if set(e) - ENDPOINT:
                 bad(f"PodMonitor: unknown endpoint fields {sorted(set(e) - ENDPOINT)}")
-            if e.get("port") != "metrics" or e.get("honorLabels") is not True:
-                bad("PodMonitor: endpoint must scrape port 'metrics' with honorLabels (runner labels)")
+            if e.get("honorLabels") is not True:
+                bad("PodMonitor: endpoint must scrape with honorLabels (runner labels)")
             for d in ("interval", "scrapeTimeout"):
                 if d in e and not DURATION.match(str(e[d])):
                     bad(f"PodMonitor: {d} {e[d]!r} is not a duration")
         ns_sel = s.get("namespaceSelector", {})
         if not (ns_sel.get("any") is True or ns_sel.get("matchNames")):
             bad("PodMonitor: namespaceSelector must be any: true or matchNames")
+        check_pod_targets(s.get("podMetricsEndpoints", []))
     pr = one(objs, "PrometheusRule")
     if pr is not None:
         with open(f"{chart}/files/prometheus/ringtrain-rules.yaml") as f:
@@ -228,6 +232,124 @@ def check_refs(objs, ns, chart):
         data = cm.get("data", {}).get("ringtrain-training.json")
         if data is None or data.rstrip("\n") != text.rstrip("\n") or json.loads(data) != json.loads(text):
             bad("dashboard ConfigMap: data differs from files/dashboards/ringtrain-training.json")
+
+
+# The container ports of a runner pod of an 8-GPU TrainingJob, as the controller declares them
+# (controller/executors/kubernetes/pod_builder.cc): local rank i serves /metrics on 9400+i,
+# port "metrics" for i = 0 and "metrics-<i>" for the others; plus the rendezvous port, and a
+# sidecar a user's template may add (its own "metrics" port is not a rank's).
+GPUS = 8
+POD_PORTS = ([("runner", "rendezvous", 29500), ("runner", "metrics", 9400)]
+             + [("runner", f"metrics-{i}", 9400 + i) for i in range(1, GPUS)]
+             + [("sidecar", "metrics", 15090), ("sidecar", "admin", 15000)])
+RANK_PORTS = {(c, n) for c, n, _ in POD_PORTS if c == "runner" and n.startswith("metrics")}
+METRICS_PORT = 9400  # common/runner_env.h kMetricsPort: local rank i serves on METRICS_PORT + i
+SIDECAR = [("sidecar", "metrics", 15090), ("sidecar", "admin", 15000)]
+
+
+def use_pods(path):
+    """Replaces the modelled runner pod by the pods of a `kubectl get pods -o json` (built by
+    the real controller): the rank ports are the runner container's ports METRICS_PORT + i for
+    each of its GPUs (local ranks), whatever their names; a sidecar is added."""
+    global POD_PORTS, RANK_PORTS, GPUS
+    pods = json.load(open(path))["items"]
+    if not pods:
+        bad(f"{path}: no pods")
+    POD_PORTS, RANK_PORTS = list(SIDECAR), set()
+    for pod in pods:
+        for c in pod["spec"]["containers"]:
+            limits = (c.get("resources") or {}).get("limits") or {}
+            gpus = max(1, int(limits.get("nvidia.com/gpu", 0)))
+            if c["name"] == "runner":
+                GPUS = gpus
+            for port in c.get("ports") or []:
+                POD_PORTS.append((c["name"], port.get("name", ""), port["containerPort"]))
+                if c["name"] == "runner" and METRICS_PORT <= port["containerPort"] < METRICS_PORT + gpus:
+                    RANK_PORTS.add((c["name"], port.get("name", "")))
+    if len(RANK_PORTS) < 2:
+        bad(f"{path}: want a pod with several local ranks, found rank ports {sorted(RANK_PORTS)}")
+
+
+def relabel(labels, rules):
+    """Prometheus relabel_config semantics (anchored RE2 regexes, ';' separator, $N
+    references) for the actions the chart may use; None when the target is dropped."""
+    labels = dict(labels)
+    for r in rules:
+        action = r.get("action", "replace").lower()
+        value = r.get("separator", ";").join(labels.get(l, "") for l in r.get("sourceLabels", []))
+        m = re.fullmatch(r.get("regex", "(.*)"), value)
+        if action == "keep" and not m:
+            return None
+        if action == "drop" and m:
+            return None
+        if action == "replace" and m:
+            out = re.sub(r"\$\{?(\w+)\}?", lambda g: m.group(int(g.group(1))) or "" if g.group(1).isdigit()
+                         else m.group(g.group(1)) or "", r.get("replacement", "$1"))
+            if out:
+                labels[r["targetLabel"]] = out
+            else:
+                labels.pop(r["targetLabel"], None)
+        elif action not in ("keep", "drop", "replace"):
+            bad(f"PodMonitor: relabeling action {action!r} is not simulated by check_chart.py")
+    return labels
+
+
+def scraped_ports(rules):
+    out = []
+    for c, name, number in POD_PORTS:
+        t = relabel({"__meta_kubernetes_pod_container_name": c,
+                     "__meta_kubernetes_pod_container_port_name": name,
+                     "__meta_kubernetes_pod_container_port_number": str(number),
+                     "__meta_kubernetes_pod_label_ringtrain_dev_job": "j"}, rules)
+        if t is not None:
+            out.append((c, name))
+    return out
+
+
+def check_scraped(where, scraped):
+    for c, name in sorted(RANK_PORTS - set(scraped)):
+        bad(f"{where}: port {name!r} of a {GPUS}-GPU runner pod (a local rank's /metrics) is not scraped")
+    for c, name in sorted(set(scraped) - RANK_PORTS):
+        bad(f"{where}: port {name!r} of container {c!r} is scraped, but it is no rank's /metrics")
+    for t in sorted({t for t in scraped if scraped.count(t) > 1}):
+        bad(f"{where}: port {t[1]!r} is scraped more than once")
+
+
+def check_readme_scrape_config(readme):
+    """README's scrape config for a Prometheus without the operator (job ringtrain-runner,
+    kubernetes_sd pod role: one target per container port) scrapes every rank's port."""
+    blocks = re.findall(r"```yaml\n(.*?)```", open(readme).read(), re.S)
+    jobs = [j for b in blocks if "scrape_configs:" in b
+            for j in (yaml.safe_load(b).get("scrape_configs") or []) if j.get("job_name") == "ringtrain-runner"]
+    if len(jobs) != 1:
+        bad(f"{readme}: no single scrape config with job_name ringtrain-runner")
+        return
+    job = jobs[0]
+    if job.get("honor_labels") is not True:
+        bad(f"{readme}: job ringtrain-runner must set honor_labels: true")
+    rules = [{"action": r.get("action", "replace"), "sourceLabels": r.get("source_labels", []),
+              "separator": r.get("separator", ";"), "regex": r.get("regex", "(.*)"),
+              "replacement": r.get("replacement", "$1"), "targetLabel": r.get("target_label")}
+             for r in job.get("relabel_configs", [])]
+    check_scraped(f"{readme} job ringtrain-runner", scraped_ports(rules))
+
+
+def check_pod_targets(endpoints):
+    """What Prometheus scrapes of a runner pod: the operator turns each podMetricsEndpoint into
+    a pod-role scrape job with one target per container port, keeps those whose port name
+    matches `port` when it is set (the name is used as the regex), then applies the
+    endpoint's relabelings. Every rank's port must be scraped exactly once, nothing else."""
+    scraped = []
+    for e in endpoints:
+        rules = []
+        if e.get("port"):
+            rules.append({"action": "keep", "sourceLabels": ["__meta_kubernetes_pod_container_port_name"],
+                          "regex": e["port"]})
+        elif e.get("targetPort") is not None or e.get("portNumber") is not None:
+            bad("PodMonitor: targetPort/portNumber select one port; the ranks serve on several")
+        rules += e.get("relabelings") or []
+        scraped += scraped_ports(rules)
+    check_scraped("PodMonitor", scraped)
 
 
 def norm_rules(rules):
@@ -293,9 +415,14 @@ def main():
     ap.add_argument("--kinds", required=True)
     ap.add_argument("--chart", required=True)
     ap.add_argument("--compare-manifests")
+    ap.add_argument("--readme", help="also check README.md's plain-Prometheus scrape config")
+    ap.add_argument("--pods", help="kubectl get pods -o json of runner pods: check the PodMonitor "
+                    "against their container ports instead of the modelled 8-GPU pod")
     ap.add_argument("--expect", action="append", default=[],
                     help="JSON-path-ish KIND.field.sub=JSON value the render must have")
     a = ap.parse_args()
+    if a.pods:
+        use_pods(a.pods)
     objs = load(a.rendered)
     kinds = sorted(o.get("kind", "?") for o in objs)
     want = sorted(a.kinds.split(","))
@@ -306,6 +433,8 @@ def main():
         check_refs(objs, a.namespace, a.chart)
     if a.compare_manifests:
         compare(objs, a.compare_manifests)
+    if a.readme:
+        check_readme_scrape_config(a.readme)
     for e in a.expect:
         path, _, value = e.partition("=")
         kind, *fields = path.split(".")

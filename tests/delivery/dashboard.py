@@ -5,12 +5,25 @@
       Static checks: unique panel ids, every panel has a query, every query and panel uses the
       datasource variable, every $variable resolves (defined, and defined before a variable
       query that uses it), panels lie on the 24-column grid without overlapping, every metric
-      documented in README.md (Metrics) is charted (or listed in NOT_CHARTED with the reason).
+      documented in README.md (Metrics) is charted (or listed in NOT_CHARTED with the reason),
+      no runner counter is read raw (outside rate/irate/increase: it restarts at 0 in each
+      process), no min/max/avg across ranks takes a runner counter's rate() or increase() per
+      series (a rank's processes are summed first).
   dashboard.py live DASHBOARD.json RULES.yaml PROMETHEUS_URL TIMEOUT_SECONDS
       Every PromQL expression of the dashboard (variables substituted: once with "All", once
       with the first value of each variable) and of the rules must return data through
       /api/v1/query; each label_values() variable query must find values; every rule must load
       and evaluate healthy. Polls until all pass or TIMEOUT_SECONDS, then names what failed.
+  dashboard.py scenario DASHBOARD.json PROMETHEUS_URL SCENARIO_URL TIMEOUT_SECONDS
+      The panels' values for fake_exporters.py's job whose rank 0 is replaced in place (a new
+      process: counters from 0, another instance label) while the survivor's
+      ringtrain_recovery_seconds_total accrues live: waits (at most TIMEOUT_SECONDS) until the
+      scenario is over, then reads the panels over its whole span through /api/v1/query_range
+      and checks them against what the job did: "Steps/s per job" follows the survivor's pace
+      (a dead process's partial window does not pass for the rank's), "Checkpoints written"
+      counts every checkpoint of both rank-0 processes, "Goodput" stays within 0-1 and drops
+      below 1 while the gang recovers, "Training loss" leaves out the replacement's 0 while
+      it waits for the state.
 """
 import json
 import math
@@ -29,13 +42,24 @@ BUILTINS = {"__rate_interval", "__interval", "__interval_ms", "__range", "__rang
 VAR_REF = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)(?::\w+)?\]\]")
 # Documented metrics the dashboard does not chart, and why.
 NOT_CHARTED = {
-    # The runner's own one-second throughput, shown by /status and `kubectl get tj`; the
-    # dashboard derives throughput from rate(ringtrain_samples_total) instead.
+    # A rank's own throughput over its last report window (1 s); /status and `kubectl get tj`
+    # show it times the world size. The dashboard derives throughput per rank and per job
+    # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
 }
+# min/max/avg across series of a runner counter's rate() or increase() straight away: each
+# process of a rank is its own series, so the rank's series must be summed first.
+PER_PROCESS_ACROSS_RANKS = re.compile(
+    r"\b(min|max|avg)\s*(?:(?:by|without)\s*\([^)]*\)\s*)?\(\s*(rate|irate|increase)\(\s*"
+    r"ringtrain_(?!controller_)\w+")
+# A runner counter (per process) outside rate(), irate() or increase().
+RAW_RUNNER_COUNTER = re.compile(
+    r"(?<!\w)(?<!rate\()(?<!increase\()(ringtrain_(?!controller_)\w+_(?:total|count|sum|bucket))\b")
 # Substitutes for Grafana's interval variables in the live test: Prometheus scrapes every
 # second there, so 15 s windows hold enough samples for rate() and friends.
 LIVE_INTERVAL = "15s"
+# Substitute for the dashboard's time range ($__range, in instant stat queries): its default.
+LIVE_RANGE = "1h"
 
 
 def panels_of(dash):
@@ -125,6 +149,15 @@ def check(dash_path, metrics_md):
                 if r not in names and r not in BUILTINS:
                     problems.append(f"panel {p.get('id')} {p.get('title')!r}: ${r} is not a variable")
             charted |= set(re.findall(r"\bringtrain_\w+", expr))
+            for m in RAW_RUNNER_COUNTER.finditer(expr):
+                problems.append(
+                    f"panel {p.get('id')} {p.get('title')!r}: {m.group(1)} read raw: the counter starts "
+                    f"at 0 in every process (a replaced or restarted rank); use increase() or rate()")
+            for m in PER_PROCESS_ACROSS_RANKS.finditer(expr):
+                problems.append(
+                    f"panel {p.get('id')} {p.get('title')!r}: {m.group(0)}...: a rank replaced in place is "
+                    f"a new process (another series, its counter from 0) beside the dead one's partial "
+                    f"window; take sum by (namespace, job, rank) of the {m.group(2)}() before {m.group(1)}")
     if len(set(ids)) != len(ids) or None in ids:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         problems.append(f"panel ids not unique: {dup}")
@@ -153,6 +186,7 @@ def get(base, path, **params):
 def substitute(expr, values):
     expr = expr.replace("$__rate_interval", LIVE_INTERVAL).replace("$__interval", LIVE_INTERVAL)
     expr = expr.replace("${__rate_interval}", LIVE_INTERVAL).replace("${__interval}", LIVE_INTERVAL)
+    expr = re.sub(r"\$(__range|\{__range\})(?!_)", LIVE_RANGE, expr)
 
     def one(m):
         name = m.group(1) or m.group(2) or m.group(3)
@@ -277,9 +311,121 @@ def live(dash_path, rules_path, base, timeout):
         time.sleep(1)
 
 
+# --- scenario -------------------------------------------------------------------------------
+
+def panel(dash, title):
+    found = [p for p in panels_of(dash) if p.get("title") == title]
+    if len(found) != 1:
+        raise SystemExit(f"dashboard.py: no single panel titled {title!r}")
+    return found[0]
+
+
+def series_values(res):
+    """{labels (sorted tuple): [(t, value), ...]} of a query_range answer."""
+    if res.get("status") != "success":
+        raise RuntimeError(res.get("error"))
+    return {tuple(sorted(r["metric"].items())): [(float(t), float(v)) for t, v in r["values"]]
+            for r in res["data"]["result"]}
+
+
+def scenario_check(dash_path, base, scenario_url, timeout):
+    dash = json.load(open(dash_path))
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(scenario_url, timeout=10) as r:
+            sc = json.load(r)
+        # Done, and Prometheus has scraped the final values (it scrapes every second).
+        if sc["done"] and sc["now"] > sc["end"] + 3:
+            break
+        if time.monotonic() > deadline:
+            return [f"scenario not over after {timeout} s: {sc}"]
+        time.sleep(1)
+    problems = []
+    window = float(LIVE_INTERVAL.rstrip("s"))
+    values = {"namespace": promql_regex_escape(sc["namespace"]), "job": promql_regex_escape(sc["job"]),
+              "rank": ".*"}
+    # Full rate windows from training on, to the end of training.
+    start, end = sc["train"] + window + 1, sc["end"]
+
+    def query_range(expr):
+        return series_values(get(base, "/api/v1/query_range", query=expr, start=f"{start:.3f}",
+                                 end=f"{end:.3f}", step="1"))
+
+    def one_series(title, expr):
+        got = query_range(expr)
+        if len(got) != 1:
+            problems.append(f"{title!r}: {len(got)} series for job {sc['job']} (want 1): {expr}")
+            return {}
+        return dict(next(iter(got.values())))
+
+    def phase(t):
+        return ("before the loss" if t < sc["kill"] else "recovering" if t < sc["handover"]
+                else "trained again")
+
+    # Steps/s per job against the survivor's own pace (rank 1: one process throughout).
+    p = panel(dash, "Steps/s per job")
+    expr = substitute(p["targets"][0]["expr"], values)
+    shown = one_series(p["title"], expr)
+    truth = one_series("truth", substitute(
+        'rate(ringtrain_steps_total{namespace="$namespace", job="$job", rank="1"}[$__rate_interval])',
+        {"namespace": sc["namespace"], "job": sc["job"]}))
+    bad_points = [(t, truth[t], shown.get(t)) for t in sorted(truth)
+                  if shown.get(t) is None or not 0.8 * truth[t] - 1 <= shown[t] <= 1.2 * truth[t] + 1]
+    if not truth:
+        problems.append("no steps rate of the survivor rank (is the fake job scraped?)")
+    for t, want, got in bad_points[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{got} steps/s, the survivor took {want:.2f}/s: {expr}")
+    # Checkpoints written over the dashboard's range, after the job: all of them.
+    p = panel(dash, "Checkpoints written")
+    expr = substitute(p["targets"][0]["expr"], values)
+    res = get(base, "/api/v1/query", query=expr, time=f"{sc['end'] + 2:.3f}")
+    got = [float(r["value"][1]) for r in res.get("data", {}).get("result", [])]
+    if got != [sc["checkpoints"]]:
+        problems.append(f"{p['title']!r}: {got}, the job wrote {sc['checkpoints']} checkpoints "
+                        f"({sc['checkpoints_of_the_last_rank_0']} of them by the replacement of rank 0): {expr}")
+    # Goodput: within 0-1 everywhere, below 1 while the gang recovers (the survivor's counter
+    # accrues live) and back to 1 once a whole window trains again.
+    p = panel(dash, "Goodput (share of time training)")
+    expr = substitute(p["targets"][0]["expr"], values)
+    good = one_series(p["title"], expr)
+    outside = [(t, v) for t, v in sorted(good.items()) if not -1e-9 <= v <= 1 + 1e-9]
+    for t, v in outside[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{v:.3f}, outside 0-1: {expr}")
+    recovering = [v for t, v in good.items() if sc["kill"] + window / 2 + 1 < t < sc["handover"]]
+    if not recovering or max(recovering) >= 0.6:
+        problems.append(f"{p['title']!r} while the gang recovers: {sorted(recovering)[-3:]} "
+                        f"(want below 0.6: no rank trained for over half the window): {expr}")
+    settled = [v for t, v in good.items() if t > sc["handover"] + window + 1]
+    if not settled or min(settled) < 0.99:
+        problems.append(f"{p['title']!r} a window after the recovery: {sorted(settled)[:3]} (want 1): {expr}")
+    # Training loss while rank 0's replacement waits for the state (it exports 0, no loss yet):
+    # the survivor's loss, not half of it.
+    p = panel(dash, "Training loss")
+    expr = substitute(p["targets"][0]["expr"], values)
+    loss = one_series(p["title"], expr)
+    survivor = one_series("truth", substitute(
+        'ringtrain_loss{namespace="$namespace", job="$job", rank="1"}',
+        {"namespace": sc["namespace"], "job": sc["job"]}))
+    waiting = [t for t in sorted(survivor) if sc["replace"] + 2 < t < sc["handover"]]
+    if not waiting:
+        problems.append("no loss of the survivor rank while the replacement waits")
+    for t in [t for t in waiting if abs(loss.get(t, 0) - survivor[t]) > 0.01 * survivor[t]][:3]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{loss.get(t)}, the survivor's loss is {survivor[t]:.4f}: {expr}")
+    if not problems:
+        print(f"dashboard.py scenario: job {sc['job']}: steps/s per job follows the survivor at "
+              f"{len(truth)} points, {sc['checkpoints']} checkpoints counted, goodput within 0-1 "
+              f"(min {min(good.values()):.2f} while recovering)")
+    return problems
+
+
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "check":
         problems = check(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 6 and sys.argv[1] == "scenario":
+        problems = scenario_check(sys.argv[2], sys.argv[3].rstrip("/"), sys.argv[4], float(sys.argv[5]))
     elif len(sys.argv) == 6 and sys.argv[1] == "live":
         problems = live(sys.argv[2], sys.argv[3], sys.argv[4].rstrip("/"), float(sys.argv[5]))
     else:

@@ -47,7 +47,7 @@ check "$WORK/default.yaml" --namespace ringtrain-system --kinds "$core" \
 
 render all ringtrain ringtrain-system -f "$DELIVERY/values-all.yaml"
 check "$WORK/all.yaml" --namespace ringtrain-system \
-  --kinds "$core,ServiceMonitor,PodMonitor,PrometheusRule,ConfigMap" \
+  --kinds "$core,ServiceMonitor,PodMonitor,PrometheusRule,ConfigMap" --readme "$SRC/README.md" \
   --expect 'Deployment.spec.replicas=2' \
   --expect 'Deployment.spec.template.spec.nodeSelector={"kubernetes.io/os": "linux"}' \
   --expect 'Deployment.spec.template.spec.tolerations.0.key="node-role.kubernetes.io/control-plane"' \
