@@ -24,7 +24,9 @@ scrape_configs:
     # README's relabelling for kubernetes_sd_configs: the kubelet writes the same meta labels.
     relabel_configs:
       - {source_labels: [__meta_kubernetes_pod_label_ringtrain_dev_job], regex: .+, action: keep}
-      - {source_labels: [__meta_kubernetes_pod_container_port_name], regex: metrics, action: keep}
+      - source_labels: [__meta_kubernetes_pod_container_name, __meta_kubernetes_pod_container_port_name]
+        regex: 'runner;metrics(-[0-9]+)?'
+        action: keep
 YML
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/tsdb" \
   --web.listen-address="127.0.0.1:$prom" >"$WORK/prometheus.log" 2>&1 &
