@@ -20,6 +20,40 @@ VERBS = {"Get": "get", "List": "list", "Create": "create", "Update": "update",
          "UpdateStatus": "update", "Patch": "patch", "Delete": "delete", "Watch": "watch"}
 
 
+def function_bodies(text):
+    """(name, parameter, body) of each function defined with a `const kube::Resource&` first
+    parameter."""
+    for m in re.finditer(r'\b(?:\w+::)?(\w+)\(const (?:kube::)?Resource& (\w+),[^;{]*\{', text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        yield m.group(1), m.group(2), text[m.end():i]
+
+
+def first_arguments(text, fn):
+    """The text of the first argument of every call of `fn` in `text` (definitions too)."""
+    for m in re.finditer(r'\b' + re.escape(fn) + r'\(', text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            c = text[i]
+            if c in "([{":
+                depth += 1
+            elif c in ")]}":
+                depth -= 1
+            elif c == "," and depth == 1:
+                break
+            i += 1
+        first = text[m.end():i]
+        if re.fullmatch(r'\s*\*?\w+\s*', first) and not re.search(r'\bk[A-Z]', first):
+            # A loop's resource (`for (auto [r, obj] : {std::pair{&kube::kSecrets, ...}})
+            # F(*r, ...)`): the loop's constants.
+            head = text.rfind("for (", 0, m.start())
+            if head >= 0:
+                first = " ".join(re.findall(r'&(?:kube::)?(k\w+)', text[head:m.start()]))
+        yield first
+
+
 def main(src):
     sources = {}
     for path in glob.glob(f"{src}/controller/**/*.cc", recursive=True) + \
@@ -56,6 +90,22 @@ def main(src):
             for const in re.findall(r'&(?:kube::)?(k\w+)', text[head:m.start()]):
                 group, plural = resources[const]
                 needed.add((group, plural, VERBS[m.group(1)]))
+        # Calls on a resource parameter (`Status F(const kube::Resource& resource, ...)` whose
+        # body calls client_->Get(resource, ...)): every constant a caller passes as F's first
+        # argument gets the verb. CheckExistingChild reads an existing Secret, Service, claim
+        # or PodGroup after its create said AlreadyExists (a restarted controller).
+        for fn, param, body in function_bodies(text):
+            verbs = {VERBS[v] for v in re.findall(
+                r'client_->(\w+)\(\s*' + re.escape(param) + r'\b', body)}
+            if not verbs:
+                continue
+            for caller in sources.values():
+                for first in first_arguments(caller, fn):
+                    for const in re.findall(r'(?:kube::)?\b(k[A-Z]\w+)', first):
+                        if const not in resources:
+                            continue
+                        group, plural = resources[const]
+                        needed.update((group, plural, v) for v in verbs)
     if any('"blockOwnerDeletion", true' in t for t in sources.values()):
         needed.add(("ringtrain.dev", "trainingjobs/finalizers", "update"))
 
