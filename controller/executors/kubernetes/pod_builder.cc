@@ -319,6 +319,27 @@ const Json* RunnerTerminated(const Json& status) {
   return t != state->end() && t->is_object() ? &*t : nullptr;
 }
 
+// Whether a container other than the runner still runs (or waits to run again): a sidecar of
+// containerStatuses, or a native sidecar (an init container with restartPolicy Always). A pod
+// whose only container has ended reads Running for about a second more, until the kubelet
+// writes its terminal phase: that pod does not run anything.
+bool OtherContainerRuns(const Json& status) {
+  const Json* runner = RunnerStatus(status);
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    auto cs = status.find(list);
+    if (cs == status.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      if (!c.is_object() || &c == runner) continue;
+      auto state = c.find("state");
+      if (state != c.end() && state->is_object() &&
+          (state->contains("running") || state->contains("waiting"))) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Whether any container of the pod (an init container, the runner, a sidecar) has started: a
 // status with a running or terminated state, now or last time.
 bool AnyContainerStarted(const Json& status) {
@@ -624,10 +645,10 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   if (terminated != nullptr && r.phase == ReplicaPhase::kRunning) {
     if (IntAt(*terminated, "exitCode") != 0) {
       r.phase = ReplicaPhase::kFailed;
-      r.pod_running = true;
+      r.pod_running = OtherContainerRuns(status);
     } else if (!stopped_from_outside) {
       r.phase = ReplicaPhase::kSucceeded;
-      r.pod_running = true;
+      r.pod_running = OtherContainerRuns(status);
     }
   }
   // The pod failed for another container's exit (a sidecar that crashed after the runner had

@@ -432,6 +432,48 @@ TEST(PodBuilderTest, ARunnerThatEndedBesideARunningSidecarEndsTheReplica) {
   EXPECT_FALSE(r.pod_running);
 }
 
+// A real v1.28 kubelet writes the runner's terminated state about a second before the pod's
+// terminal phase: a pod of one container then reads Running with nothing running in it. Its
+// replica has ended, and the pod holds nothing (cleanPodPolicy Running must leave it, and its
+// log, alone); only a container still running or waiting beside the runner holds the pod.
+TEST(PodBuilderTest, APodWhoseOnlyContainerEndedRunsNothingBeforeItsPhaseSaysSo) {
+  auto pod = [](int exit_code) {
+    return Json{{"metadata",
+                 {{"name", "j-a0-1"},
+                  {"labels", {{"ringtrain.dev/rank", "1"}, {"ringtrain.dev/attempt", "0"}}}}},
+                {"status",
+                 {{"phase", "Running"},
+                  {"containerStatuses",
+                   {{{"name", "runner"},
+                     {"ready", false},
+                     {"state",
+                      {{"terminated",
+                        {{"exitCode", exit_code},
+                         {"reason", exit_code == 0 ? "Completed" : "Error"}}}}}}}}}}};
+  };
+  for (int code : {0, 3}) {
+    auto r = ObserveReplica(pod(code));
+    EXPECT_EQ(r.phase,
+              code == 0 ? reconcile::ReplicaPhase::kSucceeded : reconcile::ReplicaPhase::kFailed);
+    EXPECT_FALSE(r.pod_running) << "exit " << code;
+  }
+  // A sidecar that has ended too holds nothing; one still running, one waiting to start, and
+  // a native sidecar (an init container that keeps running) hold the pod.
+  Json sidecar = pod(3);
+  sidecar["status"]["containerStatuses"].push_back(
+      {{"name", "log-shipper"}, {"state", {{"terminated", {{"exitCode", 0}}}}}});
+  EXPECT_FALSE(ObserveReplica(sidecar).pod_running);
+  sidecar["status"]["containerStatuses"][1]["state"] = {{"running", Json::object()}};
+  EXPECT_TRUE(ObserveReplica(sidecar).pod_running);
+  sidecar["status"]["containerStatuses"][1]["state"] = {
+      {"waiting", {{"reason", "ContainerCreating"}}}};
+  EXPECT_TRUE(ObserveReplica(sidecar).pod_running);
+  Json native = pod(0);
+  native["status"]["initContainerStatuses"] = {
+      {{"name", "istio-proxy"}, {"state", {{"running", Json::object()}}}}};
+  EXPECT_TRUE(ObserveReplica(native).pod_running);
+}
+
 // The sidecar crashed after the runner had finished: the pod is Failed, the replica succeeded.
 // Not when the pod was stopped from outside (evicted, deleted, disrupted).
 TEST(PodBuilderTest, ASidecarThatFailedAfterTheRunnerFinishedLeavesTheReplicaSucceeded) {
