@@ -94,13 +94,9 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                              "(communication not hidden by overlap)")
                          .Register(r)
                          .Add(l);
-  loss_ = &prometheus::BuildGauge()
-               .Name("ringtrain_loss")
-               .Help(
-                   "Mean training loss of this rank's steps in the last report window (1 s, or to "
-                   "an epoch end)")
-               .Register(r)
-               .Add(l);
+  loss_family_ = GaugeFamily(r, "ringtrain_loss",
+                             "Mean training loss of this rank's steps in the last report window "
+                             "(1 s, or to an epoch end)");
   epoch_ =
       &prometheus::BuildGauge().Name("ringtrain_epoch").Help("Current epoch").Register(r).Add(l);
   step_ = &prometheus::BuildGauge()
@@ -113,16 +109,12 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                              .Help("This rank's training throughput over the last interval")
                              .Register(r)
                              .Add(l);
-  test_accuracy_ = &prometheus::BuildGauge()
-                        .Name("ringtrain_test_accuracy_ratio")
-                        .Help("Test accuracy of the last evaluation (0-1)")
-                        .Register(r)
-                        .Add(l);
-  test_mse_ = &prometheus::BuildGauge()
-                   .Name("ringtrain_test_mse")
-                   .Help("Test mean squared error of the last evaluation (regression models)")
-                   .Register(r)
-                   .Add(l);
+  test_accuracy_family_ =
+      GaugeFamily(r, "ringtrain_test_accuracy_ratio",
+                  "Test accuracy of the last evaluation (0-1; classification models)");
+  test_mse_family_ = GaugeFamily(r, "ringtrain_test_mse",
+                                 "Test mean squared error of the last evaluation (regression "
+                                 "models)");
   world_size_ = &prometheus::BuildGauge()
                      .Name("ringtrain_world_size")
                      .Help("Ranks in the gang")
@@ -202,14 +194,30 @@ void RunnerMetrics::ObserveAllReduce(double seconds, std::size_t bytes) {
   allreduce_bytes_->Increment(static_cast<double>(bytes));
 }
 void RunnerMetrics::ObserveAllReduceWait(double seconds) { allreduce_wait_->Increment(seconds); }
-void RunnerMetrics::SetLoss(double loss) { loss_->Set(loss); }
+void RunnerMetrics::SetLoss(double loss) { Lazy(loss_, loss_family_)->Set(loss); }
 void RunnerMetrics::SetEpoch(int epoch) { epoch_->Set(epoch); }
 void RunnerMetrics::SetStep(long long step) { step_->Set(static_cast<double>(step)); }
 void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v); }
-void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
-void RunnerMetrics::SetTestMse(double v) { test_mse_->Set(v); }
+void RunnerMetrics::SetTestAccuracy(double v) {
+  Lazy(test_accuracy_, test_accuracy_family_)->Set(v);
+}
+void RunnerMetrics::SetTestMse(double v) { Lazy(test_mse_, test_mse_family_)->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
+
+prometheus::Gauge* RunnerMetrics::Lazy(std::atomic<prometheus::Gauge*>& gauge,
+                                       prometheus::Family<prometheus::Gauge>* family) {
+  prometheus::Gauge* g = gauge.load(std::memory_order_acquire);
+  if (g != nullptr) return g;
+  std::lock_guard<std::mutex> lock(mu_);
+  g = gauge.load(std::memory_order_relaxed);
+  if (g == nullptr) {
+    g = &family->Add(
+        {{"job", labels_.job}, {"namespace", labels_.ns}, {"rank", std::to_string(labels_.rank)}});
+    gauge.store(g, std::memory_order_release);
+  }
+  return g;
+}
 
 void RunnerMetrics::ObserveRecovery(double seconds_without_training, long long steps_lost) {
   recoveries_->Increment();

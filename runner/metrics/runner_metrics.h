@@ -15,6 +15,8 @@ class Registry;
 class Counter;
 class Gauge;
 class Histogram;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace ringtrain::http {
@@ -70,6 +72,8 @@ class RunnerMetrics {
   void ObserveAllReduceWait(double seconds);
   // The mean training loss of the steps in the last report window (train::TrainingLoop: at least
   // 1 s, or to an epoch end), whatever the step engine.
+  // The loss and test series exist only from their first value (no fake 0 before it), and a job
+  // gets only the test series of its kind: an accuracy (classification) or an MSE (regression).
   void SetLoss(double loss);
   void SetEpoch(int epoch);
   void SetStep(long long step);
@@ -101,6 +105,10 @@ class RunnerMetrics {
   std::string FinalStatusJson() const;
 
  private:
+  // The series of `family` with this rank's labels, created on first use.
+  prometheus::Gauge* Lazy(std::atomic<prometheus::Gauge*>& gauge,
+                          prometheus::Family<prometheus::Gauge>* family);
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* step_seconds_;
   prometheus::Counter* samples_;
@@ -109,17 +117,22 @@ class RunnerMetrics {
   prometheus::Histogram* allreduce_seconds_;
   prometheus::Counter* allreduce_bytes_;
   prometheus::Counter* allreduce_wait_;
-  prometheus::Gauge* loss_;
   prometheus::Gauge* epoch_;
   prometheus::Gauge* step_;
   prometheus::Gauge* samples_per_second_;
-  prometheus::Gauge* test_accuracy_;
-  prometheus::Gauge* test_mse_;
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
   prometheus::Counter* recoveries_;
   prometheus::Counter* recovery_seconds_;
   prometheus::Counter* recovery_steps_lost_;
+  // Series that exist from their first value on: their families, and the series (created by
+  // Lazy under mu_, then read without it).
+  prometheus::Family<prometheus::Gauge>* loss_family_;
+  prometheus::Family<prometheus::Gauge>* test_accuracy_family_;
+  prometheus::Family<prometheus::Gauge>* test_mse_family_;
+  std::atomic<prometheus::Gauge*> loss_{nullptr};
+  std::atomic<prometheus::Gauge*> test_accuracy_{nullptr};
+  std::atomic<prometheus::Gauge*> test_mse_{nullptr};
   struct GpuFamilies;
   struct GpuSeries;
   std::unique_ptr<GpuFamilies> gpu_families_;
