@@ -1,5 +1,6 @@
 #include "runner/metrics/runner_metrics.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <prometheus/counter.h>
@@ -50,8 +51,8 @@ struct RunnerMetrics::GpuSeries {
   prometheus::Gauge* sm_clock;
 };
 
-RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
-    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels) {
+RunnerMetrics::RunnerMetrics(const RunnerLabels& labels, const Clock& clock)
+    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels), clock_(&clock) {
   const prometheus::Labels l{
       {"job", labels.job}, {"namespace", labels.ns}, {"rank", std::to_string(labels.rank)}};
   auto& r = *registry_;
@@ -138,7 +139,7 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                            .Name("ringtrain_recovery_seconds_total")
                            .Help(
                                "Seconds the gang did not train between losing a peer and "
-                               "training again in place")
+                               "training again in place, accrued while it does not")
                            .Register(r)
                            .Add(l);
   recovery_steps_lost_ = &prometheus::BuildCounter()
@@ -219,9 +220,43 @@ prometheus::Gauge* RunnerMetrics::Lazy(std::atomic<prometheus::Gauge*>& gauge,
   return g;
 }
 
+void RunnerMetrics::AccrueRecoveryLocked() const {
+  if (!recovering_) return;
+  const SteadyTime now = clock_->SteadyNow();
+  if (now <= accrued_to_) return;
+  const double seconds = std::chrono::duration<double>(now - accrued_to_).count();
+  accrued_to_ = now;
+  outage_accrued_ += seconds;
+  recovery_seconds_->Increment(seconds);
+}
+
+void RunnerMetrics::BeginRecovery(SteadyTime since) {
+  samples_per_second_->Set(0);
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_.state = "recovering";
+  progress_.samples_per_second = 0;
+  if (recovering_) return;
+  recovering_ = true;
+  outage_accrued_ = 0;
+  accrued_to_ = since;
+}
+
+void RunnerMetrics::EndRecovery() {
+  std::lock_guard<std::mutex> lock(mu_);
+  AccrueRecoveryLocked();
+  recovering_ = false;
+}
+
 void RunnerMetrics::ObserveRecovery(double seconds_without_training, long long steps_lost) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recovering_) {
+      AccrueRecoveryLocked();
+      recovery_seconds_->Increment(std::max(0.0, seconds_without_training - outage_accrued_));
+      recovering_ = false;
+    }
+  }
   recoveries_->Increment();
-  recovery_seconds_->Increment(std::max(0.0, seconds_without_training));
   recovery_steps_lost_->Increment(static_cast<double>(std::max(0LL, steps_lost)));
 }
 
@@ -276,6 +311,10 @@ Progress RunnerMetrics::progress() const {
 }
 
 std::string RunnerMetrics::RenderText() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AccrueRecoveryLocked();
+  }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
