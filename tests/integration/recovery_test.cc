@@ -271,7 +271,7 @@ double SampleOf(const std::string& text, const std::string& name) {
 }
 
 // While a survivor waits for the lost rank's replacement, it is not training and says so: its
-// /status is "recovering" with 0 samples/s at the last step it completed, its samples/s gauge
+// /status is "recovering" with 0 samples/s at the last step it reported, its samples/s gauge
 // reads 0, and ringtrain_recovery_seconds_total grows as the outage goes on (its rate() is the
 // time lost while it is lost, not a lump once training resumes).
 TEST_F(RecoveryTest, ASurvivorSaysRecoveringAndCountsTheOutageWhileItWaits) {
@@ -315,7 +315,7 @@ TEST_F(RecoveryTest, ASurvivorSaysRecoveringAndCountsTheOutageWhileItWaits) {
   ExpectSameEndAs(r, *base_, 1);
   EXPECT_EQ(during.state, "recovering") << "rank 0's /status while it waited for the replacement";
   EXPECT_EQ(during.samples_per_second, 0);
-  EXPECT_GT(during.step, 0) << "the last step it completed";
+  EXPECT_GT(during.step, 0) << "the last step it reported";
   EXPECT_EQ(gauge_during, 0);
   EXPECT_GT(counter_first, 0) << "the counter accrues from the failure on";
   EXPECT_GT(counter_later, counter_first) << "the counter accrues while the outage lasts";

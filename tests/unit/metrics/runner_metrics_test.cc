@@ -137,7 +137,7 @@ TEST_F(RunnerMetricsRecoveryTest, StatusSaysRecoveringWithNoThroughputUntilTheNe
   contract::RunnerStatus s = Status(m_);
   EXPECT_EQ(s.state, "recovering");
   EXPECT_EQ(s.samples_per_second, 0);
-  EXPECT_EQ(s.step, 120) << "the last step the rank completed";
+  EXPECT_EQ(s.step, 120) << "the last step the rank reported";
   EXPECT_EQ(s.loss, 0.5);
   EXPECT_EQ(Sample(m_.RenderText(), "ringtrain_samples_per_second"), 0);
   // The first report after training resumes replaces it.
