@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/metrics/runner_metrics.h"
@@ -209,6 +211,32 @@ TEST(TrainingLoop, ARegressionModelExportsATestMseAndNoAccuracy) {
   EXPECT_DOUBLE_EQ(run.series.at("ringtrain_test_mse"), 1.0);
   EXPECT_EQ(run.series.count("ringtrain_test_accuracy_ratio"), 0u);
   EXPECT_DOUBLE_EQ(run.series.at("ringtrain_loss"), 6.5);
+}
+
+// A rank that waited for a recovery which found no kept state (the gang starts over, as when
+// the first round failed before it trained) stops counting the outage once it trains: the
+// counter holds still after the run, and /status is no longer "recovering".
+TEST(TrainingLoop, TrainingAgainEndsTheOutageWithoutAnInPlaceRecovery) {
+  SoloComm comm;
+  FakeEngine engine(0, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
+  LoopDeps deps;
+  deps.comm = &comm;
+  deps.engine = &engine;
+  deps.metrics = &m;
+  TrainingLoop loop(LoopConfig(), deps);
+  loop.BeginRecovery();
+  EXPECT_EQ(m.progress().state, "recovering");
+  auto r = loop.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->recoveries, 0);
+  EXPECT_EQ(m.progress().state, "succeeded");
+  const double outage = Scrape(m).at("ringtrain_recovery_seconds_total");
+  EXPECT_GT(outage, 0);
+  // Time passes (the steady clock moves between reads): an outage still open would grow.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(Scrape(m).at("ringtrain_recovery_seconds_total"), outage);
+  EXPECT_EQ(Scrape(m).at("ringtrain_recoveries_total"), 0);
 }
 
 // The real CPU engine through the same loop reports the same loop-driven series.
