@@ -17,8 +17,11 @@ struct RunnerStatus {
   int epoch = 0;
   double samples_per_second = 0;
   double loss = 0;
-  std::string state;           // starting | running | evaluating | succeeded | failed; "" if absent
-  std::string resume_warning;  // "" unless rank 0 could resume from none of its checkpoints
+  // starting | running | recovering | evaluating | succeeded | failed; "" if absent.
+  // "recovering": rank 0 lost a peer and waits, keeping its state, for the gang to train again
+  // in place; its samples/s reads 0 until then and its step is the last one it reported.
+  std::string state;
+  std::string resume_warning;    // "" unless rank 0 could resume from none of its checkpoints
   std::int64_t start_step = -1;  // where this run started (contract::kStatusStartStep); -1 absent
   // The attempt's in-place recoveries, the gang's totals (contract::kStatusRecoveries...).
   int recoveries = 0;

@@ -1,5 +1,6 @@
 #include "runner/metrics/runner_metrics.h"
 
+#include <algorithm>
 #include <limits>
 
 #include <prometheus/counter.h>
@@ -50,8 +51,8 @@ struct RunnerMetrics::GpuSeries {
   prometheus::Gauge* sm_clock;
 };
 
-RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
-    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels) {
+RunnerMetrics::RunnerMetrics(const RunnerLabels& labels, const Clock& clock)
+    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels), clock_(&clock) {
   const prometheus::Labels l{
       {"job", labels.job}, {"namespace", labels.ns}, {"rank", std::to_string(labels.rank)}};
   auto& r = *registry_;
@@ -94,13 +95,9 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                              "(communication not hidden by overlap)")
                          .Register(r)
                          .Add(l);
-  loss_ = &prometheus::BuildGauge()
-               .Name("ringtrain_loss")
-               .Help(
-                   "Mean training loss of this rank's steps in the last report window (1 s, or to "
-                   "an epoch end)")
-               .Register(r)
-               .Add(l);
+  loss_family_ = GaugeFamily(r, "ringtrain_loss",
+                             "Mean training loss of this rank's steps in the last report window "
+                             "(1 s, or to an epoch end)");
   epoch_ =
       &prometheus::BuildGauge().Name("ringtrain_epoch").Help("Current epoch").Register(r).Add(l);
   step_ = &prometheus::BuildGauge()
@@ -113,16 +110,12 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                              .Help("This rank's training throughput over the last interval")
                              .Register(r)
                              .Add(l);
-  test_accuracy_ = &prometheus::BuildGauge()
-                        .Name("ringtrain_test_accuracy_ratio")
-                        .Help("Test accuracy of the last evaluation (0-1)")
-                        .Register(r)
-                        .Add(l);
-  test_mse_ = &prometheus::BuildGauge()
-                   .Name("ringtrain_test_mse")
-                   .Help("Test mean squared error of the last evaluation (regression models)")
-                   .Register(r)
-                   .Add(l);
+  test_accuracy_family_ =
+      GaugeFamily(r, "ringtrain_test_accuracy_ratio",
+                  "Test accuracy of the last evaluation (0-1; classification models)");
+  test_mse_family_ = GaugeFamily(r, "ringtrain_test_mse",
+                                 "Test mean squared error of the last evaluation (regression "
+                                 "models)");
   world_size_ = &prometheus::BuildGauge()
                      .Name("ringtrain_world_size")
                      .Help("Ranks in the gang")
@@ -146,7 +139,7 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels)
                            .Name("ringtrain_recovery_seconds_total")
                            .Help(
                                "Seconds the gang did not train between losing a peer and "
-                               "training again in place")
+                               "training again in place, accrued while it does not")
                            .Register(r)
                            .Add(l);
   recovery_steps_lost_ = &prometheus::BuildCounter()
@@ -202,18 +195,68 @@ void RunnerMetrics::ObserveAllReduce(double seconds, std::size_t bytes) {
   allreduce_bytes_->Increment(static_cast<double>(bytes));
 }
 void RunnerMetrics::ObserveAllReduceWait(double seconds) { allreduce_wait_->Increment(seconds); }
-void RunnerMetrics::SetLoss(double loss) { loss_->Set(loss); }
+void RunnerMetrics::SetLoss(double loss) { Lazy(loss_, loss_family_)->Set(loss); }
 void RunnerMetrics::SetEpoch(int epoch) { epoch_->Set(epoch); }
 void RunnerMetrics::SetStep(long long step) { step_->Set(static_cast<double>(step)); }
 void RunnerMetrics::SetSamplesPerSecond(double v) { samples_per_second_->Set(v); }
-void RunnerMetrics::SetTestAccuracy(double v) { test_accuracy_->Set(v); }
-void RunnerMetrics::SetTestMse(double v) { test_mse_->Set(v); }
+void RunnerMetrics::SetTestAccuracy(double v) {
+  Lazy(test_accuracy_, test_accuracy_family_)->Set(v);
+}
+void RunnerMetrics::SetTestMse(double v) { Lazy(test_mse_, test_mse_family_)->Set(v); }
 void RunnerMetrics::SetWorldSize(int n) { world_size_->Set(n); }
 void RunnerMetrics::IncCheckpoints() { checkpoints_->Increment(); }
 
+prometheus::Gauge* RunnerMetrics::Lazy(std::atomic<prometheus::Gauge*>& gauge,
+                                       prometheus::Family<prometheus::Gauge>* family) {
+  prometheus::Gauge* g = gauge.load(std::memory_order_acquire);
+  if (g != nullptr) return g;
+  std::lock_guard<std::mutex> lock(mu_);
+  g = gauge.load(std::memory_order_relaxed);
+  if (g == nullptr) {
+    g = &family->Add(
+        {{"job", labels_.job}, {"namespace", labels_.ns}, {"rank", std::to_string(labels_.rank)}});
+    gauge.store(g, std::memory_order_release);
+  }
+  return g;
+}
+
+void RunnerMetrics::AccrueRecoveryLocked() const {
+  if (!recovering_) return;
+  const SteadyTime now = clock_->SteadyNow();
+  if (now <= accrued_to_) return;
+  const double seconds = std::chrono::duration<double>(now - accrued_to_).count();
+  accrued_to_ = now;
+  outage_accrued_ += seconds;
+  recovery_seconds_->Increment(seconds);
+}
+
+void RunnerMetrics::BeginRecovery(SteadyTime since) {
+  samples_per_second_->Set(0);
+  std::lock_guard<std::mutex> lock(mu_);
+  progress_.state = "recovering";
+  progress_.samples_per_second = 0;
+  if (recovering_) return;
+  recovering_ = true;
+  outage_accrued_ = 0;
+  accrued_to_ = since;
+}
+
+void RunnerMetrics::EndRecovery() {
+  std::lock_guard<std::mutex> lock(mu_);
+  AccrueRecoveryLocked();
+  recovering_ = false;
+}
+
 void RunnerMetrics::ObserveRecovery(double seconds_without_training, long long steps_lost) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (recovering_) {
+      AccrueRecoveryLocked();
+      recovery_seconds_->Increment(std::max(0.0, seconds_without_training - outage_accrued_));
+      recovering_ = false;
+    }
+  }
   recoveries_->Increment();
-  recovery_seconds_->Increment(std::max(0.0, seconds_without_training));
   recovery_steps_lost_->Increment(static_cast<double>(std::max(0LL, steps_lost)));
 }
 
@@ -268,6 +311,10 @@ Progress RunnerMetrics::progress() const {
 }
 
 std::string RunnerMetrics::RenderText() const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    AccrueRecoveryLocked();
+  }
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 

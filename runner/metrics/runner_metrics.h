@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace prometheus {
@@ -15,6 +16,8 @@ class Registry;
 class Counter;
 class Gauge;
 class Histogram;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace ringtrain::http {
@@ -33,7 +36,10 @@ struct RunnerLabels {
 
 // What /status reports: job-wide progress as seen by this rank.
 struct Progress {
-  std::string state = "starting";  // starting | running | evaluating | succeeded | failed
+  // starting | running | recovering | evaluating | succeeded | failed. "recovering": this rank
+  // lost a peer and waits, keeping its state, for the gang to train again in place (samples/s
+  // reads 0 until the first report after it does); a replacement rank is "starting".
+  std::string state = "starting";
   int attempt = 0;
   int world_size = 1;
   int epoch = 0;       // epochs completed (a 10-epoch job ends at 10)
@@ -56,7 +62,8 @@ struct Progress {
 
 class RunnerMetrics {
  public:
-  explicit RunnerMetrics(const RunnerLabels& labels);
+  // `clock` (monotonic time) measures recoveries; it must outlive this object.
+  explicit RunnerMetrics(const RunnerLabels& labels, const Clock& clock = SystemClock());
   ~RunnerMetrics();
 
   // Serves /metrics, /status and /healthz on `port` (0 = ephemeral).
@@ -70,6 +77,8 @@ class RunnerMetrics {
   void ObserveAllReduceWait(double seconds);
   // The mean training loss of the steps in the last report window (train::TrainingLoop: at least
   // 1 s, or to an epoch end), whatever the step engine.
+  // The loss and test series exist only from their first value (no fake 0 before it), and a job
+  // gets only the test series of its kind: an accuracy (classification) or an MSE (regression).
   void SetLoss(double loss);
   void SetEpoch(int epoch);
   void SetStep(long long step);
@@ -78,9 +87,23 @@ class RunnerMetrics {
   void SetTestMse(double v);  // regression, instead of an accuracy
   void SetWorldSize(int n);
   void IncCheckpoints();
+  // This rank lost a peer at `since` (when it noticed) and waits, keeping its state, for the
+  // gang to train again in place: /status says "recovering" with 0 samples/s, the samples/s
+  // gauge reads 0, and ringtrain_recovery_seconds_total accrues from `since` until
+  // ObserveRecovery (brought up to date at every read of /metrics, so its rate() is the fraction
+  // of time lost at any moment). A second call during the same outage keeps the first `since`.
+  void BeginRecovery(SteadyTime since);
   // An in-place recovery completed: the gang trains again `seconds_without_training` after it
-  // lost a peer, and threw away `steps_lost` steps (goodput: what every rank lost to it).
+  // lost a peer (its own account: from the first rank noticing), and threw away `steps_lost`
+  // steps. After BeginRecovery, ringtrain_recovery_seconds_total stops accruing and gets the
+  // rest of `seconds_without_training` if the gang's account is longer than what accrued here
+  // (a peer noticed earlier). A replacement (no BeginRecovery: this process was not in the
+  // outage) counts the recovery and its lost steps, but no seconds: the survivors' series hold
+  // them, and a lump added now would read as time lost after training resumed.
   void ObserveRecovery(double seconds_without_training, long long steps_lost);
+  // The rank trains again without an in-place recovery (no rank kept a state, so the gang
+  // started over): ringtrain_recovery_seconds_total stops accruing. A no-op outside an outage.
+  void EndRecovery();
 
   // GPU series: the labels above plus `gpu` (the device index in the pod). Their families exist
   // from the start, their series only after SetGpu, so a CPU rank exports no GPU series. A gauge
@@ -101,6 +124,12 @@ class RunnerMetrics {
   std::string FinalStatusJson() const;
 
  private:
+  // The series of `family` with this rank's labels, created on first use.
+  prometheus::Gauge* Lazy(std::atomic<prometheus::Gauge*>& gauge,
+                          prometheus::Family<prometheus::Gauge>* family);
+  // Brings ringtrain_recovery_seconds_total up to now during an outage. Caller holds mu_.
+  void AccrueRecoveryLocked() const;
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* step_seconds_;
   prometheus::Counter* samples_;
@@ -109,25 +138,37 @@ class RunnerMetrics {
   prometheus::Histogram* allreduce_seconds_;
   prometheus::Counter* allreduce_bytes_;
   prometheus::Counter* allreduce_wait_;
-  prometheus::Gauge* loss_;
   prometheus::Gauge* epoch_;
   prometheus::Gauge* step_;
   prometheus::Gauge* samples_per_second_;
-  prometheus::Gauge* test_accuracy_;
-  prometheus::Gauge* test_mse_;
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
   prometheus::Counter* recoveries_;
   prometheus::Counter* recovery_seconds_;
   prometheus::Counter* recovery_steps_lost_;
+  // Series that exist from their first value on: their families, and the series (created by
+  // Lazy under mu_, then read without it).
+  prometheus::Family<prometheus::Gauge>* loss_family_;
+  prometheus::Family<prometheus::Gauge>* test_accuracy_family_;
+  prometheus::Family<prometheus::Gauge>* test_mse_family_;
+  std::atomic<prometheus::Gauge*> loss_{nullptr};
+  std::atomic<prometheus::Gauge*> test_accuracy_{nullptr};
+  std::atomic<prometheus::Gauge*> test_mse_{nullptr};
   struct GpuFamilies;
   struct GpuSeries;
   std::unique_ptr<GpuFamilies> gpu_families_;
   std::unique_ptr<GpuSeries> gpu_series_owner_;  // set once by SetGpu, under mu_
   std::atomic<const GpuSeries*> gpu_series_{nullptr};
   RunnerLabels labels_;
+  const Clock* clock_;
   mutable std::mutex mu_;
   Progress progress_;
+  // The outage in progress (BeginRecovery until ObserveRecovery), under mu_: the seconds
+  // accrued to ringtrain_recovery_seconds_total for it, and up to when.
+  bool recovering_ = false;
+  mutable double outage_accrued_ = 0;
+  mutable SteadyTime accrued_to_;
+
   std::unique_ptr<http::Server> server_;
 };
 

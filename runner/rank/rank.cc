@@ -340,6 +340,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
         "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for "
         "its replacement",
         *round, s.message(), FormatDuration(env.recovery_timeout));
+    trainer->BeginRecovery();
     lost = s;
     failed_round = *round;
   }

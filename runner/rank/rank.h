@@ -81,6 +81,9 @@ class Trainer {
   // After Run failed on a lost rank: keep this rank's state and go on with the next round's
   // communicator (TrainingLoop::Rejoin).
   Status Rejoin(comm::Communicator* comm) { return loop_.Rejoin(comm); }
+  // After Run failed on a lost rank, before waiting for the next round
+  // (TrainingLoop::BeginRecovery).
+  void BeginRecovery() { loop_.BeginRecovery(); }
   train::StepEngine& engine() { return *engine_; }
 
  private:

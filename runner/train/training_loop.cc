@@ -101,6 +101,13 @@ Status TrainingLoop::Rejoin(comm::Communicator* comm) {
   return Status::Ok();
 }
 
+void TrainingLoop::BeginRecovery() {
+  // Only a first Run that failed before the gang agreed on its start has no failure time.
+  if (deps_.metrics) {
+    deps_.metrics->BeginRecovery(failed_at_.value_or(std::chrono::steady_clock::now()));
+  }
+}
+
 StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   ASSIGN_OR_RETURN(const std::optional<Start> kept, SyncKeptState());
   if (kept) return *kept;
@@ -314,6 +321,8 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
     result_.recovery_steps_lost = start.recovery_steps_lost;
     result_.last_recovery_step = start.global_step;
     if (m_) m_->ObserveRecovery(start.idle_seconds, start.steps_lost);
+  } else if (m_) {
+    m_->EndRecovery();  // no rank kept a state: the gang starts over, the outage is over
   }
   progress_.recoveries = result_.recoveries;
   progress_.recovery_seconds = result_.recovery_seconds;

@@ -91,6 +91,10 @@ class TrainingLoop {
   // data) and goes on with `comm`, the communicator of the gang's next round. Rebinds the
   // engine (FailedPrecondition where it cannot recover in place).
   Status Rejoin(comm::Communicator* comm);
+  // After Run failed because the gang lost a rank, when this rank is to wait for the next round
+  // (in-place recovery): until the gang trains again, its metrics say so (state "recovering",
+  // 0 samples/s) and count the time from the failure (metrics::RunnerMetrics::BeginRecovery).
+  void BeginRecovery();
 
  private:
   // Where this rank stands after its last completed step.

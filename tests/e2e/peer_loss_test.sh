@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank killed mid-training: every other rank exits within the collective timeout with a
 # retryable exit code and a message that names the lost peer; the root cause reaches every
-# rank's termination message.
+# rank's termination message. With in-place recovery, a survivor waiting for the lost rank's
+# replacement says so in its /status and metrics.
 source "$(dirname "$0")/lib.sh"
 port=$(free_port)
 export RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=30
@@ -76,4 +77,65 @@ for r in 1 2; do
     *) fail "rank $r's termination message lost the root cause: $msg" ;;
   esac
 done
+
+# With in-place recovery, rank 1 SIGKILLed: rank 0 keeps its state and waits for a replacement,
+# which this test starts only after it has seen rank 0 recovering (no race: rank 0 cannot train
+# without it). Meanwhile rank 0's /status says "recovering" with 0 samples/s at the last step it
+# reported, its samples/s gauge reads 0, and its recovery counter grows; then the gang ends
+# with one in-place recovery.
+export RINGTRAIN_RECOVERY_TIMEOUT_SECONDS=120
+port=$(free_port)
+mport=$(free_port)
+METRICS_PORT=$mport start_rank 0 2 "$port" secret "$WORK/ip0.log" --epochs 2 --step-sleep-ms 5
+ipid0=$LAST_PID
+start_rank 1 2 "$port" secret "$WORK/ip1.log" --epochs 2 --step-sleep-ms 5
+ipid1=$LAST_PID
+# status_field FIELD: a field of rank 0's /status.
+status_field() {
+  curl -sf "http://127.0.0.1:$mport/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+# metric NAME: the value of rank 0's series of NAME.
+metric() {
+  curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $NF}'
+}
+past_step() { [ "$(status_field step)" -gt "$1" ]; }
+state_is() { [ "$(status_field state)" = "$1" ]; }
+# metric_holds NAME TEST: the value v of rank 0's series of NAME passes the Python test TEST.
+metric_holds() {
+  python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if eval(sys.argv[2]) else 1)' \
+    "$(metric "$1")" "$2"
+}
+wait_until 120 "rank 0 training" past_step 5
+kill -9 "$ipid1"
+wait_until 60 "rank 0 recovering" state_is recovering
+curl -sf "http://127.0.0.1:$mport/status" >"$WORK/ip_status.json"
+python3 - "$WORK/ip_status.json" <<'PY' || fail "rank 0's /status while recovering: $(cat "$WORK/ip_status.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "recovering", s
+assert s["samples_per_second"] == 0, s
+assert s["step"] > 5, s
+PY
+metric_holds ringtrain_samples_per_second "v == 0" ||
+  fail "ringtrain_samples_per_second while recovering: $(metric ringtrain_samples_per_second)"
+lost=$(metric ringtrain_recovery_seconds_total)
+metric_holds ringtrain_recovery_seconds_total "v > 0" ||
+  fail "ringtrain_recovery_seconds_total while recovering: $lost (it counts from the failure)"
+wait_until 30 "ringtrain_recovery_seconds_total to grow during the outage (from $lost)" \
+  metric_holds ringtrain_recovery_seconds_total "v > $lost"
+kill -0 "$ipid0" || fail "rank 0 exited while waiting for its replacement"
+start_rank 1 2 "$port" secret "$WORK/ip1r.log" --epochs 2 --step-sleep-ms 5
+ipid1r=$LAST_PID
+wait_exit "$ipid0" 300
+[ "$RC" = 0 ] || fail "rank 0 exited with $RC after the in-place recovery"
+wait_exit "$ipid1r" 60
+[ "$RC" = 0 ] || fail "the replacement exited with $RC"
+python3 - "$WORK/ip0.log.termination" <<'PY' || fail "rank 0's final status: $(cat "$WORK/ip0.log.termination")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "succeeded", s
+assert s["recoveries"] == 1, s
+PY
+unset RINGTRAIN_RECOVERY_TIMEOUT_SECONDS
 echo PASS

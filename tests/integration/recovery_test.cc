@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "common/runner_status.h"
@@ -257,6 +259,75 @@ TEST_F(RecoveryTest, ARankZeroReplacementReportsTheGangsRecoveryAccount) {
   EXPECT_GT(status->recovery_seconds, 0) << "the survivors' time without training";
   EXPECT_EQ(status->last_recovery_step, r[0]->last_recovery_step);
   EXPECT_EQ(status->start_step, r[0]->last_recovery_step);
+}
+
+// The value of a counter or gauge of one rank in Prometheus text (-1: no such series).
+double SampleOf(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) == 0) return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return -1;
+}
+
+// While a survivor waits for the lost rank's replacement, it is not training and says so: its
+// /status is "recovering" with 0 samples/s at the last step it reported, its samples/s gauge
+// reads 0, and ringtrain_recovery_seconds_total grows as the outage goes on (its rate() is the
+// time lost while it is lost, not a lump once training resumes).
+TEST_F(RecoveryTest, ASurvivorSaysRecoveringAndCountsTheOutageWhileItWaits) {
+  Gang g;
+  metrics::RunnerMetrics survivor({"job", "ns", 0});
+  std::vector<StatusOr<train::TrainResult>> r(kWorld, Internal("not run"));
+  contract::RunnerStatus during;
+  double gauge_during = -1;
+  double counter_first = -1;
+  double counter_later = -1;
+  std::vector<std::thread> t;
+  for (int i = 0; i < kWorld; ++i) {
+    t.emplace_back([&, i] {
+      if (i != 1) {
+        r[i] = g.RunRank(i, kWorld, true, -1, -1, Config(), i == 0 ? &survivor : nullptr);
+        return;
+      }
+      EXPECT_FALSE(g.RunRank(1, kWorld, false, 40).ok());
+      // The replacement joins only once rank 0 was seen recovering, with its counter moving.
+      // A hang guard, well inside the survivors' 30 s recovery timeout.
+      const auto guard = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (std::chrono::steady_clock::now() < guard) {
+        auto s = contract::ParseRunnerStatus(survivor.RenderStatusJson());
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        const std::string text = survivor.RenderText();
+        const double counter = SampleOf(text, "ringtrain_recovery_seconds_total");
+        if (s->state == "recovering" && counter_first < 0) {
+          during = *s;
+          gauge_during = SampleOf(text, "ringtrain_samples_per_second");
+          counter_first = counter;
+        } else if (counter_first >= 0 && counter > counter_first) {
+          counter_later = counter;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      r[1] = g.RunRank(1, kWorld, true, -1);  // the replacement
+    });
+  }
+  for (auto& x : t) x.join();
+  ExpectSameEndAs(r, *base_, 1);
+  EXPECT_EQ(during.state, "recovering") << "rank 0's /status while it waited for the replacement";
+  EXPECT_EQ(during.samples_per_second, 0);
+  EXPECT_GT(during.step, 0) << "the last step it reported";
+  EXPECT_EQ(gauge_during, 0);
+  EXPECT_GT(counter_first, 0) << "the counter accrues from the failure on";
+  EXPECT_GT(counter_later, counter_first) << "the counter accrues while the outage lasts";
+  // Training again: the counter holds at least the gang's account of the outage, and stops.
+  ASSERT_TRUE(r[0].ok());
+  const double total = SampleOf(survivor.RenderText(), "ringtrain_recovery_seconds_total");
+  EXPECT_GE(total, r[0]->recovery_seconds - 1e-6);
+  EXPECT_EQ(SampleOf(survivor.RenderText(), "ringtrain_recovery_seconds_total"), total);
+  auto end = contract::ParseRunnerStatus(survivor.RenderStatusJson());
+  ASSERT_TRUE(end.ok());
+  EXPECT_EQ(end->state, "succeeded");
+  EXPECT_EQ(end->recovery_seconds, r[0]->recovery_seconds) << "/status: the gang's account";
 }
 
 TEST_F(RecoveryTest, TwoRanksLostAtOnceAreBothReplaced) {

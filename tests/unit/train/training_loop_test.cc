@@ -8,10 +8,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "runner/comm/tcp/tcp_communicator.h"
 #include "runner/metrics/runner_metrics.h"
@@ -155,7 +157,8 @@ struct LoopRun {
   int snapshots = 0;
 };
 
-LoopRun RunFake(int lag) {
+// `regression`: a model with an MSE loss, whose evaluation is a test MSE instead of an accuracy.
+LoopRun RunFake(int lag, bool regression = false) {
   SoloComm comm;
   FakeEngine engine(lag, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
   metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
@@ -164,7 +167,12 @@ LoopRun RunFake(int lag) {
   deps.engine = &engine;
   deps.evaluate = true;
   deps.metrics = &m;
-  TrainingLoop loop(LoopConfig(), deps);
+  TrainConfig config = LoopConfig();
+  if (regression) {
+    config.model_spec = model::ModelSpec{};
+    config.model_spec->loss = model::Loss::kMse;
+  }
+  TrainingLoop loop(config, deps);
   auto r = loop.Run();
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return LoopRun{r.ok() ? *r : TrainResult{}, Scrape(m), engine.lrs_, engine.snapshots_};
@@ -187,10 +195,48 @@ TEST(TrainingLoop, EnginesWithAndWithoutHostLagReportTheSame) {
   EXPECT_DOUBLE_EQ(now.series.at("ringtrain_loss"), 6.5);
   EXPECT_EQ(now.result.allreduce_seconds, lagged.result.allreduce_seconds);
   EXPECT_NEAR(now.result.test_accuracy, 0.7, 1e-6);
+  // A classification model's evaluation: an accuracy series, and no test MSE series at all.
+  EXPECT_NEAR(now.series.at("ringtrain_test_accuracy_ratio"), 0.7, 1e-6);
+  EXPECT_EQ(now.series.count("ringtrain_test_mse"), 0u);
   EXPECT_EQ(now.result.steps, 8);
   EXPECT_EQ(lagged.result.steps, 8);
   EXPECT_GT(lagged.result.device_busy, 0);
   EXPECT_EQ(now.result.device_busy, 0);
+}
+
+TEST(TrainingLoop, ARegressionModelExportsATestMseAndNoAccuracy) {
+  const LoopRun run = RunFake(0, /*regression=*/true);
+  ASSERT_TRUE(run.result.regression);
+  // FakeEngine's evaluation: a summed loss of 10 over 10 samples.
+  EXPECT_DOUBLE_EQ(run.series.at("ringtrain_test_mse"), 1.0);
+  EXPECT_EQ(run.series.count("ringtrain_test_accuracy_ratio"), 0u);
+  EXPECT_DOUBLE_EQ(run.series.at("ringtrain_loss"), 6.5);
+}
+
+// A rank that waited for a recovery which found no kept state (the gang starts over, as when
+// the first round failed before it trained) stops counting the outage once it trains: the
+// counter holds still after the run, and /status is no longer "recovering".
+TEST(TrainingLoop, TrainingAgainEndsTheOutageWithoutAnInPlaceRecovery) {
+  SoloComm comm;
+  FakeEngine engine(0, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
+  LoopDeps deps;
+  deps.comm = &comm;
+  deps.engine = &engine;
+  deps.metrics = &m;
+  TrainingLoop loop(LoopConfig(), deps);
+  loop.BeginRecovery();
+  EXPECT_EQ(m.progress().state, "recovering");
+  auto r = loop.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->recoveries, 0);
+  EXPECT_EQ(m.progress().state, "succeeded");
+  const double outage = Scrape(m).at("ringtrain_recovery_seconds_total");
+  EXPECT_GT(outage, 0);
+  // Time passes (the steady clock moves between reads): an outage still open would grow.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  EXPECT_EQ(Scrape(m).at("ringtrain_recovery_seconds_total"), outage);
+  EXPECT_EQ(Scrape(m).at("ringtrain_recoveries_total"), 0);
 }
 
 // The real CPU engine through the same loop reports the same loop-driven series.

@@ -1,0 +1,184 @@
+// The runner's own series and /status, driven directly: the recovery counter accrues while the
+// rank does not train (on a fake clock), /status and the samples/s gauge read "recovering" and 0
+// meanwhile, and the loss and test series exist only once they have a value of their kind.
+#include "runner/metrics/runner_metrics.h"
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/runner_status.h"
+#include "tests/fakes/fake_clock.h"
+
+namespace ringtrain::metrics {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The value of the one series of family `name` in Prometheus text; nullopt when it has none.
+std::optional<double> Sample(const std::string& text, const std::string& name) {
+  std::istringstream in(text);
+  std::optional<double> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    EXPECT_FALSE(out.has_value()) << "more than one series of " << name;
+    out = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return out;
+}
+
+double RecoverySeconds(const RunnerMetrics& m) {
+  return Sample(m.RenderText(), "ringtrain_recovery_seconds_total").value_or(-1);
+}
+
+RunnerLabels Rank0() { return {"mnist", "team-a", 0}; }
+
+contract::RunnerStatus Status(const RunnerMetrics& m) {
+  auto s = contract::ParseRunnerStatus(m.RenderStatusJson());
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? *s : contract::RunnerStatus{};
+}
+
+class RunnerMetricsRecoveryTest : public ::testing::Test {
+ protected:
+  testing::FakeClock clock_;
+  RunnerMetrics m_{Rank0(), clock_};
+
+  void Advance(double seconds) {
+    clock_.Advance(std::chrono::duration_cast<Duration>(std::chrono::duration<double>(seconds)));
+  }
+};
+
+// rate() of the counter is the fraction of time lost at any moment: it moves with the outage,
+// not in one lump when training resumes.
+TEST_F(RunnerMetricsRecoveryTest, CounterAccruesDuringTheOutageNotInALumpAfterIt) {
+  EXPECT_EQ(RecoverySeconds(m_), 0);
+  const SteadyTime failed = clock_.SteadyNow();
+  Advance(0.5);  // the rank noticed the loss half a second before it starts waiting
+  m_.BeginRecovery(failed);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 0.5);
+  Advance(2);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 2.5);
+  Advance(1);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 3.5);
+  Advance(0.25);
+  // The gang's account of the outage started 1 s before this rank noticed: the rest is added.
+  m_.ObserveRecovery(4.75, 1);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 4.75);
+  const std::string text = m_.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_recoveries_total"), 1);
+  EXPECT_EQ(Sample(text, "ringtrain_recovery_steps_lost_total"), 1);
+  Advance(60);  // training again: nothing accrues
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 4.75);
+}
+
+TEST_F(RunnerMetricsRecoveryTest, AccruesWithoutReadsAndNeverGoesBack) {
+  m_.BeginRecovery(clock_.SteadyNow());
+  Advance(3);
+  // The gang's account is shorter than what this rank lived through (it excludes the state
+  // transfer): a counter never goes back.
+  m_.ObserveRecovery(2.5, 0);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 3);
+  // A second outage adds to the first.
+  m_.BeginRecovery(clock_.SteadyNow());
+  Advance(1);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 4);
+  m_.ObserveRecovery(1, 0);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 4);
+  EXPECT_EQ(Sample(m_.RenderText(), "ringtrain_recoveries_total"), 2);
+}
+
+TEST_F(RunnerMetricsRecoveryTest, ARecoveryRoundThatFailsKeepsTheOutagesStart) {
+  const SteadyTime failed = clock_.SteadyNow();
+  m_.BeginRecovery(failed);
+  Advance(2);
+  m_.BeginRecovery(clock_.SteadyNow());  // the replacement was lost too: the same outage
+  Advance(1);
+  m_.ObserveRecovery(3, 1);
+  EXPECT_DOUBLE_EQ(RecoverySeconds(m_), 3);
+}
+
+// A replacement was not in the outage: the survivors' series hold its seconds, and a lump now
+// would read as time lost after training resumed.
+TEST_F(RunnerMetricsRecoveryTest, AReplacementCountsTheRecoveryButNotTheSecondsBeforeIt) {
+  Advance(10);
+  m_.ObserveRecovery(7, 1);
+  const std::string text = m_.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_recovery_seconds_total"), 0);
+  EXPECT_EQ(Sample(text, "ringtrain_recoveries_total"), 1);
+  EXPECT_EQ(Sample(text, "ringtrain_recovery_steps_lost_total"), 1);
+}
+
+TEST_F(RunnerMetricsRecoveryTest, EndRecoveryStopsTheCounterWithoutAnAccount) {
+  m_.BeginRecovery(clock_.SteadyNow());
+  Advance(2);
+  m_.EndRecovery();  // the gang started over: no in-place recovery to count
+  Advance(5);
+  const std::string text = m_.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_recovery_seconds_total"), 2);
+  EXPECT_EQ(Sample(text, "ringtrain_recoveries_total"), 0);
+}
+
+TEST_F(RunnerMetricsRecoveryTest, StatusSaysRecoveringWithNoThroughputUntilTheNextReport) {
+  Progress p;
+  p.state = "running";
+  p.step = 120;
+  p.samples_per_second = 5000;
+  p.loss = 0.5;
+  m_.UpdateProgress(p);
+  m_.SetSamplesPerSecond(2500);
+  m_.BeginRecovery(clock_.SteadyNow());
+  contract::RunnerStatus s = Status(m_);
+  EXPECT_EQ(s.state, "recovering");
+  EXPECT_EQ(s.samples_per_second, 0);
+  EXPECT_EQ(s.step, 120) << "the last step the rank reported";
+  EXPECT_EQ(s.loss, 0.5);
+  EXPECT_EQ(Sample(m_.RenderText(), "ringtrain_samples_per_second"), 0);
+  // The first report after training resumes replaces it.
+  p.step = 121;
+  p.samples_per_second = 4000;
+  m_.UpdateProgress(p);
+  m_.SetSamplesPerSecond(2000);
+  s = Status(m_);
+  EXPECT_EQ(s.state, "running");
+  EXPECT_EQ(s.samples_per_second, 4000);
+  EXPECT_EQ(Sample(m_.RenderText(), "ringtrain_samples_per_second"), 2000);
+}
+
+TEST(RunnerMetricsTest, LossAndTestSeriesExistOnlyFromTheirFirstValue) {
+  RunnerMetrics m(Rank0());
+  std::string text = m.RenderText();
+  for (const char* name :
+       {"ringtrain_loss", "ringtrain_test_accuracy_ratio", "ringtrain_test_mse"}) {
+    EXPECT_THAT(text, Not(HasSubstr(name))) << "no value yet, no series";
+  }
+  EXPECT_THAT(text, HasSubstr("ringtrain_samples_per_second{"));  // the others from the start
+  m.SetLoss(2.25);
+  m.SetLoss(1.5);
+  text = m.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_loss"), 1.5);
+  EXPECT_THAT(text, HasSubstr("rank=\"0\""));
+  EXPECT_EQ(Sample(text, "ringtrain_test_accuracy_ratio"), std::nullopt);
+  // A classification job evaluates an accuracy and never gets a test MSE series.
+  m.SetTestAccuracy(0.0);
+  text = m.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_test_accuracy_ratio"), 0.0);
+  EXPECT_THAT(text, Not(HasSubstr("ringtrain_test_mse")));
+}
+
+TEST(RunnerMetricsTest, ARegressionJobGetsATestMseSeriesAndNoAccuracy) {
+  RunnerMetrics m(Rank0());
+  m.SetTestMse(0.125);
+  const std::string text = m.RenderText();
+  EXPECT_EQ(Sample(text, "ringtrain_test_mse"), 0.125);
+  EXPECT_THAT(text, Not(HasSubstr("ringtrain_test_accuracy_ratio")));
+}
+
+}  // namespace
+}  // namespace ringtrain::metrics
