@@ -7,7 +7,7 @@
                rank 0 and recovers in place, answering as ringtrain-runner does (the series,
                types and labels of runner/, their values moving as in `ringtrain run` jobs
                whose rank was killed: a process's counters start at 0, a replacement exports
-               zeros until the handover). P is "0a" (rank 0, killed at KILL), "0b" (its replacement, serving
+               zeros until the handover, and no loss or test accuracy before it has one). P is "0a" (rank 0, killed at KILL), "0b" (its replacement, serving
                from REPLACE; a new process of the same rank: scrape it as another target, as a
                new pod IP is one) or "1" (the survivor). A dead or not yet started process
                answers 503, so Prometheus marks its series stale.
@@ -17,8 +17,9 @@
 The recovery: at KILL rank 0's process dies; the gang stops training; the survivor's
 ringtrain_recovery_seconds_total accrues live (1 s per second, the runner's new behaviour)
 until HANDOVER, RECOVERY seconds later, when the replacement receives the state, and with
-it the gang's recovery counters (today's runner: its recovery_seconds jumps from 0 to the
-total); the in-flight step is lost and the gang trains again from the step before it. Rank 0
+it the gang's recovery count and steps lost (not the seconds before it joined: the survivor's
+series holds those); the in-flight step is lost and the gang trains again from the step before
+it. Rank 0
 writes a checkpoint every CKPT_EVERY global steps. Training ends at END (the counters then
 stay), so the totals are final when the test reads them.
 
@@ -95,7 +96,7 @@ def runner_values(proc, t):
     if proc == "1":
         rec_seconds = RECOVERY if recovered else max(0.0, t - KILL)  # live accrual
     else:
-        rec_seconds = RECOVERY if recovered and proc == "0b" else 0.0  # handed over
+        rec_seconds = 0.0  # the replacement counts the recovery, not the seconds before it
     ckpts = 0
     if proc == "0a":
         ckpts = checkpoints(0, g)
@@ -111,17 +112,19 @@ def runner_values(proc, t):
         "ringtrain_checkpoints_total": ("counter", ckpts),
         "ringtrain_recovery_seconds_total": ("counter", rec_seconds),
         "ringtrain_recovery_steps_lost_total": ("counter", STEPS_LOST if recovered and proc != "0a" else 0),
-        "ringtrain_loss": ("gauge", 0.5 / (1 + g / 100) if trained else 0),
+        # No series before the process's first report / evaluation; a classifier has no MSE.
+        "ringtrain_loss": ("gauge", 0.5 / (1 + g / 100) if trained else None),
         "ringtrain_epoch": ("gauge", 1 + g // 100 if trained else 0),
         "ringtrain_step": ("gauge", g if trained else 0),
         "ringtrain_samples_per_second": ("gauge", STEPS_PER_SECOND * BATCH if training_now else 0),
-        "ringtrain_test_accuracy_ratio": ("gauge", 0.8 if trained else 0),
-        "ringtrain_test_mse": ("gauge", 0),
+        "ringtrain_test_accuracy_ratio": ("gauge", 0.8 if trained else None),
         "ringtrain_world_size": ("gauge", 2 if trained else 0),
     }
     labels = f'job="{REPLACED_JOB}",namespace="{NS}",rank="{rank}"'
     out = []
     for name, (kind, value) in v.items():
+        if value is None:
+            continue
         out.append(f"# TYPE {name} {kind}")
         out.append(f"{name}{{{labels}}} {value:.6g}")
     recoveries = 1 if recovered and proc != "0a" else 0
