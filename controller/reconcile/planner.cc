@@ -154,6 +154,37 @@ class Planner {
     for (const auto& r : in_.replicas) Delete(r, "gang restart");
   }
 
+  // A fresh gang on resume, from the newest checkpoint; the deadline counts from the resume, as
+  // for batch/v1 Jobs. Its cost is accounted like a gang restart's (AccountRecoveries), from
+  // the resume: the time suspended was asked for, not lost to a failure.
+  void Resume() {
+    ++st().attempt;
+    st().replaced_pods.clear();
+    st().start_time = now_s_;
+    api::RecoveryAccount& account = st().recovery;
+    if (account.restart_from_step < 0) {
+      account.restart_from_step = st().progress ? st().progress->step : 0;
+      account.restarted_at = now_s_;
+    } else {
+      // Suspended before the gang of an earlier restart trained: that restart's time without
+      // training goes on, less the time suspended.
+      const Condition* suspended = FindCondition("Suspended");
+      const auto since = ParseRfc3339(account.restarted_at);
+      const auto paused = suspended != nullptr && suspended->status == "True"
+                              ? ParseRfc3339(suspended->last_transition_time)
+                              : std::optional<WallTime>();
+      account.restarted_at = since && paused && *since <= *paused && *paused <= in_.now
+                                 ? FormatRfc3339(in_.now - (*paused - *since))
+                                 : now_s_;
+    }
+    account.attempt_in_place = 0;
+    account.attempt_steps_lost = 0;
+    account.attempt_seconds = 0;
+    ForgetPlacementWait();
+    SetPhase("Pending", "Resumed", "job resumed");
+    SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
+  }
+
   void Cleanup() {
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
@@ -727,18 +758,17 @@ Plan Planner::Run() {
     SetPhase("Suspended", "Suspended", "job suspended: replicas deleted");
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     SetCondition("Running", false, "Suspended", "job suspended");
+    SetCondition("Restarting", false, "Suspended", "job suspended");
+    // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
+    if (FindCondition(kPodsReadyCondition) != nullptr) {
+      SetCondition(kPodsReadyCondition, false, "Suspended",
+                   "the job is suspended: its replicas are deleted");
+    }
+    if (st().progress) st().progress->samples_per_second = 0;
     st().replicas = {};
     return std::move(plan_);
   }
-  if (st().phase == "Suspended") {
-    // A fresh gang on resume; the deadline counts from the resume, as for batch/v1 Jobs.
-    ++st().attempt;
-    st().replaced_pods.clear();
-    st().start_time = now_s_;
-    ForgetPlacementWait();
-    SetPhase("Pending", "Resumed", "job resumed");
-    SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
-  }
+  if (st().phase == "Suspended") Resume();
 
   if (spec_.run_policy.active_deadline_seconds) {
     auto start = ParseRfc3339(st().start_time).value_or(in_.now);

@@ -1680,6 +1680,92 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   EXPECT_EQ(later.status.recovery, trains.status.recovery);
 }
 
+// Recorded on the real cluster (s6-suspend): suspended at step 3752 with no checkpoint volume,
+// resumed 9 s later; the new gang trained from step 0. The suspended job showed PODS
+// AllPodsRunning with no pod left, and the resume lost 3752 steps without an event or account.
+TEST(PlannerAccounting, ASuspendedJobRunsNoPodAndItsResumeIsAccountedFromTheResume) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{3752, 8, 55919.7, 0.24, "2026-11-21T10:00:12Z"};
+  job.status.conditions.push_back({"PodsReady", "True", "AllPodsRunning",
+                                   "all 2 replicas are running", "2026-11-21T10:00:01Z"});
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(13));
+  ASSERT_EQ(s.status.phase, "Suspended");
+  ASSERT_NE(Cond(s.status, "PodsReady"), nullptr);
+  EXPECT_EQ(Cond(s.status, "PodsReady")->status, "False");
+  EXPECT_EQ(Cond(s.status, "PodsReady")->reason, "Suspended");
+  EXPECT_EQ(s.status.progress->samples_per_second, 0) << "nothing trains while suspended";
+  EXPECT_EQ(s.status.progress->step, 3752);
+
+  // Still suspended 8 s later, the pods gone.
+  job.status = s.status;
+  Plan still = PlanAt(job, {}, At(21));
+  ASSERT_NE(Cond(still.status, "PodsReady"), nullptr);
+  EXPECT_EQ(Cond(still.status, "PodsReady")->reason, "Suspended");
+  EXPECT_EQ(still.status.recovery.restart_from_step, -1);
+
+  job.status = still.status;
+  job.spec.run_policy.suspend = false;
+  Plan resumed = PlanAt(job, {}, At(23));
+  EXPECT_EQ(resumed.status.attempt, 1);
+  EXPECT_EQ(resumed.status.recovery.restart_from_step, 3752);
+  EXPECT_EQ(resumed.status.recovery.restarted_at, "2026-11-21T10:00:23Z")
+      << "the time suspended was asked for: not counted as lost";
+  EXPECT_EQ(resumed.status.restarts, 0);
+
+  job.status = resumed.status;
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  Plan trains = PlanWithProgress(job, next, At(26), Training(1407, 0));
+  const Event* e = FindEvent(trains, "GangRestarted");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("attempt 1 trains again from step 0: at least 3752 step(s) lost (from "
+                            "the last progress seen), at most 3.0s without training"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(trains.status.recovery.gang_restarts, 1);
+  EXPECT_EQ(trains.status.recovery.steps_lost, 3752);
+  EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 3.0);
+}
+
+// Suspended while a restarted gang had not trained yet: that restart's time without training
+// counts, the time suspended does not; the new attempt's in-place account starts at zero.
+TEST(PlannerAccounting, ASuspendDuringARestartLeavesOutOnlyTheTimeSuspended) {
+  auto job = Job(2);
+  job.status.phase = "Restarting";
+  job.status.attempt = 1;
+  job.status.progress = api::Progress{2000, 4, 0, 0.3, "2026-11-21T10:00:00Z"};
+  job.status.recovery.restart_from_step = 2000;
+  job.status.recovery.restarted_at = "2026-11-21T10:00:10Z";
+  job.status.recovery.attempt_in_place = 2;
+  job.status.recovery.attempt_steps_lost = 5;
+  job.status.recovery.attempt_seconds = 8;
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(job, {}, At(15));  // 5 s after the restart
+  job.status = s.status;
+  job.spec.run_policy.suspend = false;
+  Plan resumed = PlanAt(job, {}, At(115));  // 100 s suspended
+  EXPECT_EQ(resumed.status.attempt, 2);
+  EXPECT_EQ(resumed.status.recovery.restart_from_step, 2000);
+  EXPECT_EQ(resumed.status.recovery.restarted_at, "2026-11-21T10:01:50Z");
+  EXPECT_EQ(resumed.status.recovery.attempt_in_place, 0);
+  EXPECT_EQ(resumed.status.recovery.attempt_steps_lost, 0);
+  EXPECT_EQ(resumed.status.recovery.attempt_seconds, 0);
+  job.status = resumed.status;
+  ObservedProgress p = Training(1010, 1000);
+  p.recoveries = 1;
+  p.recovery_seconds = 2;
+  p.last_recovery_step = 1005;
+  Plan trains = PlanWithProgress(
+      job, {Replica(0, 2, ReplicaPhase::kRunning), Replica(1, 2, ReplicaPhase::kRunning)}, At(120),
+      p);
+  EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 12.0)
+      << "5 s before the suspend, 5 s after the resume, 2 s in place";
+  EXPECT_EQ(trains.status.recovery.in_place, 1) << "the new attempt's first in-place recovery";
+}
+
 // A rank 0 that does not train (a new process starting after a gang restart or as an in-place
 // replacement; a gang recovering) is no news of the job's progress: STEP keeps the last step
 // seen (and its time, which the progress deadline counts from), SAMPLES/S reads 0, and the
