@@ -328,6 +328,13 @@ class Planner {
   bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
+  // Whether the replica's pod was deleted by someone other than this executor: one that vanished
+  // (WithVanished: reason Deleted), or one that answered the deletion's SIGTERM (143) while it
+  // terminates, seen before and not deleted by the executor (which forgets what it deletes).
+  bool DeletedByOthers(const ObservedReplica& r) const {
+    if (r.reason == "Deleted") return true;
+    return r.terminating && r.exit_code == 128 + 15 && in_.memory.seen.contains(r.name);
+  }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
   // Required avoidance left the gang unplaceable for kAvoidanceRelaxAfter: relax it to
@@ -480,6 +487,19 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (RecoverInPlace(current, *pick, what)) return true;
   if (pick->disruption) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
+    return true;
+  }
+  // Pods deleted by someone else (kubectl delete pod, a drain without DisruptionTarget), as
+  // RecoverInPlace does not count them: no failure of the job's, as long as every replica that
+  // failed with a cause of its own was such a deletion.
+  if (!IsConsequence(*pick) && DeletedByOthers(*pick) &&
+      std::all_of(current.begin(), current.end(), [this](const ObservedReplica* r) {
+        return r->phase != ReplicaPhase::kFailed || IsConsequence(*r) || r->disruption ||
+               DeletedByOthers(*r);
+      })) {
+    Restart("PodDeleted",
+            what + " (its pod was deleted, not by the operator: not counted against backoffLimit)",
+            false);
     return true;
   }
   // Placement's doing is not counted while runPolicy.schedulingTimeoutSeconds bounds it (the

@@ -461,6 +461,7 @@ TEST_F(OperatorTest, DeletedPodRestartsTheWholeGang) {
   ASSERT_TRUE(WaitPhase("del", "Running"));
   EXPECT_TRUE(ExactGang("del", 3));
   EXPECT_EQ(Status("del")["lastFailure"]["reason"], "Deleted");
+  EXPECT_EQ(Status("del")["restarts"], 0) << "deleted by someone: not counted against backoffLimit";
   EXPECT_TRUE(server_->GetObject(kPodsId, "default", "del-a1-2").has_value());
 }
 

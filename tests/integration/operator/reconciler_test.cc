@@ -146,7 +146,8 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   EXPECT_EQ(Status()["phase"], "Restarting");
-  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["restarts"], 0) << "a deleted pod is not counted against backoffLimit";
   EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
 }

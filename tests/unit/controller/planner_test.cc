@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FailureCase{"backoff_exhausted", 143, "Error", false, 2, "Failed", 2, 2},
                       FailureCase{"eviction_not_counted", 0, "Evicted", true, 2, "Restarting", 2,
                                   3},
-                      FailureCase{"deleted_pod", 0, "Deleted", false, 0, "Restarting", 1, 1}),
+                      FailureCase{"deleted_pod", 0, "Deleted", false, 0, "Restarting", 0, 1}),
     [](const auto& info) { return info.param.name; });
 
 TEST(Planner, PermanentFailureWinsOverRetryable) {
@@ -1454,7 +1454,7 @@ TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
 
   Plan p = PlanWith(job, {both[0]}, At(10), seen.memory);
   EXPECT_EQ(p.status.phase, "Restarting");
-  EXPECT_EQ(p.status.restarts, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "deleted by someone: not counted against backoffLimit";
   EXPECT_EQ(p.status.attempt, 1);
   ASSERT_TRUE(p.status.last_failure.has_value());
   EXPECT_EQ(p.status.last_failure->rank, 1);
@@ -1466,6 +1466,83 @@ TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
   ASSERT_EQ(Count(p, Kind::kDeleteReplica), 1);
   EXPECT_EQ(p.actions[0].name, both[0].name);
   EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+}
+
+// Recorded on the real cluster (s1-both): `kubectl delete pod` of both pods of a running gang.
+// Both got a deletionTimestamp while Running, then each runner answered the SIGTERM with exit
+// 143; no survivor, so the gang restarts, and (as for one deleted pod, replaced in place) that
+// is no failure of the job's: not counted against backoffLimit.
+ObservedReplica DeletedBySigterm(int rank, ReplicaPhase phase) {
+  auto r = Replica(rank, 0, phase, phase == ReplicaPhase::kFailed ? 143 : 0,
+                   phase == ReplicaPhase::kFailed ? "Error" : "");
+  r.terminating = true;
+  r.node = "node-0";
+  if (phase == ReplicaPhase::kFailed) {
+    r.message =
+        "CANCELLED: stopped by SIGTERM during training; asked to stop: the gang stopped with this "
+        "rank after step 3920";
+    r.finished_at = At(13);
+  }
+  return r;
+}
+
+TEST(Planner, PodsDeletedBySomeoneRestartTheGangUncounted) {
+  for (const bool in_place : {true, false}) {
+    auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+    job.status.restarts = 2;  // backoffLimit 2: a counted restart would fail the job
+    Plan seen = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(5),
+        PlanMemory{});
+    Plan deleting = PlanWith(
+        job,
+        {DeletedBySigterm(0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kRunning)},
+        At(13), seen.memory);
+    EXPECT_EQ(deleting.status.attempt, 0) << in_place;
+    Plan p = PlanWith(
+        job,
+        {DeletedBySigterm(0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kFailed)},
+        At(14), deleting.memory);
+    EXPECT_EQ(p.status.phase, "Restarting") << in_place;
+    EXPECT_EQ(p.status.attempt, 1) << in_place;
+    EXPECT_EQ(p.status.restarts, 2) << in_place;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "PodDeleted");
+    const Event* e = nullptr;
+    for (const auto& ev : p.events) e = ev.reason == "GangRestart" ? &ev : e;
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("exit code 143"), std::string::npos) << e->message;
+    EXPECT_NE(e->message.find("not counted against backoffLimit"), std::string::npos) << e->message;
+  }
+}
+
+// What stays counted: a crash or an OOM kill beside a deleted pod, and a pod that exited 143
+// because the executor itself deleted it (a partial gang released after a refused create):
+// the executor forgets what it deletes.
+TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
+  auto job = RunningJob(2);
+  Plan seen =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(5), PlanMemory{});
+  auto oom = Replica(1, 0, ReplicaPhase::kFailed, 137, "OOMKilled");
+  Plan both = PlanWith(job, {DeletedBySigterm(0, ReplicaPhase::kFailed), oom}, At(14), seen.memory);
+  EXPECT_EQ(both.status.attempt, 1);
+  EXPECT_EQ(both.status.restarts, 1) << "the OOM kill counts";
+
+  PlanMemory released = seen.memory;
+  RecordReplicaDeleted(&released, "job-a0-0");
+  RecordReplicaDeleted(&released, "job-a0-1");
+  Plan own = PlanWith(
+      job, {DeletedBySigterm(0, ReplicaPhase::kFailed), DeletedBySigterm(1, ReplicaPhase::kFailed)},
+      At(14), released);
+  EXPECT_EQ(own.status.attempt, 1);
+  EXPECT_EQ(own.status.restarts, 1) << "not deleted by someone else";
+
+  // A rank that exited 143 with no deletion (its own doing) counts too.
+  Plan alone = PlanWith(
+      job,
+      {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 143, "Error")},
+      At(14), seen.memory);
+  EXPECT_EQ(alone.status.restarts, 1);
 }
 
 TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing) {
