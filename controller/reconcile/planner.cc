@@ -884,7 +884,12 @@ Plan Planner::Run() {
     OpenGates(current);
     if (HandleStall()) return std::move(plan_);
   } else {
-    if (HandleWait(current, pods)) return std::move(plan_);
+    if (HandleWait(current, pods)) {
+      // The wait ended the job or this attempt: no replica is created for it any more.
+      std::erase_if(plan_.actions,
+                    [](const Action& a) { return a.kind == Action::Kind::kCreateReplica; });
+      return std::move(plan_);
+    }
     if (st().phase != "Restarting") {
       SetPhase("Pending", "Pending", "waiting for replicas to start");
     }

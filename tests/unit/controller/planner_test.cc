@@ -787,6 +787,32 @@ TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted)
   EXPECT_EQ(ready_at_end->reason, "Unschedulable");
 }
 
+// A rank the API refused is missing when the wait ends (a refused in-place replacement, a
+// partial gang released): the job ends, and nothing is created for it any more.
+TEST(Placement, TheEndOfTheWaitCreatesNoMissingRank) {
+  auto job = InPlaceJob(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.status.phase = "Restarting";
+  job.status.replaced_pods = {"job-a0-1"};
+  job.status.conditions.push_back({kPodsReadyCondition, "False", kPodsStartingReason,
+                                   "1 of 2 replicas not running yet", "2026-11-21T10:00:00Z"});
+  job.status.conditions.push_back({kReplicaFailureCondition, "True", kFailedCreateReason,
+                                   "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1",
+                                   "2026-11-21T10:00:01Z"});
+  const std::vector<ObservedReplica> survivor = {Replica(0, 0, ReplicaPhase::kRunning)};
+  Plan waiting = PlanAt(job, survivor, At(30));
+  EXPECT_EQ(Count(waiting, Kind::kCreateReplica), 1) << "retried while the wait lasts";
+  ASSERT_NE(Cond(waiting.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(waiting.status, kPodsReadyCondition)->reason, kFailedCreateReason);
+  job.status = waiting.status;
+  Plan end = PlanAt(job, survivor, At(60));
+  EXPECT_EQ(end.status.phase, "Failed");
+  ASSERT_NE(Cond(end.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(end.status, "Failed")->reason, kSchedulingTimeoutReason);
+  EXPECT_EQ(Count(end, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(end, Kind::kDeleteReplica), 1) << "the survivor is released";
+}
+
 TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
   auto job = Job(2);
   job.spec.run_policy.scheduling_timeout_seconds = 60;
