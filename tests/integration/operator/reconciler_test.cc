@@ -317,6 +317,61 @@ Json Condition(const Json& status, const std::string& type) {
   return nullptr;
 }
 
+// Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training
+// gang. Both got a deletionTimestamp while Running; each runner answered the SIGTERM with exit
+// 143 (reason Error, its termination message), rank 1 first. No survivor: the gang restarts,
+// and like one deleted pod (replaced in place, uncounted) that spends nothing of backoffLimit.
+// It used to be a RetryableFailure counted against it: with backoffLimit 0, the job failed.
+TEST_F(ReconcilerTest, BothPodsDeletedBySomeoneRestartTheGangUncountedAsRecordedOnARealCluster) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  auto deleted = [&](const std::string& name, bool exited) {
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+    if (exited) {
+      pod["status"]["phase"] = "Failed";
+      pod["status"]["conditions"] = {
+          {{"type", "Ready"}, {"status", "False"}, {"reason", "PodFailed"}},
+          {{"type", "PodScheduled"}, {"status", "True"}}};
+      pod["status"]["containerStatuses"] = {
+          {{"name", "runner"},
+           {"ready", false},
+           {"restartCount", 0},
+           {"state",
+            {{"terminated",
+              {{"exitCode", 143},
+               {"reason", "Error"},
+               {"message",
+                "CANCELLED: stopped by SIGTERM during training; asked to stop: the gang stopped "
+                "with this rank after step 3920"},
+               {"startedAt", FormatRfc3339(clock_.Now() - std::chrono::seconds(12))},
+               {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+    }
+    client_.Set(kube::kPods, "default", pod);
+  };
+  cache_.CatchUp(client_);
+  deleted("mnist-a0-0", false);
+  deleted("mnist-a0-1", false);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["attempt"], 0);
+  clock_.Advance(std::chrono::milliseconds(400));
+  deleted("mnist-a0-1", true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["restarts"], 0);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 143);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+}
+
 class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {
