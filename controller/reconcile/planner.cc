@@ -524,6 +524,23 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
             false);
     return true;
   }
+  // Nor was a rank the API refused to create (a quota, a webhook: ReplicaFailure): the
+  // survivors of an in-place recovery that waited for their replacement in vain.
+  const Condition* refused = FindCondition(kReplicaFailureCondition);
+  for (int rank = 0;
+       bounded && refused != nullptr && refused->status == "True" && rank < spec_.replicas;
+       ++rank) {
+    if (std::any_of(current.begin(), current.end(),
+                    [rank](const ObservedReplica* r) { return r->rank == rank; })) {
+      continue;
+    }
+    Restart("NotPlaced",
+            what + " while " + ReplicaName(job_.metadata.name, st().attempt, rank) +
+                " could not be created (" + refused->reason + ": " + refused->message +
+                "): not counted against backoffLimit",
+            false);
+    return true;
+  }
   if (st().restarts < spec_.run_policy.backoff_limit) {
     Restart("RetryableFailure", what, true);
     return true;

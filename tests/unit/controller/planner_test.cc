@@ -813,6 +813,45 @@ TEST(Placement, TheEndOfTheWaitCreatesNoMissingRank) {
   EXPECT_EQ(Count(end, Kind::kDeleteReplica), 1) << "the survivor is released";
 }
 
+// The survivors of an in-place recovery whose replacement the API kept refusing give up after
+// their recovery timeout: the gang restarts as NotPlaced, uncounted while the scheduling
+// timeout bounds the wait (which goes on), counted like any failure when nothing bounds it.
+TEST(Placement, SurvivorsThatWaitedForARefusedReplacementRestartTheGangAsNotPlaced) {
+  for (const int timeout_s : {600, 0}) {
+    auto job = InPlaceJob(2);
+    job.spec.run_policy.scheduling_timeout_seconds = timeout_s;
+    job.status.phase = "Restarting";
+    job.status.replaced_pods = {"job-a0-1"};
+    job.status.conditions.push_back({kPodsReadyCondition, "False", kFailedCreateReason,
+                                     "1 of 2 replicas not running yet", "2026-11-21T10:00:00Z"});
+    job.status.conditions.push_back({kReplicaFailureCondition, "True", kFailedCreateReason,
+                                     "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1",
+                                     "2026-11-21T10:00:01Z"});
+    auto survivor = Replica(0, 0, ReplicaPhase::kFailed, 143, "Error");
+    survivor.message =
+        "caused by rank 1: CANCELLED: stopped by SIGTERM during training; in-place recovery "
+        "failed: DEADLINE_EXCEEDED: no replacement joined round 1 within 2m";
+    survivor.finished_at = At(120);
+    Plan p = PlanAt(job, {survivor}, At(121));
+    EXPECT_EQ(p.status.attempt, 1) << timeout_s;
+    if (timeout_s == 0) {
+      EXPECT_EQ(p.status.restarts, 1) << "unbounded: counted";
+      continue;
+    }
+    EXPECT_EQ(p.status.restarts, 0);
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "NotPlaced");
+    EXPECT_NE(Cond(p.status, "Restarting")
+                  ->message.find("while job-a0-1 could not be created (FailedCreate: pods "
+                                 "\"job-a0-1\" is forbidden: exceeded quota"),
+              std::string::npos)
+        << Cond(p.status, "Restarting")->message;
+    ASSERT_NE(Cond(p.status, kPodsReadyCondition), nullptr);
+    EXPECT_EQ(Cond(p.status, kPodsReadyCondition)->last_transition_time, "2026-11-21T10:00:00Z")
+        << "the placement wait goes on";
+  }
+}
+
 TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
   auto job = Job(2);
   job.spec.run_policy.scheduling_timeout_seconds = 60;
