@@ -154,6 +154,37 @@ class Planner {
     for (const auto& r : in_.replicas) Delete(r, "gang restart");
   }
 
+  // A fresh gang on resume, from the newest checkpoint; the deadline counts from the resume, as
+  // for batch/v1 Jobs. Its cost is accounted like a gang restart's (AccountRecoveries), from
+  // the resume: the time suspended was asked for, not lost to a failure.
+  void Resume() {
+    ++st().attempt;
+    st().replaced_pods.clear();
+    st().start_time = now_s_;
+    api::RecoveryAccount& account = st().recovery;
+    if (account.restart_from_step < 0) {
+      account.restart_from_step = st().progress ? st().progress->step : 0;
+      account.restarted_at = now_s_;
+    } else {
+      // Suspended before the gang of an earlier restart trained: that restart's time without
+      // training goes on, less the time suspended.
+      const Condition* suspended = FindCondition("Suspended");
+      const auto since = ParseRfc3339(account.restarted_at);
+      const auto paused = suspended != nullptr && suspended->status == "True"
+                              ? ParseRfc3339(suspended->last_transition_time)
+                              : std::optional<WallTime>();
+      account.restarted_at = since && paused && *since <= *paused && *paused <= in_.now
+                                 ? FormatRfc3339(in_.now - (*paused - *since))
+                                 : now_s_;
+    }
+    account.attempt_in_place = 0;
+    account.attempt_steps_lost = 0;
+    account.attempt_seconds = 0;
+    ForgetPlacementWait();
+    SetPhase("Pending", "Resumed", "job resumed");
+    SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
+  }
+
   void Cleanup() {
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
@@ -297,6 +328,13 @@ class Planner {
   bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
+  // Whether the replica's pod was deleted by someone other than this executor: one that vanished
+  // (WithVanished: reason Deleted), or one that answered the deletion's SIGTERM (143) while it
+  // terminates, seen before and not deleted by the executor (which forgets what it deletes).
+  bool DeletedByOthers(const ObservedReplica& r) const {
+    if (r.reason == "Deleted") return true;
+    return r.terminating && r.exit_code == 128 + 15 && in_.memory.seen.contains(r.name);
+  }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
   // Required avoidance left the gang unplaceable for kAvoidanceRelaxAfter: relax it to
@@ -451,6 +489,19 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
   }
+  // Pods deleted by someone else (kubectl delete pod, a drain without DisruptionTarget), as
+  // RecoverInPlace does not count them: no failure of the job's, as long as every replica that
+  // failed with a cause of its own was such a deletion.
+  if (!IsConsequence(*pick) && DeletedByOthers(*pick) &&
+      std::all_of(current.begin(), current.end(), [this](const ObservedReplica* r) {
+        return r->phase != ReplicaPhase::kFailed || IsConsequence(*r) || r->disruption ||
+               DeletedByOthers(*r);
+      })) {
+    Restart("PodDeleted",
+            what + " (its pod was deleted, not by the operator: not counted against backoffLimit)",
+            false);
+    return true;
+  }
   // Placement's doing is not counted while runPolicy.schedulingTimeoutSeconds bounds it (the
   // placement wait goes on across such restarts); unbounded, it counts like any failure, so a
   // node that keeps refusing pods cannot restart the gang forever.
@@ -470,6 +521,23 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     Restart("NotPlaced",
             what + " while " + r->name + " was not placed yet (" + r->wait_reason + ": " +
                 r->wait_message + "): not counted against backoffLimit",
+            false);
+    return true;
+  }
+  // Nor was a rank the API refused to create (a quota, a webhook: ReplicaFailure): the
+  // survivors of an in-place recovery that waited for their replacement in vain.
+  const Condition* refused = FindCondition(kReplicaFailureCondition);
+  for (int rank = 0;
+       bounded && refused != nullptr && refused->status == "True" && rank < spec_.replicas;
+       ++rank) {
+    if (std::any_of(current.begin(), current.end(),
+                    [rank](const ObservedReplica* r) { return r->rank == rank; })) {
+      continue;
+    }
+    Restart("NotPlaced",
+            what + " while " + ReplicaName(job_.metadata.name, st().attempt, rank) +
+                " could not be created (" + refused->reason + ": " + refused->message +
+                "): not counted against backoffLimit",
             false);
     return true;
   }
@@ -727,18 +795,17 @@ Plan Planner::Run() {
     SetPhase("Suspended", "Suspended", "job suspended: replicas deleted");
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     SetCondition("Running", false, "Suspended", "job suspended");
+    SetCondition("Restarting", false, "Suspended", "job suspended");
+    // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
+    if (FindCondition(kPodsReadyCondition) != nullptr) {
+      SetCondition(kPodsReadyCondition, false, "Suspended",
+                   "the job is suspended: its replicas are deleted");
+    }
+    if (st().progress) st().progress->samples_per_second = 0;
     st().replicas = {};
     return std::move(plan_);
   }
-  if (st().phase == "Suspended") {
-    // A fresh gang on resume; the deadline counts from the resume, as for batch/v1 Jobs.
-    ++st().attempt;
-    st().replaced_pods.clear();
-    st().start_time = now_s_;
-    ForgetPlacementWait();
-    SetPhase("Pending", "Resumed", "job resumed");
-    SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
-  }
+  if (st().phase == "Suspended") Resume();
 
   if (spec_.run_policy.active_deadline_seconds) {
     auto start = ParseRfc3339(st().start_time).value_or(in_.now);
@@ -834,7 +901,12 @@ Plan Planner::Run() {
     OpenGates(current);
     if (HandleStall()) return std::move(plan_);
   } else {
-    if (HandleWait(current, pods)) return std::move(plan_);
+    if (HandleWait(current, pods)) {
+      // The wait ended the job or this attempt: no replica is created for it any more.
+      std::erase_if(plan_.actions,
+                    [](const Action& a) { return a.kind == Action::Kind::kCreateReplica; });
+      return std::move(plan_);
+    }
     if (st().phase != "Restarting") {
       SetPhase("Pending", "Pending", "waiting for replicas to start");
     }

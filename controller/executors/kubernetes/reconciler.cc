@@ -374,19 +374,28 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
                      StringField(*controller, "uid") + "): deleted, created again next time");
 }
 
-Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what) {
+Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what,
+                                bool replacement) {
   const std::string& key = pass.key;
   const std::string& api_message = error.message();
-  spdlog::warn("job {}: create {}: {}", key, what, api_message);
+  spdlog::warn("job {}: create {}: {}{}", key, what, api_message,
+               replacement ? " (an in-place replacement: the surviving pods are kept)" : "");
   if (events_ != nullptr) {
     events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);
   }
-  // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile.
   reconcile::PlanMemory& memory = pass.memory->plan;
-  for (const auto& pod : pass.gang) {
-    reconcile::RecordReplicaDeleted(&memory, MetaString(pod, "name"));
-    if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
+  // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile. Except the
+  // survivors of an in-place recovery: they hold the gang's state (releasing them would turn a
+  // free recovery into a gang restart that a quota or a webhook refuses just the same). The
+  // replacement is retried after the backoff; the wait shows as PodsReady False FailedCreate
+  // and is bounded by runPolicy.schedulingTimeoutSeconds and by the survivors' own recovery
+  // timeout, after which they fail and the gang restarts.
+  if (!replacement) {
+    for (const auto& pod : pass.gang) {
+      reconcile::RecordReplicaDeleted(&memory, MetaString(pod, "name"));
+      if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
+    }
   }
   reconcile::RecordFailedCreate(
       &memory, clock_->SteadyNow(),
@@ -643,13 +652,15 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
 
 Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
   const api::TrainingJob& job = pass.job;
+  const std::vector<std::string>& replaced = pass.plan.status.replaced_pods;
+  const bool replacement = std::find(replaced.begin(), replaced.end(), a.name) != replaced.end();
   if (Status st = EnsureChildren(job, *pass.memory); !st.ok()) {
     if (Transient(st)) return st;
-    return FailedCreate(pass, st, "children");
+    return FailedCreate(pass, st, "children", replacement);
   }
   if (Status st = EnsurePodGroup(job, a.attempt, *pass.memory); !st.ok()) {
     if (Transient(st)) return st;
-    return FailedCreate(pass, st, "PodGroup");
+    return FailedCreate(pass, st, "PodGroup", replacement);
   }
   Json pod = BuildPod(job, a.attempt, a.rank, options_.pods);
   expectations_.ExpectCreate(pass.key, a.name);
@@ -657,7 +668,7 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
   if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
     expectations_.Lower(pass.key, a.name);
     if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
-    return FailedCreate(pass, r.status(), "pod " + a.name);
+    return FailedCreate(pass, r.status(), "pod " + a.name, replacement);
   }
   if (r.ok()) {
     pass.gang.push_back(*r);

@@ -138,7 +138,10 @@ class Reconciler {
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
   // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to
   // the planner's create-retry gate. Returns the error, so the work queue backs off too.
-  Status FailedCreate(const Pass& pass, const Status& error, const std::string& what);
+  // `replacement`: the create was of a pod replaced in place (status.replacedPods); the
+  // survivors hold the gang's state and are kept while the create is retried (see the .cc).
+  Status FailedCreate(const Pass& pass, const Status& error, const std::string& what,
+                      bool replacement);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
   Status DeletePod(const std::string& key, const Json& pod);

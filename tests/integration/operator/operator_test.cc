@@ -441,6 +441,14 @@ TEST_F(OperatorTest, SuspendDeletesThePodsAndResumeRecreatesThem) {
                   .ok());
   ASSERT_TRUE(WaitPhase("nap", "Suspended"));
   EXPECT_TRUE(Eventually([&] { return Pods("nap").empty(); }));
+  // No pod runs: PODS (PodsReady's reason) says so, not AllPodsRunning.
+  bool ready_false = false;
+  for (const auto& c : Status("nap").value("conditions", Json::array())) {
+    if (c.value("type", "") != "PodsReady") continue;
+    ready_false = c.value("status", "") == "False" && c.value("reason", "") == "Suspended";
+  }
+  EXPECT_TRUE(ready_false) << Status("nap").dump();
+  // The resume starts a new gang: its cost is accounted from the resume.
   ASSERT_TRUE(admin_
                   ->Patch(kube::kTrainingJobs, "default", "nap",
                           {{"spec", {{"runPolicy", {{"suspend", false}}}}}},
@@ -449,6 +457,9 @@ TEST_F(OperatorTest, SuspendDeletesThePodsAndResumeRecreatesThem) {
   ASSERT_TRUE(WaitPhase("nap", "Running"));
   EXPECT_TRUE(ExactGang("nap", 2));
   EXPECT_EQ(Status("nap")["restarts"], 0);
+  const Json recovery = Status("nap").value("recovery", Json::object());
+  EXPECT_TRUE(recovery.contains("pendingRestart") || recovery.value("gangRestarts", 0) == 1)
+      << recovery.dump();
   EXPECT_TRUE(server_->GetObject(kPodsId, "default", "nap-a1-0").has_value());
 }
 
@@ -461,6 +472,7 @@ TEST_F(OperatorTest, DeletedPodRestartsTheWholeGang) {
   ASSERT_TRUE(WaitPhase("del", "Running"));
   EXPECT_TRUE(ExactGang("del", 3));
   EXPECT_EQ(Status("del")["lastFailure"]["reason"], "Deleted");
+  EXPECT_EQ(Status("del")["restarts"], 0) << "deleted by someone: not counted against backoffLimit";
   EXPECT_TRUE(server_->GetObject(kPodsId, "default", "del-a1-2").has_value());
 }
 

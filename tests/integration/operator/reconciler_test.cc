@@ -146,7 +146,8 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   EXPECT_EQ(Status()["phase"], "Restarting");
-  EXPECT_EQ(Status()["restarts"], 1);
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["restarts"], 0) << "a deleted pod is not counted against backoffLimit";
   EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
 }
@@ -314,6 +315,61 @@ Json Condition(const Json& status, const std::string& type) {
     if (c.value("type", "") == type) return c;
   }
   return nullptr;
+}
+
+// Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training
+// gang. Both got a deletionTimestamp while Running; each runner answered the SIGTERM with exit
+// 143 (reason Error, its termination message), rank 1 first. No survivor: the gang restarts,
+// and like one deleted pod (replaced in place, uncounted) that spends nothing of backoffLimit.
+// It used to be a RetryableFailure counted against it: with backoffLimit 0, the job failed.
+TEST_F(ReconcilerTest, BothPodsDeletedBySomeoneRestartTheGangUncountedAsRecordedOnARealCluster) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  auto deleted = [&](const std::string& name, bool exited) {
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+    pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+    if (exited) {
+      pod["status"]["phase"] = "Failed";
+      pod["status"]["conditions"] = {
+          {{"type", "Ready"}, {"status", "False"}, {"reason", "PodFailed"}},
+          {{"type", "PodScheduled"}, {"status", "True"}}};
+      pod["status"]["containerStatuses"] = {
+          {{"name", "runner"},
+           {"ready", false},
+           {"restartCount", 0},
+           {"state",
+            {{"terminated",
+              {{"exitCode", 143},
+               {"reason", "Error"},
+               {"message",
+                "CANCELLED: stopped by SIGTERM during training; asked to stop: the gang stopped "
+                "with this rank after step 3920"},
+               {"startedAt", FormatRfc3339(clock_.Now() - std::chrono::seconds(12))},
+               {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+    }
+    client_.Set(kube::kPods, "default", pod);
+  };
+  cache_.CatchUp(client_);
+  deleted("mnist-a0-0", false);
+  deleted("mnist-a0-1", false);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["attempt"], 0);
+  clock_.Advance(std::chrono::milliseconds(400));
+  deleted("mnist-a0-1", true);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status()["restarts"], 0);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 143);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
 class FailedCreateTest : public ReconcilerTest {
@@ -684,6 +740,121 @@ TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   EXPECT_EQ(Status()["phase"], "Running");
   EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
+}
+
+// A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
+// the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
+// gang's state, the job says why it waits (PodsReady False FailedCreate, the API's words), and
+// the replacement is retried after the backoff. It used to delete the survivor, which made the
+// free in-place recovery a counted gang restart.
+TEST_F(FailedCreateTest, ARefusedReplacementKeepsTheSurvivorsAndIsRetried) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  const std::string survivor_uid =
+      client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["inPlaceRecoveries"], 1);
+  const int deletes = client_.CountWrites("delete", "pods");
+
+  const std::string quota =
+      "pods \"mnist-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: "
+      "pods=1, limited: pods=1";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kPermissionDenied, quota), 1);
+  cache_.CatchUp(client_);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), deletes) << "the survivor is kept";
+  auto survivor = client_.Get(kube::kPods, "default", "mnist-a0-0");
+  ASSERT_TRUE(survivor.ok());
+  EXPECT_EQ(survivor->at("metadata").at("uid"), survivor_uid);
+  Json refused = Condition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(refused.is_object()) << Status().dump();
+  EXPECT_EQ(refused["reason"], "FailedCreate");
+  EXPECT_EQ(refused["message"], quota);
+
+  // Before the backoff: nothing is created, and the job says why it waits.
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+  Json ready = Condition(Status(), "PodsReady");
+  ASSERT_TRUE(ready.is_object()) << Status().dump();
+  EXPECT_EQ(ready["status"], "False");
+  EXPECT_EQ(ready["reason"], "FailedCreate");
+  EXPECT_NE(ready.value("message", "").find(quota), std::string::npos) << ready.dump();
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 0);
+  EXPECT_EQ(Status()["restarts"], 0);
+
+  // After it: the same name comes back beside the same survivor; the gang runs again.
+  RetryAtOnce();
+  cache_.CatchUp(client_);
+  auto retried = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+  EXPECT_EQ(client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid"),
+            survivor_uid);
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Status()["attempt"], 0);
+  EXPECT_EQ(Status()["restarts"], 0);
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
+  EXPECT_EQ(Condition(Status(), "PodsReady")["reason"], "AllPodsRunning");
+}
+
+// The survivors wait for a refused replacement no longer than runPolicy.schedulingTimeoutSeconds
+// (their own recovery timeout, 120 s, usually ends it first: they fail and the gang restarts):
+// then the job fails with the API's words, and the survivors are released.
+TEST_F(FailedCreateTest, ARefusedReplacementIsBoundedByTheSchedulingTimeout) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"schedulingTimeoutSeconds", 60}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const std::string webhook =
+      "admission webhook \"quota.example.com\" denied the request: team gpu budget spent";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kPermissionDenied, webhook),
+                   100);
+  cache_.CatchUp(client_);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "the survivor is kept";
+
+  clock_.Advance(std::chrono::seconds(30));
+  cache_.CatchUp(client_);
+  {
+    auto r = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Condition(Status(), "PodsReady")["reason"], "FailedCreate");
+
+  clock_.Advance(std::chrono::seconds(31));
+  cache_.CatchUp(client_);
+  {
+    auto r = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+  }
+  EXPECT_EQ(Status()["phase"], "Failed") << Status().dump();
+  Json failed = Condition(Status(), "Failed");
+  EXPECT_EQ(failed["reason"], "SchedulingTimeout");
+  EXPECT_NE(failed.value("message", "").find("FailedCreate: " + webhook), std::string::npos)
+      << failed.dump();
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "released";
+  EXPECT_EQ(Status()["restarts"], 0);
 }
 
 // Issue 9 item 7: a new world is a new attempt, never a pod of it beside the old ranks.

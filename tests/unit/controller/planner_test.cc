@@ -157,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FailureCase{"backoff_exhausted", 143, "Error", false, 2, "Failed", 2, 2},
                       FailureCase{"eviction_not_counted", 0, "Evicted", true, 2, "Restarting", 2,
                                   3},
-                      FailureCase{"deleted_pod", 0, "Deleted", false, 0, "Restarting", 1, 1}),
+                      FailureCase{"deleted_pod", 0, "Deleted", false, 0, "Restarting", 0, 1}),
     [](const auto& info) { return info.param.name; });
 
 TEST(Planner, PermanentFailureWinsOverRetryable) {
@@ -785,6 +785,71 @@ TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted)
   const api::Condition* ready_at_end = Cond(end.status, kPodsReadyCondition);
   ASSERT_NE(ready_at_end, nullptr);
   EXPECT_EQ(ready_at_end->reason, "Unschedulable");
+}
+
+// A rank the API refused is missing when the wait ends (a refused in-place replacement, a
+// partial gang released): the job ends, and nothing is created for it any more.
+TEST(Placement, TheEndOfTheWaitCreatesNoMissingRank) {
+  auto job = InPlaceJob(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.status.phase = "Restarting";
+  job.status.replaced_pods = {"job-a0-1"};
+  job.status.conditions.push_back({kPodsReadyCondition, "False", kPodsStartingReason,
+                                   "1 of 2 replicas not running yet", "2026-11-21T10:00:00Z"});
+  job.status.conditions.push_back({kReplicaFailureCondition, "True", kFailedCreateReason,
+                                   "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1",
+                                   "2026-11-21T10:00:01Z"});
+  const std::vector<ObservedReplica> survivor = {Replica(0, 0, ReplicaPhase::kRunning)};
+  Plan waiting = PlanAt(job, survivor, At(30));
+  EXPECT_EQ(Count(waiting, Kind::kCreateReplica), 1) << "retried while the wait lasts";
+  ASSERT_NE(Cond(waiting.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(waiting.status, kPodsReadyCondition)->reason, kFailedCreateReason);
+  job.status = waiting.status;
+  Plan end = PlanAt(job, survivor, At(60));
+  EXPECT_EQ(end.status.phase, "Failed");
+  ASSERT_NE(Cond(end.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(end.status, "Failed")->reason, kSchedulingTimeoutReason);
+  EXPECT_EQ(Count(end, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(end, Kind::kDeleteReplica), 1) << "the survivor is released";
+}
+
+// The survivors of an in-place recovery whose replacement the API kept refusing give up after
+// their recovery timeout: the gang restarts as NotPlaced, uncounted while the scheduling
+// timeout bounds the wait (which goes on), counted like any failure when nothing bounds it.
+TEST(Placement, SurvivorsThatWaitedForARefusedReplacementRestartTheGangAsNotPlaced) {
+  for (const int timeout_s : {600, 0}) {
+    auto job = InPlaceJob(2);
+    job.spec.run_policy.scheduling_timeout_seconds = timeout_s;
+    job.status.phase = "Restarting";
+    job.status.replaced_pods = {"job-a0-1"};
+    job.status.conditions.push_back({kPodsReadyCondition, "False", kFailedCreateReason,
+                                     "1 of 2 replicas not running yet", "2026-11-21T10:00:00Z"});
+    job.status.conditions.push_back({kReplicaFailureCondition, "True", kFailedCreateReason,
+                                     "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1",
+                                     "2026-11-21T10:00:01Z"});
+    auto survivor = Replica(0, 0, ReplicaPhase::kFailed, 143, "Error");
+    survivor.message =
+        "caused by rank 1: CANCELLED: stopped by SIGTERM during training; in-place recovery "
+        "failed: DEADLINE_EXCEEDED: no replacement joined round 1 within 2m";
+    survivor.finished_at = At(120);
+    Plan p = PlanAt(job, {survivor}, At(121));
+    EXPECT_EQ(p.status.attempt, 1) << timeout_s;
+    if (timeout_s == 0) {
+      EXPECT_EQ(p.status.restarts, 1) << "unbounded: counted";
+      continue;
+    }
+    EXPECT_EQ(p.status.restarts, 0);
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "NotPlaced");
+    EXPECT_NE(Cond(p.status, "Restarting")
+                  ->message.find("while job-a0-1 could not be created (FailedCreate: pods "
+                                 "\"job-a0-1\" is forbidden: exceeded quota"),
+              std::string::npos)
+        << Cond(p.status, "Restarting")->message;
+    ASSERT_NE(Cond(p.status, kPodsReadyCondition), nullptr);
+    EXPECT_EQ(Cond(p.status, kPodsReadyCondition)->last_transition_time, "2026-11-21T10:00:00Z")
+        << "the placement wait goes on";
+  }
 }
 
 TEST(Placement, ReleasingPlacedRanksIgnoresCleanPodPolicyNone) {
@@ -1454,7 +1519,7 @@ TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
 
   Plan p = PlanWith(job, {both[0]}, At(10), seen.memory);
   EXPECT_EQ(p.status.phase, "Restarting");
-  EXPECT_EQ(p.status.restarts, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "deleted by someone: not counted against backoffLimit";
   EXPECT_EQ(p.status.attempt, 1);
   ASSERT_TRUE(p.status.last_failure.has_value());
   EXPECT_EQ(p.status.last_failure->rank, 1);
@@ -1466,6 +1531,83 @@ TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
   ASSERT_EQ(Count(p, Kind::kDeleteReplica), 1);
   EXPECT_EQ(p.actions[0].name, both[0].name);
   EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+}
+
+// Recorded on the real cluster (s1-both): `kubectl delete pod` of both pods of a running gang.
+// Both got a deletionTimestamp while Running, then each runner answered the SIGTERM with exit
+// 143; no survivor, so the gang restarts, and (as for one deleted pod, replaced in place) that
+// is no failure of the job's: not counted against backoffLimit.
+ObservedReplica DeletedBySigterm(int rank, ReplicaPhase phase) {
+  auto r = Replica(rank, 0, phase, phase == ReplicaPhase::kFailed ? 143 : 0,
+                   phase == ReplicaPhase::kFailed ? "Error" : "");
+  r.terminating = true;
+  r.node = "node-0";
+  if (phase == ReplicaPhase::kFailed) {
+    r.message =
+        "CANCELLED: stopped by SIGTERM during training; asked to stop: the gang stopped with this "
+        "rank after step 3920";
+    r.finished_at = At(13);
+  }
+  return r;
+}
+
+TEST(Planner, PodsDeletedBySomeoneRestartTheGangUncounted) {
+  for (const bool in_place : {true, false}) {
+    auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+    job.status.restarts = 2;  // backoffLimit 2: a counted restart would fail the job
+    Plan seen = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(5),
+        PlanMemory{});
+    Plan deleting = PlanWith(
+        job,
+        {DeletedBySigterm(0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kRunning)},
+        At(13), seen.memory);
+    EXPECT_EQ(deleting.status.attempt, 0) << in_place;
+    Plan p = PlanWith(
+        job,
+        {DeletedBySigterm(0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kFailed)},
+        At(14), deleting.memory);
+    EXPECT_EQ(p.status.phase, "Restarting") << in_place;
+    EXPECT_EQ(p.status.attempt, 1) << in_place;
+    EXPECT_EQ(p.status.restarts, 2) << in_place;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "PodDeleted");
+    const Event* e = nullptr;
+    for (const auto& ev : p.events) e = ev.reason == "GangRestart" ? &ev : e;
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("exit code 143"), std::string::npos) << e->message;
+    EXPECT_NE(e->message.find("not counted against backoffLimit"), std::string::npos) << e->message;
+  }
+}
+
+// What stays counted: a crash or an OOM kill beside a deleted pod, and a pod that exited 143
+// because the executor itself deleted it (a partial gang released after a refused create):
+// the executor forgets what it deletes.
+TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
+  auto job = RunningJob(2);
+  Plan seen =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(5), PlanMemory{});
+  auto oom = Replica(1, 0, ReplicaPhase::kFailed, 137, "OOMKilled");
+  Plan both = PlanWith(job, {DeletedBySigterm(0, ReplicaPhase::kFailed), oom}, At(14), seen.memory);
+  EXPECT_EQ(both.status.attempt, 1);
+  EXPECT_EQ(both.status.restarts, 1) << "the OOM kill counts";
+
+  PlanMemory released = seen.memory;
+  RecordReplicaDeleted(&released, "job-a0-0");
+  RecordReplicaDeleted(&released, "job-a0-1");
+  Plan own = PlanWith(
+      job, {DeletedBySigterm(0, ReplicaPhase::kFailed), DeletedBySigterm(1, ReplicaPhase::kFailed)},
+      At(14), released);
+  EXPECT_EQ(own.status.attempt, 1);
+  EXPECT_EQ(own.status.restarts, 1) << "not deleted by someone else";
+
+  // A rank that exited 143 with no deletion (its own doing) counts too.
+  Plan alone = PlanWith(
+      job,
+      {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 143, "Error")},
+      At(14), seen.memory);
+  EXPECT_EQ(alone.status.restarts, 1);
 }
 
 TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing) {
@@ -1678,6 +1820,92 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   Plan later = PlanWithProgress(job, next, At(20), Training(1500, 1000));
   EXPECT_EQ(FindEvent(later, "GangRestarted"), nullptr);
   EXPECT_EQ(later.status.recovery, trains.status.recovery);
+}
+
+// Recorded on the real cluster (s6-suspend): suspended at step 3752 with no checkpoint volume,
+// resumed 9 s later; the new gang trained from step 0. The suspended job showed PODS
+// AllPodsRunning with no pod left, and the resume lost 3752 steps without an event or account.
+TEST(PlannerAccounting, ASuspendedJobRunsNoPodAndItsResumeIsAccountedFromTheResume) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{3752, 8, 55919.7, 0.24, "2026-11-21T10:00:12Z"};
+  job.status.conditions.push_back({"PodsReady", "True", "AllPodsRunning",
+                                   "all 2 replicas are running", "2026-11-21T10:00:01Z"});
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(13));
+  ASSERT_EQ(s.status.phase, "Suspended");
+  ASSERT_NE(Cond(s.status, "PodsReady"), nullptr);
+  EXPECT_EQ(Cond(s.status, "PodsReady")->status, "False");
+  EXPECT_EQ(Cond(s.status, "PodsReady")->reason, "Suspended");
+  EXPECT_EQ(s.status.progress->samples_per_second, 0) << "nothing trains while suspended";
+  EXPECT_EQ(s.status.progress->step, 3752);
+
+  // Still suspended 8 s later, the pods gone.
+  job.status = s.status;
+  Plan still = PlanAt(job, {}, At(21));
+  ASSERT_NE(Cond(still.status, "PodsReady"), nullptr);
+  EXPECT_EQ(Cond(still.status, "PodsReady")->reason, "Suspended");
+  EXPECT_EQ(still.status.recovery.restart_from_step, -1);
+
+  job.status = still.status;
+  job.spec.run_policy.suspend = false;
+  Plan resumed = PlanAt(job, {}, At(23));
+  EXPECT_EQ(resumed.status.attempt, 1);
+  EXPECT_EQ(resumed.status.recovery.restart_from_step, 3752);
+  EXPECT_EQ(resumed.status.recovery.restarted_at, "2026-11-21T10:00:23Z")
+      << "the time suspended was asked for: not counted as lost";
+  EXPECT_EQ(resumed.status.restarts, 0);
+
+  job.status = resumed.status;
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  Plan trains = PlanWithProgress(job, next, At(26), Training(1407, 0));
+  const Event* e = FindEvent(trains, "GangRestarted");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("attempt 1 trains again from step 0: at least 3752 step(s) lost (from "
+                            "the last progress seen), at most 3.0s without training"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(trains.status.recovery.gang_restarts, 1);
+  EXPECT_EQ(trains.status.recovery.steps_lost, 3752);
+  EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 3.0);
+}
+
+// Suspended while a restarted gang had not trained yet: that restart's time without training
+// counts, the time suspended does not; the new attempt's in-place account starts at zero.
+TEST(PlannerAccounting, ASuspendDuringARestartLeavesOutOnlyTheTimeSuspended) {
+  auto job = Job(2);
+  job.status.phase = "Restarting";
+  job.status.attempt = 1;
+  job.status.progress = api::Progress{2000, 4, 0, 0.3, "2026-11-21T10:00:00Z"};
+  job.status.recovery.restart_from_step = 2000;
+  job.status.recovery.restarted_at = "2026-11-21T10:00:10Z";
+  job.status.recovery.attempt_in_place = 2;
+  job.status.recovery.attempt_steps_lost = 5;
+  job.status.recovery.attempt_seconds = 8;
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(job, {}, At(15));  // 5 s after the restart
+  job.status = s.status;
+  job.spec.run_policy.suspend = false;
+  Plan resumed = PlanAt(job, {}, At(115));  // 100 s suspended
+  EXPECT_EQ(resumed.status.attempt, 2);
+  EXPECT_EQ(resumed.status.recovery.restart_from_step, 2000);
+  EXPECT_EQ(resumed.status.recovery.restarted_at, "2026-11-21T10:01:50Z");
+  EXPECT_EQ(resumed.status.recovery.attempt_in_place, 0);
+  EXPECT_EQ(resumed.status.recovery.attempt_steps_lost, 0);
+  EXPECT_EQ(resumed.status.recovery.attempt_seconds, 0);
+  job.status = resumed.status;
+  ObservedProgress p = Training(1010, 1000);
+  p.recoveries = 1;
+  p.recovery_seconds = 2;
+  p.last_recovery_step = 1005;
+  Plan trains = PlanWithProgress(
+      job, {Replica(0, 2, ReplicaPhase::kRunning), Replica(1, 2, ReplicaPhase::kRunning)}, At(120),
+      p);
+  EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 12.0)
+      << "5 s before the suspend, 5 s after the resume, 2 s in place";
+  EXPECT_EQ(trains.status.recovery.in_place, 1) << "the new attempt's first in-place recovery";
 }
 
 // A rank 0 that does not train (a new process starting after a gang restart or as an in-place
