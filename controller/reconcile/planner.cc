@@ -288,7 +288,8 @@ class Planner {
   }
 
   // A change of the world (replicas, gpusPerReplica) on a running gang: a new attempt at the new
-  // size from the newest checkpoint, never a pod of one world beside ranks of another.
+  // size from the newest checkpoint, never a pod of one world beside ranks of another. The same
+  // for any other edit of what a replica runs (PlanInput::spec_hashes): reason SpecChanged.
   bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   // runPolicy.recovery InPlace: the lost replicas are deleted and re-created alone (the same
@@ -326,14 +327,40 @@ bool Planner::HandleResize() {
       break;
     }
   }
-  if (other == nullptr) return false;
-  const std::string message =
-      "world changed from " + std::to_string(other->world_size) + " to " +
-      std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
-      " replicas x " + std::to_string(gpus) +
-      "): new attempt from the newest checkpoint, not counted against backoffLimit";
-  Restart("Resized", message, false);
-  return true;
+  if (other != nullptr) {
+    const std::string message =
+        "world changed from " + std::to_string(other->world_size) + " to " +
+        std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
+        " replicas x " + std::to_string(gpus) +
+        "): new attempt from the newest checkpoint, not counted against backoffLimit";
+    Restart("Resized", message, false);
+    return true;
+  }
+  // Any other edit that changes what a replica runs (train.epochs, the image, the template):
+  // a replica of the gang that still runs, or waits to, was built from an earlier generation
+  // of the spec and would now be built differently. A replica without a stamp (an older
+  // operator's) matches; one stamped with the current generation was built from this spec (by
+  // an operator that builds pods differently: an upgrade restarts nothing); one that ended
+  // meets no replacement.
+  const auto& want = in_.spec_hashes;
+  for (const auto& r : in_.replicas) {
+    if (r.attempt != st().attempt || r.terminating || r.spec_hash.empty() || r.rank < 0 ||
+        r.rank >= static_cast<int>(want.size()) ||
+        (r.phase != ReplicaPhase::kPending && r.phase != ReplicaPhase::kRunning) ||
+        r.spec_generation == job_.metadata.generation ||
+        r.spec_hash == want[static_cast<std::size_t>(r.rank)]) {
+      continue;
+    }
+    const std::string message =
+        "the spec changed (generation " + std::to_string(r.spec_generation) + " -> " +
+        std::to_string(job_.metadata.generation) + ") under attempt " +
+        std::to_string(st().attempt) + ": " + r.name +
+        " runs what the old spec built; new attempt of the new spec from the newest checkpoint, "
+        "not counted against backoffLimit";
+    Restart("SpecChanged", message, false);
+    return true;
+  }
+  return false;
 }
 
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,

@@ -568,6 +568,107 @@ INSTANTIATE_TEST_SUITE_P(
                       ResizeCase{2, 1, 2, 2, true}, ResizeCase{2, 4, 2, 2, true},
                       ResizeCase{2, 0, 2, 1, false}, ResizeCase{2, 2, 2, 2, false}));
 
+// An edit of what a replica runs (train.epochs 40 -> 20 on the real cluster) under a running
+// gang: the old gang is restarted as a whole from the new spec, never joined by a replacement
+// built from the new spec (which, there, exited 0 at its own end while rank 0 waited for it).
+api::TrainingJob EditedJob(int replicas) {
+  auto job = InPlaceJob(replicas);
+  job.metadata.generation = 2;  // the edit
+  job.status.progress = api::Progress{7792, 3, 0, 0, "2026-11-21T10:00:00Z"};
+  return job;
+}
+ObservedReplica Stamped(ObservedReplica r, const std::string& hash, std::int64_t generation) {
+  r.spec_hash = hash;
+  r.spec_generation = generation;
+  return r;
+}
+
+TEST(PlannerSpecChange, AnOldSpecGangWithALostReplicaRestartsAsAWholeNotInPlace) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  // Rank 1's pod was deleted (it answered SIGTERM with 143); rank 0 still runs the old spec.
+  auto lost = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 143, "Error"), "old1", 1);
+  lost.terminating = true;
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), lost};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "an edit is not a failure";
+  EXPECT_EQ(p.status.in_place_recoveries, 0) << "no replacement of the new spec in the old gang";
+  EXPECT_TRUE(p.status.replaced_pods.empty());
+  EXPECT_EQ(p.status.recovery.restart_from_step, 7792);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 1) << "the old rank 0 goes (rank 1 goes already)";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
+  bool event = false;
+  for (const auto& e : p.events) {
+    event = event || (e.reason == "SpecChanged" &&
+                      e.message.find("the spec changed (generation 1 -> 2)") != std::string::npos);
+  }
+  EXPECT_TRUE(event);
+}
+
+TEST(PlannerSpecChange, AnEditOfARunningGangRestartsItAtOnce) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kPending), "old1", 1)};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
+}
+
+TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
+  const auto job = EditedJob(2);
+  auto quiet = [&job](std::vector<ObservedReplica> replicas, std::vector<std::string> hashes) {
+    PlanInput in;
+    in.job = &job;
+    in.now = At(1);
+    in.spec_hashes = std::move(hashes);
+    in.replicas = std::move(replicas);
+    Plan p = PlanReconcile(in);
+    EXPECT_EQ(p.status.attempt, 0);
+    EXPECT_TRUE(p.actions.empty());
+    return p;
+  };
+  // An edit that leaves the pods as they were (backoffLimit, say): the hashes match.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "same0", 1),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "same1", 1)},
+        {"same0", "same1"});
+  // Pods of an older operator carry no stamp: no restart on an upgrade.
+  quiet({Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+        {"new0", "new1"});
+  // Pods of this generation built by an operator that builds pods differently: no restart.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "older-build0", 2),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "older-build1", 2)},
+        {"new0", "new1"});
+  // An executor that does not stamp its replicas.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "old1", 1)},
+        {});
+  // A finished job is left as it is.
+  auto done = job;
+  done.status.phase = "Succeeded";
+  PlanInput in;
+  in.job = &done;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kSucceeded), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kSucceeded), "old1", 1)};
+  Plan d = PlanReconcile(in);
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_EQ(d.status.attempt, 0);
+}
+
 // Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
 ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
   ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
