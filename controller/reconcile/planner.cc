@@ -965,14 +965,19 @@ namespace {
 // refreshes what was seen, since a pod the taint manager deletes carries DisruptionTarget only
 // while it terminates, but is never added: one the executor deletes leaves the memory first),
 // and returns what is observed plus, for each remembered replica that is gone, a retryable
-// failure with reason "Deleted". A replica deleted while no executor remembered it is simply
-// re-created as a missing rank.
+// failure with reason "Deleted". A replica deleted while no executor remembered it (a drain that
+// evicted the operator with the gang) is told from the status: the attempt ran (phase Running,
+// or the Running condition True through an in-place recovery), so each of its replicas that is
+// gone, that no executor deleted and no in-place replacement waits for, vanished unwatched: a
+// failure with reason "Deleted" too, marked a disruption (not counted), naming them all. Before
+// the gang ran, a missing replica is one still to create.
 std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memory) {
   const api::TrainingJob& job = *in.job;
   const int attempt = job.status.attempt;
-  if (memory->seen_attempt != attempt || api::IsTerminal(job.status.phase) ||
-      job.spec.run_policy.suspend) {
+  const bool over = api::IsTerminal(job.status.phase) || job.spec.run_policy.suspend;
+  if (memory->seen_attempt != attempt || over) {
     memory->seen.clear();
+    memory->deleted.clear();
     memory->seen_attempt = attempt;
   }
   std::vector<ObservedReplica> replicas = in.replicas;
@@ -989,6 +994,43 @@ std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memor
     gone.reason = "Deleted";
     gone.exit_code = last.phase == ReplicaPhase::kFailed ? last.exit_code : 0;
     gone.message = "pod " + name + " was deleted while the gang ran";
+    gone.terminating = true;  // nothing left to delete
+    replicas.push_back(std::move(gone));
+  }
+  const bool ran = job.status.phase == "Running" ||
+                   std::any_of(job.status.conditions.begin(), job.status.conditions.end(),
+                               [](const api::Condition& c) {
+                                 return c.type == "Running" && c.status == "True";
+                               });
+  // Peers that report a rank's failure ("caused by rank N") tell more of it than its absence.
+  const bool reported = std::any_of(in.replicas.begin(), in.replicas.end(), [&](const auto& r) {
+    return r.attempt == attempt && r.phase == ReplicaPhase::kFailed &&
+           r.message.starts_with(contract::kCausedByPrefix);
+  });
+  if (!ran || over || reported || job.status.phase == "Suspended") return replicas;
+  const auto& replaced = job.status.replaced_pods;
+  std::vector<std::pair<int, std::string>> unwatched;
+  for (int rank = 0; rank < job.spec.replicas; ++rank) {
+    std::string name = ReplicaName(job.metadata.name, attempt, rank);
+    if (present.contains(name) || memory->seen.contains(name) || memory->deleted.contains(name) ||
+        std::find(replaced.begin(), replaced.end(), name) != replaced.end()) {
+      continue;
+    }
+    unwatched.emplace_back(rank, std::move(name));
+  }
+  std::string names;
+  for (const auto& [rank, name] : unwatched) names += (names.empty() ? "" : ", ") + name;
+  for (const auto& [rank, name] : unwatched) {
+    ObservedReplica gone;
+    gone.name = name;
+    gone.rank = rank;
+    gone.attempt = attempt;
+    gone.phase = ReplicaPhase::kFailed;
+    gone.reason = "Deleted";
+    gone.disruption = true;  // deleted or evicted from outside: a drain, most likely
+    gone.message = (unwatched.size() == 1 ? "pod " + names + " of the running gang is"
+                                          : "pods " + names + " of the running gang are") +
+                   " gone: deleted while no operator watched";
     gone.terminating = true;  // nothing left to delete
     replicas.push_back(std::move(gone));
   }
@@ -1042,7 +1084,10 @@ Plan PlanReconcile(const PlanInput& in) {
   return plan;
 }
 
-void RecordReplicaDeleted(PlanMemory* memory, const std::string& name) { memory->seen.erase(name); }
+void RecordReplicaDeleted(PlanMemory* memory, const std::string& name) {
+  memory->seen.erase(name);
+  memory->deleted.insert(name);
+}
 
 void RecordFailedCreate(PlanMemory* memory, SteadyTime now, const BackoffOptions& backoff) {
   memory->failed_creates = std::min(memory->failed_creates + 1, 30);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -110,6 +111,9 @@ struct PlanMemory {
   // gang restarts instead of just that rank being re-created into a gang that has moved on.
   int seen_attempt = -1;
   std::map<std::string, ObservedReplica> seen;
+  // Replicas of `seen_attempt` the executor deleted itself (RecordReplicaDeleted): one that is
+  // gone is no loss, even for an executor that never saw it.
+  std::set<std::string> deleted;
   // The create-retry gate: creates the API refused in a row, and when the gang may be created
   // again (whatever woke the pass; watch events of the released replicas would otherwise retry
   // at once).

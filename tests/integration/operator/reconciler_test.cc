@@ -801,6 +801,40 @@ TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
   EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
 }
 
+// Recorded on a real cluster: kubectl drain evicted both ranks and the operator at step 3752;
+// the new operator re-created the pods as the same attempt, and nothing on the job said that
+// anything had happened. A new operator (fresh memory) now restarts the gang, not counted.
+TEST_F(ReconcilerTest, PodsLostWhileTheOperatorWasDownRestartTheGang) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  // The drain: the operator and both pods go.
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", {}).ok());
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0) << "a drain is a disruption";
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
+  EXPECT_NE(Status()["lastFailure"]["message"].get<std::string>().find("mnist-a0-0, mnist-a0-1"),
+            std::string::npos);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "nothing re-created into attempt 0";
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-1").ok());
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+}
+
 // Issue 9 item 10: a lost peer is not the cause; the gang waits to read rank 0's.
 TEST_F(ReconcilerTest, FailedGangIsNotDeletedBeforeTheRootCauseIsRead) {
   CreateJob(Job(2));

@@ -1569,17 +1569,11 @@ TEST(Planner, AReplicaThatVanishedIsARetryableDeletedFailure) {
   EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
 }
 
-TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing) {
+TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
                                              Replica(1, 0, ReplicaPhase::kRunning)};
-  // A fresh executor (a controller restart) knows nothing: the missing rank is re-created.
-  Plan fresh = PlanWith(job, {both[0]}, At(10), PlanMemory{});
-  EXPECT_EQ(fresh.status.restarts, 0);
-  EXPECT_FALSE(fresh.status.last_failure.has_value());
-  ASSERT_EQ(Count(fresh, Kind::kCreateReplica), 1);
-  EXPECT_EQ(fresh.actions[0].rank, 1);
-  // The executor's own delete is no failure either.
+  // The executor's own delete is no failure.
   PlanMemory memory = PlanWith(job, both, At(5), PlanMemory{}).memory;
   RecordReplicaDeleted(&memory, both[1].name);
   Plan own = PlanWith(job, {both[0]}, At(10), memory);
@@ -1591,13 +1585,92 @@ TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing)
   terminating.terminating = true;
   Plan t = PlanWith(job, {both[0], terminating}, At(5), PlanMemory{});
   EXPECT_EQ(t.memory.seen.count(both[1].name), 0u);
-  // A new attempt forgets the old gang.
+  // A new attempt forgets the old gang (its status as a gang restart leaves it).
   auto next = job;
   next.status.attempt = 1;
+  next.status.phase = "Restarting";
   Plan n = PlanWith(next, {}, At(20), memory);
   EXPECT_TRUE(n.memory.seen.empty());
   EXPECT_EQ(n.memory.seen_attempt, 1);
   EXPECT_FALSE(n.status.last_failure.has_value());
+}
+
+// Pods lost while no operator watched (a drain that evicted the operator with the gang, as on
+// the real cluster: both ranks and the controller evicted at step 3752; the new controller used
+// to re-create them as the same attempt, with no event, no restart and no lost steps).
+TEST(Planner, ReplicasGoneWhileNoOperatorWatchedRestartTheGangUncounted) {
+  auto job = RunningJob(2);
+  job.status.progress = api::Progress{3752, 1, 0, 0, "2026-11-21T10:00:10Z"};
+  // A fresh executor (a controller restart) knows nothing, but the status says the gang ran.
+  Plan p = PlanWith(job, {}, At(30), PlanMemory{});
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "a drain is a disruption: not counted";
+  EXPECT_EQ(p.status.recovery.restart_from_step, 3752) << "the loss is accounted";
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->reason, "Deleted");
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0) << "no pod re-created into the old attempt";
+  bool named = false;
+  for (const auto& e : p.events) {
+    named = named || (e.reason == "GangRestart" &&
+                      e.message.find("job-a0-0, job-a0-1") != std::string::npos &&
+                      e.message.find("no operator watched") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << "an event names the missing replicas";
+  // Next pass: the new attempt is created whole.
+  job.status = p.status;
+  Plan next = PlanWith(job, {}, At(31), p.memory);
+  EXPECT_EQ(Count(next, Kind::kCreateReplica), 2);
+  for (const auto& a : next.actions) EXPECT_EQ(a.attempt, 1);
+}
+
+TEST(Planner, AReplicaGoneWhileNoOperatorWatchedIsReplacedInPlaceBesideASurvivor) {
+  auto job = InPlaceJob(2);
+  Plan p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(30), PlanMemory{});
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 0);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(p.status.in_place_recoveries, 1);
+  EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"});
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  // The next pass (Running condition still True through the recovery) creates the replacement
+  // it expects, and takes it for no new loss.
+  job.status = p.status;
+  Plan next = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(31), p.memory);
+  EXPECT_EQ(next.status.in_place_recoveries, 1);
+  ASSERT_EQ(Count(next, Kind::kCreateReplica), 1);
+  EXPECT_EQ(next.actions.back().name, "job-a0-1");
+}
+
+TEST(Planner, MissingReplicasOfAGangThatNeverRanOrWasCleanedUpAreNoLoss) {
+  // The first start: nothing exists yet.
+  auto job = Job(2);
+  job.status.phase = "Pending";
+  Plan first = PlanWith(job, {}, At(1), PlanMemory{});
+  EXPECT_EQ(Count(first, Kind::kCreateReplica), 2);
+  EXPECT_FALSE(first.status.last_failure.has_value());
+  // A new attempt after a gang restart (Running False): its pods are still to create.
+  auto restarted = RunningJob(2);
+  restarted.status.phase = "Restarting";
+  restarted.status.attempt = 1;
+  SetJobCondition(&restarted.status, "Running", false, "RetryableFailure", "x",
+                  "2026-11-21T10:00:00Z");
+  Plan r = PlanWith(restarted, {}, At(2), PlanMemory{});
+  EXPECT_EQ(r.status.attempt, 1);
+  EXPECT_EQ(Count(r, Kind::kCreateReplica), 2);
+  // A finished job whose pods cleanPodPolicy deleted.
+  auto done = RunningJob(2);
+  done.status.phase = "Succeeded";
+  Plan d = PlanWith(done, {}, At(3), PlanMemory{});
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_TRUE(d.actions.empty());
+  // A suspended job.
+  auto suspended = RunningJob(2);
+  suspended.spec.run_policy.suspend = true;
+  Plan s = PlanWith(suspended, {}, At(4), PlanMemory{});
+  EXPECT_EQ(s.status.phase, "Suspended");
+  EXPECT_EQ(s.status.attempt, 0);
 }
 
 // The create-retry gate (moved from the Kubernetes executor): after a refused create the gang is
