@@ -319,7 +319,8 @@ class Planner {
   }
 
   // A change of the world (replicas, gpusPerReplica) on a running gang: a new attempt at the new
-  // size from the newest checkpoint, never a pod of one world beside ranks of another.
+  // size from the newest checkpoint, never a pod of one world beside ranks of another. The same
+  // for any other edit of what a replica runs (PlanInput::spec_hashes): reason SpecChanged.
   bool HandleResize();
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   // runPolicy.recovery InPlace: the lost replicas are deleted and re-created alone (the same
@@ -364,14 +365,40 @@ bool Planner::HandleResize() {
       break;
     }
   }
-  if (other == nullptr) return false;
-  const std::string message =
-      "world changed from " + std::to_string(other->world_size) + " to " +
-      std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
-      " replicas x " + std::to_string(gpus) +
-      "): new attempt from the newest checkpoint, not counted against backoffLimit";
-  Restart("Resized", message, false);
-  return true;
+  if (other != nullptr) {
+    const std::string message =
+        "world changed from " + std::to_string(other->world_size) + " to " +
+        std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
+        " replicas x " + std::to_string(gpus) +
+        "): new attempt from the newest checkpoint, not counted against backoffLimit";
+    Restart("Resized", message, false);
+    return true;
+  }
+  // Any other edit that changes what a replica runs (train.epochs, the image, the template):
+  // a replica of the gang that still runs, or waits to, was built from an earlier generation
+  // of the spec and would now be built differently. A replica without a stamp (an older
+  // operator's) matches; one stamped with the current generation was built from this spec (by
+  // an operator that builds pods differently: an upgrade restarts nothing); one that ended
+  // meets no replacement.
+  const auto& want = in_.spec_hashes;
+  for (const auto& r : in_.replicas) {
+    if (r.attempt != st().attempt || r.terminating || r.spec_hash.empty() || r.rank < 0 ||
+        r.rank >= static_cast<int>(want.size()) ||
+        (r.phase != ReplicaPhase::kPending && r.phase != ReplicaPhase::kRunning) ||
+        r.spec_generation == job_.metadata.generation ||
+        r.spec_hash == want[static_cast<std::size_t>(r.rank)]) {
+      continue;
+    }
+    const std::string message =
+        "the spec changed (generation " + std::to_string(r.spec_generation) + " -> " +
+        std::to_string(job_.metadata.generation) + ") under attempt " +
+        std::to_string(st().attempt) + ": " + r.name +
+        " runs what the old spec built; new attempt of the new spec from the newest checkpoint, "
+        "not counted against backoffLimit";
+    Restart("SpecChanged", message, false);
+    return true;
+  }
+  return false;
 }
 
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
@@ -1010,14 +1037,19 @@ namespace {
 // refreshes what was seen, since a pod the taint manager deletes carries DisruptionTarget only
 // while it terminates, but is never added: one the executor deletes leaves the memory first),
 // and returns what is observed plus, for each remembered replica that is gone, a retryable
-// failure with reason "Deleted". A replica deleted while no executor remembered it is simply
-// re-created as a missing rank.
+// failure with reason "Deleted". A replica deleted while no executor remembered it (a drain that
+// evicted the operator with the gang) is told from the status: the attempt ran (phase Running,
+// or the Running condition True through an in-place recovery), so each of its replicas that is
+// gone, that no executor deleted and no in-place replacement waits for, vanished unwatched: a
+// failure with reason "Deleted" too, marked a disruption (not counted), naming them all. Before
+// the gang ran, a missing replica is one still to create.
 std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memory) {
   const api::TrainingJob& job = *in.job;
   const int attempt = job.status.attempt;
-  if (memory->seen_attempt != attempt || api::IsTerminal(job.status.phase) ||
-      job.spec.run_policy.suspend) {
+  const bool over = api::IsTerminal(job.status.phase) || job.spec.run_policy.suspend;
+  if (memory->seen_attempt != attempt || over) {
     memory->seen.clear();
+    memory->deleted.clear();
     memory->seen_attempt = attempt;
   }
   std::vector<ObservedReplica> replicas = in.replicas;
@@ -1034,6 +1066,43 @@ std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memor
     gone.reason = "Deleted";
     gone.exit_code = last.phase == ReplicaPhase::kFailed ? last.exit_code : 0;
     gone.message = "pod " + name + " was deleted while the gang ran";
+    gone.terminating = true;  // nothing left to delete
+    replicas.push_back(std::move(gone));
+  }
+  const bool ran = job.status.phase == "Running" ||
+                   std::any_of(job.status.conditions.begin(), job.status.conditions.end(),
+                               [](const api::Condition& c) {
+                                 return c.type == "Running" && c.status == "True";
+                               });
+  // Peers that report a rank's failure ("caused by rank N") tell more of it than its absence.
+  const bool reported = std::any_of(in.replicas.begin(), in.replicas.end(), [&](const auto& r) {
+    return r.attempt == attempt && r.phase == ReplicaPhase::kFailed &&
+           r.message.starts_with(contract::kCausedByPrefix);
+  });
+  if (!ran || over || reported || job.status.phase == "Suspended") return replicas;
+  const auto& replaced = job.status.replaced_pods;
+  std::vector<std::pair<int, std::string>> unwatched;
+  for (int rank = 0; rank < job.spec.replicas; ++rank) {
+    std::string name = ReplicaName(job.metadata.name, attempt, rank);
+    if (present.contains(name) || memory->seen.contains(name) || memory->deleted.contains(name) ||
+        std::find(replaced.begin(), replaced.end(), name) != replaced.end()) {
+      continue;
+    }
+    unwatched.emplace_back(rank, std::move(name));
+  }
+  std::string names;
+  for (const auto& [rank, name] : unwatched) names += (names.empty() ? "" : ", ") + name;
+  for (const auto& [rank, name] : unwatched) {
+    ObservedReplica gone;
+    gone.name = name;
+    gone.rank = rank;
+    gone.attempt = attempt;
+    gone.phase = ReplicaPhase::kFailed;
+    gone.reason = "Deleted";
+    gone.disruption = true;  // deleted or evicted from outside: a drain, most likely
+    gone.message = (unwatched.size() == 1 ? "pod " + names + " of the running gang is"
+                                          : "pods " + names + " of the running gang are") +
+                   " gone: deleted while no operator watched";
     gone.terminating = true;  // nothing left to delete
     replicas.push_back(std::move(gone));
   }
@@ -1087,7 +1156,10 @@ Plan PlanReconcile(const PlanInput& in) {
   return plan;
 }
 
-void RecordReplicaDeleted(PlanMemory* memory, const std::string& name) { memory->seen.erase(name); }
+void RecordReplicaDeleted(PlanMemory* memory, const std::string& name) {
+  memory->seen.erase(name);
+  memory->deleted.insert(name);
+}
 
 void RecordFailedCreate(PlanMemory* memory, SteadyTime now, const BackoffOptions& backoff) {
   memory->failed_creates = std::min(memory->failed_creates + 1, 30);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +53,12 @@ struct ObservedReplica {
   std::string wait_message;
   std::string node;    // where it was placed (spec.nodeName), "" until scheduled
   bool gated = false;  // its ranks wait at the gang gate until the executor opens it
+  // What the replica was built from, as its executor stamped it: a hash of the replica as the
+  // spec of metadata.generation `spec_generation` built it (PlanInput::spec_hashes). "" when it
+  // carries no stamp (made by an older operator, or an executor that does not stamp): taken as
+  // matching the current spec.
+  std::string spec_hash;
+  std::int64_t spec_generation = 0;
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
@@ -104,6 +111,9 @@ struct PlanMemory {
   // gang restarts instead of just that rank being re-created into a gang that has moved on.
   int seen_attempt = -1;
   std::map<std::string, ObservedReplica> seen;
+  // Replicas of `seen_attempt` the executor deleted itself (RecordReplicaDeleted): one that is
+  // gone is no loss, even for an executor that never saw it.
+  std::set<std::string> deleted;
   // The create-retry gate: creates the API refused in a row, and when the gang may be created
   // again (whatever woke the pass; watch events of the released replicas would otherwise retry
   // at once).
@@ -131,6 +141,12 @@ struct PlanInput {
   // The executor keeps the checkpoints where they die with rank 0 (a pod's emptyDir): said
   // once, as a Warning event and the condition kCheckpointsEphemeralCondition.
   bool checkpoints_ephemeral = false;
+  // What the current spec builds for each rank of the current attempt, as the executor stamps
+  // its replicas (ObservedReplica::spec_hash); empty when it does not stamp them. A replica of
+  // the current attempt that still runs (or waits to) and was built differently by an earlier
+  // generation of the spec means the spec changed under the gang: a new attempt (reason
+  // SpecChanged, not counted), never a replacement of the new spec beside ranks of the old.
+  std::vector<std::string> spec_hashes;
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen

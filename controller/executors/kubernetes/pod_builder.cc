@@ -4,6 +4,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <sstream>
 
@@ -416,6 +417,31 @@ void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
   }
 }
 
+// FNV-1a (64 bits) of the pod as built, in hex: stable across processes and builds (the JSON
+// dump orders object keys). The gang gate's timeout follows runPolicy's deadlines and only bounds
+// the wait before the gang runs: an edit of those is no change of what a replica runs.
+std::string BuildHash(const Json& meta, const Json& spec) {
+  Json hashed = {{"metadata", meta}, {"spec", spec}};
+  for (auto& c : hashed["spec"]["containers"]) {
+    if (StringAt(c, "name") != kContainerName || !c.contains("env") || !c["env"].is_array()) {
+      continue;
+    }
+    Json kept = Json::array();
+    for (const auto& e : c["env"]) {
+      if (StringAt(e, "name") != contract::kEnvGangGateTimeout) kept.push_back(e);
+    }
+    c["env"] = kept;
+  }
+  std::uint64_t h = 14695981039346656037ULL;
+  for (const unsigned char ch : hashed.dump()) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 }  // namespace
 
 std::string PodGroupName(const std::string& job) { return job; }
@@ -552,8 +578,17 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
     spec["schedulerName"] = job.spec.run_policy.scheduler_name;
   }
   JoinGroups(job, &pod_meta, &spec);
+  const std::string hash = BuildHash(pod_meta, spec);
+  pod_meta["annotations"][kSpecHashAnnotation] = hash;
+  pod_meta["annotations"][kSpecGenerationAnnotation] = std::to_string(job.metadata.generation);
   AvoidNodes(job, attempt, &spec);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
+}
+
+std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank,
+                        const PodOptions& options) {
+  return StringAt(BuildPod(job, attempt, rank, options)["metadata"]["annotations"],
+                  kSpecHashAnnotation);
 }
 
 Json BuildService(const api::TrainingJob& job) {
@@ -664,6 +699,12 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   r.node = StringAt(pod_spec, "nodeName");
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
+    r.spec_hash = StringAt(*ann, kSpecHashAnnotation);
+    const std::string generation = StringAt(*ann, kSpecGenerationAnnotation);
+    if (!generation.empty() && generation.size() <= 18 &&
+        generation.find_first_not_of("0123456789") == std::string::npos) {
+      r.spec_generation = std::stoll(generation);
+    }
   }
   if (r.phase == ReplicaPhase::kPending) ObserveWait(status, &r);
   if (r.phase == ReplicaPhase::kPending && r.wait_reason.empty() && r.node.empty()) {

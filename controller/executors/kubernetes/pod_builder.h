@@ -23,6 +23,13 @@ inline constexpr char kNprocLabel[] = "ringtrain.dev/nproc-per-node";
 // The port rank 0 serves /status on; the operator polls podIP:<this>. Set to the metrics port on
 // every pod; a test kubelet that maps ports rewrites it.
 inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";
+// What the pod was built from: a hash of the pod as BuildPod made it (less the node avoidance of
+// status.avoidedNodes and the gang gate's own timeout, which no edit of the training changes),
+// and the job's metadata.generation it was built from. A pod of the running gang that the
+// current spec would build differently is never joined by a replacement built from the new
+// spec: the planner restarts the gang (SpecChanged).
+inline constexpr char kSpecHashAnnotation[] = "ringtrain.dev/spec-hash";
+inline constexpr char kSpecGenerationAnnotation[] = "ringtrain.dev/spec-generation";
 inline constexpr char kContainerName[] = "runner";
 inline constexpr char kTokenKey[] = "token";
 inline constexpr int kMasterPort = contract::kMasterPort;
@@ -58,6 +65,9 @@ std::string ServiceName(const std::string& job);
 std::string MasterAddr(const api::TrainingJob& job, int attempt);
 
 Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options);
+// The kSpecHashAnnotation BuildPod gives the pod of that attempt and rank.
+std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank,
+                        const PodOptions& options);
 Json BuildService(const api::TrainingJob& job);
 Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
 // The PVC of spec.checkpoint.volumeClaim, owned by the job (nullopt without one).

@@ -534,6 +534,16 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
   pass.in.now = clock_->Now();
   pass.in.memory = memory.plan;
   pass.in.checkpoints_ephemeral = CheckpointsAreEphemeral(job.spec);
+  // What the current spec builds for each rank: only worth building while a pod of the attempt
+  // was built from another generation of the spec.
+  const bool edited = std::any_of(
+      pass.in.replicas.begin(), pass.in.replicas.end(), [&job](const ObservedReplica& r) {
+        return r.attempt == job.status.attempt && !r.spec_hash.empty() &&
+               r.spec_generation != job.metadata.generation;
+      });
+  for (int rank = 0; edited && rank < job.spec.replicas; ++rank) {
+    pass.in.spec_hashes.push_back(PodSpecHash(job, job.status.attempt, rank, options_.pods));
+  }
   return std::nullopt;
 }
 

@@ -895,6 +895,117 @@ TEST_F(ReconcilerTest, ResizeRestartsTheGangWithoutMixingWorlds) {
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a1-0").ok());
 }
 
+// Recorded on a real cluster: train.epochs patched 40 -> 20 while the gang trained, then rank
+// 1's pod deleted. The replacement used to be built from the new spec (--epochs 20) into the old
+// gang (--epochs 40): it finished alone at step 9380 while rank 0 waited for it, and the job lost
+// every step. The edit now restarts the gang as a whole from the new spec, not counted.
+TEST_F(ReconcilerTest, AnEditOfWhatThePodsRunRestartsTheGangFromTheNewSpec) {
+  CreateJob(Job(2, {{"spec", {{"train", {{"epochs", 40}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  auto args = [](const Json& pod) { return pod["spec"]["containers"][0]["args"].dump(); };
+  ASSERT_NE(args(*client_.Get(kube::kPods, "default", "mnist-a0-0")).find(R"("--epochs","40")"),
+            std::string::npos);
+  // The API server bumps the generation of an edited spec.
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["train"]["epochs"] = 20;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  // kubectl delete pod mnist-a0-1, as the kubelet reported it: the runner answered SIGTERM.
+  Json deleted = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  deleted["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:30Z";
+  deleted["status"] = Json::parse(R"({"phase": "Failed", "podIP": "10.244.0.40",
+    "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"},
+                   {"type": "PodScheduled", "status": "True"}],
+    "containerStatuses": [{"name": "runner", "ready": false, "restartCount": 0,
+      "state": {"terminated": {"exitCode": 143, "reason": "Error",
+        "message": "CANCELLED: stopped by SIGTERM during training; asked to stop: the gang stopped with this rank after step 7792",
+        "startedAt": "2027-01-15T08:00:00Z", "finishedAt": "2027-01-15T08:00:13Z"}}}]})");
+  client_.Set(kube::kPods, "default", deleted);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0) << "an edit is not a failure";
+  EXPECT_EQ(Status().value("inPlaceRecoveries", 0), 0) << "no replacement into the old gang";
+  EXPECT_EQ(Status()["observedGeneration"], 2);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "SpecChanged");
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "no pod of the new spec beside the old";
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  // The whole new gang comes from the new spec.
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 4);
+  for (int r = 0; r < 2; ++r) {
+    auto pod = client_.Get(kube::kPods, "default", "mnist-a1-" + std::to_string(r));
+    ASSERT_TRUE(pod.ok());
+    EXPECT_NE(args(*pod).find(R"("--epochs","20")"), std::string::npos) << args(*pod);
+    EXPECT_EQ(pod->at("metadata").at("annotations").at(kSpecGenerationAnnotation), "2");
+  }
+}
+
+// An edit that leaves the pods as they are (backoffLimit here) restarts nothing.
+TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["runPolicy"]["backoffLimit"] = 9;
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 86400;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_EQ(Status()["attempt"], 0);
+  EXPECT_EQ(Status()["observedGeneration"], 2);
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+}
+
+// Recorded on a real cluster: kubectl drain evicted both ranks and the operator at step 3752;
+// the new operator re-created the pods as the same attempt, and nothing on the job said that
+// anything had happened. A new operator (fresh memory) now restarts the gang, not counted.
+TEST_F(ReconcilerTest, PodsLostWhileTheOperatorWasDownRestartTheGang) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  // The drain: the operator and both pods go.
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", {}).ok());
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0) << "a drain is a disruption";
+  EXPECT_EQ(Status()["lastFailure"]["reason"], "Deleted");
+  EXPECT_NE(Status()["lastFailure"]["message"].get<std::string>().find("mnist-a0-0, mnist-a0-1"),
+            std::string::npos);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "nothing re-created into attempt 0";
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a1-1").ok());
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+}
+
 // Issue 9 item 10: a lost peer is not the cause; the gang waits to read rank 0's.
 TEST_F(ReconcilerTest, FailedGangIsNotDeletedBeforeTheRootCauseIsRead) {
   CreateJob(Job(2));

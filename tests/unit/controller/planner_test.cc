@@ -568,6 +568,107 @@ INSTANTIATE_TEST_SUITE_P(
                       ResizeCase{2, 1, 2, 2, true}, ResizeCase{2, 4, 2, 2, true},
                       ResizeCase{2, 0, 2, 1, false}, ResizeCase{2, 2, 2, 2, false}));
 
+// An edit of what a replica runs (train.epochs 40 -> 20 on the real cluster) under a running
+// gang: the old gang is restarted as a whole from the new spec, never joined by a replacement
+// built from the new spec (which, there, exited 0 at its own end while rank 0 waited for it).
+api::TrainingJob EditedJob(int replicas) {
+  auto job = InPlaceJob(replicas);
+  job.metadata.generation = 2;  // the edit
+  job.status.progress = api::Progress{7792, 3, 0, 0, "2026-11-21T10:00:00Z"};
+  return job;
+}
+ObservedReplica Stamped(ObservedReplica r, const std::string& hash, std::int64_t generation) {
+  r.spec_hash = hash;
+  r.spec_generation = generation;
+  return r;
+}
+
+TEST(PlannerSpecChange, AnOldSpecGangWithALostReplicaRestartsAsAWholeNotInPlace) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  // Rank 1's pod was deleted (it answered SIGTERM with 143); rank 0 still runs the old spec.
+  auto lost = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 143, "Error"), "old1", 1);
+  lost.terminating = true;
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), lost};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "an edit is not a failure";
+  EXPECT_EQ(p.status.in_place_recoveries, 0) << "no replacement of the new spec in the old gang";
+  EXPECT_TRUE(p.status.replaced_pods.empty());
+  EXPECT_EQ(p.status.recovery.restart_from_step, 7792);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 1) << "the old rank 0 goes (rank 1 goes already)";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
+  bool event = false;
+  for (const auto& e : p.events) {
+    event = event || (e.reason == "SpecChanged" &&
+                      e.message.find("the spec changed (generation 1 -> 2)") != std::string::npos);
+  }
+  EXPECT_TRUE(event);
+}
+
+TEST(PlannerSpecChange, AnEditOfARunningGangRestartsItAtOnce) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kPending), "old1", 1)};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
+}
+
+TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
+  const auto job = EditedJob(2);
+  auto quiet = [&job](std::vector<ObservedReplica> replicas, std::vector<std::string> hashes) {
+    PlanInput in;
+    in.job = &job;
+    in.now = At(1);
+    in.spec_hashes = std::move(hashes);
+    in.replicas = std::move(replicas);
+    Plan p = PlanReconcile(in);
+    EXPECT_EQ(p.status.attempt, 0);
+    EXPECT_TRUE(p.actions.empty());
+    return p;
+  };
+  // An edit that leaves the pods as they were (backoffLimit, say): the hashes match.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "same0", 1),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "same1", 1)},
+        {"same0", "same1"});
+  // Pods of an older operator carry no stamp: no restart on an upgrade.
+  quiet({Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+        {"new0", "new1"});
+  // Pods of this generation built by an operator that builds pods differently: no restart.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "older-build0", 2),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "older-build1", 2)},
+        {"new0", "new1"});
+  // An executor that does not stamp its replicas.
+  quiet({Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+         Stamped(Replica(1, 0, ReplicaPhase::kRunning), "old1", 1)},
+        {});
+  // A finished job is left as it is.
+  auto done = job;
+  done.status.phase = "Succeeded";
+  PlanInput in;
+  in.job = &done;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kSucceeded), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kSucceeded), "old1", 1)};
+  Plan d = PlanReconcile(in);
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_EQ(d.status.attempt, 0);
+}
+
 // Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
 ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
   ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
@@ -1610,17 +1711,11 @@ TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
   EXPECT_EQ(alone.status.restarts, 1);
 }
 
-TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing) {
+TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
                                              Replica(1, 0, ReplicaPhase::kRunning)};
-  // A fresh executor (a controller restart) knows nothing: the missing rank is re-created.
-  Plan fresh = PlanWith(job, {both[0]}, At(10), PlanMemory{});
-  EXPECT_EQ(fresh.status.restarts, 0);
-  EXPECT_FALSE(fresh.status.last_failure.has_value());
-  ASSERT_EQ(Count(fresh, Kind::kCreateReplica), 1);
-  EXPECT_EQ(fresh.actions[0].rank, 1);
-  // The executor's own delete is no failure either.
+  // The executor's own delete is no failure.
   PlanMemory memory = PlanWith(job, both, At(5), PlanMemory{}).memory;
   RecordReplicaDeleted(&memory, both[1].name);
   Plan own = PlanWith(job, {both[0]}, At(10), memory);
@@ -1632,13 +1727,92 @@ TEST(Planner, AVanishedReplicaNobodyRememberedOrTheExecutorDeletedIsJustMissing)
   terminating.terminating = true;
   Plan t = PlanWith(job, {both[0], terminating}, At(5), PlanMemory{});
   EXPECT_EQ(t.memory.seen.count(both[1].name), 0u);
-  // A new attempt forgets the old gang.
+  // A new attempt forgets the old gang (its status as a gang restart leaves it).
   auto next = job;
   next.status.attempt = 1;
+  next.status.phase = "Restarting";
   Plan n = PlanWith(next, {}, At(20), memory);
   EXPECT_TRUE(n.memory.seen.empty());
   EXPECT_EQ(n.memory.seen_attempt, 1);
   EXPECT_FALSE(n.status.last_failure.has_value());
+}
+
+// Pods lost while no operator watched (a drain that evicted the operator with the gang, as on
+// the real cluster: both ranks and the controller evicted at step 3752; the new controller used
+// to re-create them as the same attempt, with no event, no restart and no lost steps).
+TEST(Planner, ReplicasGoneWhileNoOperatorWatchedRestartTheGangUncounted) {
+  auto job = RunningJob(2);
+  job.status.progress = api::Progress{3752, 1, 0, 0, "2026-11-21T10:00:10Z"};
+  // A fresh executor (a controller restart) knows nothing, but the status says the gang ran.
+  Plan p = PlanWith(job, {}, At(30), PlanMemory{});
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "a drain is a disruption: not counted";
+  EXPECT_EQ(p.status.recovery.restart_from_step, 3752) << "the loss is accounted";
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->reason, "Deleted");
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0) << "no pod re-created into the old attempt";
+  bool named = false;
+  for (const auto& e : p.events) {
+    named = named || (e.reason == "GangRestart" &&
+                      e.message.find("job-a0-0, job-a0-1") != std::string::npos &&
+                      e.message.find("no operator watched") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << "an event names the missing replicas";
+  // Next pass: the new attempt is created whole.
+  job.status = p.status;
+  Plan next = PlanWith(job, {}, At(31), p.memory);
+  EXPECT_EQ(Count(next, Kind::kCreateReplica), 2);
+  for (const auto& a : next.actions) EXPECT_EQ(a.attempt, 1);
+}
+
+TEST(Planner, AReplicaGoneWhileNoOperatorWatchedIsReplacedInPlaceBesideASurvivor) {
+  auto job = InPlaceJob(2);
+  Plan p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(30), PlanMemory{});
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 0);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(p.status.in_place_recoveries, 1);
+  EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"});
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  // The next pass (Running condition still True through the recovery) creates the replacement
+  // it expects, and takes it for no new loss.
+  job.status = p.status;
+  Plan next = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(31), p.memory);
+  EXPECT_EQ(next.status.in_place_recoveries, 1);
+  ASSERT_EQ(Count(next, Kind::kCreateReplica), 1);
+  EXPECT_EQ(next.actions.back().name, "job-a0-1");
+}
+
+TEST(Planner, MissingReplicasOfAGangThatNeverRanOrWasCleanedUpAreNoLoss) {
+  // The first start: nothing exists yet.
+  auto job = Job(2);
+  job.status.phase = "Pending";
+  Plan first = PlanWith(job, {}, At(1), PlanMemory{});
+  EXPECT_EQ(Count(first, Kind::kCreateReplica), 2);
+  EXPECT_FALSE(first.status.last_failure.has_value());
+  // A new attempt after a gang restart (Running False): its pods are still to create.
+  auto restarted = RunningJob(2);
+  restarted.status.phase = "Restarting";
+  restarted.status.attempt = 1;
+  SetJobCondition(&restarted.status, "Running", false, "RetryableFailure", "x",
+                  "2026-11-21T10:00:00Z");
+  Plan r = PlanWith(restarted, {}, At(2), PlanMemory{});
+  EXPECT_EQ(r.status.attempt, 1);
+  EXPECT_EQ(Count(r, Kind::kCreateReplica), 2);
+  // A finished job whose pods cleanPodPolicy deleted.
+  auto done = RunningJob(2);
+  done.status.phase = "Succeeded";
+  Plan d = PlanWith(done, {}, At(3), PlanMemory{});
+  EXPECT_EQ(d.status.phase, "Succeeded");
+  EXPECT_TRUE(d.actions.empty());
+  // A suspended job.
+  auto suspended = RunningJob(2);
+  suspended.spec.run_policy.suspend = true;
+  Plan s = PlanWith(suspended, {}, At(4), PlanMemory{});
+  EXPECT_EQ(s.status.phase, "Suspended");
+  EXPECT_EQ(s.status.attempt, 0);
 }
 
 // The create-retry gate (moved from the Kubernetes executor): after a refused create the gang is

@@ -70,6 +70,50 @@ TEST(PodBuilderTest, WrongTypedTemplateFieldsNeverThrow) {
   }
 }
 
+// Each pod says what it was built from: a hash of the pod as built and the spec's generation. An
+// edit that changes what a replica runs changes the hash; one that does not (backoffLimit, the
+// deadlines that only bound the gang gate's wait, status.avoidedNodes) keeps it.
+TEST(PodBuilderTest, APodCarriesTheHashOfWhatItWasBuiltFrom) {
+  auto build = [](Json patch, int rank = 1, int generation = 1) {
+    Json spec = {{"replicas", 2}, {"train", {{"epochs", 40}}}};
+    spec.merge_patch(patch);
+    api::TrainingJob job = ParseJob("mnist", "default", spec);
+    job.metadata.generation = generation;
+    return BuildPod(job, 0, rank, PodOptions{});
+  };
+  auto hash = [](const Json& pod) {
+    return pod["metadata"]["annotations"][kSpecHashAnnotation].get<std::string>();
+  };
+  const Json pod = build(Json::object());
+  ASSERT_EQ(hash(pod).size(), 16u);
+  EXPECT_EQ(pod["metadata"]["annotations"][kSpecGenerationAnnotation], "1");
+  EXPECT_EQ(hash(build(Json::object(), 1, 2)), hash(pod)) << "a build is reproducible";
+  EXPECT_NE(hash(build({{"train", {{"epochs", 20}}}})), hash(pod));
+  EXPECT_NE(hash(build({{"image", "example.com/other:1"}})), hash(pod));
+  EXPECT_NE(hash(build(Json::object(), 0)), hash(pod)) << "each rank's own pod";
+  EXPECT_EQ(hash(build({{"runPolicy", {{"backoffLimit", 7}}}})), hash(pod));
+  EXPECT_EQ(hash(build({{"runPolicy", {{"activeDeadlineSeconds", 9000}}}})), hash(pod));
+  EXPECT_EQ(hash(build({{"runPolicy", {{"schedulingTimeoutSeconds", 600}}}})), hash(pod));
+  // Node avoidance follows the status, not the spec.
+  api::TrainingJob avoiding =
+      ParseJob("mnist", "default", {{"replicas", 2}, {"train", {{"epochs", 40}}}});
+  avoiding.metadata.generation = 1;
+  avoiding.status.avoided_nodes.push_back({"node-7", "NodeLost", 0, true});
+  const Json avoided = BuildPod(avoiding, 0, 1, PodOptions{});
+  ASSERT_TRUE(avoided["spec"].contains("affinity"));
+  EXPECT_EQ(hash(avoided), hash(pod));
+  EXPECT_EQ(PodSpecHash(avoiding, 0, 1, PodOptions{}), hash(pod));
+  // Read back from the pod.
+  const reconcile::ObservedReplica r = ObserveReplica(build(Json::object(), 1, 3));
+  EXPECT_EQ(r.spec_hash, hash(pod));
+  EXPECT_EQ(r.spec_generation, 3);
+  Json unstamped = pod;
+  unstamped["metadata"]["annotations"].erase(kSpecHashAnnotation);
+  unstamped["metadata"]["annotations"].erase(kSpecGenerationAnnotation);
+  EXPECT_EQ(ObserveReplica(unstamped).spec_hash, "");
+  EXPECT_EQ(ObserveReplica(unstamped).spec_generation, 0);
+}
+
 TEST(PodSecurityTest, PodIsRestrictedAndTheTemplateMayOverride) {
   Json pod = BuildPod(ParseJob("j", "default", {{"replicas", 1}}), 0, 0, PodOptions{});
   EXPECT_EQ(pod["spec"]["securityContext"],
