@@ -758,6 +758,7 @@ bool Planner::HandleStall() {
     auto t = ParseRfc3339(running->last_transition_time);
     if (t && (!since || *t > *since)) since = t;
   }
+  if (const auto& idle = in_.memory.last_idle; idle && (!since || *idle > *since)) since = idle;
   if (!since) return false;
   const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
@@ -768,6 +769,10 @@ bool Planner::HandleStall() {
   // Past the deadline only a read that succeeded may say "no progress": a failed read is
   // reported, and a read not made this time decides nothing.
   if (!in_.progress) return false;
+  // Nor does a rank 0 that does not train: one starting (a replacement, a new attempt) or a
+  // gang recovering a lost rank. Its rendezvous and recovery timeouts bound that; the deadline
+  // counts again from its first step (a new step resets the progress time).
+  if (in_.progress->reachable && in_.progress->idle) return false;
   if (!in_.progress->reachable) {
     const Condition* before = FindCondition("Stalled");
     std::string why = in_.progress->error.empty() ? "no answer" : in_.progress->error;
@@ -1152,6 +1157,7 @@ Plan PlanReconcile(const PlanInput& in) {
   Plan plan = Planner(observed).Run();
   NoteCheckpointStorage(in, &plan);
   GateCreates(in, &plan);
+  if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
   plan.memory = std::move(memory);
   return plan;
 }

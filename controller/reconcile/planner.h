@@ -119,6 +119,10 @@ struct PlanMemory {
   // at once).
   int failed_creates = 0;
   SteadyTime create_retry_at{};
+  // When rank 0 last said it does not train (starting, recovering): the progress deadline
+  // counts from then at the earliest, as from a step (a rank 0 that trains again after a long
+  // recovery has had no time to step yet).
+  std::optional<WallTime> last_idle;
 };
 
 struct Plan {

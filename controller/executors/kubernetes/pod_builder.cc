@@ -517,7 +517,37 @@ Json OwnerReference(const api::TrainingJob& job) {
           {"uid", job.metadata.uid},        {"controller", true}, {"blockOwnerDeletion", true}};
 }
 
+namespace {
+
+// The pod of that attempt and rank, without its spec-hash stamp and node avoidance.
+void BuildPodUnstamped(const api::TrainingJob& job, int attempt, int rank,
+                       const PodOptions& options, Json* pod_meta_out, Json* spec_out);
+
+}  // namespace
+
 Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options) {
+  Json pod_meta, spec;
+  BuildPodUnstamped(job, attempt, rank, options, &pod_meta, &spec);
+  pod_meta["annotations"][kSpecHashAnnotation] = PodSpecHash(job, attempt, rank);
+  pod_meta["annotations"][kSpecGenerationAnnotation] = std::to_string(job.metadata.generation);
+  AvoidNodes(job, attempt, &spec);
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
+}
+
+// What the spec alone makes of the pod: built with neutral operator options, so an operator
+// upgrade (a new default runner image, another binary path) changes no job's hash, then or at
+// its next edit.
+std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
+  static const PodOptions kNeutral{"ringtrain.dev/default-runner", "ringtrain-runner", "/ckpt"};
+  Json pod_meta, spec;
+  BuildPodUnstamped(job, attempt, rank, kNeutral, &pod_meta, &spec);
+  return BuildHash(pod_meta, spec);
+}
+
+namespace {
+
+void BuildPodUnstamped(const api::TrainingJob& job, int attempt, int rank,
+                       const PodOptions& options, Json* pod_meta_out, Json* spec_out) {
   Json tmpl = Json::object();
   if (!job.spec.pod_template_json.empty()) {
     tmpl = Json::parse(job.spec.pod_template_json, nullptr, false);
@@ -578,18 +608,11 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
     spec["schedulerName"] = job.spec.run_policy.scheduler_name;
   }
   JoinGroups(job, &pod_meta, &spec);
-  const std::string hash = BuildHash(pod_meta, spec);
-  pod_meta["annotations"][kSpecHashAnnotation] = hash;
-  pod_meta["annotations"][kSpecGenerationAnnotation] = std::to_string(job.metadata.generation);
-  AvoidNodes(job, attempt, &spec);
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
+  *pod_meta_out = std::move(pod_meta);
+  *spec_out = std::move(spec);
 }
 
-std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank,
-                        const PodOptions& options) {
-  return StringAt(BuildPod(job, attempt, rank, options)["metadata"]["annotations"],
-                  kSpecHashAnnotation);
-}
+}  // namespace
 
 Json BuildService(const api::TrainingJob& job) {
   return {{"apiVersion", "v1"},

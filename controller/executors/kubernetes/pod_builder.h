@@ -65,9 +65,9 @@ std::string ServiceName(const std::string& job);
 std::string MasterAddr(const api::TrainingJob& job, int attempt);
 
 Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options);
-// The kSpecHashAnnotation BuildPod gives the pod of that attempt and rank.
-std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank,
-                        const PodOptions& options);
+// The kSpecHashAnnotation BuildPod gives the pod of that attempt and rank: a hash of the pod
+// the spec makes, whatever this operator's PodOptions (an upgrade changes no job's hash).
+std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank);
 Json BuildService(const api::TrainingJob& job);
 Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
 // The PVC of spec.checkpoint.volumeClaim, owned by the job (nullopt without one).

@@ -542,7 +542,7 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
                r.spec_generation != job.metadata.generation;
       });
   for (int rank = 0; edited && rank < job.spec.replicas; ++rank) {
-    pass.in.spec_hashes.push_back(PodSpecHash(job, job.status.attempt, rank, options_.pods));
+    pass.in.spec_hashes.push_back(PodSpecHash(job, job.status.attempt, rank));
   }
   return std::nullopt;
 }

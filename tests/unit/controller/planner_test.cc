@@ -2126,3 +2126,64 @@ TEST(PlannerProgress, ARankZeroThatDoesNotTrainKeepsTheLastStepAtNoSpeed) {
 
 }  // namespace
 }  // namespace ringtrain::reconcile
+
+namespace ringtrain::reconcile {
+namespace {
+
+// Rank 0 replaced in place (its pod deleted by someone: a free loss). The replacement reaches
+// Running 400 s after the last step seen and says "starting": the gang is recovering, not
+// stalled, and the progress deadline gives no verdict on a rank 0 that does not train (its
+// rendezvous and recovery timeouts bound that). Found by the final review of this change: the
+// step 0 such a rank reports used to restart the deadline's clock.
+TEST(PlannerProgress, ARankZeroStartingAsAReplacementPastTheDeadlineIsNoStall) {
+  auto job = InPlaceJob(2);
+  job.spec.run_policy.progress_deadline_seconds = 300;
+  job.status.phase = "Restarting";
+  job.status.in_place_recoveries = 1;
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+  job.status.replaced_pods = {ReplicaName("job", 0, 0)};
+  contract::RunnerStatus read;
+  read.state = "starting";
+  read.step = 0;
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  Plan p = PlanWithProgress(job, gang, At(400), ObserveRunnerStatus(read));
+  EXPECT_EQ(p.status.phase, "Running");
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 0);
+  // The same for survivors that say "recovering".
+  read.state = "recovering";
+  read.step = 5630;
+  job.status.phase = "Running";
+  job.status.replaced_pods.clear();
+  p = PlanWithProgress(job, gang, At(400), ObserveRunnerStatus(read));
+  EXPECT_EQ(p.status.phase, "Running");
+  EXPECT_EQ(p.status.restarts, 0);
+  // Trains again, its first step not yet reported: the deadline counts from the last time it
+  // did not train, as from a step; a deadline later with no step, it is a stall.
+  PlanInput in;
+  in.job = &job;
+  in.replicas = gang;
+  in.now = At(400);
+  in.progress = ObserveRunnerStatus(read);
+  PlanMemory memory = PlanReconcile(in).memory;
+  read.state = "running";
+  read.step = 5628;
+  in.progress = ObserveRunnerStatus(read);
+  in.memory = memory;
+  in.now = At(401);
+  p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Running");
+  in.now = At(701);
+  p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(Cond(p.status, "Stalled")->status, "True");
+  // Without that memory (a restarted operator), the same read is judged from the last step.
+  in.memory = PlanMemory{};
+  in.now = At(401);
+  EXPECT_EQ(PlanReconcile(in).status.phase, "Restarting");
+}
+
+}  // namespace
+}  // namespace ringtrain::reconcile

@@ -9,6 +9,9 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
+
+#include "controller/reconcile/planner.h"
 
 namespace ringtrain::op {
 namespace {
@@ -102,7 +105,7 @@ TEST(PodBuilderTest, APodCarriesTheHashOfWhatItWasBuiltFrom) {
   const Json avoided = BuildPod(avoiding, 0, 1, PodOptions{});
   ASSERT_TRUE(avoided["spec"].contains("affinity"));
   EXPECT_EQ(hash(avoided), hash(pod));
-  EXPECT_EQ(PodSpecHash(avoiding, 0, 1, PodOptions{}), hash(pod));
+  EXPECT_EQ(PodSpecHash(avoiding, 0, 1), hash(pod));
   // Read back from the pod.
   const reconcile::ObservedReplica r = ObserveReplica(build(Json::object(), 1, 3));
   EXPECT_EQ(r.spec_hash, hash(pod));
@@ -596,6 +599,45 @@ TEST(PodBuilderTest, APodRejectedBeforeItRanIsRetryable) {
   r = ObserveReplica(pod);
   EXPECT_FALSE(r.never_ran);
   EXPECT_FALSE(reconcile::IsRetryable(r));
+}
+
+}  // namespace
+}  // namespace ringtrain::op
+
+namespace ringtrain::op {
+namespace {
+
+// An operator upgrade changes its --runner-image (the chart follows its appVersion); a later
+// edit that leaves the pods as they are (backoffLimit) must restart nothing, though the pods
+// were stamped by the previous release. Found by the final review of this change.
+TEST(PodBuilderTest, AnUpgradeThenAnEditThatLeavesThePodsRestartsNothing) {
+  Json spec = {{"replicas", 2}, {"train", {{"epochs", 40}}}};
+  api::TrainingJob job = ParseJob("mnist", "default", spec);
+  job.metadata.generation = 1;
+  const PodOptions old_release{"ghcr.io/ringtrain/ringtrain-runner:0.1.0"};
+  std::vector<reconcile::ObservedReplica> replicas;
+  for (int rank = 0; rank < 2; ++rank) {
+    Json pod = BuildPod(job, 0, rank, old_release);
+    pod["status"] = {{"phase", "Running"}};
+    replicas.push_back(ObserveReplica(pod));
+  }
+  spec["runPolicy"] = {{"backoffLimit", 7}};
+  api::TrainingJob edited = ParseJob("mnist", "default", spec);
+  edited.metadata.generation = 2;
+  edited.status.phase = "Running";
+  reconcile::PlanInput in;
+  in.job = &edited;
+  in.replicas = replicas;
+  in.now = std::chrono::system_clock::now();
+  for (int rank = 0; rank < 2; ++rank) in.spec_hashes.push_back(PodSpecHash(edited, 0, rank));
+  const reconcile::Plan p = reconcile::PlanReconcile(in);
+  EXPECT_NE(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 0);
+  // The pod an upgraded operator builds carries the same hash as the old release's.
+  EXPECT_EQ(
+      replicas[1].spec_hash,
+      ObserveReplica(BuildPod(job, 0, 1, PodOptions{"ghcr.io/ringtrain/ringtrain-runner:0.2.0"}))
+          .spec_hash);
 }
 
 }  // namespace
