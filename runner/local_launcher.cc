@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -55,20 +56,28 @@ std::string StartTimeOf(const std::string& pid) {
   return "";
 }
 
-// This process as the folder's name carries it: "<pid namespace>-<pid>-<start time>".
+// This process as the folder's name carries it: "<pid namespace>.<boot>-<pid>-<start time>".
+// The boot (the first 8 hex digits of the kernel's boot_id) tells hosts apart: every host's
+// initial pid namespace has the same number, and a $TMPDIR may be shared (NFS scratch).
 std::string OwnerTag() {
   char ns[64] = {};  // "pid:[4026531836]"
   const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof(ns) - 1);
   std::string id = n > 0 ? std::string(ns, static_cast<std::size_t>(n)) : "";
   id.erase(std::remove_if(id.begin(), id.end(), [](char c) { return c < '0' || c > '9'; }),
            id.end());
+  std::string boot = ReadFirstLine("/proc/sys/kernel/random/boot_id").substr(0, 8);
+  boot.erase(std::remove_if(boot.begin(), boot.end(),
+                            [](char c) { return !std::isxdigit(static_cast<unsigned char>(c)); }),
+             boot.end());
   const std::string pid = std::to_string(::getpid());
-  return (id.empty() ? "0" : id) + "-" + pid + "-" + StartTimeOf(pid);
+  return (id.empty() ? "0" : id) + "." + (boot.empty() ? "0" : boot) + "-" + pid + "-" +
+         StartTimeOf(pid);
 }
 
 // Removes the folders of launchers that were killed before they could (SIGKILL, the end of a
-// grace period): ours, in this pid namespace, whose process no longer runs. A folder of
-// another namespace (a container sharing this $TMPDIR) or of another user is left alone.
+// grace period): ours, in this pid namespace of this host's boot, whose process no longer runs.
+// A folder of another namespace (a container sharing this $TMPDIR), another host or another
+// user is left alone.
 void RemoveFoldersOfDeadLaunchers(const std::filesystem::path& tmp, const std::string& own_tag) {
   const std::string ns = own_tag.substr(0, own_tag.find('-'));
   std::error_code ec;

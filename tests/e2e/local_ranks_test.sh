@@ -98,7 +98,7 @@ done
 
 # 4. A launcher killed outright (SIGKILL: a second Ctrl-C, the end of a grace period) cannot
 # remove its folder; the next launcher here does, and leaves the folders of a launcher that
-# still runs, of another pid namespace, and of an earlier version (no owner in the name).
+# still runs, of another pid namespace or host, and of an earlier version (no owner in the name).
 port=$(free_port)
 RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$port" "$WORK/kill.log" --epochs 1
 pod=$LAST_PID
@@ -112,12 +112,13 @@ for c in $children; do  # their parent-death signal
   wait_until 30 "rank $c ended with its launcher" bash -c "! kill -0 $c 2>/dev/null"
 done
 [ -d "$folder" ] || fail "no folder $folder after the launcher was killed"
-ns=$(readlink /proc/self/ns/pid | tr -dc 0-9)
+ns=$(readlink /proc/self/ns/pid | tr -dc 0-9).$(cut -c1-8 /proc/sys/kernel/random/boot_id)
 start=$(sed 's/.*) //' "/proc/$$/stat" | cut -d' ' -f20)
 live=$TMPDIR/ringtrain-ranks-$ns-$$-$start-live01
 foreign=$TMPDIR/ringtrain-ranks-1$ns-$$-1-other1
+other_host=$TMPDIR/ringtrain-ranks-${ns%.*}.0badb007-$$-1-host01
 old=$TMPDIR/ringtrain-ranks-Ab12Cd
-mkdir -p "$live" "$foreign" "$old"
+mkdir -p "$live" "$foreign" "$other_host" "$old"
 port=$(free_port)
 start_node 0 2 "$port" "$WORK/next.log" --epochs 1 --max-steps 5
 wait_exit "$LAST_PID" 300
@@ -125,7 +126,7 @@ wait_exit "$LAST_PID" 300
 [ ! -e "$folder" ] || fail "the next launcher left $folder, whose launcher was killed"
 grep -q "removed $folder, left by a launcher that was killed" "$WORK/next.log" ||
   fail "the next launcher did not say it removed $folder"
-for keep in "$live" "$foreign" "$old"; do
+for keep in "$live" "$foreign" "$other_host" "$old"; do
   [ -d "$keep" ] || fail "the next launcher removed $keep"
 done
 echo PASS
