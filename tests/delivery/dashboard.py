@@ -400,7 +400,7 @@ def scenario_check(dash_path, base, scenario_url, timeout):
     settled = [v for t, v in good.items() if t > sc["handover"] + window + 1]
     if not settled or min(settled) < 0.99:
         problems.append(f"{p['title']!r} a window after the recovery: {sorted(settled)[:3]} (want 1): {expr}")
-    # Training loss while rank 0's replacement waits for the state (it exports 0, no loss yet):
+    # Training loss while rank 0's replacement waits for the state (it has no loss yet):
     # the survivor's loss, not half of it.
     p = panel(dash, "Training loss")
     expr = substitute(p["targets"][0]["expr"], values)

@@ -58,6 +58,26 @@ class ReconcilerTest : public ::testing::Test {
     ASSERT_TRUE(client_.Create(kube::kTrainingJobs, "default", job).ok());
     cache_.CatchUp(client_);
   }
+  // The job created, its two pods placed and running, the job Running: a gang at work.
+  void RunTwoRankGang(const Json& job) {
+    ASSERT_NO_FATAL_FAILURE(CreateJob(job));
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    SetPodPhase("mnist-a0-0", "Running");
+    SetPodPhase("mnist-a0-1", "Running");
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    ASSERT_EQ(Status()["phase"], "Running");
+  }
+  // RunTwoRankGang, then rank 1's pod deleted by someone and one pass over it; the survivor's
+  // pod UID in *survivor_uid.
+  void DeleteRankOneOfARunningGang(std::string* survivor_uid) {
+    ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+    *survivor_uid = client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid");
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  }
   Json Status() { return client_.Get(kube::kTrainingJobs, "default", "mnist")->at("status"); }
   void SetPodPhase(const std::string& name, const std::string& phase, int exit_code = -1) {
     Json pod = *client_.Get(kube::kPods, "default", name);
@@ -134,13 +154,7 @@ TEST_F(ReconcilerTest, RetryableExitRestartsTheWholeGangAndPermanentExitFails) {
 }
 
 TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
-  CreateJob(Job(2, kGangRestart));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2, kGangRestart)));
   cache_.CatchUp(client_);
   ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
   cache_.CatchUp(client_);
@@ -159,13 +173,7 @@ TEST_F(ReconcilerTest, PodsFailedOnlyByTheirSidecarAfterTheRunnerSucceededRecord
   std::ifstream in(std::string(RINGTRAIN_SOURCE_DIR) +
                    "/tests/integration/operator/testdata/real-pod-sidecar-failed.json");
   const Json recorded = Json::parse(in);
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
   for (int r = 0; r < 2; ++r) {
     const std::string name = "mnist-a0-" + std::to_string(r);
     Json pod = *client_.Get(kube::kPods, "default", name);
@@ -183,19 +191,8 @@ TEST_F(ReconcilerTest, PodsFailedOnlyByTheirSidecarAfterTheRunnerSucceededRecord
 // runPolicy.recovery InPlace (the default): only the deleted pod comes back, under its own name
 // in the same attempt; the survivor keeps running (same UID) and hands its state over.
 TEST_F(ReconcilerTest, APodDeletedBySomeoneIsReplacedAloneInPlace) {
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
-  const std::string survivor_uid =
-      client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  std::string survivor_uid;
+  ASSERT_NO_FATAL_FAILURE(DeleteRankOneOfARunningGang(&survivor_uid));
   EXPECT_EQ(Status()["phase"], "Restarting");
   EXPECT_EQ(Status()["attempt"], 0);
   EXPECT_EQ(Status()["restarts"], 0) << "a deleted pod is not counted against backoffLimit";
@@ -323,13 +320,8 @@ Json Condition(const Json& status, const std::string& type) {
 // and like one deleted pod (replaced in place, uncounted) that spends nothing of backoffLimit.
 // It used to be a RetryableFailure counted against it: with backoffLimit 0, the job failed.
 TEST_F(ReconcilerTest, BothPodsDeletedBySomeoneRestartTheGangUncountedAsRecordedOnARealCluster) {
-  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}}}}}}));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(
+      RunTwoRankGang(Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}}}}}})));
   auto deleted = [&](const std::string& name, bool exited) {
     Json pod = *client_.Get(kube::kPods, "default", name);
     pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
@@ -748,19 +740,8 @@ TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
 // the replacement is retried after the backoff. It used to delete the survivor, which made the
 // free in-place recovery a counted gang restart.
 TEST_F(FailedCreateTest, ARefusedReplacementKeepsTheSurvivorsAndIsRetried) {
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
-  const std::string survivor_uid =
-      client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  std::string survivor_uid;
+  ASSERT_NO_FATAL_FAILURE(DeleteRankOneOfARunningGang(&survivor_uid));
   ASSERT_EQ(Status()["inPlaceRecoveries"], 1);
   const int deletes = client_.CountWrites("delete", "pods");
 
@@ -814,13 +795,8 @@ TEST_F(FailedCreateTest, ARefusedReplacementKeepsTheSurvivorsAndIsRetried) {
 // (their own recovery timeout, 120 s, usually ends it first: they fail and the gang restarts):
 // then the job fails with the API's words, and the survivors are released.
 TEST_F(FailedCreateTest, ARefusedReplacementIsBoundedByTheSchedulingTimeout) {
-  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"schedulingTimeoutSeconds", 60}}}}}}));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(
+      RunTwoRankGang(Job(2, {{"spec", {{"runPolicy", {{"schedulingTimeoutSeconds", 60}}}}}})));
   cache_.CatchUp(client_);
   ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
   cache_.CatchUp(client_);
@@ -859,13 +835,7 @@ TEST_F(FailedCreateTest, ARefusedReplacementIsBoundedByTheSchedulingTimeout) {
 
 // Issue 9 item 7: a new world is a new attempt, never a pod of it beside the old ranks.
 TEST_F(ReconcilerTest, ResizeRestartsTheGangWithoutMixingWorlds) {
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
   Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
   job["spec"]["replicas"] = 3;
   client_.Set(kube::kTrainingJobs, "default", job);
@@ -900,13 +870,7 @@ TEST_F(ReconcilerTest, ResizeRestartsTheGangWithoutMixingWorlds) {
 // gang (--epochs 40): it finished alone at step 9380 while rank 0 waited for it, and the job lost
 // every step. The edit now restarts the gang as a whole from the new spec, not counted.
 TEST_F(ReconcilerTest, AnEditOfWhatThePodsRunRestartsTheGangFromTheNewSpec) {
-  CreateJob(Job(2, {{"spec", {{"train", {{"epochs", 40}}}}}}));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2, {{"spec", {{"train", {{"epochs", 40}}}}}})));
   auto args = [](const Json& pod) { return pod["spec"]["containers"][0]["args"].dump(); };
   ASSERT_NE(args(*client_.Get(kube::kPods, "default", "mnist-a0-0")).find(R"("--epochs","40")"),
             std::string::npos);
@@ -951,13 +915,7 @@ TEST_F(ReconcilerTest, AnEditOfWhatThePodsRunRestartsTheGangFromTheNewSpec) {
 
 // An edit that leaves the pods as they are (backoffLimit here) restarts nothing.
 TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
   Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
   job["spec"]["runPolicy"]["backoffLimit"] = 9;
   job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 86400;
@@ -976,13 +934,7 @@ TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
 // the new operator re-created the pods as the same attempt, and nothing on the job said that
 // anything had happened. A new operator (fresh memory) now restarts the gang, not counted.
 TEST_F(ReconcilerTest, PodsLostWhileTheOperatorWasDownRestartTheGang) {
-  CreateJob(Job(2));
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  SetPodPhase("mnist-a0-0", "Running");
-  SetPodPhase("mnist-a0-1", "Running");
-  cache_.CatchUp(client_);
-  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  ASSERT_EQ(Status()["phase"], "Running");
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
   // The drain: the operator and both pods go.
   ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", {}).ok());
   ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
