@@ -24,6 +24,23 @@ rank_folder() {
   dirname "$log"
 }
 
+# start_waiting_pod LOG: one pod of a world of 4 whose two ranks wait in the rendezvous for a
+# node that never comes; sets pod (the launcher), children (its ranks) and folder (theirs).
+start_waiting_pod() {
+  RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$(free_port)" "$1" --epochs 1
+  pod=$LAST_PID
+  wait_until 120 "both local ranks in the rendezvous" \
+    bash -c "[ \$(grep -c 'loaded' '$1') -ge 2 ]"
+  children=$(pgrep -P "$pod" || true)
+  folder=$(rank_folder "$(echo "$children" | head -n 1)")
+}
+# no_rank_outlived: none of $children still runs.
+no_rank_outlived() {
+  for c in $children; do
+    if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
+  done
+}
+
 # start_node NODE WORLD PORT LOG [runner flags...]
 start_node() {
   local node=$1 world=$2 port=$3 log=$4
@@ -73,18 +90,10 @@ echo "launcher exit code: $RC"
 grep -q "local rank" "$WORK/pod.log.termination" || fail "termination message does not name the rank"
 no_rank_folder_left "a pod whose rank died"
 [ ! -e "$folder" ] || fail "a pod whose rank died: $folder left behind"
-for c in $children; do
-  if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
-done
+no_rank_outlived
 
 # 3. SIGTERM (a deleted pod) while the pod's ranks wait for a node that never comes.
-port=$(free_port)
-RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$port" "$WORK/term.log" --epochs 1
-pod=$LAST_PID
-wait_until 120 "both local ranks in the rendezvous" \
-  bash -c "[ \$(grep -c 'loaded' '$WORK/term.log') -ge 2 ]"
-children=$(pgrep -P "$pod" || true)
-folder=$(rank_folder "$(echo "$children" | head -n 1)")
+start_waiting_pod "$WORK/term.log"
 sleep 0.5
 kill -TERM "$pod"
 # Far below the 300 s rendezvous timeout and the launcher's 15 s grace; generous for CI.
@@ -92,20 +101,12 @@ wait_exit "$pod" 30
 [ "$RC" = 143 ] || fail "launcher exited $RC after SIGTERM, expected 143"
 no_rank_folder_left "a pod stopped by SIGTERM"
 [ ! -e "$folder" ] || fail "a pod stopped by SIGTERM: $folder left behind"
-for c in $children; do
-  if kill -0 "$c" 2>/dev/null; then fail "rank process $c outlived its launcher"; fi
-done
+no_rank_outlived
 
 # 4. A launcher killed outright (SIGKILL: a second Ctrl-C, the end of a grace period) cannot
 # remove its folder; the next launcher here does, and leaves the folders of a launcher that
 # still runs, of another pid namespace or host, and of an earlier version (no owner in the name).
-port=$(free_port)
-RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS=300 start_node 0 4 "$port" "$WORK/kill.log" --epochs 1
-pod=$LAST_PID
-wait_until 120 "both local ranks in the rendezvous" \
-  bash -c "[ \$(grep -c 'loaded' '$WORK/kill.log') -ge 2 ]"
-children=$(pgrep -P "$pod" || true)
-folder=$(rank_folder "$(echo "$children" | head -n 1)")
+start_waiting_pod "$WORK/kill.log"
 kill -KILL "$pod"
 wait_exit "$pod" 30
 for c in $children; do  # their parent-death signal
