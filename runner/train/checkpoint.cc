@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "common/stop.h"
 
@@ -57,6 +58,54 @@ static_assert(sizeof(HeaderV1) == 56 && sizeof(HeaderV2) == 72);
 std::string ModelRecord(const CheckpointModel& m) { return m.architecture + "\n" + m.features; }
 
 std::string Quoted(const std::string& s) { return s.empty() ? "(none)" : "\"" + s + "\""; }
+
+// The number of values a recorded shape ("784", "1x28x28") or an architecture's input
+// ("input=1x28x28;...") holds; 0 when the text is not such a shape.
+std::uint64_t ShapeValues(std::string_view text) {
+  std::uint64_t values = 1;
+  while (true) {
+    const std::size_t x = text.find('x');
+    const std::string_view dim = text.substr(0, x);
+    std::uint64_t n = 0;
+    if (dim.empty() || dim.size() > 9) return 0;
+    for (const char c : dim) {
+      if (c < '0' || c > '9') return 0;
+      n = n * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (n == 0) return 0;
+    values *= n;
+    if (x == std::string_view::npos) return values;
+    text.remove_prefix(x + 1);
+  }
+}
+
+// Whether a checkpoint written for `had` computes exactly what the job's model `want` does
+// although their records differ: both architectures begin with a flatten and agree on every
+// layer after their input, and both inputs hold as many values. A flatten reads the values of
+// a sample in the order the dataset stores them whatever shape was declared, so the
+// parameters mean the same. This is how builds before the declared CSV shape recorded a CSV
+// job that declares a 3-D `inputShape` ("input=784x1x1", features "784"; now "1x28x28").
+bool SameComputation(const CheckpointModel& had, const CheckpointModel& want) {
+  constexpr std::string_view kInput = "input=";
+  constexpr std::string_view kFlattenFirst = ";flatten;";
+  auto split = [&](std::string_view arch, std::string_view* input, std::string_view* rest) {
+    if (!arch.starts_with(kInput)) return false;
+    arch.remove_prefix(kInput.size());
+    const std::size_t semi = arch.find(';');
+    if (semi == std::string_view::npos) return false;
+    *input = arch.substr(0, semi);
+    *rest = arch.substr(semi);
+    return rest->starts_with(kFlattenFirst);
+  };
+  std::string_view had_input, had_rest, want_input, want_rest;
+  if (!split(had.architecture, &had_input, &had_rest) ||
+      !split(want.architecture, &want_input, &want_rest) || had_rest != want_rest) {
+    return false;
+  }
+  const std::uint64_t values = ShapeValues(want_input);
+  return values != 0 && ShapeValues(had_input) == values && ShapeValues(had.features) == values &&
+         ShapeValues(want.features) == values;
+}
 
 template <typename Header>
 std::uint32_t Crc(const Header& h, const std::string& record, std::span<const float> a,
@@ -246,12 +295,19 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
             " (start it with an empty checkpoint directory or another job name)");
       }
     } else if (out.model != want) {
-      return FailedPrecondition(
-          path + ": written for another model: the checkpoint's architecture is " +
-          Quoted(out.model.architecture) + " on data of shape " + Quoted(out.model.features) +
-          ", this job's is " + Quoted(want.architecture) + " on data of shape " +
-          Quoted(want.features) +
-          " (start it with an empty checkpoint directory or another job name)");
+      if (!SameComputation(out.model, want)) {
+        return FailedPrecondition(
+            path + ": written for another model: the checkpoint's architecture is " +
+            Quoted(out.model.architecture) + " on data of shape " + Quoted(out.model.features) +
+            ", this job's is " + Quoted(want.architecture) + " on data of shape " +
+            Quoted(want.features) +
+            " (start it with an empty checkpoint directory or another job name)");
+      }
+      spdlog::info(
+          "{}: written for input {} ({}), this job declares {} ({}); the model begins "
+          "with a flatten, so the parameters mean the same and it resumes",
+          path, Quoted(out.model.features), out.model.architecture, Quoted(want.features),
+          want.architecture);
     }
   }
   if (!same_model) {

@@ -386,6 +386,50 @@ TEST_F(CheckpointTest, AnotherDataShapeIsPermanentNamingBoth) {
   EXPECT_NE(st.status().message().find("\"4\""), std::string::npos) << st.status().message();
 }
 
+// Builds before the declared CSV shape recorded a CSV job that declares inputShape [1, 2, 2] as
+// flat: the model begins with a flatten, so the parameters mean the same and it resumes.
+TEST_F(CheckpointTest, AFlatRecordOfTheSameValuesResumesAModelThatBeginsWithAFlatten) {
+  const std::string layers = ";flatten;dense(units=10);relu;loss=softmax_cross_entropy";
+  ASSERT_TRUE(WriteModel(5, CheckpointModel{"input=4x1x1" + layers, "4"}).ok());
+  const ExpectedModel declared = Expect(CheckpointModel{"input=1x2x2" + layers, "1x2x2"}, false);
+  auto st = LoadNewestCheckpoint(dir_, kParams, kState, &declared);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 5);
+  EXPECT_EQ(st->model.features, "4");  // as recorded
+  EXPECT_EQ(st->params, std::vector<float>(kParams, 0.5f));
+}
+
+TEST_F(CheckpointTest, AnotherShapeStaysRefusedUnlessTheSameLayersBeginWithAFlattenOfAsManyValues) {
+  struct Case {
+    std::string what;
+    CheckpointModel had, want;
+  };
+  const std::string dense = ";dense(units=10);loss=softmax_cross_entropy";
+  const std::string conv = ";conv2d(filters=1,kernel=1,stride=1,padding=valid);flatten" + dense;
+  const std::vector<Case> cases = {
+      {"a convolution first", {"input=4x1x1" + conv, "4"}, {"input=1x2x2" + conv, "1x2x2"}},
+      {"more values",
+       {"input=4x1x1;flatten" + dense, "4"},
+       {"input=1x3x3;flatten" + dense, "1x3x3"}},
+      {"other layers",
+       {"input=4x1x1;flatten;dense(units=12);loss=softmax_cross_entropy", "4"},
+       {"input=1x2x2;flatten" + dense, "1x2x2"}},
+      {"a record that is not a shape",
+       {"input=4x1x1;flatten" + dense, "four"},
+       {"input=1x2x2;flatten" + dense, "1x2x2"}},
+  };
+  for (const Case& c : cases) {
+    std::filesystem::remove_all(dir_);
+    ASSERT_TRUE(WriteModel(5, c.had).ok()) << c.what;
+    const ExpectedModel want = Expect(c.want, false);
+    auto st = LoadNewestCheckpoint(dir_, kParams, kState, &want);
+    ASSERT_FALSE(st.ok()) << c.what;
+    EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition) << c.what;
+    EXPECT_NE(st.status().message().find("written for another model"), std::string::npos)
+        << c.what << ": " << st.status().message();
+  }
+}
+
 TEST_F(CheckpointTest, UnrecordedCheckpointsResumeThePresetsOnly) {
   ASSERT_TRUE(Write(3, 1.0f).ok());  // no model recorded: the second format
   const ExpectedModel preset = Expect(kRelu, true);

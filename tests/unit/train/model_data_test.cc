@@ -79,6 +79,40 @@ TEST_F(ModelDataTest, TheDeclaredInputShapeReshapesTheTableAsValidateDoes) {
       << loaded.status().message();
 }
 
+// A checkpoint of the mlp preset written when a CSV job's declared [1, 28, 28] was recorded as 784
+// flat values (builds before the declared CSV shape) resumes the same job now that it is
+// recorded as 1x28x28: the preset begins with a flatten, so the parameters mean the same. The
+// cnn preset's records of the two shapes are still told apart.
+TEST_F(ModelDataTest, TheMlpPresetResumesACheckpointRecordedWithTheFlatShapeOfItsCsv) {
+  TrainConfig config;
+  config.model.name = "mlp";
+  const DataShape flat{model::Shape{784, 1, 1}, 10, false};
+  const DataShape declared{model::Shape{1, 28, 28}, 10, false};
+  auto old_spec = ResolveModelSpec(config, flat);
+  auto new_spec = ResolveModelSpec(config, declared);
+  ASSERT_TRUE(old_spec.ok() && new_spec.ok());
+  const ExpectedModel old_model = CheckpointModelOf(*old_spec, flat, true);
+  const ExpectedModel new_model = CheckpointModelOf(*new_spec, declared, true);
+  ASSERT_NE(old_model.model, new_model.model);  // what made it refused before
+  const std::string ckpt = (dir_ / "ckpt").string();
+  const std::vector<float> params(8, 0.5f), state(4, 0.25f);
+  CheckpointPosition pos;
+  pos.global_step = 7;
+  pos.world_size = 2;
+  ASSERT_TRUE(WriteCheckpoint(ckpt, pos, old_model.model, params, state, 2).ok());
+  auto resumed = LoadNewestCheckpoint(ckpt, params.size(), state.size(), &new_model);
+  ASSERT_TRUE(resumed.ok()) << resumed.status().ToString();
+  EXPECT_EQ(resumed->global_step, 7);
+
+  config.model.name = "cnn";
+  auto cnn = ResolveModelSpec(config, declared);
+  ASSERT_TRUE(cnn.ok()) << cnn.status().ToString();
+  const ExpectedModel cnn_model = CheckpointModelOf(*cnn, declared, true);
+  auto refused = LoadNewestCheckpoint(ckpt, params.size(), state.size(), &cnn_model);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+}
+
 // The spec's classes reach the IDX reader: 12 classes load when the spec says 12, and are refused
 // by the model check, naming the labels file and the classes, when nothing says more than 10.
 TEST_F(ModelDataTest, IdxWithMoreThanTenClassesLoadsWithTheSpecsClasses) {
