@@ -1,6 +1,7 @@
 #include "controller/reconcile/planner.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -971,10 +972,16 @@ bool IsRetryable(const ObservedReplica& r) {
   // The runtime could not start the program (not found, not executable): exit 128 from the
   // kubelet, but no restart finds a missing program. Other start errors (a GPU runtime hook, a
   // cgroup) belong to the node and are retried.
+  // containerd words them in lower case ("no such file or directory"), `ringtrain run` with
+  // strerror's ("No such file or directory"): compared in lower case.
   if (r.reason == "StartError") {
-    for (const char* missing : {"executable file not found", "no such file or directory",
-                                "not found on PATH", "permission denied"}) {
-      if (r.message.find(missing) != std::string::npos) return false;
+    std::string message = r.message;
+    std::transform(message.begin(), message.end(), message.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    for (const char* missing :
+         {"executable file not found", "no such file or directory", "not found on path",
+          "permission denied", "not a directory", "exec format error"}) {
+      if (message.find(missing) != std::string::npos) return false;
     }
     return true;
   }

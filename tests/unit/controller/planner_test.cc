@@ -1395,6 +1395,19 @@ TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   ObservedReplica hook = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
   hook.message = "nvidia-container-cli: initialization error: driver not loaded";
   EXPECT_TRUE(IsRetryable(hook));
+  // `ringtrain run`'s words (common/process.cc: strerror's capitals) for what no restart finds:
+  // a path that does not exist, a file that is not executable, a missing workingDir, a binary
+  // of another machine.
+  for (const char* local :
+       {"exec \"./nope.sh\": No such file or directory (relative to the workingDir /tmp/w)",
+        "exec \"/data/train.sh\": Permission denied",
+        "workingDir \"/nope\": No such file or directory",
+        "workingDir \"/etc/hosts\": Not a directory",
+        "exec \"/bin/x\": Exec format error (not a binary for this machine, and no #! line)"}) {
+    ObservedReplica r = Replica(0, 0, ReplicaPhase::kFailed, 126, "StartError");
+    r.message = local;
+    EXPECT_FALSE(IsRetryable(r)) << local;
+  }
 }
 
 TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
