@@ -17,9 +17,11 @@ struct RunnerStatus {
   int epoch = 0;
   double samples_per_second = 0;
   double loss = 0;
-  // starting | running | recovering | evaluating | succeeded | failed; "" if absent.
+  // starting | running | stalled | recovering | evaluating | succeeded | failed; "" if absent.
   // "recovering": rank 0 lost a peer and waits, keeping its state, for the gang to train again
   // in place; its samples/s reads 0 until then and its step is the last one it reported.
+  // "stalled": rank 0 trains but completed no step for longer than its stall threshold (a hung
+  // peer, a starved input); its samples/s reads 0 and its step is the last one it reported.
   std::string state;
   std::string resume_warning;    // "" unless rank 0 could resume from none of its checkpoints
   std::int64_t start_step = -1;  // where this run started (contract::kStatusStartStep); -1 absent

@@ -21,6 +21,8 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.samples_per_second = read->samples_per_second;
   p.loss = read->loss;
   // Before it trains, a runner knows neither where it starts nor what its gang recovered.
+  // "stalled" trains without progress (its samples/s reads 0): not idle, so the progress
+  // deadline judges it.
   p.training = !read->state.empty() && read->state != "starting";
   p.idle = read->state == "starting" || read->state == "recovering";
   p.start_step = read->start_step;

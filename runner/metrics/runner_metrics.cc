@@ -1,12 +1,16 @@
 #include "runner/metrics/runner_metrics.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
+#include <vector>
 
+#include <prometheus/client_metric.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 #include <spdlog/spdlog.h>
@@ -52,7 +56,10 @@ struct RunnerMetrics::GpuSeries {
 };
 
 RunnerMetrics::RunnerMetrics(const RunnerLabels& labels, const Clock& clock)
-    : registry_(std::make_shared<prometheus::Registry>()), labels_(labels), clock_(&clock) {
+    : registry_(std::make_shared<prometheus::Registry>()),
+      labels_(labels),
+      clock_(&clock),
+      progressed_at_(clock.SteadyNow()) {
   const prometheus::Labels l{
       {"job", labels.job}, {"namespace", labels.ns}, {"rank", std::to_string(labels.rank)}};
   auto& r = *registry_;
@@ -107,9 +114,15 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels, const Clock& clock)
                .Add(l);
   samples_per_second_ = &prometheus::BuildGauge()
                              .Name("ringtrain_samples_per_second")
-                             .Help("This rank's training throughput over the last interval")
+                             .Help(
+                                 "This rank's training throughput over the last report window; "
+                                 "0 while the rank is stalled or recovering")
                              .Register(r)
                              .Add(l);
+  last_step_family_ = GaugeFamily(r, "ringtrain_last_step_timestamp_seconds",
+                                  "Unix time of this rank's last completed training step (no "
+                                  "series before the first); time() minus it is the time since "
+                                  "progress");
   test_accuracy_family_ =
       GaugeFamily(r, "ringtrain_test_accuracy_ratio",
                   "Test accuracy of the last evaluation (0-1; classification models)");
@@ -188,6 +201,17 @@ void RunnerMetrics::ObserveStep(double seconds, int samples) {
   step_seconds_->Observe(seconds);
   samples_->Increment(samples);
   steps_->Increment();
+  Lazy(last_step_, last_step_family_)
+      ->Set(std::chrono::duration<double>(clock_->Now().time_since_epoch()).count());
+  std::lock_guard<std::mutex> lock(mu_);
+  progressed_at_ = clock_->SteadyNow();
+  if (between_steps_) {
+    between_steps_ = false;  // this step waited for that work: not a step time to learn from
+    return;
+  }
+  mean_step_seconds_ = mean_step_seconds_ == 0
+                           ? seconds
+                           : mean_step_seconds_ + kStepTimeWeight * (seconds - mean_step_seconds_);
 }
 void RunnerMetrics::ObserveDataWait(double seconds) { data_wait_->Increment(seconds); }
 void RunnerMetrics::ObserveAllReduce(double seconds, std::size_t bytes) {
@@ -230,11 +254,38 @@ void RunnerMetrics::AccrueRecoveryLocked() const {
   recovery_seconds_->Increment(seconds);
 }
 
+double RunnerMetrics::StallThresholdLocked() const {
+  return std::max(kStallFloorSeconds, kStallStepFactor * mean_step_seconds_);
+}
+
+bool RunnerMetrics::StalledLocked() const {
+  if (progress_.state != "running" || between_steps_) return false;
+  const double since = std::chrono::duration<double>(clock_->SteadyNow() - progressed_at_).count();
+  return since > StallThresholdLocked();
+}
+
+double RunnerMetrics::stall_threshold_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return StallThresholdLocked();
+}
+
+void RunnerMetrics::BeginWorkBetweenSteps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  between_steps_ = true;
+}
+
+void RunnerMetrics::EndWorkBetweenSteps() {
+  std::lock_guard<std::mutex> lock(mu_);
+  between_steps_ = false;
+  progressed_at_ = clock_->SteadyNow();
+}
+
 void RunnerMetrics::BeginRecovery(SteadyTime since) {
   samples_per_second_->Set(0);
   std::lock_guard<std::mutex> lock(mu_);
   progress_.state = "recovering";
   progress_.samples_per_second = 0;
+  between_steps_ = false;  // the failure ended that work
   if (recovering_) return;
   recovering_ = true;
   outage_accrued_ = 0;
@@ -302,20 +353,45 @@ void RunnerMetrics::SetGpuBusy(double ratio) {
 
 void RunnerMetrics::UpdateProgress(const Progress& p) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (p.state == "running" && progress_.state != "running") {
+    progressed_at_ = clock_->SteadyNow();
+    between_steps_ = false;
+  }
   progress_ = p;
 }
 
 Progress RunnerMetrics::progress() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return progress_;
+  Progress p = progress_;
+  if (StalledLocked()) {
+    const double since =
+        std::chrono::duration<double>(clock_->SteadyNow() - progressed_at_).count();
+    p.state = "stalled";
+    p.samples_per_second = 0;
+    if (p.message.empty()) {
+      p.message = fmt::format("no step completed for {:.0f}s (stall threshold {:.0f}s)", since,
+                              StallThresholdLocked());
+    }
+  }
+  return p;
 }
 
 std::string RunnerMetrics::RenderText() const {
+  bool stalled = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     AccrueRecoveryLocked();
+    stalled = StalledLocked();
   }
-  return prometheus::TextSerializer().Serialize(registry_->Collect());
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  if (stalled) {
+    // The gauge keeps the trainer's last report (it sets the next one); a stalled rank reads 0.
+    for (prometheus::MetricFamily& f : families) {
+      if (f.name != "ringtrain_samples_per_second") continue;
+      for (prometheus::ClientMetric& c : f.metric) c.gauge.value = 0;
+    }
+  }
+  return prometheus::TextSerializer().Serialize(families);
 }
 
 namespace {

@@ -36,9 +36,13 @@ struct RunnerLabels {
 
 // What /status reports: job-wide progress as seen by this rank.
 struct Progress {
-  // starting | running | recovering | evaluating | succeeded | failed. "recovering": this rank
-  // lost a peer and waits, keeping its state, for the gang to train again in place (samples/s
-  // reads 0 until the first report after it does); a replacement rank is "starting".
+  // starting | running | stalled | recovering | evaluating | succeeded | failed. "recovering":
+  // this rank lost a peer and waits, keeping its state, for the gang to train again in place
+  // (samples/s reads 0 until the first report after it does); a replacement rank is "starting".
+  // "stalled" is never set by the trainer: RunnerMetrics reads a "running" rank as stalled, with
+  // 0 samples/s, while it has completed no step for longer than its stall threshold (a peer
+  // that hangs in a collective, an input pipeline that starves it), and as running again from
+  // its next step.
   std::string state = "starting";
   int attempt = 0;
   int world_size = 1;
@@ -62,7 +66,17 @@ struct Progress {
 
 class RunnerMetrics {
  public:
-  // `clock` (monotonic time) measures recoveries; it must outlive this object.
+  // A "running" rank reads as stalled when it has completed no step for longer than
+  // max(kStallFloorSeconds, kStallStepFactor × its recent mean step time): the factor leaves
+  // room for a slow step, and the floor for jitter of fast ones (an epoch's input reopening, a
+  // GC pause). The mean is an exponential moving average (weight kStepTimeWeight) of the step
+  // times, so one slow step moves it only a little.
+  static constexpr double kStallFloorSeconds = 10;
+  static constexpr double kStallStepFactor = 10;
+  static constexpr double kStepTimeWeight = 0.1;
+
+  // `clock` measures recoveries and stalls (monotonic time) and stamps the last step (wall
+  // time); it must outlive this object.
   explicit RunnerMetrics(const RunnerLabels& labels, const Clock& clock = SystemClock());
   ~RunnerMetrics();
 
@@ -71,6 +85,9 @@ class RunnerMetrics {
   int port() const;
   void StopServing();
 
+  // A completed step: `seconds` since the previous one completed. It sets
+  // ringtrain_last_step_timestamp_seconds (the clock's wall time; no series before the first
+  // step) and restarts the stall clock.
   void ObserveStep(double seconds, int samples);
   void ObserveDataWait(double seconds);
   void ObserveAllReduce(double seconds, std::size_t bytes);
@@ -114,7 +131,21 @@ class RunnerMetrics {
   void SetGpuSample(const GpuSample& sample);  // an NVML reading (see nvml.h)
   void SetGpuBusy(double ratio);               // CUDA kernel time / step time, 0-1
 
+  // Work between steps that may take long and is no stall: an evaluation, rank 0's checkpoint
+  // write, and on the other ranks the next step, which waits in its collectives for that write.
+  // From here until EndWorkBetweenSteps or the next completed step, whichever comes first, this
+  // rank does not read as stalled, and that next step's time (the wait) stays out of the mean.
+  void BeginWorkBetweenSteps();
+  // That work is done: the stall clock restarts now.
+  void EndWorkBetweenSteps();
+  // The stall threshold now, in seconds (see kStallFloorSeconds).
+  double stall_threshold_seconds() const;
+
+  // The trainer's progress. A change of state to "running" restarts the stall clock (the first
+  // report of a pass: after a start or a recovery, no step of this pass is late yet).
   void UpdateProgress(const Progress& p);
+  // As /status reads it now: "stalled" with 0 samples/s where the trainer's says "running" and
+  // the rank is stalled.
   Progress progress() const;
 
   std::string RenderText() const;
@@ -129,6 +160,9 @@ class RunnerMetrics {
                           prometheus::Family<prometheus::Gauge>* family);
   // Brings ringtrain_recovery_seconds_total up to now during an outage. Caller holds mu_.
   void AccrueRecoveryLocked() const;
+  // Whether this rank reads as stalled now. Caller holds mu_.
+  bool StalledLocked() const;
+  double StallThresholdLocked() const;
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* step_seconds_;
@@ -141,6 +175,8 @@ class RunnerMetrics {
   prometheus::Gauge* epoch_;
   prometheus::Gauge* step_;
   prometheus::Gauge* samples_per_second_;
+  prometheus::Family<prometheus::Gauge>* last_step_family_;
+  std::atomic<prometheus::Gauge*> last_step_{nullptr};
   prometheus::Gauge* world_size_;
   prometheus::Counter* checkpoints_;
   prometheus::Counter* recoveries_;
@@ -168,6 +204,12 @@ class RunnerMetrics {
   bool recovering_ = false;
   mutable double outage_accrued_ = 0;
   mutable SteadyTime accrued_to_;
+  // The stall clock, under mu_: when the rank last made progress (a completed step, a start of
+  // "running", the end of work between steps), its mean step time (0 before its first step),
+  // and whether it does work between steps now.
+  SteadyTime progressed_at_;
+  double mean_step_seconds_ = 0;
+  bool between_steps_ = false;
 
   std::unique_ptr<http::Server> server_;
 };

@@ -431,6 +431,11 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
     OnDone(flushed);
   }
   RETURN_IF_ERROR(Report(epoch_done));
+  // An evaluation or a checkpoint write takes as long as it takes, and is no stall (see
+  // RunnerMetrics::BeginWorkBetweenSteps). The ranks that do not write the checkpoint wait for it
+  // in their next step's collectives: for them the work ends with that step.
+  const bool long_work = eval_now || (checkpoint_now && !config_.checkpoint_dir.empty());
+  if (m_ && long_work) m_->BeginWorkBetweenSteps();
   if (checkpoint_now) {
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
   }
@@ -448,6 +453,7 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
           result_.test_loss, progress_.samples_per_second);
     }
   }
+  if (m_ && long_work && (eval_now || comm_.rank() == 0)) m_->EndWorkBetweenSteps();
   if (loop_.deps_.drain != nullptr && global_step_ % kDrainVoteSteps == 0) {
     RETURN_IF_ERROR(DrainVote(checkpoint_now));
   }
@@ -489,8 +495,15 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   OnDone(last);
   const double train_seconds = SecondsSince(train_start_);
   RETURN_IF_ERROR(Report(true));
-  if (loop_.deps_.evaluate && !evaluated_last_) RETURN_IF_ERROR(Evaluate());
-  if (global_step_ % config_.checkpoint_every != 0) {
+  // The last evaluation and checkpoint, and the final barrier where the ranks wait for them, are
+  // no stall; the state says "succeeded" after them.
+  const bool eval_now = loop_.deps_.evaluate && !evaluated_last_;
+  const bool checkpoint_now = global_step_ % config_.checkpoint_every != 0;
+  if (m_ && (eval_now || (checkpoint_now && !config_.checkpoint_dir.empty()))) {
+    m_->BeginWorkBetweenSteps();
+  }
+  if (eval_now) RETURN_IF_ERROR(Evaluate());
+  if (checkpoint_now) {
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
   }
   RETURN_IF_ERROR(comm_.Barrier().WithContext("final barrier"));

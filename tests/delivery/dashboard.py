@@ -46,6 +46,9 @@ NOT_CHARTED = {
     # show it times the world size. The dashboard derives throughput per rank and per job
     # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
+    # The Unix time of a rank's last step, for `time() - ...` in alerts and ad-hoc queries; a
+    # stalled job already shows on the dashboard as steps/s and throughput at 0.
+    "ringtrain_last_step_timestamp_seconds",
 }
 # min/max/avg across series of a runner counter's rate() or increase() straight away: each
 # process of a rank is its own series, so the rank's series must be summed first.

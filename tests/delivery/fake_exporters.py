@@ -103,6 +103,16 @@ def runner_values(proc, t):
     elif proc == "0b" and trained:
         ckpts = checkpoints(resumed, g)
     training_now = trained and (t < KILL or t >= HANDOVER) and t < END
+    # The process's last completed step, in scenario seconds: none before its first (the
+    # replacement's comes after the handover); the survivor's holds through the recovery.
+    if not trained:
+        last_step = None
+    elif proc == "0a" or t < KILL:
+        last_step = min(t, KILL)
+    elif t < HANDOVER:
+        last_step = KILL
+    else:
+        last_step = min(t, END)
     v = {
         "ringtrain_samples_total": ("counter", steps * BATCH),
         "ringtrain_steps_total": ("counter", steps),
@@ -116,6 +126,8 @@ def runner_values(proc, t):
         "ringtrain_loss": ("gauge", 0.5 / (1 + g / 100) if trained else None),
         "ringtrain_epoch": ("gauge", 1 + g // 100 if trained else 0),
         "ringtrain_step": ("gauge", g if trained else 0),
+        "ringtrain_last_step_timestamp_seconds": (
+            "gauge", None if last_step is None else SCENARIO_START[1] + last_step),
         "ringtrain_samples_per_second": ("gauge", STEPS_PER_SECOND * BATCH if training_now else 0),
         "ringtrain_test_accuracy_ratio": ("gauge", 0.8 if trained else None),
         "ringtrain_world_size": ("gauge", 2 if trained else 0),
@@ -126,7 +138,8 @@ def runner_values(proc, t):
         if value is None:
             continue
         out.append(f"# TYPE {name} {kind}")
-        out.append(f"{name}{{{labels}}} {value:.6g}")
+        out.append(f"{name}{{{labels}}} {value:.6f}" if name.endswith("_timestamp_seconds")
+                   else f"{name}{{{labels}}} {value:.6g}")
     recoveries = 1 if recovered and proc != "0a" else 0
     out.append("# TYPE ringtrain_recoveries_total counter")
     out.append(f'ringtrain_recoveries_total{{{labels},kind="in_place"}} {recoveries}')

@@ -2198,5 +2198,43 @@ TEST(PlannerProgress, ARankZeroStartingAsAReplacementPastTheDeadlineIsNoStall) {
   EXPECT_EQ(PlanReconcile(in).status.phase, "Restarting");
 }
 
+// A rank 0 that says "stalled" (running, but no step for longer than its stall threshold: a
+// peer hung in a collective, a starved input) trains at no speed and is no idle rank: its step
+// makes no progress, so the progress deadline runs from the last step seen and restarts the gang.
+TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
+  auto job = Job(2);
+  job.spec.run_policy.progress_deadline_seconds = 300;
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  contract::RunnerStatus read;
+  read.state = "stalled";
+  read.step = 5628;
+  read.epoch = 12;
+  read.samples_per_second = 0;
+  read.loss = 0.17;
+  read.start_step = 0;
+  const ObservedProgress stalled = ObserveRunnerStatus(read);
+  EXPECT_TRUE(stalled.training);
+  EXPECT_FALSE(stalled.idle);
+  Plan p = PlanWithProgress(job, gang, At(60), stalled);
+  EXPECT_EQ(p.status.phase, "Running");
+  ASSERT_TRUE(p.status.progress.has_value());
+  EXPECT_EQ(p.status.progress->step, 5628);
+  EXPECT_EQ(p.status.progress->samples_per_second, 0) << "kubectl get tj: SAMPLES/S 0";
+  EXPECT_EQ(p.status.progress->updated_at, "2026-11-21T10:00:05Z") << "no new step";
+  // Past the deadline from the last step: a stall, where an idle rank 0 would be none.
+  p = PlanWithProgress(job, gang, At(306), stalled);
+  EXPECT_EQ(p.status.phase, "Restarting");
+  ASSERT_NE(Cond(p.status, "Stalled"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Stalled")->status, "True");
+  EXPECT_EQ(Cond(p.status, "Stalled")->reason, "ProgressDeadlineExceeded");
+  read.state = "recovering";
+  EXPECT_EQ(PlanWithProgress(job, gang, At(306), ObserveRunnerStatus(read)).status.phase,
+            "Running");
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile

@@ -1,6 +1,9 @@
 // The runner's own series and /status, driven directly: the recovery counter accrues while the
 // rank does not train (on a fake clock), /status and the samples/s gauge read "recovering" and 0
-// meanwhile, and the loss and test series exist only once they have a value of their kind.
+// meanwhile, a running rank that completes no step for longer than its stall threshold reads
+// "stalled" and 0 until its next step (unless it evaluates or writes a checkpoint), the last
+// step's time is a gauge, and the loss and test series exist only once they have a value of
+// their kind.
 #include "runner/metrics/runner_metrics.h"
 
 #include <chrono>
@@ -149,6 +152,143 @@ TEST_F(RunnerMetricsRecoveryTest, StatusSaysRecoveringWithNoThroughputUntilTheNe
   EXPECT_EQ(s.state, "running");
   EXPECT_EQ(s.samples_per_second, 4000);
   EXPECT_EQ(Sample(m_.RenderText(), "ringtrain_samples_per_second"), 2000);
+}
+
+class RunnerMetricsStallTest : public RunnerMetricsRecoveryTest {
+ protected:
+  // The trainer's first report of a pass: running at `rate` samples/s per rank (world of 2).
+  void Report(double rate, long long step) {
+    Progress p;
+    p.state = "running";
+    p.world_size = 2;
+    p.step = step;
+    p.samples_per_second = rate * 2;
+    m_.UpdateProgress(p);
+    m_.SetSamplesPerSecond(rate);
+  }
+  double Gauge() { return Sample(m_.RenderText(), "ringtrain_samples_per_second").value_or(-1); }
+};
+
+TEST_F(RunnerMetricsStallTest, ARunningRankWithoutAStepPastTheThresholdReadsStalledUntilItsNext) {
+  m_.ObserveStep(0.1, 32);
+  Report(320, 1);
+  EXPECT_EQ(m_.stall_threshold_seconds(), RunnerMetrics::kStallFloorSeconds);
+  Advance(RunnerMetrics::kStallFloorSeconds);  // at the threshold: not yet
+  EXPECT_EQ(Status(m_).state, "running");
+  EXPECT_EQ(Status(m_).samples_per_second, 640);
+  EXPECT_EQ(Gauge(), 320);
+  Advance(0.5);
+  contract::RunnerStatus s = Status(m_);
+  EXPECT_EQ(s.state, "stalled");
+  EXPECT_EQ(s.samples_per_second, 0);
+  EXPECT_EQ(s.step, 1) << "the last step it reported";
+  EXPECT_EQ(Gauge(), 0);
+  EXPECT_THAT(m_.RenderStatusJson(), HasSubstr("no step completed for 10s"));
+  EXPECT_EQ(m_.progress().state, "stalled");
+  Advance(300);  // a peer hung in a collective: minutes, until the collective timeout
+  EXPECT_EQ(Status(m_).state, "stalled");
+  EXPECT_EQ(Gauge(), 0);
+  // The next step ends it, and the trainer's report right after it gives the real rate.
+  m_.ObserveStep(310.5, 32);
+  EXPECT_EQ(Status(m_).state, "running");
+  Report(1.5, 2);
+  s = Status(m_);
+  EXPECT_EQ(s.state, "running");
+  EXPECT_EQ(s.samples_per_second, 3);
+  EXPECT_EQ(s.step, 2);
+  EXPECT_EQ(Gauge(), 1.5);
+}
+
+TEST_F(RunnerMetricsStallTest, TheThresholdIsTenMeanStepsWhenThatIsLongerThanTheFloor) {
+  for (int i = 0; i < 3; ++i) {
+    Advance(4);
+    m_.ObserveStep(4, 32);
+  }
+  Report(8, 3);
+  EXPECT_DOUBLE_EQ(m_.stall_threshold_seconds(), 40);
+  Advance(39);
+  EXPECT_EQ(Status(m_).state, "running") << "slow steps are not a stall";
+  Advance(2);
+  EXPECT_EQ(Status(m_).state, "stalled");
+  // One slow step moves the mean by a tenth of the difference.
+  m_.ObserveStep(44, 32);
+  EXPECT_DOUBLE_EQ(m_.stall_threshold_seconds(), 10 * (4 + 0.1 * 40));
+}
+
+TEST_F(RunnerMetricsStallTest, ARankThatStartsRunningIsNotLateForAStepBeforeIt) {
+  m_.ObserveStep(0.1, 32);
+  Advance(60);  // e.g. an in-place recovery: the last step is a minute old
+  m_.BeginRecovery(clock_.SteadyNow());
+  Advance(60);
+  EXPECT_EQ(Status(m_).state, "recovering");
+  Report(0, 1);  // the gang trains again: the clock counts from here
+  Advance(5);
+  EXPECT_EQ(Status(m_).state, "running");
+  Advance(6);
+  EXPECT_EQ(Status(m_).state, "stalled") << "no step since it started running";
+}
+
+TEST_F(RunnerMetricsStallTest, OnlyARunningRankStalls) {
+  Advance(600);
+  EXPECT_EQ(Status(m_).state, "starting");  // a rendezvous takes what it takes
+  for (const char* state : {"evaluating", "succeeded", "failed"}) {
+    Progress p;
+    p.state = state;
+    p.samples_per_second = 100;
+    m_.UpdateProgress(p);
+    m_.SetSamplesPerSecond(50);
+    Advance(600);
+    contract::RunnerStatus s = Status(m_);
+    EXPECT_EQ(s.state, state);
+    EXPECT_EQ(s.samples_per_second, 100) << state;
+    EXPECT_EQ(Gauge(), 50) << state;
+  }
+}
+
+// An evaluation or a checkpoint write is no stall, however long; the stall clock restarts at its
+// end.
+TEST_F(RunnerMetricsStallTest, WorkBetweenStepsIsNoStall) {
+  m_.ObserveStep(0.1, 32);
+  Report(320, 1);
+  Advance(5);
+  m_.BeginWorkBetweenSteps();
+  Advance(600);
+  EXPECT_EQ(Status(m_).state, "running");
+  EXPECT_EQ(Gauge(), 320);
+  m_.EndWorkBetweenSteps();
+  Advance(10);
+  EXPECT_EQ(Status(m_).state, "running");
+  Advance(1);
+  EXPECT_EQ(Status(m_).state, "stalled");
+}
+
+// A rank that does not write the checkpoint waits for it in its next step: that step ends the
+// work, and its time (the wait) does not count in the mean step time.
+TEST_F(RunnerMetricsStallTest, TheNextStepEndsWorkBetweenStepsAndStaysOutOfTheMean) {
+  m_.ObserveStep(0.1, 32);
+  Report(320, 1);
+  m_.BeginWorkBetweenSteps();
+  Advance(120);
+  EXPECT_EQ(Status(m_).state, "running");
+  m_.ObserveStep(120, 32);
+  EXPECT_EQ(m_.stall_threshold_seconds(), RunnerMetrics::kStallFloorSeconds)
+      << "the mean is still 0.1 s";
+  Advance(11);
+  EXPECT_EQ(Status(m_).state, "stalled") << "the work ended with that step";
+}
+
+TEST_F(RunnerMetricsStallTest, TheLastStepsUnixTimeIsAGaugeFromTheFirstStep) {
+  const std::string name = "ringtrain_last_step_timestamp_seconds";
+  EXPECT_THAT(m_.RenderText(), Not(HasSubstr(name))) << "no step, no series";
+  Advance(2.5);
+  m_.ObserveStep(0.5, 32);
+  const double at = std::chrono::duration<double>(clock_.Now().time_since_epoch()).count();
+  EXPECT_EQ(at, 1767225602.5);  // FakeClock's 2026-01-01T00:00:00Z, 2.5 s on
+  EXPECT_EQ(Sample(m_.RenderText(), name), at);
+  Advance(30);
+  EXPECT_EQ(Sample(m_.RenderText(), name), at) << "it holds while no step completes";
+  m_.ObserveStep(30, 32);
+  EXPECT_EQ(Sample(m_.RenderText(), name), at + 30);
 }
 
 TEST(RunnerMetricsTest, LossAndTestSeriesExistOnlyFromTheirFirstValue) {

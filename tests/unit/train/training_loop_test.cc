@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/memory_store.h"
+#include "tests/fakes/fake_clock.h"
 
 namespace ringtrain::train {
 namespace {
@@ -55,6 +57,7 @@ class FakeEngine final : public StepEngine {
     state.clear();
     steps = enqueued_;
     ++snapshots_;
+    if (while_snapshotting) while_snapshotting();
     return Status::Ok();
   }
   StatusOr<InputStart> OpenInput(int epoch, std::int64_t samples) override {
@@ -64,6 +67,7 @@ class FakeEngine final : public StepEngine {
   }
   StatusOr<std::optional<EngineBatch>> NextBatch() override {
     if (epoch_ >= epochs_) return std::optional<EngineBatch>();
+    if (while_fetching) while_fetching(epoch_ * spe_ + step_);
     EngineBatch b{epoch_, step_, batch_, step_ + 1 == spe_, (step_ + 1) * batch_};
     if (++step_ == spe_) {
       ++epoch_;
@@ -96,12 +100,17 @@ class FakeEngine final : public StepEngine {
   }
   StatusOr<EvalSums> EvaluateShard() override {
     if (in_flight_) return Internal("evaluation with a step in flight");
+    if (while_evaluating) while_evaluating();
     return EvalSums{10.0, 7.0, 10.0};
   }
   bool has_device() const override { return lag_ > 0; }
 
   std::vector<double> lrs_;
   int snapshots_ = 0;
+  // Called inside a checkpoint's snapshot, an evaluation, and before batch `index` (from 0).
+  std::function<void()> while_snapshotting;
+  std::function<void()> while_evaluating;
+  std::function<void(std::int64_t index)> while_fetching;
 
  private:
   int lag_;
@@ -127,9 +136,10 @@ std::map<std::string, double> Scrape(const metrics::RunnerMetrics& m) {
     const auto value_at = line.rfind(' ');
     std::string name = line.substr(0, name_end);
     if (name.rfind("ringtrain_gpu", 0) == 0) continue;  // device series: by design not on CPU
-    // Timings differ from run to run: histogram buckets and sums, rates.
+    // Timings differ from run to run: histogram buckets and sums, rates, times.
     if (line.find("le=\"") != std::string::npos) continue;
-    if (name == "ringtrain_step_duration_seconds_sum" || name == "ringtrain_samples_per_second") {
+    if (name == "ringtrain_step_duration_seconds_sum" || name == "ringtrain_samples_per_second" ||
+        name == "ringtrain_last_step_timestamp_seconds") {
       continue;
     }
     out[name] = std::stod(line.substr(value_at + 1));
@@ -237,6 +247,45 @@ TEST(TrainingLoop, TrainingAgainEndsTheOutageWithoutAnInPlaceRecovery) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   EXPECT_EQ(Scrape(m).at("ringtrain_recovery_seconds_total"), outage);
   EXPECT_EQ(Scrape(m).at("ringtrain_recoveries_total"), 0);
+}
+
+// An evaluation or a checkpoint write longer than the stall threshold is no stall: /status says
+// "running" through it, and the steps after it are not late for it. Waiting that long for input
+// is one.
+TEST(TrainingLoop, EvaluationAndCheckpointWritesAreNoStallButStarvedInputIs) {
+  SoloComm comm;
+  FakeEngine engine(0, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+  ringtrain::testing::FakeClock clock;
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0}, clock);
+  std::vector<std::string> during_work;
+  auto slow_work = [&] {
+    clock.Advance(std::chrono::minutes(5));
+    during_work.push_back(m.progress().state);
+  };
+  engine.while_snapshotting = slow_work;
+  engine.while_evaluating = slow_work;
+  std::map<std::int64_t, std::string> fetching;  // the state while batch i is fetched
+  engine.while_fetching = [&](std::int64_t index) {
+    if (index == 5) clock.Advance(std::chrono::minutes(5));  // the input pipeline starves
+    fetching[index] = m.progress().state;
+  };
+  LoopDeps deps;
+  deps.comm = &comm;
+  deps.engine = &engine;
+  deps.evaluate = true;
+  deps.metrics = &m;
+  TrainConfig config = LoopConfig();
+  config.checkpoint_every = 4;  // at each epoch's end, with its evaluation
+  TrainingLoop loop(config, deps);
+  auto r = loop.Run();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  // Epoch 1 ends at batch 3: the first report says "running"; then the checkpoint and the
+  // evaluation of epochs 1 and 2.
+  EXPECT_EQ(during_work, std::vector<std::string>(4, "running"));
+  EXPECT_EQ(fetching.at(4), "running") << "the step after the work is not late for it";
+  EXPECT_EQ(fetching.at(5), "stalled") << "five minutes without input";
+  EXPECT_EQ(fetching.at(6), "running") << "batch 5's step completed";
+  EXPECT_EQ(m.progress().state, "succeeded");
 }
 
 // The real CPU engine through the same loop reports the same loop-driven series.

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# A peer that hangs (SIGSTOPped, as a GPU hang or a frozen node looks to its gang) makes no rank
+# exit before the collective timeout, and rank 0 does not show it as healthy meanwhile: past its
+# stall threshold (the 10 s floor: its steps are fast) its /status says "stalled" with 0
+# samples/s at the last step, its samples/s gauge reads 0 and
+# ringtrain_last_step_timestamp_seconds holds still; once the peer resumes (SIGCONT), the gang
+# trains on and rank 0 says "running" again. (No per-epoch evaluation: a peer that hangs inside
+# one is, by design, no stall until the collective timeout.)
+source "$(dirname "$0")/lib.sh"
+export RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=300
+port=$(free_port)
+mport=$(free_port)
+METRICS_PORT=$mport start_rank 0 2 "$port" secret "$WORK/rank0.log" --epochs 50 \
+  --step-sleep-ms 5 --eval-every-epoch false
+pid0=$LAST_PID
+start_rank 1 2 "$port" secret "$WORK/rank1.log" --epochs 50 --step-sleep-ms 5 \
+  --eval-every-epoch false
+pid1=$LAST_PID
+# status_field FIELD: a field of rank 0's /status.
+status_field() {
+  curl -sf "http://127.0.0.1:$mport/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+# metric NAME: the value of rank 0's series of NAME.
+metric() {
+  curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $NF}'
+}
+past_step() { [ "$(status_field step)" -gt "$1" ]; }
+state_is() { [ "$(status_field state)" = "$1" ]; }
+wait_until 120 "rank 0 training" past_step 5
+state_is running || fail "rank 0 trains but says $(status_field state)"
+[ -n "$(metric ringtrain_last_step_timestamp_seconds)" ] ||
+  fail "no ringtrain_last_step_timestamp_seconds after steps"
+
+kill -STOP "$pid1"
+wait_until 60 "rank 0 stalled" state_is stalled
+kill -0 "$pid0" 2>/dev/null || fail "rank 0 exited while its peer hung"
+curl -sf "http://127.0.0.1:$mport/status" >"$WORK/stalled.json"
+curl -sf "http://127.0.0.1:$mport/metrics" >"$WORK/stalled.txt"
+python3 - "$WORK/stalled.json" <<'PY' || fail "rank 0's /status while stalled: $(cat "$WORK/stalled.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "stalled", s
+assert s["samples_per_second"] == 0, s
+assert s["step"] > 5, s
+PY
+rate=$(awk 'index($0, "ringtrain_samples_per_second{") == 1 {print $NF}' "$WORK/stalled.txt")
+[ "$rate" = 0 ] || fail "ringtrain_samples_per_second while stalled: $rate"
+last=$(awk 'index($0, "ringtrain_last_step_timestamp_seconds{") == 1 {print $NF}' "$WORK/stalled.txt")
+stalled_step=$(json_get "$WORK/stalled.json" step)
+[ "$(metric ringtrain_last_step_timestamp_seconds)" = "$last" ] ||
+  fail "ringtrain_last_step_timestamp_seconds moved while no step completed"
+
+kill -CONT "$pid1"
+wait_until 60 "rank 0 training again" past_step "$stalled_step"
+wait_until 30 "rank 0 running again" state_is running
+python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' \
+  "$(metric ringtrain_last_step_timestamp_seconds)" "$last" ||
+  fail "ringtrain_last_step_timestamp_seconds did not move with the new steps"
+echo PASS
