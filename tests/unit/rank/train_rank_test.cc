@@ -153,8 +153,12 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
                                                  {"RINGTRAIN_TOKEN", "t"},
                                                  {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "1"},
                                                  {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "5"}});
-  // Rank 1 took part in rounds 0 and 1 and never comes back for round 2.
+  // Rank 1 took part in rounds 0 and 1 (running what rank 0 runs) and never comes back for
+  // round 2.
+  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, Small()));
+  ASSERT_TRUE(store.Set("fingerprint/1", same).ok());
   ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  ASSERT_TRUE(store.Set("r1/fingerprint/1", same).ok());
   ASSERT_TRUE(store.Set("r1/arrived/1", "1").ok());
   // Each round's first failure, as its communicator recorded it.
   ASSERT_TRUE(
