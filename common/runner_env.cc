@@ -81,6 +81,7 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
     out.emplace_back(kEnvHostRanks, std::to_string(e.host_ranks));
     out.emplace_back(kEnvHostRankBase, std::to_string(e.host_rank_base));
   }
+  if (!e.image.empty()) out.emplace_back(kEnvImage, e.image);
   return out;
 }
 
@@ -128,6 +129,7 @@ StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   if (e.host_ranks == 0 && e.host_rank_base != 0) {
     return InvalidArgument(std::string(kEnvHostRankBase) + ": set without " + kEnvHostRanks);
   }
+  e.image = Str(lookup, kEnvImage, nullptr, "");
   return e;
 }
 

@@ -66,6 +66,9 @@ inline constexpr char kEnvRecoveryTimeout[] = "RINGTRAIN_RECOVERY_TIMEOUT_SECOND
 // only where each gets its own. Unset: the node's LOCAL_WORLD_SIZE ranks, from 0.
 inline constexpr char kEnvHostRanks[] = "RINGTRAIN_HOST_RANKS";
 inline constexpr char kEnvHostRankBase[] = "RINGTRAIN_HOST_RANK_BASE";
+// Optional: the container image this rank runs (the pod builder sets the runner container's),
+// published with the gang's fingerprint so that a gang of mixed images is refused naming them.
+inline constexpr char kEnvImage[] = "RINGTRAIN_IMAGE";
 inline constexpr char kEnvTorchRank[] = "RANK";
 inline constexpr char kEnvTorchWorldSize[] = "WORLD_SIZE";
 inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
@@ -97,6 +100,7 @@ struct RankEnv {
   Duration recovery_timeout{0};  // 0 = no in-place recovery
   int host_ranks = 0;            // 0 = unset: local_world_size
   int host_rank_base = 0;        // this process's first rank among host_ranks
+  std::string image;             // "" = not said (RINGTRAIN_IMAGE unset)
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/stop.h"
+#include "common/version.h"
 
 #include "runner/rendezvous/rounds.h"
 #include "runner/train/cpu_engine.h"
@@ -234,6 +235,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const train::TrainConfig& con
   return std::unique_ptr<Trainer>(new Trainer(std::move(engine), std::move(loop)));
 }
 
+rendezvous::GangFingerprint FingerprintOf(const train::RankEnv& env,
+                                          const train::TrainConfig& config) {
+  rendezvous::GangFingerprint fp;
+  fp.protocol = kGangProtocolVersion;
+  fp.runner = std::string(BuildVersion());
+  fp.image = env.image;
+  fp.config = train::GangConfigDigest(config);
+  return fp;
+}
+
 StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::TrainConfig& config,
                                        const Placement& placement, const RankDeps& deps) {
   if (deps.store == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
@@ -262,12 +273,15 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   std::unique_ptr<Trainer> trainer;
   std::optional<int> failed_round;
   Status lost;  // what made this rank look for a next round
+  const rendezvous::GangFingerprint fingerprint =
+      deps.fingerprint ? *deps.fingerprint : FingerprintOf(env, config);
   for (;;) {
     rendezvous::RoundOptions ro;
     ro.rank = env.rank;
     ro.world_size = env.world_size;
     ro.failed_round = failed_round;
     ro.timeout = failed_round ? env.recovery_timeout : env.rendezvous_timeout;
+    ro.fingerprint = fingerprint;
     auto round = rendezvous::JoinRound(*deps.store, ro);
     if (!round.ok()) {
       if (!failed_round) return round.status();
@@ -288,6 +302,32 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       if (deps.report_failure) deps.report_failure(this_round, s);
       return s;
     };
+    // Every rank of the round runs the same runner on the same configuration, or none trains:
+    // a replacement from a newer image beside survivors of an older one is refused here, not
+    // met as a wire error in the ring or as replicas that silently diverge.
+    auto verdict =
+        rendezvous::AgreeOnFingerprints(this_round, env.rank, env.world_size, fingerprint);
+    if (!verdict.ok()) {
+      // Rank 0 lost before its verdict: as a replacement lost while the ring forms, below.
+      if (failed_round && IsPeerLoss(verdict.status()) && !Stopping(deps)) {
+        lost = verdict.status();
+        failed_round = *round;
+        continue;
+      }
+      return failed(verdict.status());
+    }
+    if (!verdict->agreed()) {
+      spdlog::error("this rank runs {}; its training configuration (digest {}): {}",
+                    rendezvous::DescribeFingerprint(fingerprint), fingerprint.config,
+                    train::GangConfigString(config));
+      // Retryable (Aborted, 138) for a runner and a configuration difference alike: the
+      // operator builds every pod of an attempt from one spec and one runner image, so a
+      // difference is a pod built before an edit or an upgrade beside pods built after it (an
+      // in-place replacement), and the gang restart builds them all alike. A permanent code
+      // would fail a job that a restart heals; a gang started by hand with two configurations
+      // fails again at its next start, and backoffLimit bounds the restarts.
+      return failed(Aborted("the gang refused to train together: " + verdict->refusal));
+    }
     auto made = make(this_round, env, placement, deps.advertise_host);
     if (!made.ok()) {
       // A replacement lost while the ring forms: the survivors try the next round.

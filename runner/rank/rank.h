@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "runner/comm/communicator.h"
 #include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/rendezvous/fingerprint.h"
 #include "runner/rendezvous/store.h"
 #include "runner/train/config.h"
 #include "runner/train/step_engine.h"
@@ -93,6 +94,12 @@ class Trainer {
   train::TrainingLoop loop_;
 };
 
+// What this rank publishes for its gang to compare (rendezvous/fingerprint.h): the gang
+// protocol (common/version.h), this build's release, env.image and the digest of `config`
+// (train::GangConfigDigest).
+rendezvous::GangFingerprint FingerprintOf(const train::RankEnv& env,
+                                          const train::TrainConfig& config);
+
 // What TrainRank needs besides the env contract and the flags.
 struct RankDeps {
   rendezvous::Store* store = nullptr;  // the attempt's prefixed store (rounds.h keys under it)
@@ -113,16 +120,20 @@ struct RankDeps {
   // peer). `round_store` is the key space of the round it failed in, where its communicator
   // published what it saw (rendezvous/failure.h).
   std::function<void(rendezvous::Store& round_store, const Status&)> report_failure;
+  // Tests: replaces FingerprintOf(env, config) (a rank of another release).
+  std::optional<rendezvous::GangFingerprint> fingerprint;
   // Tests: replaces MakeCommunicator (same arguments).
   std::function<StatusOr<std::unique_ptr<comm::Communicator>>(
       rendezvous::Store&, const train::RankEnv&, const Placement&, const std::string&)>
       make_communicator;
 };
 
-// The whole rank: the rendezvous (rendezvous/rounds.h), device metrics, communicator, engine,
-// loop. With env.recovery_timeout > 0 and a peer lost (a communication error, not a stop), the
-// rank keeps its state, joins the next round within the recovery timeout and trains on with the
-// lost rank's replacement (in place); otherwise, or when that fails, the failure is reported.
+// The whole rank: the rendezvous (rendezvous/rounds.h) and the gang's agreement on its
+// fingerprints (refused: Aborted, naming the ranks and what differs), device metrics,
+// communicator, engine, loop. With env.recovery_timeout > 0 and a peer lost (a communication error,
+// not a stop), the rank keeps its state, joins the next round within the recovery timeout and
+// trains on with the lost rank's replacement (in place); otherwise, or when that fails, the failure
+// is reported.
 StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::TrainConfig& config,
                                        const Placement& placement, const RankDeps& deps);
 

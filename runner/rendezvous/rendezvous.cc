@@ -11,8 +11,8 @@ std::string ArrivedKey(int rank) { return "arrived/" + std::to_string(rank); }
 
 constexpr Duration kAbandonPoll{std::chrono::seconds(1)};
 
-// "2, 3" for short lists; runs of three or more collapse to "4-9" so a gang of thousands with
-// one node down still reads in one line.
+}  // namespace
+
 std::string FormatRanks(const std::vector<int>& ranks) {
   std::string out;
   for (std::size_t i = 0; i < ranks.size();) {
@@ -29,8 +29,6 @@ std::string FormatRanks(const std::vector<int>& ranks) {
   }
   return out;
 }
-
-}  // namespace
 
 Status JoinRendezvous(Store& store, int rank, int world_size, Duration timeout,
                       const std::function<bool()>& abandon, const std::string& arrival) {

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/runner_env.h"
@@ -24,5 +25,9 @@ inline constexpr Duration kDefaultRendezvousTimeout = contract::kRendezvousTimeo
 Status JoinRendezvous(Store& store, int rank, int world_size,
                       Duration timeout = kDefaultRendezvousTimeout,
                       const std::function<bool()>& abandon = {}, const std::string& arrival = "1");
+
+// Ascending ranks as "2, 3" for short lists; runs of three or more collapse to "4-9", so a gang
+// of thousands with one node down still reads in one line.
+std::string FormatRanks(const std::vector<int>& ranks);
 
 }  // namespace ringtrain::rendezvous

@@ -94,6 +94,7 @@ StatusOr<int> TryJoin(Store& attempt, const RoundOptions& o, JoinState& state,
     const auto left =
         std::chrono::duration_cast<Duration>(deadline - std::chrono::steady_clock::now());
     int moved_to = round;
+    if (o.fingerprint) RETURN_IF_ERROR(PublishFingerprint(*store, o.rank, *o.fingerprint));
     state.arrived_in = round;
     Status s = JoinRendezvous(
         *store, o.rank, o.world_size, std::max(left, Duration::zero()),

@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "runner/rendezvous/fingerprint.h"
 #include "runner/rendezvous/store.h"
 
 namespace ringtrain::rendezvous {
@@ -41,6 +42,9 @@ struct RoundOptions {
   // Bounds the whole join, store outages included (a fresh gang: the rendezvous timeout; a
   // recovery: the recovery timeout).
   Duration timeout = std::chrono::seconds(300);
+  // Published in every round this rank arrives in, before its arrival (fingerprint.h), so that
+  // AgreeOnFingerprints after the join reads every rank's without waiting. nullopt: none.
+  std::optional<GangFingerprint> fingerprint;
 };
 
 // Joins the round this rank belongs to (above) and waits for the whole world there; returns the

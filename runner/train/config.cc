@@ -1,5 +1,8 @@
 #include "runner/train/config.h"
 
+#include <charconv>
+#include <cstdio>
+
 #include "common/flags.h"
 #include "runner/data/dataset_spec.h"
 #include "runner/model/model_spec.h"
@@ -86,6 +89,70 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
     ASSIGN_OR_RETURN(c.dataset_spec, data::ParseDatasetSpec(specs.dataset, "--dataset-spec"));
   }
   return c;
+}
+
+std::string GangConfigString(const TrainConfig& c) {
+  std::string out;
+  const auto add = [&out](std::string_view key, std::string_view value) {
+    if (!out.empty()) out += ';';
+    out += key;
+    out += '=';
+    out += value;
+  };
+  const auto num = [](double v) {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
+    return std::string(buf, r.ptr);
+  };
+  // The resolved layer list is the model (the runner resolves a preset against the data before
+  // the rendezvous); without one, the preset and what it is built from. Initial weights are
+  // not compared: rank 0 broadcasts its own.
+  if (c.model_spec) {
+    add("model", "[" + model::CanonicalString(*c.model_spec) + "]");
+  } else {
+    add("model", c.model.name);
+    add("input", std::to_string(c.model.channels) + "x" + std::to_string(c.model.height) + "x" +
+                     std::to_string(c.model.width));
+    add("classes", std::to_string(c.model.classes));
+    add("hidden", std::to_string(c.model.hidden));
+  }
+  add("dataset", data::DatasetSpecJson(DatasetSpecOf(c)));
+  add("epochs", std::to_string(c.epochs));
+  add("batch_size", std::to_string(c.batch_size));
+  add("learning_rate", num(c.learning_rate));
+  add("lr_scaling", contract::NameOf(c.lr_scaling));
+  add("warmup_epochs", num(c.warmup_epochs));
+  add("lr_schedule", contract::NameOf(c.lr_schedule));
+  add("seed", std::to_string(c.seed));
+  add("optimizer", c.optimizer.name);
+  add("momentum", num(c.optimizer.momentum));
+  add("beta1", num(c.optimizer.beta1));
+  add("beta2", num(c.optimizer.beta2));
+  add("eps", num(c.optimizer.eps));
+  add("weight_decay", num(c.optimizer.weight_decay));
+  // Every rank flushes its pipeline at a checkpoint step and evaluates together: the order of
+  // collectives depends on these, as it does on the bucketing and the step count.
+  add("checkpoint_every", std::to_string(c.checkpoint_every));
+  add("bucket_cap_bytes", std::to_string(c.bucket_cap_bytes));
+  add("overlap", c.overlap ? "true" : "false");
+  add("slice_gradients", c.slice_gradients ? "true" : "false");
+  add("max_steps", std::to_string(c.max_steps));
+  add("eval_every_epoch", c.eval_every_epoch ? "true" : "false");
+  add("device", contract::NameOf(c.device));
+  add("backend", contract::NameOf(c.backend));
+  add("precision", contract::NameOf(c.precision));
+  return out;
+}
+
+std::string GangConfigDigest(const TrainConfig& config) {
+  std::uint64_t hash = 14695981039346656037ULL;
+  for (const char ch : GangConfigString(config)) {
+    hash ^= static_cast<unsigned char>(ch);
+    hash *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(hash));
+  return buf;
 }
 
 std::string TrainFlagsHelp() {

@@ -61,6 +61,17 @@ inline data::DatasetSpec DatasetSpecOf(const TrainConfig& c) {
   return c.dataset_spec ? *c.dataset_spec : data::IdxDatasetSpec(c.dataset);
 }
 
+// What must be identical on every rank of a gang, as one canonical line: the model (the
+// resolved layer list when there is one), the dataset spec, epochs, batch size, learning rate
+// and its schedule, seed, optimizer, checkpoint interval, gradient bucketing, max steps,
+// evaluation, device, backend and precision. Left out is what is one rank's own or only how
+// fast it computes: rank, addresses and ports (the env, not here), --checkpoint-dir and
+// --result-file (rank 0's), --step-sleep-ms (a testing aid), --loader-workers, --prefetch,
+// --input, --cuda-graph, and the model's per-rank fields (dropout seed, max batch).
+std::string GangConfigString(const TrainConfig& config);
+// 16 hex digits: FNV-1a (64 bits) of GangConfigString, the same on every platform and build.
+std::string GangConfigDigest(const TrainConfig& config);
+
 // The rank's identity and rendezvous (common/runner_env.h: one builder, one parser).
 using RankEnv = contract::RankEnv;
 inline StatusOr<RankEnv> RankEnvFromEnvironment() { return contract::RankEnvFromEnvironment(); }

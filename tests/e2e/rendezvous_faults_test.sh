@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rendezvous faults: a timeout names the ranks that never arrived; a wrong token is refused
 # with a permanent exit code; a busy port is reported as such; a gang on loopback listens on
-# loopback only; a gang of one needs no token and opens no store port.
+# loopback only; a gang of one needs no token and opens no store port; a gang whose ranks run
+# other images or other configurations is refused on every rank with one retryable cause.
 source "$(dirname "$0")/lib.sh"
 
 # World size 1 without RINGTRAIN_TOKEN: the contract asks for the token only above 1.
@@ -45,6 +46,30 @@ rc=$RC
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "wrong token exited with $rc, expected permanent"
 grep -qi "token" "$WORK/intruder.log" || fail "wrong-token message does not mention the token"
 kill "$host" 2>/dev/null || true
+
+# Ranks of two images, then of two batch sizes: neither gang trains; both ranks exit 138 and
+# give the same cause, naming what differs.
+port=$(free_port)
+RINGTRAIN_IMAGE=ghcr.io/x:0.1 start_rank 0 2 "$port" tok "$WORK/img0.log" --epochs 1
+img0=$LAST_PID
+RINGTRAIN_IMAGE=ghcr.io/x:0.2 start_rank 1 2 "$port" tok "$WORK/img1.log" --epochs 1
+img1=$LAST_PID
+port=$(free_port)
+start_rank 0 2 "$port" tok "$WORK/cfg0.log" --epochs 1
+cfg0=$LAST_PID
+start_rank 1 2 "$port" tok "$WORK/cfg1.log" --epochs 1 --batch-size 32
+cfg1=$LAST_PID
+for r in 0 1; do
+  for t in img cfg; do
+    pid_var="$t$r"
+    wait_exit "${!pid_var}" 120
+    [ "$RC" = 138 ] || fail "$t rank $r exited $RC, expected 138: $(cat "$WORK/$t$r.log.termination")"
+  done
+  grep -q "rank 1 runs runner .* image ghcr.io/x:0.2 but rank 0 runs runner .* image ghcr.io/x:0.1" \
+    "$WORK/img$r.log.termination" || fail "img rank $r: $(cat "$WORK/img$r.log.termination")"
+  grep -q "rank 1's training configuration differs from rank 0's" "$WORK/cfg$r.log.termination" ||
+    fail "cfg rank $r: $(cat "$WORK/cfg$r.log.termination")"
+done
 
 busy=$(free_port)
 python3 -c 'import socket,sys,time; s=socket.socket(); s.bind(("0.0.0.0",int(sys.argv[1]))); s.listen(); time.sleep(30)' "$busy" &

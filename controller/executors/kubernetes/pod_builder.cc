@@ -107,6 +107,9 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
     rank_env.gang_gate_timeout = std::chrono::seconds(*spec.run_policy.active_deadline_seconds);
   }
   rank_env.gang_gate_timeout = std::min<Duration>(rank_env.gang_gate_timeout, kMaxGangGateWait);
+  // The runner publishes it with its gang fingerprint: a replacement of another image is
+  // refused naming both.
+  rank_env.image = image;
   Json env = Json::array();
   for (const auto& [name, value] : contract::RankEnvVars(rank_env)) {
     env.push_back(EnvValue(name, value));

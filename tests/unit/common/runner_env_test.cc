@@ -43,6 +43,7 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   e.collective_timeout = std::chrono::seconds(7);
   e.host_ranks = 16;
   e.host_rank_base = 4;
+  e.image = "ghcr.io/ringtrain/ringtrain-runner:0.2.0";
   auto back = ParseRankEnv(From(Build(e, /*bind=*/true)));
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   EXPECT_EQ(back->job, e.job);
@@ -63,6 +64,7 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   EXPECT_EQ(back->collective_timeout, e.collective_timeout);
   EXPECT_EQ(back->host_ranks, 16);
   EXPECT_EQ(back->host_rank_base, 4);
+  EXPECT_EQ(back->image, e.image);
 }
 
 TEST(RankEnv, TorchrunNamesAloneAreEnough) {
@@ -96,6 +98,8 @@ TEST(RankEnv, DefaultsAreTheContractsPortsAndTimeouts) {
   EXPECT_EQ(env.count(kEnvToken), 0u);  // empty: a pod takes it from a Secret
   EXPECT_EQ(env.count(kEnvBindAddr), 0u);
   EXPECT_EQ(env.count(kEnvHostRanks), 0u);  // a pod's GPUs are its own
+  EXPECT_EQ(env.count(kEnvImage), 0u);      // optional: a rank started by hand may not know it
+  EXPECT_EQ(e->image, "");
   EXPECT_EQ(e->host_ranks, 0);
   EXPECT_EQ(e->host_rank_base, 0);
 }

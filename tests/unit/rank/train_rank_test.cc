@@ -4,14 +4,18 @@
 // host: one code path, MakeCommunicator).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
+#include "common/version.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
+#include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/memory_store.h"
 #include "tests/fakes/rank_fixtures.h"
 
@@ -25,6 +29,12 @@ train::TrainConfig Small() {
   c.epochs = 1;
   c.warmup_epochs = 0;
   return c;
+}
+
+std::string GangConfigDigestOfBatch(int batch_size) {
+  train::TrainConfig c = Small();
+  c.batch_size = batch_size;
+  return train::GangConfigDigest(c);
 }
 
 // A world of one whose lifetime the test observes, and whose broadcasts can be made to fail.
@@ -153,8 +163,12 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
                                                  {"RINGTRAIN_TOKEN", "t"},
                                                  {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "1"},
                                                  {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "5"}});
-  // Rank 1 took part in rounds 0 and 1 and never comes back for round 2.
+  // Rank 1 took part in rounds 0 and 1 (running what rank 0 runs) and never comes back for
+  // round 2.
+  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, Small()));
+  ASSERT_TRUE(store.Set("fingerprint/1", same).ok());
   ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  ASSERT_TRUE(store.Set("r1/fingerprint/1", same).ok());
   ASSERT_TRUE(store.Set("r1/arrived/1", "1").ok());
   // Each round's first failure, as its communicator recorded it.
   ASSERT_TRUE(
@@ -183,6 +197,144 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
       << r.status().ToString();
   ASSERT_EQ(seen.size(), 1u) << "the failed recovery was never reported";
   EXPECT_NE(seen[0].find("round 1 loss"), std::string::npos) << seen[0];
+}
+
+// What each rank of a refused gang reported: its failure resolved through the gang-failure
+// protocol, in the key space of the round it failed in (as the runner's main does).
+struct Refused {
+  StatusOr<train::TrainResult> result = Internal("not run");
+  std::optional<rendezvous::FailureReport> report;
+  int reports = 0;
+};
+
+RankDeps RefusingDeps(rendezvous::Store& store, const data::Dataset& ds, int rank,
+                      std::atomic<int>& communicators, Refused& out) {
+  RankDeps deps;
+  deps.store = &store;
+  deps.train = &ds;
+  deps.test = &ds;
+  deps.make_communicator =
+      [&communicators](rendezvous::Store&, const train::RankEnv&, const Placement&,
+                       const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
+    ++communicators;
+    return std::unique_ptr<comm::Communicator>(new LosingComm());
+  };
+  deps.report_failure = [&out, rank](rendezvous::Store& round_store, const Status& s) {
+    ++out.reports;
+    out.report = rendezvous::ResolveFailure(round_store, rank, s, ExitCodeFor(s));
+  };
+  return deps;
+}
+
+train::RankEnv GangEnv(int rank, const std::string& image = "",
+                       const std::string& recovery_seconds = "0") {
+  std::map<std::string, std::string> vars = {
+      {"RINGTRAIN_RANK", std::to_string(rank)},
+      {"RINGTRAIN_WORLD_SIZE", "2"},
+      {"RINGTRAIN_TOKEN", "t"},
+      {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "20"},
+      {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", recovery_seconds}};
+  if (!image.empty()) vars["RINGTRAIN_IMAGE"] = image;
+  return testing::RankEnvOf(vars);
+}
+
+// Every rank's refusal names what differs, as rank 0 worded it, and every rank exits with a
+// retryable code and the same root cause; no communicator is formed.
+void ExpectRefusedAlike(const std::vector<Refused>& ranks, int communicators,
+                        const std::vector<std::string>& named) {
+  EXPECT_EQ(communicators, 0) << "a refused gang formed a communicator";
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const Refused& x = ranks[r];
+    ASSERT_FALSE(x.result.ok()) << "rank " << r << " trained";
+    EXPECT_EQ(x.result.status().code(), StatusCode::kAborted) << x.result.status().ToString();
+    EXPECT_EQ(x.result.status().message(), ranks[0].result.status().message()) << "rank " << r;
+    for (const std::string& part : named) {
+      EXPECT_NE(x.result.status().message().find(part), std::string::npos)
+          << "rank " << r << ": " << x.result.status().message();
+    }
+    ASSERT_EQ(x.reports, 1) << "rank " << r;
+    EXPECT_EQ(x.report->exit_code, kExitRetryable) << "rank " << r;
+    EXPECT_NE(x.report->message.find(ranks[0].result.status().message()), std::string::npos)
+        << "rank " << r << " reports another cause: " << x.report->message;
+  }
+}
+
+TEST(TrainRank, RanksOfAnotherImageOrConfigurationAreRefusedBeforeTheRingForms) {
+  model::SetKernelThreads(1);
+  const data::Dataset ds = testing::SyntheticImages(16, 28, 28, 3);
+  struct Case {
+    std::string image0, image1;
+    int batch1;
+    std::vector<std::string> named;
+  };
+  const Case cases[] = {
+      {"ghcr.io/x:0.1",
+       "ghcr.io/x:0.2",
+       4,
+       {"rank 1 runs runner", "image ghcr.io/x:0.2", "but rank 0 runs runner",
+        "image ghcr.io/x:0.1"}},
+      {"",
+       "",
+       8,
+       {"rank 1's training configuration differs from rank 0's", GangConfigDigestOfBatch(8),
+        GangConfigDigestOfBatch(4)}},
+  };
+  for (const Case& c : cases) {
+    rendezvous::MemoryStore store;
+    std::atomic<int> communicators{0};
+    std::vector<Refused> ranks(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r) {
+      threads.emplace_back([&, r] {
+        train::TrainConfig config = Small();
+        if (r == 1) config.batch_size = c.batch1;
+        const RankDeps deps = RefusingDeps(store, ds, r, communicators, ranks[r]);
+        Placement cpu;
+        ranks[r].result = TrainRank(GangEnv(r, r == 0 ? c.image0 : c.image1), config, cpu, deps);
+      });
+    }
+    for (auto& t : threads) t.join();
+    ExpectRefusedAlike(ranks, communicators.load(), c.named);
+  }
+}
+
+// The case that matters: rank 1 is lost, the operator replaces it in place, and the replacement
+// runs another release (an upgrade between). The survivor, which trained in round 0, refuses it
+// in the recovery round rather than hand its state to it, and both exit with the same cause.
+TEST(TrainRank, AReplacementOfAnotherReleaseIsRefusedInTheRecoveryRound) {
+  model::SetKernelThreads(1);
+  const data::Dataset ds = testing::SyntheticImages(16, 28, 28, 3);
+  rendezvous::MemoryStore store;
+  std::atomic<int> communicators{0};
+  std::vector<Refused> ranks(2);
+  // Rank 1 of round 0 ran what rank 0 runs, then was lost.
+  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(GangEnv(1), Small()));
+  ASSERT_TRUE(store.Set("fingerprint/1", same).ok());
+  ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  std::thread survivor([&] {
+    const RankDeps deps = RefusingDeps(store, ds, 0, communicators, ranks[0]);
+    Placement cpu;
+    ranks[0].result = TrainRank(GangEnv(0, "", "20"), Small(), cpu, deps);
+  });
+  // The survivor trained in round 0 (its communicator lost rank 1) and waits in round 1.
+  const Status waiting = store.Wait({"r1/arrived/0"}, std::chrono::seconds(20));
+  if (waiting.ok()) {
+    EXPECT_EQ(communicators.load(), 1) << "the survivor never trained in round 0";
+    communicators = 0;
+    RankDeps deps = RefusingDeps(store, ds, 1, communicators, ranks[1]);
+    deps.fingerprint = FingerprintOf(GangEnv(1), Small());
+    deps.fingerprint->runner = "0.2.0";
+    Placement cpu;
+    ranks[1].result = TrainRank(GangEnv(1), Small(), cpu, deps);
+  }
+  survivor.join();
+  ASSERT_TRUE(waiting.ok()) << "the survivor never joined the recovery round: "
+                            << waiting.ToString();
+  ExpectRefusedAlike(ranks, communicators.load(),
+                     {"rank 1 runs runner 0.2.0 protocol " + std::to_string(kGangProtocolVersion),
+                      "but rank 0 runs runner " + std::string(BuildVersion())});
+  EXPECT_TRUE(store.Get("r1/abort", std::chrono::milliseconds(0)).ok())
+      << "the refusal was not recorded in the recovery round";
 }
 
 TEST(MakeCommunicator, AGpuRankOnTheTcpBackendJoinsTheRingACpuRankForms) {

@@ -370,6 +370,7 @@ TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
   EXPECT_EQ(env["RINGTRAIN_TOKEN"]["valueFrom"]["secretKeyRef"]["name"], "mnist-token");
   EXPECT_EQ(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
   EXPECT_EQ(env["RINGTRAIN_METRICS_PORT"]["value"], "9400");
+  EXPECT_EQ(env["RINGTRAIN_IMAGE"]["value"], c["image"]);  // in the gang's fingerprint
   EXPECT_EQ(env["EXTRA"]["value"], "1");
   Json svc = BuildService(*job);
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
@@ -633,11 +634,13 @@ TEST(PodBuilderTest, AnUpgradeThenAnEditThatLeavesThePodsRestartsNothing) {
   const reconcile::Plan p = reconcile::PlanReconcile(in);
   EXPECT_NE(p.status.phase, "Restarting");
   EXPECT_EQ(p.status.attempt, 0);
-  // The pod an upgraded operator builds carries the same hash as the old release's.
-  EXPECT_EQ(
-      replicas[1].spec_hash,
-      ObserveReplica(BuildPod(job, 0, 1, PodOptions{"ghcr.io/ringtrain/ringtrain-runner:0.2.0"}))
-          .spec_hash);
+  // The pod an upgraded operator builds carries the same hash as the old release's, and tells
+  // its runner the new image (a replacement of it beside the old pods is refused, naming both).
+  const Json upgraded = BuildPod(job, 0, 1, PodOptions{"ghcr.io/ringtrain/ringtrain-runner:0.2.0"});
+  EXPECT_EQ(replicas[1].spec_hash, ObserveReplica(upgraded).spec_hash);
+  std::map<std::string, Json> env;
+  for (const auto& e : upgraded["spec"]["containers"][0]["env"]) env[e["name"]] = e;
+  EXPECT_EQ(env["RINGTRAIN_IMAGE"]["value"], "ghcr.io/ringtrain/ringtrain-runner:0.2.0");
 }
 
 }  // namespace
