@@ -329,6 +329,12 @@ class Planner {
   bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
+  // A replica that would keep running beside a replacement built now and was built by another
+  // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
+  const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
+  // In place of replacing `lost` (what is lost, in words) beside `other` (BuiltOtherwise): a new
+  // attempt of the gang from the newest checkpoint, not counted.
+  void RestartForUpgrade(const ObservedReplica& other, const std::string& lost);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
   // (WithVanished: reason Deleted), or one that answered the deletion's SIGTERM (143) while it
   // terminates, seen before and not deleted by the executor (which forgets what it deletes).
@@ -401,6 +407,34 @@ bool Planner::HandleResize() {
   return false;
 }
 
+const ObservedReplica* Planner::BuiltOtherwise(
+    const std::vector<const ObservedReplica*>& current) const {
+  if (in_.options_hash.empty()) return nullptr;
+  for (const auto* r : current) {
+    if (r->terminating ||
+        (r->phase != ReplicaPhase::kRunning && r->phase != ReplicaPhase::kPending)) {
+      continue;
+    }
+    // Without a stamp (an older operator's pod) only a runner image of its own tells.
+    const bool other = r->options_hash.empty()
+                           ? !r->image.empty() && !in_.image.empty() && r->image != in_.image
+                           : r->options_hash != in_.options_hash;
+    if (other) return r;
+  }
+  return nullptr;
+}
+
+void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& lost) {
+  const std::string images = !other.image.empty() && !in_.image.empty() && other.image != in_.image
+                                 ? " (runner image " + other.image + " -> " + in_.image + ")"
+                                 : "";
+  Restart("OperatorUpgraded",
+          lost + " is not replaced in place: " + other.name +
+              " was built by another operator configuration" + images +
+              "; new attempt from the newest checkpoint, not counted against backoffLimit",
+          false);
+}
+
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                              const ObservedReplica& pick, const std::string& what) {
   if (!api::RecoversInPlace(spec_)) return false;
@@ -428,6 +462,12 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
+  // A replacement built now would run another runner build than a survivor (an operator
+  // upgrade since the gang started): the gang starts again as a whole instead.
+  if (const ObservedReplica* other = BuiltOtherwise(current)) {
+    RestartForUpgrade(*other, what + "; rank " + std::to_string(pick.rank));
+    return true;
+  }
   for (const auto* r : lost) {
     // Deleted even while it terminates: the executor then forgets it (a vanished pod).
     plan_.actions.push_back(
@@ -912,6 +952,20 @@ Plan Planner::Run() {
   for (const auto* r : current) {
     present[static_cast<std::size_t>(r->rank)] = true;
     releasing = releasing || r->terminating;
+  }
+  // An in-place replacement still to be created (its loss was planned before, by an operator
+  // configured otherwise) is not created beside a survivor of another runner build.
+  for (int rank = 0; rank < pods && !releasing; ++rank) {
+    const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
+    const auto& replaced = st().replaced_pods;
+    if (present[static_cast<std::size_t>(rank)] ||
+        std::find(replaced.begin(), replaced.end(), name) == replaced.end()) {
+      continue;
+    }
+    if (const ObservedReplica* other = BuiltOtherwise(current)) {
+      RestartForUpgrade(*other, "lost rank " + std::to_string(rank) + " (" + name + ")");
+      return std::move(plan_);
+    }
   }
   // A gang is created whole: while a released part of it (a partial gang the API refused to
   // complete) is still going, no new replica joins it.

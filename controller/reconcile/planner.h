@@ -59,6 +59,10 @@ struct ObservedReplica {
   // matching the current spec.
   std::string spec_hash;
   std::int64_t spec_generation = 0;
+  // What the executor's own configuration gave the replica (PlanInput::options_hash), "" when it
+  // carries no stamp, and its runner's image ("" when unknown).
+  std::string options_hash;
+  std::string image;
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
@@ -151,6 +155,14 @@ struct PlanInput {
   // generation of the spec means the spec changed under the gang: a new attempt (reason
   // SpecChanged, not counted), never a replacement of the new spec beside ranks of the old.
   std::vector<std::string> spec_hashes;
+  // What the executor's own configuration (not the spec: an operator upgrade) gives a replica it
+  // builds now, as it stamps them (ObservedReplica::options_hash), and the runner image it gives
+  // it; "" when it does not stamp. A lost replica is replaced in place only while no survivor was
+  // built otherwise: one stamped differently, or an unstamped one (an older operator's) whose
+  // image differs. Else the gang restarts (reason OperatorUpgraded, not counted), never two
+  // runner builds in one gang. A gang that loses no replica is not restarted by an upgrade.
+  std::string options_hash;
+  std::string image;
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen

@@ -64,6 +64,18 @@ class Operator::Cache final : public ClusterCache {
         }
         if (!claims.empty()) spec["volumes"] = claims;
       }
+      // Each container's image: a pod without the options stamp (an older operator's) is told
+      // built differently by its runner image.
+      if (auto cs = sp->find("containers"); cs != sp->end() && cs->is_array()) {
+        Json& list = spec["containers"] = Json::array();
+        for (const auto& c : *cs) {
+          Json kept = Json::object();
+          for (const char* k : {"name", "image"}) {
+            if (c.is_object() && c.contains(k) && c[k].is_string()) kept[k] = c[k];
+          }
+          list.push_back(std::move(kept));
+        }
+      }
     }
     if (auto st = pod.find("status"); st != pod.end() && st->is_object()) {
       Json& status = out["status"] = Json::object();

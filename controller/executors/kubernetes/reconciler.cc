@@ -534,6 +534,8 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
   pass.in.now = clock_->Now();
   pass.in.memory = memory.plan;
   pass.in.checkpoints_ephemeral = CheckpointsAreEphemeral(job.spec);
+  pass.in.options_hash = PodOptionsHash(job, options_.pods);
+  pass.in.image = RunnerImage(job.spec, options_.pods);
   // What the current spec builds for each rank: only worth building while a pod of the attempt
   // was built from another generation of the spec.
   const bool edited = std::any_of(

@@ -930,6 +930,47 @@ TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
   EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
 }
 
+// An operator upgrade to a new default runner image restarts no running gang; but a rank lost
+// after it is not replaced by a pod of the new runner beside a survivor of the old one: the gang
+// restarts as a whole (OperatorUpgraded, not counted), all of it from the new operator.
+TEST_F(ReconcilerTest, AfterAnUpgradeALostRankRestartsTheGangRatherThanMixRunnerBuilds) {
+  ReconcilerOptions old_release;
+  old_release.expectations_timeout = std::chrono::hours(1);
+  old_release.pods.runner_image = "example.com/runner:1";
+  reconciler_ =
+      std::make_unique<Reconciler>(&client_, &cache_, &clock_, nullptr, nullptr, old_release,
+                                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+  ReconcilerOptions new_release = old_release;
+  new_release.pods.runner_image = "example.com/runner:2";
+  Reconciler upgraded(&client_, &cache_, &clock_, nullptr, nullptr, new_release,
+                      [](const std::string&, int, Duration) { return std::nullopt; });
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running") << "an upgrade alone restarts nothing";
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Status().value("inPlaceRecoveries", 0), 0);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "OperatorUpgraded");
+  EXPECT_NE(Condition(Status(), "Restarting")["message"].get<std::string>().find(
+                "mnist-a0-0 was built by another operator configuration (runner image "
+                "example.com/runner:1 -> example.com/runner:2)"),
+            std::string::npos)
+      << Status().dump();
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "no pod of the new runner in attempt 0";
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    auto pod = client_.Get(kube::kPods, "default", "mnist-a1-" + std::to_string(r));
+    ASSERT_TRUE(pod.ok());
+    EXPECT_EQ(pod->at("spec").at("containers").at(0).at("image"), "example.com/runner:2");
+  }
+}
+
 // Recorded on a real cluster: kubectl drain evicted both ranks and the operator at step 3752;
 // the new operator re-created the pods as the same attempt, and nothing on the job said that
 // anything had happened. A new operator (fresh memory) now restarts the gang, not counted.

@@ -669,6 +669,136 @@ TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
   EXPECT_EQ(d.status.attempt, 0);
 }
 
+// An operator upgrade (a new default runner image, another binary or checkpoint directory:
+// PlanInput::options_hash) never puts two runner builds in one gang: a lost rank is not
+// replaced in place beside a survivor built otherwise; the gang restarts, not counted. A gang
+// that loses no rank runs on.
+ObservedReplica BuiltBy(ObservedReplica r, const std::string& options_hash,
+                        const std::string& image) {
+  r.options_hash = options_hash;
+  r.image = image;
+  return r;
+}
+
+PlanInput UpgradedInput(const api::TrainingJob& job, std::vector<ObservedReplica> replicas) {
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.options_hash = "new-options";
+  in.image = "runner:2";
+  in.replicas = std::move(replicas);
+  return in;
+}
+
+TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGangUncounted) {
+  auto job = InPlaceJob(3);
+  job.status.progress = api::Progress{500, 1, 0, 0, "2026-11-21T10:00:00Z"};
+  // A crash (counted, were it replaced in place) beside survivors of the old build.
+  auto crashed = BuiltBy(Replica(2, 0, ReplicaPhase::kFailed, 139, "Error"), "old", "runner:1");
+  Plan p = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"),
+            BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:1"), crashed}));
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(p.status.in_place_recoveries, 0);
+  EXPECT_TRUE(p.status.replaced_pods.empty());
+  EXPECT_EQ(p.status.recovery.restart_from_step, 500) << "from the newest checkpoint";
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->exit_code, 139);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 3);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  const std::string& m = Cond(p.status, "Restarting")->message;
+  EXPECT_NE(m.find("rank 2 is not replaced in place: job-a0-0 was built by another operator "
+                   "configuration (runner image runner:1 -> runner:2); new attempt from the "
+                   "newest checkpoint, not counted against backoffLimit"),
+            std::string::npos)
+      << m;
+  // The same stamps but one image: no images named.
+  Plan same_image = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:2"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:2"),
+                          BuiltBy(crashed, "old", "runner:2")}));
+  ASSERT_NE(Cond(same_image.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(same_image.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_EQ(Cond(same_image.status, "Restarting")->message.find("runner image"), std::string::npos);
+}
+
+TEST(PlannerUpgrade, SurvivorsOfThisConfigurationOrOfUnknownBuildAreJoinedInPlace) {
+  const auto job = InPlaceJob(2);
+  auto lost = [](ObservedReplica r) {
+    r.phase = ReplicaPhase::kFailed;
+    r.exit_code = 143;
+    r.reason = "Error";
+    r.terminating = true;
+    return r;
+  };
+  const std::vector<std::pair<ObservedReplica, const char*>> survivors = {
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "new-options", "runner:2"), "same stamp"},
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", "runner:2"), "no stamp, same image"},
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", ""), "no stamp, image unknown"},
+  };
+  for (const auto& [survivor, what] : survivors) {
+    Plan p = PlanReconcile(UpgradedInput(job, {survivor, lost(Replica(1, 0, {}))}));
+    EXPECT_EQ(p.status.attempt, 0) << what;
+    EXPECT_EQ(p.status.in_place_recoveries, 1) << what;
+    EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"}) << what;
+  }
+  // No stamp and another image: built otherwise.
+  Plan p = PlanReconcile(UpgradedInput(
+      job,
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", "runner:1"), lost(Replica(1, 0, {}))}));
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  // An executor that does not stamp: nothing to compare.
+  PlanInput unstamped = UpgradedInput(
+      job,
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"), lost(Replica(1, 0, {}))});
+  unstamped.options_hash.clear();
+  unstamped.image.clear();
+  EXPECT_EQ(PlanReconcile(unstamped).status.in_place_recoveries, 1);
+}
+
+TEST(PlannerUpgrade, AGangThatLosesNoRankRunsOn) {
+  const auto job = InPlaceJob(2);
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "", "runner:0")}));
+  EXPECT_EQ(p.status.phase, "Running");
+  EXPECT_EQ(p.status.attempt, 0);
+  EXPECT_TRUE(p.actions.empty());
+}
+
+// The loss was planned (replaced in place, the lost pod deleted and gone) by the operator before
+// the upgrade: the new one does not create the replacement beside the old build either.
+TEST(PlannerUpgrade, AReplacementPlannedBeforeTheUpgradeIsNotCreatedBesideTheOldBuild) {
+  auto job = InPlaceJob(2);
+  job.status.phase = "Restarting";
+  job.status.in_place_recoveries = 1;
+  job.status.replaced_pods = {"job-a0-1"};
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1")}));
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 1);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("lost rank 1 (job-a0-1) is not replaced in "
+                               "place: job-a0-0 was built by another"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // Built by this configuration: the replacement is created.
+  Plan same = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "new-options", "runner:2")}));
+  EXPECT_EQ(same.status.attempt, 0);
+  EXPECT_EQ(Count(same, Kind::kCreateReplica), 1);
+}
+
 // Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
 ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
   ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
