@@ -336,11 +336,15 @@ class Planner {
   // attempt of the gang from the newest checkpoint, not counted.
   void RestartForUpgrade(const ObservedReplica& other, const std::string& lost);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
-  // (WithVanished: reason Deleted), or one that answered the deletion's SIGTERM (143) while it
-  // terminates, seen before and not deleted by the executor (which forgets what it deletes).
+  // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates, seen
+  // before and not deleted by the executor (which forgets what it deletes). Ended of the
+  // deletion: it answered the SIGTERM (143), or ignored it and was killed when the grace period
+  // ended (137 without OOMKilled; an OOM kill is the job's own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
-    return r.terminating && r.exit_code == 128 + 15 && in_.memory.seen.contains(r.name);
+    const bool of_the_deletion =
+        r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
+    return r.terminating && of_the_deletion && in_.memory.seen.contains(r.name);
   }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
@@ -454,12 +458,12 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   for (const auto* r : lost) {
     news = news || std::find(replaced.begin(), replaced.end(), r->name) == replaced.end();
   }
-  // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
-  // gang nothing: not counted. Any other loss counts against backoffLimit, a pod the node
-  // refused included: its replacement may be refused again, and no placement wait bounds that
-  // here (once the budget is spent the gang restarts, uncounted while a scheduling timeout
-  // bounds it).
-  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone (gone, or
+  // killed at the end of the deletion's grace period) costs the gang nothing: not counted. Any
+  // other loss counts against backoffLimit, a pod the node refused included: its replacement
+  // may be refused again, and no placement wait bounds that here (once the budget is spent the
+  // gang restarts, uncounted while a scheduling timeout bounds it).
+  const bool free = pick.disruption || pick.exit_code == 128 + 15 || DeletedByOthers(pick);
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
   // A replacement built now would run another runner build than a survivor (an operator

@@ -364,6 +364,36 @@ TEST_F(ReconcilerTest, BothPodsDeletedBySomeoneRestartTheGangUncountedAsRecorded
   EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
+// kubectl delete pod of a rank whose runner ignores SIGTERM: the kubelet kills it when the grace
+// period ends (exit 137, reason Error, not OOMKilled). A deletion from outside, not a failure
+// of the job's: with backoffLimit 0 the gang restarts rather than the job failing.
+TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  clock_.Advance(std::chrono::seconds(30));
+  pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["status"]["phase"] = "Failed";
+  pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                         {"state",
+                                          {{"terminated",
+                                            {{"exitCode", 137},
+                                             {"reason", "Error"},
+                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+}
+
 class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {

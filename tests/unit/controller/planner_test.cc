@@ -1841,6 +1841,58 @@ TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
   EXPECT_EQ(alone.status.restarts, 1);
 }
 
+// A runner that ignores the deletion's SIGTERM is killed when the grace period ends: exit 137,
+// container reason Error. A pod deleted from outside that ends so is a disruption like one that
+// answered the SIGTERM, on both recovery paths; an OOM kill (137, OOMKilled) stays counted.
+ObservedReplica KilledAtGraceEnd(int rank, const std::string& reason) {
+  auto r = DeletedBySigterm(rank, ReplicaPhase::kFailed);
+  r.exit_code = 137;
+  r.reason = reason;
+  r.message = "last log line of a runner that ignored SIGTERM";
+  return r;
+}
+
+TEST(Planner, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted) {
+  for (const bool in_place : {true, false}) {
+    auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+    job.status.restarts = 2;  // backoffLimit 2: a counted loss would fail the job
+    const Plan seen = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(5),
+        PlanMemory{});
+    const Plan deleting = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kRunning)},
+        At(10), seen.memory);
+    Plan killed =
+        PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")}, At(40),
+                 deleting.memory);
+    EXPECT_NE(killed.status.phase, "Failed") << in_place;
+    EXPECT_EQ(killed.status.restarts, 2) << in_place;
+    ASSERT_NE(Cond(killed.status, "Restarting"), nullptr) << in_place;
+    if (in_place) {
+      EXPECT_EQ(killed.status.attempt, 0);
+      EXPECT_EQ(killed.status.in_place_recoveries, 1);
+      EXPECT_NE(Cond(killed.status, "Restarting")->message.find("not counted against backoffLimit"),
+                std::string::npos);
+    } else {
+      EXPECT_EQ(killed.status.attempt, 1);
+      EXPECT_EQ(Cond(killed.status, "Restarting")->reason, "PodDeleted");
+    }
+    // An OOM kill while it terminates is the job's own failure.
+    Plan oom =
+        PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "OOMKilled")},
+                 At(40), deleting.memory);
+    EXPECT_EQ(oom.status.phase, "Failed") << in_place;
+    ASSERT_NE(Cond(oom.status, "Failed"), nullptr) << in_place;
+    EXPECT_EQ(Cond(oom.status, "Failed")->reason, "BackoffLimitExceeded") << in_place;
+    // So is a 137 of a pod this executor deleted.
+    PlanMemory own = deleting.memory;
+    RecordReplicaDeleted(&own, "job-a0-1");
+    Plan ours = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")},
+                         At(40), own);
+    EXPECT_EQ(ours.status.phase, "Failed") << in_place;
+  }
+}
+
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
