@@ -116,7 +116,9 @@ struct PlanMemory {
   int seen_attempt = -1;
   std::map<std::string, ObservedReplica> seen;
   // Replicas of `seen_attempt` the executor deleted itself (RecordReplicaDeleted): one that is
-  // gone is no loss, even for an executor that never saw it.
+  // gone is no loss, even for an executor that never saw it; any other that ends of its deletion
+  // while it terminates was deleted by someone else (not counted), even one a freshly started
+  // executor first sees terminating.
   std::set<std::string> deleted;
   // The create-retry gate: creates the API refused in a row, and when the gang may be created
   // again (whatever woke the pass; watch events of the released replicas would otherwise retry

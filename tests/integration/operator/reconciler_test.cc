@@ -394,6 +394,34 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNo
   EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
+// The operator restarts while someone deletes a pod of the running gang: the new one first sees
+// it terminating, its runner ended by the SIGTERM (143). Its memory is empty, but nothing in it
+// says it deleted the pod: a deletion from outside, not counted (backoffLimit 0 would fail).
+TEST_F(ReconcilerTest, APodDeletedBeforeAFreshOperatorSawItRunIsNotCounted) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  pod["status"]["phase"] = "Failed";
+  pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                         {"state",
+                                          {{"terminated",
+                                            {{"exitCode", 143},
+                                             {"reason", "Error"},
+                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+}
+
 class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {

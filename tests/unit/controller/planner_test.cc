@@ -1893,6 +1893,28 @@ TEST(Planner, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted)
   }
 }
 
+// A pod deleted by someone before a freshly started executor (empty memory) saw it run: first
+// seen already terminating, ended of the deletion. Nothing says this executor deleted it: not
+// counted either, on both recovery paths.
+TEST(Planner, APodDeletedBeforeAFreshExecutorSawItRunIsNotCounted) {
+  for (const bool in_place : {true, false}) {
+    for (const int code : {143, 137}) {
+      auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+      job.status.restarts = 2;  // backoffLimit 2: a counted loss would fail the job
+      auto deleted =
+          code == 143 ? DeletedBySigterm(1, ReplicaPhase::kFailed) : KilledAtGraceEnd(1, "Error");
+      Plan p =
+          PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), deleted}, At(40), PlanMemory{});
+      const std::string what = std::to_string(code) + (in_place ? " in place" : " gang");
+      EXPECT_NE(p.status.phase, "Failed") << what;
+      EXPECT_EQ(p.status.restarts, 2) << what;
+      ASSERT_NE(Cond(p.status, "Restarting"), nullptr) << what;
+      EXPECT_EQ(Cond(p.status, "Restarting")->reason, in_place ? "InPlaceRecovery" : "PodDeleted")
+          << what;
+    }
+  }
+}
+
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
