@@ -543,8 +543,16 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
         return r.attempt == job.status.attempt && !r.spec_hash.empty() &&
                r.spec_generation != job.metadata.generation;
       });
-  for (int rank = 0; edited && rank < job.spec.replicas; ++rank) {
-    pass.in.spec_hashes.push_back(PodSpecHash(job, job.status.attempt, rank));
+  if (edited) {
+    JobMemory::SpecHashes& built = memory.spec_hashes;
+    if (built.generation != job.metadata.generation || built.attempt != job.status.attempt ||
+        built.labels != job.metadata.labels) {
+      built = {job.metadata.generation, job.status.attempt, job.metadata.labels, {}};
+      for (int rank = 0; rank < job.spec.replicas; ++rank) {
+        built.hashes.push_back(options_.spec_hash(job, job.status.attempt, rank));
+      }
+    }
+    pass.in.spec_hashes = built.hashes;
   }
   return std::nullopt;
 }

@@ -1029,6 +1029,41 @@ TEST_F(ReconcilerTest, AfterAnUpgradeALostRankRestartsTheGangRatherThanMixRunner
   }
 }
 
+// An edit that leaves the pods as they are keeps the pods of an older generation in the gang for
+// the rest of the attempt: what the spec builds for each rank is built once per generation, not
+// on every pass.
+TEST_F(ReconcilerTest, AnEditThatLeavesThePodsBuildsEachRanksHashOncePerGeneration) {
+  std::map<std::pair<std::int64_t, int>, int> built;  // (generation, rank) -> builds
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  options.spec_hash = [&built](const api::TrainingJob& job, int attempt, int rank) {
+    ++built[{job.metadata.generation, rank}];
+    return PodSpecHash(job, attempt, rank);
+  };
+  reconciler_ =
+      std::make_unique<Reconciler>(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+  EXPECT_TRUE(built.empty()) << "no edit, nothing to compare";
+  for (const std::int64_t generation : {2, 3}) {
+    Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+    job["spec"]["runPolicy"]["backoffLimit"] = 5 + generation;
+    job["metadata"]["generation"] = generation;
+    client_.Set(kube::kTrainingJobs, "default", job);
+    for (int pass = 0; pass < 4; ++pass) {
+      clock_.Advance(std::chrono::seconds(1));
+      cache_.CatchUp(client_);
+      ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    }
+    EXPECT_EQ(Status()["phase"], "Running");
+    EXPECT_EQ(Status()["attempt"], 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ((built[{generation, rank}]), 1) << "generation " << generation << " rank " << rank;
+    }
+  }
+  EXPECT_EQ(built.size(), 4u);
+}
+
 // Recorded on a real cluster: kubectl drain evicted both ranks and the operator at step 3752;
 // the new operator re-created the pods as the same attempt, and nothing on the job said that
 // anything had happened. A new operator (fresh memory) now restarts the gang, not counted.
