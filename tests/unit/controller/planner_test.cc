@@ -669,6 +669,41 @@ TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
   EXPECT_EQ(d.status.attempt, 0);
 }
 
+// An edit under a gang one of whose replicas failed permanently (exit 1-127): the
+// failure is read first and fails the job, rather than a SpecChanged restart standing in for it.
+TEST(PlannerSpecChange, APermanentFailureWinsOverAnEdit) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  auto bad = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 2, "Error"), "old1", 1);
+  bad.message = "INVALID_ARGUMENT: dataset /data/fashion-mnist: no such file";
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), bad};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.attempt, 0);
+  ASSERT_NE(Cond(p.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "PermanentFailure");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->exit_code, 2);
+  EXPECT_EQ(Cond(p.status, "Restarting"), nullptr);
+  // So does a replica that reports another rank's permanent failure.
+  auto reported = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 2, "Error"), "old1", 1);
+  reported.message = std::string(contract::kCausedByPrefix) + "0: INVALID_ARGUMENT: bad shard";
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), reported};
+  Plan r = PlanReconcile(in);
+  EXPECT_EQ(r.status.phase, "Failed");
+  EXPECT_EQ(r.status.attempt, 0);
+  // A retryable loss beside the edit still restarts the gang from the new spec.
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kFailed, 139, "Error"), "old1", 1)};
+  Plan q = PlanReconcile(in);
+  EXPECT_EQ(q.status.attempt, 1);
+  ASSERT_NE(Cond(q.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(q.status, "Restarting")->reason, "SpecChanged");
+}
+
 // An operator upgrade (a new default runner image, another binary or checkpoint directory:
 // PlanInput::options_hash) never puts two runner builds in one gang: a lost rank is not
 // replaced in place beside a survivor built otherwise; the gang restarts, not counted. A gang
