@@ -802,4 +802,56 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   return r;
 }
 
+Json TrimPodForCache(const Json& pod) {
+  Json out = Json::object();
+  if (auto m = pod.find("metadata"); m != pod.end() && m->is_object()) {
+    Json& meta = out["metadata"] = Json::object();
+    for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "annotations",
+                          "ownerReferences", "deletionTimestamp"}) {
+      if (auto it = m->find(k); it != m->end()) meta[k] = *it;
+    }
+  }
+  if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
+    // Where it runs and who places it, and the claims it waits on (ExplainPendingClaims).
+    Json& spec = out["spec"] = Json::object();
+    for (const char* k : {"nodeName", "schedulerName"}) {
+      if (auto it = sp->find(k); it != sp->end()) spec[k] = *it;
+    }
+    if (auto vols = sp->find("volumes"); vols != sp->end() && vols->is_array()) {
+      Json claims = Json::array();
+      for (const auto& v : *vols) {
+        if (v.is_object() && v.contains("persistentVolumeClaim")) {
+          claims.push_back({{"persistentVolumeClaim", v["persistentVolumeClaim"]}});
+        }
+      }
+      if (!claims.empty()) spec["volumes"] = claims;
+    }
+    // Each container's image: a pod without the options stamp (an older operator's) is told
+    // built differently by its runner image.
+    if (auto cs = sp->find("containers"); cs != sp->end() && cs->is_array()) {
+      Json& list = spec["containers"] = Json::array();
+      for (const auto& c : *cs) {
+        Json kept = Json::object();
+        for (const char* k : {"name", "image"}) {
+          if (c.is_object() && c.contains(k) && c[k].is_string()) kept[k] = c[k];
+        }
+        list.push_back(std::move(kept));
+      }
+    }
+  }
+  if (auto st = pod.find("status"); st != pod.end() && st->is_object()) {
+    Json& status = out["status"] = Json::object();
+    for (const char* k : {"phase", "podIP", "reason", "message", "conditions"}) {
+      if (auto it = st->find(k); it != st->end()) status[k] = *it;
+    }
+    if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
+      Json& list = status["containerStatuses"] = Json::array();
+      for (const auto& c : *cs) {
+        list.push_back({{"name", c.value("name", "")}, {"state", c.value("state", Json())}});
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ringtrain::op

@@ -92,6 +92,9 @@ Json OwnerReference(const api::TrainingJob& job);
 // deletion. Pods without valid rank/attempt labels come back with rank -1 (the planner deletes
 // them as strays).
 reconcile::ObservedReplica ObserveReplica(const Json& pod);
+// What the operator's pod index keeps of a pod: only what ObserveReplica and the reconciler read
+// (the index holds thousands of pods, and a pod's spec is most of its size).
+Json TrimPodForCache(const Json& pod);
 
 // Gang schedulers (runPolicy.podGroup) and Kueue: what a pod carries to join its group.
 inline constexpr char kCoschedulingPodGroupLabel[] = "scheduling.x-k8s.io/pod-group";

@@ -676,6 +676,45 @@ TEST(PodBuilderTest, APodCarriesTheHashOfTheOptionsThatBuiltIt) {
   EXPECT_EQ(RunnerImage(job.spec, PodOptions{}), api::JobSpec{}.image);
 }
 
+// The operator's pod index keeps a trimmed pod: what ObserveReplica reads of it must survive the
+// trim, the runner's image included (an older operator's pod, without the options stamp, is
+// told built otherwise by it alone).
+TEST(PodBuilderTest, ATrimmedPodReadsAsTheWholePod) {
+  Json tmpl = {
+      {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "example.com/proxy:1"}}}}}}};
+  api::TrainingJob job = ParseJob("mnist", "default", {{"replicas", 2}, {"template", tmpl}});
+  job.metadata.generation = 4;
+  Json pod = BuildPod(job, 3, 1, PodOptions{"example.com/runner:1"});
+  pod["metadata"]["annotations"].erase(kOptionsHashAnnotation);  // an older operator's
+  pod["spec"]["nodeName"] = "node-2";
+  pod["status"] = {
+      {"phase", "Running"},
+      {"podIP", "10.0.0.7"},
+      {"containerStatuses",
+       {{{"name", "sidecar"}, {"image", "x"}, {"state", {{"running", Json::object()}}}},
+        {{"name", "runner"}, {"image", "x"}, {"state", {{"running", Json::object()}}}}}}};
+  for (const bool stamped : {false, true}) {
+    if (stamped) pod["metadata"]["annotations"][kOptionsHashAnnotation] = "0123456789abcdef";
+    const reconcile::ObservedReplica whole = ObserveReplica(pod);
+    const reconcile::ObservedReplica trimmed = ObserveReplica(TrimPodForCache(pod));
+    EXPECT_EQ(whole.image, "example.com/runner:1");
+    EXPECT_EQ(trimmed.image, whole.image) << stamped;
+    EXPECT_EQ(trimmed.options_hash, whole.options_hash) << stamped;
+    EXPECT_EQ(trimmed.spec_hash, whole.spec_hash);
+    EXPECT_EQ(trimmed.spec_generation, 4);
+    EXPECT_EQ(trimmed.rank, 1);
+    EXPECT_EQ(trimmed.attempt, 3);
+    EXPECT_EQ(trimmed.node, "node-2");
+    EXPECT_EQ(trimmed.world_size, whole.world_size);
+    EXPECT_EQ(trimmed.gated, whole.gated);
+    EXPECT_EQ(trimmed.phase, reconcile::ReplicaPhase::kRunning);
+  }
+  // Only the containers' names and images are kept of their specs.
+  const Json kept = TrimPodForCache(pod)["spec"]["containers"];
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0], (Json{{"name", "runner"}, {"image", "example.com/runner:1"}}));
+}
+
 // Recorded by the last review: after an upgrade to a new default runner image, a lost rank was
 // replaced in place by a pod of the new runner beside survivors of the old one. The gang now
 // restarts as a whole (OperatorUpgraded, not counted) instead; pods of an older operator,
