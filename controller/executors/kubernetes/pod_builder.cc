@@ -746,8 +746,9 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   r.node = StringAt(pod_spec, "nodeName");
   const Json containers = ListAt(pod_spec, "containers");
   for (const auto& c : containers) {
-    if (StringAt(c, "name") == kContainerName || containers.size() == 1)
+    if (StringAt(c, "name") == kContainerName || containers.size() == 1) {
       r.image = StringAt(c, "image");
+    }
   }
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
