@@ -332,9 +332,9 @@ class Planner {
   // A replica that would keep running beside a replacement built now and was built by another
   // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
   const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
-  // In place of replacing `lost` (what is lost, in words) beside `other` (BuiltOtherwise): a new
-  // attempt of the gang from the newest checkpoint, not counted.
-  void RestartForUpgrade(const ObservedReplica& other, const std::string& lost);
+  // In place of creating a replica beside `other` (BuiltOtherwise; `instead` says which, and
+  // that it is not made): a new attempt of the gang from the newest checkpoint, not counted.
+  void RestartForUpgrade(const ObservedReplica& other, const std::string& instead);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
   // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
   // that the executor did not delete (PlanMemory::deleted). Told from the pod and that record
@@ -437,13 +437,12 @@ const ObservedReplica* Planner::BuiltOtherwise(
   return nullptr;
 }
 
-void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& lost) {
+void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& instead) {
   const std::string images = !other.image.empty() && !in_.image.empty() && other.image != in_.image
                                  ? " (runner image " + other.image + " -> " + in_.image + ")"
                                  : "";
   Restart("OperatorUpgraded",
-          lost + " is not replaced in place: " + other.name +
-              " was built by another operator configuration" + images +
+          instead + ": " + other.name + " was built by another operator configuration" + images +
               "; new attempt from the newest checkpoint, not counted against backoffLimit",
           false);
 }
@@ -478,7 +477,8 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   // A replacement built now would run another runner build than a survivor (an operator
   // upgrade since the gang started): the gang starts again as a whole instead.
   if (const ObservedReplica* other = BuiltOtherwise(current)) {
-    RestartForUpgrade(*other, what + "; rank " + std::to_string(pick.rank));
+    RestartForUpgrade(*other,
+                      what + "; rank " + std::to_string(pick.rank) + " is not replaced in place");
     return true;
   }
   for (const auto* r : lost) {
@@ -966,17 +966,18 @@ Plan Planner::Run() {
     present[static_cast<std::size_t>(r->rank)] = true;
     releasing = releasing || r->terminating;
   }
-  // An in-place replacement still to be created (its loss was planned before, by an operator
-  // configured otherwise) is not created beside a survivor of another runner build.
+  // No replica is created beside one of another runner build: an in-place replacement whose
+  // loss an operator configured otherwise planned, or a rank missing from a gang it began to
+  // create.
   for (int rank = 0; rank < pods && !releasing; ++rank) {
-    const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
-    const auto& replaced = st().replaced_pods;
-    if (present[static_cast<std::size_t>(rank)] ||
-        std::find(replaced.begin(), replaced.end(), name) == replaced.end()) {
-      continue;
-    }
+    if (present[static_cast<std::size_t>(rank)]) continue;
     if (const ObservedReplica* other = BuiltOtherwise(current)) {
-      RestartForUpgrade(*other, "lost rank " + std::to_string(rank) + " (" + name + ")");
+      const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
+      const auto& replaced = st().replaced_pods;
+      const bool lost = std::find(replaced.begin(), replaced.end(), name) != replaced.end();
+      RestartForUpgrade(*other, (lost ? "lost rank " : "missing rank ") + std::to_string(rank) +
+                                    " (" + name + ") is not " +
+                                    (lost ? "replaced in place" : "created"));
       return std::move(plan_);
     }
   }

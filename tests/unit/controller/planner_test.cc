@@ -834,6 +834,33 @@ TEST(PlannerUpgrade, AReplacementPlannedBeforeTheUpgradeIsNotCreatedBesideTheOld
   EXPECT_EQ(Count(same, Kind::kCreateReplica), 1);
 }
 
+// Nor is a rank missing from a gang an operator configured otherwise began to create (it
+// stopped before it created all of them).
+TEST(PlannerUpgrade, AGangBegunBeforeTheUpgradeIsNotCompletedWithTheNewBuild) {
+  auto job = InPlaceJob(3);
+  job.status.phase = "Pending";
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kPending), "old", "runner:1"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kPending), "old", "runner:1")}));
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("missing rank 2 (job-a0-2) is not created: "
+                               "job-a0-0 was built by another"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // Begun by this configuration: completed.
+  Plan same = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kPending), "new-options", "runner:2"),
+            BuiltBy(Replica(1, 0, ReplicaPhase::kPending), "new-options", "runner:2")}));
+  EXPECT_EQ(same.status.attempt, 0);
+  EXPECT_EQ(Count(same, Kind::kCreateReplica), 1);
+}
+
 // Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
 ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
   ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
