@@ -330,12 +330,23 @@ class Planner {
   bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
+  // A replica that would keep running beside a replacement built now and was built by another
+  // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
+  const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
+  // In place of creating a replica beside `other` (BuiltOtherwise; `instead` says which, and
+  // that it is not made): a new attempt of the gang from the newest checkpoint, not counted.
+  void RestartForUpgrade(const ObservedReplica& other, const std::string& instead);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
-  // (WithVanished: reason Deleted), or one that answered the deletion's SIGTERM (143) while it
-  // terminates, seen before and not deleted by the executor (which forgets what it deletes).
+  // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
+  // that the executor did not delete (PlanMemory::deleted). Told from the pod and that record
+  // alone, not from having seen it before: a freshly started executor first sees such a pod
+  // already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it and
+  // was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
-    return r.terminating && r.exit_code == 128 + 15 && in_.memory.seen.contains(r.name);
+    const bool of_the_deletion =
+        r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
+    return r.terminating && of_the_deletion && !in_.memory.deleted.contains(r.name);
   }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
@@ -382,6 +393,14 @@ bool Planner::HandleResize() {
   // an operator that builds pods differently: an upgrade restarts nothing); one that ended
   // meets no replacement.
   const auto& want = in_.spec_hashes;
+  // A replica of the attempt that failed permanently (exit 1-127: its own cause, or another
+  // rank's it reports) dooms the job whatever the edit: failure handling reads it first, or a new
+  // attempt of the new spec would stand in for it (an uncounted restart of a job that failed).
+  if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [this](const ObservedReplica& r) {
+        return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
+      })) {
+    return false;
+  }
   for (const auto& r : in_.replicas) {
     if (r.attempt != st().attempt || r.terminating || r.spec_hash.empty() || r.rank < 0 ||
         r.rank >= static_cast<int>(want.size()) ||
@@ -400,6 +419,33 @@ bool Planner::HandleResize() {
     return true;
   }
   return false;
+}
+
+const ObservedReplica* Planner::BuiltOtherwise(
+    const std::vector<const ObservedReplica*>& current) const {
+  if (in_.options_hash.empty()) return nullptr;
+  for (const auto* r : current) {
+    if (r->terminating ||
+        (r->phase != ReplicaPhase::kRunning && r->phase != ReplicaPhase::kPending)) {
+      continue;
+    }
+    // Without a stamp (an older operator's pod) only a runner image of its own tells.
+    const bool other = r->options_hash.empty()
+                           ? !r->image.empty() && !in_.image.empty() && r->image != in_.image
+                           : r->options_hash != in_.options_hash;
+    if (other) return r;
+  }
+  return nullptr;
+}
+
+void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& instead) {
+  const std::string images = !other.image.empty() && !in_.image.empty() && other.image != in_.image
+                                 ? " (runner image " + other.image + " -> " + in_.image + ")"
+                                 : "";
+  Restart("OperatorUpgraded",
+          instead + ": " + other.name + " was built by another operator configuration" + images +
+              "; new attempt from the newest checkpoint, not counted against backoffLimit",
+          false);
 }
 
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
@@ -421,14 +467,21 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   for (const auto* r : lost) {
     news = news || std::find(replaced.begin(), replaced.end(), r->name) == replaced.end();
   }
-  // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone costs the
-  // gang nothing: not counted. Any other loss counts against backoffLimit, a pod the node
-  // refused included: its replacement may be refused again, and no placement wait bounds that
-  // here (once the budget is spent the gang restarts, uncounted while a scheduling timeout
-  // bounds it).
-  const bool free = pick.disruption || pick.exit_code == 128 + 15 || pick.reason == "Deleted";
+  // A disruption, a stop the rank answered (SIGTERM: 143), or a pod deleted by someone (gone, or
+  // killed at the end of the deletion's grace period) costs the gang nothing: not counted. Any
+  // other loss counts against backoffLimit, a pod the node refused included: its replacement
+  // may be refused again, and no placement wait bounds that here (once the budget is spent the
+  // gang restarts, uncounted while a scheduling timeout bounds it).
+  const bool free = pick.disruption || pick.exit_code == 128 + 15 || DeletedByOthers(pick);
   if (news && !free && st().restarts >= spec_.run_policy.backoff_limit) return false;
   if (news && replaced.size() + lost.size() > api::kMaxReplacedPods) return false;
+  // A replacement built now would run another runner build than a survivor (an operator
+  // upgrade since the gang started): the gang starts again as a whole instead.
+  if (const ObservedReplica* other = BuiltOtherwise(current)) {
+    RestartForUpgrade(*other,
+                      what + "; rank " + std::to_string(pick.rank) + " is not replaced in place");
+    return true;
+  }
   for (const auto* r : lost) {
     // Deleted even while it terminates: the executor then forgets it (a vanished pod).
     plan_.actions.push_back(
@@ -913,6 +966,21 @@ Plan Planner::Run() {
   for (const auto* r : current) {
     present[static_cast<std::size_t>(r->rank)] = true;
     releasing = releasing || r->terminating;
+  }
+  // No replica is created beside one of another runner build: an in-place replacement whose
+  // loss an operator configured otherwise planned, or a rank missing from a gang it began to
+  // create.
+  for (int rank = 0; rank < pods && !releasing; ++rank) {
+    if (present[static_cast<std::size_t>(rank)]) continue;
+    if (const ObservedReplica* other = BuiltOtherwise(current)) {
+      const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
+      const auto& replaced = st().replaced_pods;
+      const bool lost = std::find(replaced.begin(), replaced.end(), name) != replaced.end();
+      RestartForUpgrade(*other, (lost ? "lost rank " : "missing rank ") + std::to_string(rank) +
+                                    " (" + name + ") is not " +
+                                    (lost ? "replaced in place" : "created"));
+      return std::move(plan_);
+    }
   }
   // A gang is created whole: while a released part of it (a partial gang the API refused to
   // complete) is still going, no new replica joins it.

@@ -59,6 +59,10 @@ struct ObservedReplica {
   // matching the current spec.
   std::string spec_hash;
   std::int64_t spec_generation = 0;
+  // What the executor's own configuration gave the replica (PlanInput::options_hash), "" when it
+  // carries no stamp, and its runner's image ("" when unknown).
+  std::string options_hash;
+  std::string image;
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or
@@ -112,7 +116,9 @@ struct PlanMemory {
   int seen_attempt = -1;
   std::map<std::string, ObservedReplica> seen;
   // Replicas of `seen_attempt` the executor deleted itself (RecordReplicaDeleted): one that is
-  // gone is no loss, even for an executor that never saw it.
+  // gone is no loss, even for an executor that never saw it; any other that ends of its deletion
+  // while it terminates was deleted by someone else (not counted), even one a freshly started
+  // executor first sees terminating.
   std::set<std::string> deleted;
   // The create-retry gate: creates the API refused in a row, and when the gang may be created
   // again (whatever woke the pass; watch events of the released replicas would otherwise retry
@@ -151,6 +157,14 @@ struct PlanInput {
   // generation of the spec means the spec changed under the gang: a new attempt (reason
   // SpecChanged, not counted), never a replacement of the new spec beside ranks of the old.
   std::vector<std::string> spec_hashes;
+  // What the executor's own configuration (not the spec: an operator upgrade) gives a replica it
+  // builds now, as it stamps them (ObservedReplica::options_hash), and the runner image it gives
+  // it; "" when it does not stamp. A lost replica is replaced in place only while no survivor was
+  // built otherwise: one stamped differently, or an unstamped one (an older operator's) whose
+  // image differs. Else the gang restarts (reason OperatorUpgraded, not counted), never two
+  // runner builds in one gang. A gang that loses no replica is not restarted by an upgrade.
+  std::string options_hash;
+  std::string image;
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen

@@ -25,7 +25,7 @@ class Operator::Cache final : public ClusterCache {
   void Upsert(const Json& pod) {
     auto [ns, job, name] = Names(pod);
     if (job.empty()) return;
-    Json trimmed = Trim(pod);
+    Json trimmed = TrimPodForCache(pod);
     std::lock_guard<std::mutex> lock(mu_);
     pods_[{ns, job}][name] = std::move(trimmed);
   }
@@ -36,48 +36,6 @@ class Operator::Cache final : public ClusterCache {
     if (it == pods_.end()) return;
     it->second.erase(name);
     if (it->second.empty()) pods_.erase(it);
-  }
-
-  // Only what ObserveReplica and the reconciler read: the index holds thousands of pods and a
-  // pod's spec is most of its size.
-  static Json Trim(const Json& pod) {
-    Json out = Json::object();
-    if (auto m = pod.find("metadata"); m != pod.end() && m->is_object()) {
-      Json& meta = out["metadata"] = Json::object();
-      for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "annotations",
-                            "ownerReferences", "deletionTimestamp"}) {
-        if (auto it = m->find(k); it != m->end()) meta[k] = *it;
-      }
-    }
-    if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
-      // Where it runs and who places it, and the claims it waits on (ExplainPendingClaims).
-      Json& spec = out["spec"] = Json::object();
-      for (const char* k : {"nodeName", "schedulerName"}) {
-        if (auto it = sp->find(k); it != sp->end()) spec[k] = *it;
-      }
-      if (auto vols = sp->find("volumes"); vols != sp->end() && vols->is_array()) {
-        Json claims = Json::array();
-        for (const auto& v : *vols) {
-          if (v.is_object() && v.contains("persistentVolumeClaim")) {
-            claims.push_back({{"persistentVolumeClaim", v["persistentVolumeClaim"]}});
-          }
-        }
-        if (!claims.empty()) spec["volumes"] = claims;
-      }
-    }
-    if (auto st = pod.find("status"); st != pod.end() && st->is_object()) {
-      Json& status = out["status"] = Json::object();
-      for (const char* k : {"phase", "podIP", "reason", "message", "conditions"}) {
-        if (auto it = st->find(k); it != st->end()) status[k] = *it;
-      }
-      if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
-        Json& list = status["containerStatuses"] = Json::array();
-        for (const auto& c : *cs) {
-          list.push_back({{"name", c.value("name", "")}, {"state", c.value("state", Json())}});
-        }
-      }
-    }
-    return out;
   }
 
   static std::tuple<std::string, std::string, std::string> Names(const Json& pod) {
@@ -163,7 +121,7 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
   pods.ns = options_.ns;
   pods.label_selector = kJobLabel;
   pods.watch_timeout_seconds = options_.watch_timeout_seconds;
-  pods.transform = &Cache::Trim;
+  pods.transform = &TrimPodForCache;
   pods.on_add = pods.on_update = [this](const Json& p) {
     cache_->Upsert(p);
     EnqueuePod(p);

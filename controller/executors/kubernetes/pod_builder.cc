@@ -70,8 +70,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
   Json c = user.is_object() ? user : Json::object();
   c["name"] = kContainerName;
-  std::string image = spec.image;
-  if (!options.runner_image.empty() && image == api::JobSpec{}.image) image = options.runner_image;
+  const std::string image = RunnerImage(spec, options);
   c["image"] = image;
   if (!spec.command.empty()) {
     c["command"] = spec.command;
@@ -420,9 +419,21 @@ void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
   }
 }
 
-// FNV-1a (64 bits) of the pod as built, in hex: stable across processes and builds (the JSON
-// dump orders object keys). The gang gate's timeout follows runPolicy's deadlines and only bounds
-// the wait before the gang runs: an edit of those is no change of what a replica runs.
+// FNV-1a (64 bits) of the text, in hex: stable across processes and builds.
+std::string Fnv1a(const std::string& text) {
+  std::uint64_t h = 14695981039346656037ULL;
+  for (const unsigned char ch : text) {
+    h ^= ch;
+    h *= 1099511628211ULL;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+// The hash of the pod as built (the JSON dump orders object keys). The gang gate's timeout follows
+// runPolicy's deadlines and only bounds the wait before the gang runs: an edit of those is no
+// change of what a replica runs.
 std::string BuildHash(const Json& meta, const Json& spec) {
   Json hashed = {{"metadata", meta}, {"spec", spec}};
   for (auto& c : hashed["spec"]["containers"]) {
@@ -435,14 +446,7 @@ std::string BuildHash(const Json& meta, const Json& spec) {
     }
     c["env"] = kept;
   }
-  std::uint64_t h = 14695981039346656037ULL;
-  for (const unsigned char ch : hashed.dump()) {
-    h ^= ch;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return Fnv1a(hashed.dump());
 }
 
 }  // namespace
@@ -533,6 +537,7 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
   BuildPodUnstamped(job, attempt, rank, options, &pod_meta, &spec);
   pod_meta["annotations"][kSpecHashAnnotation] = PodSpecHash(job, attempt, rank);
   pod_meta["annotations"][kSpecGenerationAnnotation] = std::to_string(job.metadata.generation);
+  pod_meta["annotations"][kOptionsHashAnnotation] = PodOptionsHash(job, options);
   AvoidNodes(job, attempt, &spec);
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", pod_meta}, {"spec", spec}};
 }
@@ -545,6 +550,25 @@ std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
   Json pod_meta, spec;
   BuildPodUnstamped(job, attempt, rank, kNeutral, &pod_meta, &spec);
   return BuildHash(pod_meta, spec);
+}
+
+std::string RunnerImage(const api::JobSpec& spec, const PodOptions& options) {
+  if (!options.runner_image.empty() && spec.image == api::JobSpec{}.image) {
+    return options.runner_image;
+  }
+  return spec.image;
+}
+
+// Only what the options decide for this job: a spec that names its image, command or
+// checkpoint path leaves that option out, so an upgrade that changes it stamps its pods as
+// before. The built-in default image is the operator's too (an upgrade changes it).
+std::string PodOptionsHash(const api::TrainingJob& job, const PodOptions& options) {
+  const api::JobSpec& spec = job.spec;
+  const Json used = {
+      {"image", spec.image == api::JobSpec{}.image ? RunnerImage(spec, options) : ""},
+      {"binary", spec.command.empty() ? options.runner_binary : ""},
+      {"checkpointDir", spec.checkpoint.path.empty() ? options.default_checkpoint_dir : ""}};
+  return Fnv1a(used.dump());
 }
 
 namespace {
@@ -723,9 +747,16 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   }
   const Json pod_spec = pod.value("spec", Json::object());
   r.node = StringAt(pod_spec, "nodeName");
+  const Json containers = ListAt(pod_spec, "containers");
+  for (const auto& c : containers) {
+    if (StringAt(c, "name") == kContainerName || containers.size() == 1) {
+      r.image = StringAt(c, "image");
+    }
+  }
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
     r.spec_hash = StringAt(*ann, kSpecHashAnnotation);
+    r.options_hash = StringAt(*ann, kOptionsHashAnnotation);
     const std::string generation = StringAt(*ann, kSpecGenerationAnnotation);
     if (!generation.empty() && generation.size() <= 18 &&
         generation.find_first_not_of("0123456789") == std::string::npos) {
@@ -773,6 +804,58 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
     }
   }
   return r;
+}
+
+Json TrimPodForCache(const Json& pod) {
+  Json out = Json::object();
+  if (auto m = pod.find("metadata"); m != pod.end() && m->is_object()) {
+    Json& meta = out["metadata"] = Json::object();
+    for (const char* k : {"name", "namespace", "uid", "resourceVersion", "labels", "annotations",
+                          "ownerReferences", "deletionTimestamp"}) {
+      if (auto it = m->find(k); it != m->end()) meta[k] = *it;
+    }
+  }
+  if (auto sp = pod.find("spec"); sp != pod.end() && sp->is_object()) {
+    // Where it runs and who places it, and the claims it waits on (ExplainPendingClaims).
+    Json& spec = out["spec"] = Json::object();
+    for (const char* k : {"nodeName", "schedulerName"}) {
+      if (auto it = sp->find(k); it != sp->end()) spec[k] = *it;
+    }
+    if (auto vols = sp->find("volumes"); vols != sp->end() && vols->is_array()) {
+      Json claims = Json::array();
+      for (const auto& v : *vols) {
+        if (v.is_object() && v.contains("persistentVolumeClaim")) {
+          claims.push_back({{"persistentVolumeClaim", v["persistentVolumeClaim"]}});
+        }
+      }
+      if (!claims.empty()) spec["volumes"] = claims;
+    }
+    // Each container's image: a pod without the options stamp (an older operator's) is told
+    // built differently by its runner image.
+    if (auto cs = sp->find("containers"); cs != sp->end() && cs->is_array()) {
+      Json& list = spec["containers"] = Json::array();
+      for (const auto& c : *cs) {
+        Json kept = Json::object();
+        for (const char* k : {"name", "image"}) {
+          if (c.is_object() && c.contains(k) && c[k].is_string()) kept[k] = c[k];
+        }
+        list.push_back(std::move(kept));
+      }
+    }
+  }
+  if (auto st = pod.find("status"); st != pod.end() && st->is_object()) {
+    Json& status = out["status"] = Json::object();
+    for (const char* k : {"phase", "podIP", "reason", "message", "conditions"}) {
+      if (auto it = st->find(k); it != st->end()) status[k] = *it;
+    }
+    if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
+      Json& list = status["containerStatuses"] = Json::array();
+      for (const auto& c : *cs) {
+        list.push_back({{"name", c.value("name", "")}, {"state", c.value("state", Json())}});
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace ringtrain::op

@@ -30,6 +30,11 @@ inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";
 // spec: the planner restarts the gang (SpecChanged).
 inline constexpr char kSpecHashAnnotation[] = "ringtrain.dev/spec-hash";
 inline constexpr char kSpecGenerationAnnotation[] = "ringtrain.dev/spec-generation";
+// What the operator's own configuration (PodOptions, which kSpecHashAnnotation leaves out: an
+// upgrade restarts no running job) gave the pod: PodOptionsHash. A lost rank is never replaced
+// in place by a pod of other options than its survivors: the planner restarts the gang
+// (OperatorUpgraded).
+inline constexpr char kOptionsHashAnnotation[] = "ringtrain.dev/options-hash";
 inline constexpr char kContainerName[] = "runner";
 inline constexpr char kTokenKey[] = "token";
 inline constexpr int kMasterPort = contract::kMasterPort;
@@ -68,6 +73,12 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
 // The kSpecHashAnnotation BuildPod gives the pod of that attempt and rank: a hash of the pod
 // the spec makes, whatever this operator's PodOptions (an upgrade changes no job's hash).
 std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank);
+// The kOptionsHashAnnotation BuildPod gives the job's pods: a hash of what `options` decide of
+// them (the runner image when spec.image is the built-in default, the runner binary without
+// spec.command, the checkpoint directory without spec.checkpoint.path).
+std::string PodOptionsHash(const api::TrainingJob& job, const PodOptions& options);
+// The image of the runner container BuildPod makes.
+std::string RunnerImage(const api::JobSpec& spec, const PodOptions& options);
 Json BuildService(const api::TrainingJob& job);
 Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
 // The PVC of spec.checkpoint.volumeClaim, owned by the job (nullopt without one).
@@ -81,6 +92,9 @@ Json OwnerReference(const api::TrainingJob& job);
 // deletion. Pods without valid rank/attempt labels come back with rank -1 (the planner deletes
 // them as strays).
 reconcile::ObservedReplica ObserveReplica(const Json& pod);
+// What the operator's pod index keeps of a pod: only what ObserveReplica and the reconciler read
+// (the index holds thousands of pods, and a pod's spec is most of its size).
+Json TrimPodForCache(const Json& pod);
 
 // Gang schedulers (runPolicy.podGroup) and Kueue: what a pod carries to join its group.
 inline constexpr char kCoschedulingPodGroupLabel[] = "scheduling.x-k8s.io/pod-group";

@@ -534,6 +534,8 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
   pass.in.now = clock_->Now();
   pass.in.memory = memory.plan;
   pass.in.checkpoints_ephemeral = CheckpointsAreEphemeral(job.spec);
+  pass.in.options_hash = PodOptionsHash(job, options_.pods);
+  pass.in.image = RunnerImage(job.spec, options_.pods);
   // What the current spec builds for each rank: only worth building while a pod of the attempt
   // was built from another generation of the spec.
   const bool edited = std::any_of(
@@ -541,8 +543,16 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
         return r.attempt == job.status.attempt && !r.spec_hash.empty() &&
                r.spec_generation != job.metadata.generation;
       });
-  for (int rank = 0; edited && rank < job.spec.replicas; ++rank) {
-    pass.in.spec_hashes.push_back(PodSpecHash(job, job.status.attempt, rank));
+  if (edited) {
+    JobMemory::SpecHashes& built = memory.spec_hashes;
+    if (built.generation != job.metadata.generation || built.attempt != job.status.attempt ||
+        built.labels != job.metadata.labels) {
+      built = {job.metadata.generation, job.status.attempt, job.metadata.labels, {}};
+      for (int rank = 0; rank < job.spec.replicas; ++rank) {
+        built.hashes.push_back(options_.spec_hash(job, job.status.attempt, rank));
+      }
+    }
+    pass.in.spec_hashes = built.hashes;
   }
   return std::nullopt;
 }

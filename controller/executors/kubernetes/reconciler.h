@@ -39,8 +39,13 @@ using ProgressFetcher = std::function<std::optional<reconcile::ObservedProgress>
     const std::string& ip, int port, Duration timeout)>;
 ProgressFetcher HttpProgressFetcher();
 
+// What the spec builds for one rank of an attempt, as BuildPod stamps it (PodSpecHash).
+using SpecHasher = std::function<std::string(const api::TrainingJob& job, int attempt, int rank)>;
+
 struct ReconcilerOptions {
   PodOptions pods;
+  // A seam for tests (PodSpecHash otherwise): what a hash costs is a whole pod built.
+  SpecHasher spec_hash = PodSpecHash;
   Duration progress_interval{5000};  // how often rank 0's /status is read while running
   Duration progress_timeout{500};
   Duration expectations_timeout{30'000};
@@ -86,6 +91,16 @@ class Reconciler {
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
+    // PlanInput::spec_hashes as last built, and what they were built from: the generation, the
+    // attempt, and the job's labels (the pods carry Kueue's, and no generation counts a label).
+    // Each rank's hash is built once per generation, not on every pass of an edited job.
+    struct SpecHashes {
+      std::int64_t generation = -1;
+      int attempt = -1;
+      std::map<std::string, std::string> labels;
+      std::vector<std::string> hashes;
+    };
+    SpecHashes spec_hashes;
   };
   // One pass over a job, phase by phase (defined in reconciler.cc).
   struct Pass;

@@ -364,6 +364,64 @@ TEST_F(ReconcilerTest, BothPodsDeletedBySomeoneRestartTheGangUncountedAsRecorded
   EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
+// kubectl delete pod of a rank whose runner ignores SIGTERM: the kubelet kills it when the grace
+// period ends (exit 137, reason Error, not OOMKilled). A deletion from outside, not a failure
+// of the job's: with backoffLimit 0 the gang restarts rather than the job failing.
+TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  clock_.Advance(std::chrono::seconds(30));
+  pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["status"]["phase"] = "Failed";
+  pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                         {"state",
+                                          {{"terminated",
+                                            {{"exitCode", 137},
+                                             {"reason", "Error"},
+                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+}
+
+// The operator restarts while someone deletes a pod of the running gang: the new one first sees
+// it terminating, its runner ended by the SIGTERM (143). Its memory is empty, but nothing in it
+// says it deleted the pod: a deletion from outside, not counted (backoffLimit 0 would fail).
+TEST_F(ReconcilerTest, APodDeletedBeforeAFreshOperatorSawItRunIsNotCounted) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  pod["status"]["phase"] = "Failed";
+  pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                         {"state",
+                                          {{"terminated",
+                                            {{"exitCode", 143},
+                                             {"reason", "Error"},
+                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+  client_.Set(kube::kPods, "default", pod);
+  cache_.CatchUp(client_);
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+}
+
 class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {
@@ -928,6 +986,82 @@ TEST_F(ReconcilerTest, AnEditThatLeavesThePodsAsTheyAreRestartsNothing) {
   EXPECT_EQ(Status()["observedGeneration"], 2);
   EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
   EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+}
+
+// An operator upgrade to a new default runner image restarts no running gang; but a rank lost
+// after it is not replaced by a pod of the new runner beside a survivor of the old one: the gang
+// restarts as a whole (OperatorUpgraded, not counted), all of it from the new operator.
+TEST_F(ReconcilerTest, AfterAnUpgradeALostRankRestartsTheGangRatherThanMixRunnerBuilds) {
+  ReconcilerOptions old_release;
+  old_release.expectations_timeout = std::chrono::hours(1);
+  old_release.pods.runner_image = "example.com/runner:1";
+  reconciler_ =
+      std::make_unique<Reconciler>(&client_, &cache_, &clock_, nullptr, nullptr, old_release,
+                                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+  ReconcilerOptions new_release = old_release;
+  new_release.pods.runner_image = "example.com/runner:2";
+  Reconciler upgraded(&client_, &cache_, &clock_, nullptr, nullptr, new_release,
+                      [](const std::string&, int, Duration) { return std::nullopt; });
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running") << "an upgrade alone restarts nothing";
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Status().value("restarts", 0), 0);
+  EXPECT_EQ(Status().value("inPlaceRecoveries", 0), 0);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "OperatorUpgraded");
+  EXPECT_NE(Condition(Status(), "Restarting")["message"].get<std::string>().find(
+                "mnist-a0-0 was built by another operator configuration (runner image "
+                "example.com/runner:1 -> example.com/runner:2)"),
+            std::string::npos)
+      << Status().dump();
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 2) << "no pod of the new runner in attempt 0";
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(upgraded.Reconcile("default", "mnist").ok());
+  for (int r = 0; r < 2; ++r) {
+    auto pod = client_.Get(kube::kPods, "default", "mnist-a1-" + std::to_string(r));
+    ASSERT_TRUE(pod.ok());
+    EXPECT_EQ(pod->at("spec").at("containers").at(0).at("image"), "example.com/runner:2");
+  }
+}
+
+// An edit that leaves the pods as they are keeps the pods of an older generation in the gang for
+// the rest of the attempt: what the spec builds for each rank is built once per generation, not
+// on every pass.
+TEST_F(ReconcilerTest, AnEditThatLeavesThePodsBuildsEachRanksHashOncePerGeneration) {
+  std::map<std::pair<std::int64_t, int>, int> built;  // (generation, rank) -> builds
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  options.spec_hash = [&built](const api::TrainingJob& job, int attempt, int rank) {
+    ++built[{job.metadata.generation, rank}];
+    return PodSpecHash(job, attempt, rank);
+  };
+  reconciler_ =
+      std::make_unique<Reconciler>(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                                   [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+  EXPECT_TRUE(built.empty()) << "no edit, nothing to compare";
+  for (const std::int64_t generation : {2, 3}) {
+    Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+    job["spec"]["runPolicy"]["backoffLimit"] = 5 + generation;
+    job["metadata"]["generation"] = generation;
+    client_.Set(kube::kTrainingJobs, "default", job);
+    for (int pass = 0; pass < 4; ++pass) {
+      clock_.Advance(std::chrono::seconds(1));
+      cache_.CatchUp(client_);
+      ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    }
+    EXPECT_EQ(Status()["phase"], "Running");
+    EXPECT_EQ(Status()["attempt"], 0);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_EQ((built[{generation, rank}]), 1) << "generation " << generation << " rank " << rank;
+    }
+  }
+  EXPECT_EQ(built.size(), 4u);
 }
 
 // Recorded on a real cluster: kubectl drain evicted both ranks and the operator at step 3752;

@@ -669,6 +669,198 @@ TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
   EXPECT_EQ(d.status.attempt, 0);
 }
 
+// An edit under a gang one of whose replicas failed permanently (exit 1-127): the
+// failure is read first and fails the job, rather than a SpecChanged restart standing in for it.
+TEST(PlannerSpecChange, APermanentFailureWinsOverAnEdit) {
+  const auto job = EditedJob(2);
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.spec_hashes = {"new0", "new1"};
+  auto bad = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 2, "Error"), "old1", 1);
+  bad.message = "INVALID_ARGUMENT: dataset /data/fashion-mnist: no such file";
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), bad};
+  Plan p = PlanReconcile(in);
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.attempt, 0);
+  ASSERT_NE(Cond(p.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "PermanentFailure");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->exit_code, 2);
+  EXPECT_EQ(Cond(p.status, "Restarting"), nullptr);
+  // So does a replica that reports another rank's permanent failure.
+  auto reported = Stamped(Replica(1, 0, ReplicaPhase::kFailed, 2, "Error"), "old1", 1);
+  reported.message = std::string(contract::kCausedByPrefix) + "0: INVALID_ARGUMENT: bad shard";
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1), reported};
+  Plan r = PlanReconcile(in);
+  EXPECT_EQ(r.status.phase, "Failed");
+  EXPECT_EQ(r.status.attempt, 0);
+  // A retryable loss beside the edit still restarts the gang from the new spec.
+  in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+                 Stamped(Replica(1, 0, ReplicaPhase::kFailed, 139, "Error"), "old1", 1)};
+  Plan q = PlanReconcile(in);
+  EXPECT_EQ(q.status.attempt, 1);
+  ASSERT_NE(Cond(q.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(q.status, "Restarting")->reason, "SpecChanged");
+}
+
+// An operator upgrade (a new default runner image, another binary or checkpoint directory:
+// PlanInput::options_hash) never puts two runner builds in one gang: a lost rank is not
+// replaced in place beside a survivor built otherwise; the gang restarts, not counted. A gang
+// that loses no rank runs on.
+ObservedReplica BuiltBy(ObservedReplica r, const std::string& options_hash,
+                        const std::string& image) {
+  r.options_hash = options_hash;
+  r.image = image;
+  return r;
+}
+
+PlanInput UpgradedInput(const api::TrainingJob& job, std::vector<ObservedReplica> replicas) {
+  PlanInput in;
+  in.job = &job;
+  in.now = At(1);
+  in.options_hash = "new-options";
+  in.image = "runner:2";
+  in.replicas = std::move(replicas);
+  return in;
+}
+
+TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGangUncounted) {
+  auto job = InPlaceJob(3);
+  job.status.progress = api::Progress{500, 1, 0, 0, "2026-11-21T10:00:00Z"};
+  // A crash (counted, were it replaced in place) beside survivors of the old build.
+  auto crashed = BuiltBy(Replica(2, 0, ReplicaPhase::kFailed, 139, "Error"), "old", "runner:1");
+  Plan p = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"),
+            BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:1"), crashed}));
+  EXPECT_EQ(p.status.phase, "Restarting");
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(p.status.in_place_recoveries, 0);
+  EXPECT_TRUE(p.status.replaced_pods.empty());
+  EXPECT_EQ(p.status.recovery.restart_from_step, 500) << "from the newest checkpoint";
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->exit_code, 139);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 3);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  const std::string& m = Cond(p.status, "Restarting")->message;
+  EXPECT_NE(m.find("rank 2 is not replaced in place: job-a0-0 was built by another operator "
+                   "configuration (runner image runner:1 -> runner:2); new attempt from the "
+                   "newest checkpoint, not counted against backoffLimit"),
+            std::string::npos)
+      << m;
+  // The same stamps but one image: no images named.
+  Plan same_image = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:2"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:2"),
+                          BuiltBy(crashed, "old", "runner:2")}));
+  ASSERT_NE(Cond(same_image.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(same_image.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_EQ(Cond(same_image.status, "Restarting")->message.find("runner image"), std::string::npos);
+}
+
+TEST(PlannerUpgrade, SurvivorsOfThisConfigurationOrOfUnknownBuildAreJoinedInPlace) {
+  const auto job = InPlaceJob(2);
+  auto lost = [](ObservedReplica r) {
+    r.phase = ReplicaPhase::kFailed;
+    r.exit_code = 143;
+    r.reason = "Error";
+    r.terminating = true;
+    return r;
+  };
+  const std::vector<std::pair<ObservedReplica, const char*>> survivors = {
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "new-options", "runner:2"), "same stamp"},
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", "runner:2"), "no stamp, same image"},
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", ""), "no stamp, image unknown"},
+  };
+  for (const auto& [survivor, what] : survivors) {
+    Plan p = PlanReconcile(UpgradedInput(job, {survivor, lost(Replica(1, 0, {}))}));
+    EXPECT_EQ(p.status.attempt, 0) << what;
+    EXPECT_EQ(p.status.in_place_recoveries, 1) << what;
+    EXPECT_EQ(p.status.replaced_pods, std::vector<std::string>{"job-a0-1"}) << what;
+  }
+  // No stamp and another image: built otherwise.
+  Plan p = PlanReconcile(UpgradedInput(
+      job,
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", "runner:1"), lost(Replica(1, 0, {}))}));
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  // An executor that does not stamp: nothing to compare.
+  PlanInput unstamped = UpgradedInput(
+      job,
+      {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"), lost(Replica(1, 0, {}))});
+  unstamped.options_hash.clear();
+  unstamped.image.clear();
+  EXPECT_EQ(PlanReconcile(unstamped).status.in_place_recoveries, 1);
+}
+
+TEST(PlannerUpgrade, AGangThatLosesNoRankRunsOn) {
+  const auto job = InPlaceJob(2);
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "", "runner:0")}));
+  EXPECT_EQ(p.status.phase, "Running");
+  EXPECT_EQ(p.status.attempt, 0);
+  EXPECT_TRUE(p.actions.empty());
+}
+
+// The loss was planned (replaced in place, the lost pod deleted and gone) by the operator before
+// the upgrade: the new one does not create the replacement beside the old build either.
+TEST(PlannerUpgrade, AReplacementPlannedBeforeTheUpgradeIsNotCreatedBesideTheOldBuild) {
+  auto job = InPlaceJob(2);
+  job.status.phase = "Restarting";
+  job.status.in_place_recoveries = 1;
+  job.status.replaced_pods = {"job-a0-1"};
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1")}));
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 1);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("lost rank 1 (job-a0-1) is not replaced in "
+                               "place: job-a0-0 was built by another"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // Built by this configuration: the replacement is created.
+  Plan same = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "new-options", "runner:2")}));
+  EXPECT_EQ(same.status.attempt, 0);
+  EXPECT_EQ(Count(same, Kind::kCreateReplica), 1);
+}
+
+// Nor is a rank missing from a gang an operator configured otherwise began to create (it
+// stopped before it created all of them).
+TEST(PlannerUpgrade, AGangBegunBeforeTheUpgradeIsNotCompletedWithTheNewBuild) {
+  auto job = InPlaceJob(3);
+  job.status.phase = "Pending";
+  Plan p = PlanReconcile(
+      UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kPending), "old", "runner:1"),
+                          BuiltBy(Replica(1, 0, ReplicaPhase::kPending), "old", "runner:1")}));
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("missing rank 2 (job-a0-2) is not created: "
+                               "job-a0-0 was built by another"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // Begun by this configuration: completed.
+  Plan same = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kPending), "new-options", "runner:2"),
+            BuiltBy(Replica(1, 0, ReplicaPhase::kPending), "new-options", "runner:2")}));
+  EXPECT_EQ(same.status.attempt, 0);
+  EXPECT_EQ(Count(same, Kind::kCreateReplica), 1);
+}
+
 // Issue 9 item 10: the root cause over its consequences, read before the gang is deleted.
 ObservedReplica Failed(int rank, int exit_code, std::string message, int finished_s) {
   ObservedReplica r = Replica(rank, 0, ReplicaPhase::kFailed, exit_code, "Error");
@@ -1722,6 +1914,80 @@ TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
       {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 143, "Error")},
       At(14), seen.memory);
   EXPECT_EQ(alone.status.restarts, 1);
+}
+
+// A runner that ignores the deletion's SIGTERM is killed when the grace period ends: exit 137,
+// container reason Error. A pod deleted from outside that ends so is a disruption like one that
+// answered the SIGTERM, on both recovery paths; an OOM kill (137, OOMKilled) stays counted.
+ObservedReplica KilledAtGraceEnd(int rank, const std::string& reason) {
+  auto r = DeletedBySigterm(rank, ReplicaPhase::kFailed);
+  r.exit_code = 137;
+  r.reason = reason;
+  r.message = "last log line of a runner that ignored SIGTERM";
+  return r;
+}
+
+TEST(Planner, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted) {
+  for (const bool in_place : {true, false}) {
+    auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+    job.status.restarts = 2;  // backoffLimit 2: a counted loss would fail the job
+    const Plan seen = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(5),
+        PlanMemory{});
+    const Plan deleting = PlanWith(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kRunning)},
+        At(10), seen.memory);
+    Plan killed =
+        PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")}, At(40),
+                 deleting.memory);
+    EXPECT_NE(killed.status.phase, "Failed") << in_place;
+    EXPECT_EQ(killed.status.restarts, 2) << in_place;
+    ASSERT_NE(Cond(killed.status, "Restarting"), nullptr) << in_place;
+    if (in_place) {
+      EXPECT_EQ(killed.status.attempt, 0);
+      EXPECT_EQ(killed.status.in_place_recoveries, 1);
+      EXPECT_NE(Cond(killed.status, "Restarting")->message.find("not counted against backoffLimit"),
+                std::string::npos);
+    } else {
+      EXPECT_EQ(killed.status.attempt, 1);
+      EXPECT_EQ(Cond(killed.status, "Restarting")->reason, "PodDeleted");
+    }
+    // An OOM kill while it terminates is the job's own failure.
+    Plan oom =
+        PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "OOMKilled")},
+                 At(40), deleting.memory);
+    EXPECT_EQ(oom.status.phase, "Failed") << in_place;
+    ASSERT_NE(Cond(oom.status, "Failed"), nullptr) << in_place;
+    EXPECT_EQ(Cond(oom.status, "Failed")->reason, "BackoffLimitExceeded") << in_place;
+    // So is a 137 of a pod this executor deleted.
+    PlanMemory own = deleting.memory;
+    RecordReplicaDeleted(&own, "job-a0-1");
+    Plan ours = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")},
+                         At(40), own);
+    EXPECT_EQ(ours.status.phase, "Failed") << in_place;
+  }
+}
+
+// A pod deleted by someone before a freshly started executor (empty memory) saw it run: first
+// seen already terminating, ended of the deletion. Nothing says this executor deleted it: not
+// counted either, on both recovery paths.
+TEST(Planner, APodDeletedBeforeAFreshExecutorSawItRunIsNotCounted) {
+  for (const bool in_place : {true, false}) {
+    for (const int code : {143, 137}) {
+      auto job = in_place ? InPlaceJob(2) : RunningJob(2);
+      job.status.restarts = 2;  // backoffLimit 2: a counted loss would fail the job
+      auto deleted =
+          code == 143 ? DeletedBySigterm(1, ReplicaPhase::kFailed) : KilledAtGraceEnd(1, "Error");
+      Plan p =
+          PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), deleted}, At(40), PlanMemory{});
+      const std::string what = std::to_string(code) + (in_place ? " in place" : " gang");
+      EXPECT_NE(p.status.phase, "Failed") << what;
+      EXPECT_EQ(p.status.restarts, 2) << what;
+      ASSERT_NE(Cond(p.status, "Restarting"), nullptr) << what;
+      EXPECT_EQ(Cond(p.status, "Restarting")->reason, in_place ? "InPlaceRecovery" : "PodDeleted")
+          << what;
+    }
+  }
 }
 
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {

@@ -643,5 +643,139 @@ TEST(PodBuilderTest, AnUpgradeThenAnEditThatLeavesThePodsRestartsNothing) {
   EXPECT_EQ(env["RINGTRAIN_IMAGE"]["value"], "ghcr.io/ringtrain/ringtrain-runner:0.2.0");
 }
 
+// The second stamp: what the operator's own options (which the spec hash leaves out) made of
+// the pod, as far as they decide it for this job.
+TEST(PodBuilderTest, APodCarriesTheHashOfTheOptionsThatBuiltIt) {
+  auto stamp = [](const Json& spec, const PodOptions& options) {
+    const Json pod = BuildPod(ParseJob("mnist", "default", spec), 0, 1, options);
+    return pod["metadata"]["annotations"][kOptionsHashAnnotation].get<std::string>();
+  };
+  const Json plain = {{"replicas", 2}};
+  const PodOptions old_release{"example.com/runner:1"};
+  const PodOptions new_image{"example.com/runner:2"};
+  const PodOptions new_binary{"example.com/runner:1", "/opt/ringtrain/bin/ringtrain-runner"};
+  const PodOptions new_dir{"example.com/runner:1", "ringtrain-runner", "/checkpoints"};
+  ASSERT_EQ(stamp(plain, old_release).size(), 16u);
+  EXPECT_EQ(stamp(plain, old_release), stamp(plain, old_release));
+  EXPECT_EQ(stamp(plain, old_release),
+            PodOptionsHash(ParseJob("mnist", "default", plain), old_release));
+  EXPECT_NE(stamp(plain, new_image), stamp(plain, old_release));
+  EXPECT_NE(stamp(plain, new_binary), stamp(plain, old_release));
+  EXPECT_NE(stamp(plain, new_dir), stamp(plain, old_release));
+  EXPECT_NE(stamp(plain, PodOptions{}), stamp(plain, old_release)) << "the built-in image";
+  // What the spec sets itself is not the options' to decide.
+  const Json own_image = {{"replicas", 2}, {"image", "example.com/mine:3"}};
+  EXPECT_EQ(stamp(own_image, new_image), stamp(own_image, old_release));
+  const Json own_command = {{"replicas", 2}, {"command", {"python", "train.py"}}};
+  EXPECT_EQ(stamp(own_command, new_binary), stamp(own_command, old_release));
+  const Json own_path = {{"replicas", 2}, {"checkpoint", {{"path", "/data/ckpt"}}}};
+  EXPECT_EQ(stamp(own_path, new_dir), stamp(own_path, old_release));
+  // Read back from the pod, with the runner's image.
+  api::TrainingJob job = ParseJob("mnist", "default", plain);
+  const reconcile::ObservedReplica r = ObserveReplica(BuildPod(job, 0, 1, new_image));
+  EXPECT_EQ(r.options_hash, stamp(plain, new_image));
+  EXPECT_EQ(r.image, "example.com/runner:2");
+  EXPECT_EQ(RunnerImage(job.spec, new_image), "example.com/runner:2");
+  EXPECT_EQ(RunnerImage(job.spec, PodOptions{}), api::JobSpec{}.image);
+}
+
+// The operator's pod index keeps a trimmed pod: what ObserveReplica reads of it must survive the
+// trim, the runner's image included (an older operator's pod, without the options stamp, is
+// told built otherwise by it alone).
+TEST(PodBuilderTest, ATrimmedPodReadsAsTheWholePod) {
+  Json tmpl = {
+      {"spec", {{"containers", {{{"name", "sidecar"}, {"image", "example.com/proxy:1"}}}}}}};
+  api::TrainingJob job = ParseJob("mnist", "default", {{"replicas", 2}, {"template", tmpl}});
+  job.metadata.generation = 4;
+  Json pod = BuildPod(job, 3, 1, PodOptions{"example.com/runner:1"});
+  pod["metadata"]["annotations"].erase(kOptionsHashAnnotation);  // an older operator's
+  pod["spec"]["nodeName"] = "node-2";
+  pod["status"] = {
+      {"phase", "Running"},
+      {"podIP", "10.0.0.7"},
+      {"containerStatuses",
+       {{{"name", "sidecar"}, {"image", "x"}, {"state", {{"running", Json::object()}}}},
+        {{"name", "runner"}, {"image", "x"}, {"state", {{"running", Json::object()}}}}}}};
+  for (const bool stamped : {false, true}) {
+    if (stamped) pod["metadata"]["annotations"][kOptionsHashAnnotation] = "0123456789abcdef";
+    const reconcile::ObservedReplica whole = ObserveReplica(pod);
+    const reconcile::ObservedReplica trimmed = ObserveReplica(TrimPodForCache(pod));
+    EXPECT_EQ(whole.image, "example.com/runner:1");
+    EXPECT_EQ(trimmed.image, whole.image) << stamped;
+    EXPECT_EQ(trimmed.options_hash, whole.options_hash) << stamped;
+    EXPECT_EQ(trimmed.spec_hash, whole.spec_hash);
+    EXPECT_EQ(trimmed.spec_generation, 4);
+    EXPECT_EQ(trimmed.rank, 1);
+    EXPECT_EQ(trimmed.attempt, 3);
+    EXPECT_EQ(trimmed.node, "node-2");
+    EXPECT_EQ(trimmed.world_size, whole.world_size);
+    EXPECT_EQ(trimmed.gated, whole.gated);
+    EXPECT_EQ(trimmed.phase, reconcile::ReplicaPhase::kRunning);
+  }
+  // Only the containers' names and images are kept of their specs.
+  const Json kept = TrimPodForCache(pod)["spec"]["containers"];
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0], (Json{{"name", "runner"}, {"image", "example.com/runner:1"}}));
+}
+
+// Recorded by the last review: after an upgrade to a new default runner image, a lost rank was
+// replaced in place by a pod of the new runner beside survivors of the old one. The gang now
+// restarts as a whole (OperatorUpgraded, not counted) instead; pods of an older operator,
+// without the options stamp, count as built otherwise only when their runner image differs.
+TEST(PodBuilderTest, AnUpgradeThenALostRankRestartsTheGangRatherThanMixRunnerBuilds) {
+  api::TrainingJob job = ParseJob("mnist", "default", {{"replicas", 2}});
+  job.metadata.generation = 1;
+  job.status.phase = "Running";
+  const PodOptions old_release{"ghcr.io/ringtrain/ringtrain-runner:0.1.0"};
+  const PodOptions new_release{"ghcr.io/ringtrain/ringtrain-runner:0.2.0"};
+  auto plan = [&job, &new_release](const PodOptions& built_by, bool stamped) {
+    std::vector<reconcile::ObservedReplica> replicas;
+    for (int rank = 0; rank < 2; ++rank) {
+      Json pod = BuildPod(job, 0, rank, built_by);
+      if (!stamped) pod["metadata"]["annotations"].erase(kOptionsHashAnnotation);
+      pod["status"] = {{"phase", "Running"}};
+      if (rank == 1) {
+        pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:30Z";
+        pod["status"] = {
+            {"phase", "Failed"},
+            {"containerStatuses",
+             {{{"name", "runner"},
+               {"state", {{"terminated", {{"exitCode", 143}, {"reason", "Error"}}}}}}}}};
+      }
+      replicas.push_back(ObserveReplica(pod));
+    }
+    reconcile::PlanInput in;
+    in.job = &job;
+    in.replicas = replicas;
+    in.now = std::chrono::system_clock::now();
+    in.options_hash = PodOptionsHash(job, new_release);
+    in.image = RunnerImage(job.spec, new_release);
+    return reconcile::PlanReconcile(in);
+  };
+  for (const bool stamped : {true, false}) {
+    const reconcile::Plan p = plan(old_release, stamped);
+    EXPECT_EQ(p.status.phase, "Restarting") << stamped;
+    EXPECT_EQ(p.status.attempt, 1) << stamped;
+    EXPECT_EQ(p.status.restarts, 0) << stamped;
+    EXPECT_EQ(p.status.in_place_recoveries, 0) << stamped;
+    bool event = false;
+    for (const auto& e : p.events) {
+      event = event || (e.reason == "OperatorUpgraded" &&
+                        e.message.find("mnist-a0-0 was built by another operator configuration "
+                                       "(runner image ghcr.io/ringtrain/ringtrain-runner:0.1.0 -> "
+                                       "ghcr.io/ringtrain/ringtrain-runner:0.2.0); new attempt "
+                                       "from the newest checkpoint, not counted against "
+                                       "backoffLimit") != std::string::npos);
+    }
+    EXPECT_TRUE(event) << stamped;
+  }
+  // Built by this very configuration, or unstamped with the same runner image: in place.
+  for (const bool stamped : {true, false}) {
+    const reconcile::Plan p = plan(new_release, stamped);
+    EXPECT_EQ(p.status.attempt, 0) << stamped;
+    EXPECT_EQ(p.status.in_place_recoveries, 1) << stamped;
+  }
+}
+
 }  // namespace
 }  // namespace ringtrain::op
