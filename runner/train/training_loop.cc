@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <thread>
 
 #include "common/clock.h"
@@ -184,8 +185,10 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   return start;
 }
 
-StatusOr<std::pair<double, double>> TrainingLoop::Evaluate() {
+StatusOr<std::pair<double, double>> TrainingLoop::Evaluate(
+    const std::function<void()>& shard_done) {
   ASSIGN_OR_RETURN(const EvalSums mine, deps_.engine->EvaluateShard());
+  if (shard_done) shard_done();
   float sums[3] = {static_cast<float>(mine.loss_sum), static_cast<float>(mine.correct),
                    static_cast<float>(mine.count)};
   RETURN_IF_ERROR(deps_.comm->AllReduce(sums, 3, comm::ReduceOp::kSum).WithContext("evaluation"));
@@ -245,7 +248,10 @@ class TrainingLoop::Pass {
   void OnDone(const std::optional<StepStats>& done);
   // Loss, throughput and busy fraction over the window since the last report.
   Status Report(bool force);
-  Status Evaluate();
+  // With `local_work_ends_with_shard`, the work between steps ends once this rank's shard is
+  // evaluated: the all-reduce after it waits for the peers, and a peer that hangs there is a
+  // stall (RunnerMetrics::EndWorkBetweenSteps).
+  Status Evaluate(bool local_work_ends_with_shard);
   // The drain handshake (LoopDeps::drain): Ok when no rank was asked to leave.
   Status DrainVote(bool checkpointed);
 
@@ -388,8 +394,10 @@ Status TrainingLoop::Pass::Report(bool force) {
   return Status::Ok();
 }
 
-Status TrainingLoop::Pass::Evaluate() {
-  ASSIGN_OR_RETURN(const auto acc_loss, loop_.Evaluate());
+Status TrainingLoop::Pass::Evaluate(bool local_work_ends_with_shard) {
+  std::function<void()> shard_done;
+  if (m_ && local_work_ends_with_shard) shard_done = [this] { m_->EndWorkBetweenSteps(); };
+  ASSIGN_OR_RETURN(const auto acc_loss, loop_.Evaluate(shard_done));
   result_.test_accuracy = acc_loss.first;
   result_.test_loss = acc_loss.second;
   evaluated_last_ = true;
@@ -433,14 +441,17 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
   RETURN_IF_ERROR(Report(epoch_done));
   // An evaluation or a checkpoint write takes as long as it takes, and is no stall (see
   // RunnerMetrics::BeginWorkBetweenSteps). The ranks that do not write the checkpoint wait for it
-  // in their next step's collectives: for them the work ends with that step.
-  const bool long_work = eval_now || (checkpoint_now && !config_.checkpoint_dir.empty());
+  // in their next collective (the evaluation's all-reduce, else the next step's): for them the
+  // work ends with that collective. The writer's, and everyone's without a checkpoint, ends with
+  // the local work: a peer that hangs in the evaluation's all-reduce is a stall.
+  const bool writes = checkpoint_now && !config_.checkpoint_dir.empty();
+  const bool long_work = eval_now || writes;
   if (m_ && long_work) m_->BeginWorkBetweenSteps();
   if (checkpoint_now) {
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
   }
   if (eval_now) {
-    RETURN_IF_ERROR(Evaluate());
+    RETURN_IF_ERROR(Evaluate(/*local_work_ends_with_shard=*/!writes || comm_.rank() == 0));
     if (m_) m_->UpdateProgress(progress_);
     if (comm_.rank() == 0 && result_.regression) {
       spdlog::info("epoch {}/{} step {} loss {:.4f} test_mse {:.4f} samples/s {:.0f}",
@@ -495,16 +506,21 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   OnDone(last);
   const double train_seconds = SecondsSince(train_start_);
   RETURN_IF_ERROR(Report(true));
-  // The last evaluation and checkpoint, and the final barrier where the ranks wait for them, are
-  // no stall; the state says "succeeded" after them.
+  // The last evaluation and checkpoint are no stall, and neither is the final barrier for the
+  // ranks that wait there for rank 0's checkpoint write; a peer that hangs in the evaluation's
+  // all-reduce, or at the barrier while no checkpoint is written, is. The state says
+  // "succeeded" after them.
   const bool eval_now = loop_.deps_.evaluate && !evaluated_last_;
   const bool checkpoint_now = global_step_ % config_.checkpoint_every != 0;
-  if (m_ && (eval_now || (checkpoint_now && !config_.checkpoint_dir.empty()))) {
-    m_->BeginWorkBetweenSteps();
+  const bool writes = checkpoint_now && !config_.checkpoint_dir.empty();
+  if (eval_now) {
+    if (m_) m_->BeginWorkBetweenSteps();
+    RETURN_IF_ERROR(Evaluate(/*local_work_ends_with_shard=*/true));
   }
-  if (eval_now) RETURN_IF_ERROR(Evaluate());
   if (checkpoint_now) {
+    if (m_ && writes) m_->BeginWorkBetweenSteps();
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
+    if (m_ && writes && comm_.rank() == 0) m_->EndWorkBetweenSteps();
   }
   RETURN_IF_ERROR(comm_.Barrier().WithContext("final barrier"));
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -125,7 +126,9 @@ class TrainingLoop {
   StatusOr<Start> SyncStart();
   // The kept state of the most advanced rank, if any rank kept one: every rank takes it.
   StatusOr<std::optional<Start>> SyncKeptState();
-  StatusOr<std::pair<double, double>> Evaluate();  // accuracy, mean loss over the test set
+  // Accuracy and mean loss over the test set: this rank's shard, then an all-reduce of the sums.
+  // `shard_done` runs between the two (the local work ends before the wait for the peers).
+  StatusOr<std::pair<double, double>> Evaluate(const std::function<void()>& shard_done = {});
   Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
                     std::int64_t epoch_samples);
 

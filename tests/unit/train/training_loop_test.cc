@@ -26,18 +26,30 @@ namespace ringtrain::train {
 namespace {
 
 // A world of one that needs no sockets.
+// One rank alone (or, with `rank`, one rank of a gang whose peers answer at once); the hooks
+// run inside the collectives, where a rank waits for its peers.
 class SoloComm final : public comm::Communicator {
  public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
-  Status AllReduce(float*, std::size_t, comm::ReduceOp) override { return Status::Ok(); }
+  int rank() const override { return rank_; }
+  int size() const override { return rank_ + 1; }
+  Status AllReduce(float*, std::size_t count, comm::ReduceOp) override {
+    if (while_reducing) while_reducing(count);
+    return Status::Ok();
+  }
   Status Broadcast(void*, std::size_t, int) override { return Status::Ok(); }
-  Status Barrier() override { return Status::Ok(); }
+  Status Barrier() override {
+    if (while_barrier) while_barrier();
+    return Status::Ok();
+  }
   Status AllGather(const void* in, std::size_t bytes, void* out) override {
     std::memcpy(out, in, bytes);
     return Status::Ok();
   }
   void Abort() override {}
+
+  int rank_ = 0;
+  std::function<void(std::size_t)> while_reducing;
+  std::function<void()> while_barrier;
 };
 
 // Step i (from 0) has loss i + 1 and `batch` samples; `lag` 1 completes each step one call late.
@@ -286,6 +298,54 @@ TEST(TrainingLoop, EvaluationAndCheckpointWritesAreNoStallButStarvedInputIs) {
   EXPECT_EQ(fetching.at(5), "stalled") << "five minutes without input";
   EXPECT_EQ(fetching.at(6), "running") << "batch 5's step completed";
   EXPECT_EQ(m.progress().state, "succeeded");
+}
+
+// A peer that hangs in the collectives after the local work (the evaluation's all-reduce, the
+// final barrier) is a stall on the ranks that wait for it: rank 0 (which writes the checkpoints,
+// the operator reads its /status) and any rank at an evaluation without a checkpoint. A rank that
+// waits there for rank 0's checkpoint write is not stalled.
+TEST(TrainingLoop, APeerThatHangsInTheEvaluationOrTheFinalBarrierIsAStall) {
+  struct Case {
+    int rank;
+    int checkpoint_every;  // 4: at each epoch's end, with its evaluation
+    std::string want;
+  };
+  for (const Case& c : {Case{0, 4, "stalled"}, Case{0, 1000, "stalled"}, Case{1, 1000, "stalled"},
+                        Case{1, 4, "running"}}) {
+    SCOPED_TRACE("rank " + std::to_string(c.rank) + ", checkpoint every " +
+                 std::to_string(c.checkpoint_every));
+    SoloComm comm;
+    comm.rank_ = c.rank;
+    FakeEngine engine(0, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+    ringtrain::testing::FakeClock clock;
+    metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", c.rank}, clock);
+    std::vector<std::string> in_evaluation, at_barrier;
+    comm.while_reducing = [&](std::size_t count) {
+      if (count != 3) return;  // the evaluation's sums (loss, correct, count)
+      clock.Advance(std::chrono::minutes(5));
+      in_evaluation.push_back(m.progress().state);
+    };
+    comm.while_barrier = [&] {
+      clock.Advance(std::chrono::minutes(5));
+      at_barrier.push_back(m.progress().state);
+    };
+    LoopDeps deps;
+    deps.comm = &comm;
+    deps.engine = &engine;
+    deps.evaluate = true;
+    deps.metrics = &m;
+    TrainConfig config = LoopConfig();
+    config.checkpoint_every = c.checkpoint_every;
+    TrainingLoop loop(config, deps);
+    auto r = loop.Run();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(in_evaluation, std::vector<std::string>(2, c.want)) << "the evaluations' all-reduce";
+    // After 8 steps a final checkpoint is due unless step 8 wrote one (every 4): at the barrier,
+    // only a rank that waits for rank 0's final write is not stalled.
+    const bool waits_for_write = c.rank != 0 && 8 % c.checkpoint_every != 0;
+    ASSERT_EQ(at_barrier.size(), 1u);
+    EXPECT_EQ(at_barrier[0], waits_for_write ? "running" : "stalled") << "the final barrier";
+  }
 }
 
 // The real CPU engine through the same loop reports the same loop-driven series.
