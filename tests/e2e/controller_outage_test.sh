@@ -6,18 +6,7 @@
 source "$(dirname "$0")/lib.sh"
 start_fake_cluster
 
-"$BIN/ringtrain" controller --kubeconfig "$KUBECONFIG_FILE" --leader-elect \
-  --lease-namespace default --identity e2e-outage --metrics-addr "" --health-addr "" \
-  >"$WORK/controller.log" 2>&1 &
-CTRL=$!
-PIDS+=("$CTRL")
-holds_lease() {
-  [ "$(k get lease ringtrain-controller-leader -o 'jsonpath={.spec.holderIdentity}')" = e2e-outage ]
-}
-wait_until 60 "the controller to hold the lease" holds_lease
-k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
-pods() { [ "$(k get pods -l ringtrain.dev/job=fashion-mnist-mlp -o name | wc -l)" = 2 ]; }
-wait_until 60 "the gang of pods" pods
+start_leading_controller "$KUBECONFIG_FILE" e2e-outage
 
 API=${PIDS[0]}
 kill -STOP "$API"

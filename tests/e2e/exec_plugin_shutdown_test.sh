@@ -28,18 +28,7 @@ contexts: [{name: fake, context: {cluster: fake, user: me, namespace: default}}]
 current-context: fake
 YAML
 
-"$BIN/ringtrain" controller --kubeconfig "$WORK/exec-kubeconfig" --leader-elect \
-  --lease-namespace default --identity e2e-exec --metrics-addr "" --health-addr "" \
-  >"$WORK/controller.log" 2>&1 &
-CTRL=$!
-PIDS+=("$CTRL")
-holds_lease() {
-  [ "$(k get lease ringtrain-controller-leader -o 'jsonpath={.spec.holderIdentity}')" = e2e-exec ]
-}
-wait_until 60 "the controller to hold the lease" holds_lease
-k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
-pods() { [ "$(k get pods -l ringtrain.dev/job=fashion-mnist-mlp -o name | wc -l)" = 2 ]; }
-wait_until 60 "the gang of pods" pods
+start_leading_controller "$WORK/exec-kubeconfig" e2e-exec
 
 touch "$WORK/hang"
 wait_until 30 "a client to run the plugin and hang in it" test -s "$WORK/hanging"

@@ -110,3 +110,35 @@ YAML
     fail "CRD not established"
 }
 k() { kubectl --kubeconfig "$KUBECONFIG_FILE" --request-timeout=20s "$@"; }
+
+# Rank 0's HTTP endpoints on the port in $mport (set by the test before it starts rank 0):
+# status_field FIELD: a field of its /status; metric NAME: the value of its series of NAME;
+# past_step N and state_is STATE: tests on its /status for wait_until.
+status_field() {
+  curl -sf "http://127.0.0.1:$mport/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
+}
+metric() {
+  curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $NF}'
+}
+past_step() { [ "$(status_field step)" -gt "$1" ]; }
+state_is() { [ "$(status_field state)" = "$1" ]; }
+
+# start_leading_controller KUBECONFIG IDENTITY: `ringtrain controller --leader-elect` in the
+# background (pid in $CTRL, log in $WORK/controller.log) until it holds the lease; then the
+# shipped MLP example applied and its gang of two pods created.
+start_leading_controller() {
+  "$BIN/ringtrain" controller --kubeconfig "$1" --leader-elect \
+    --lease-namespace default --identity "$2" --metrics-addr "" --health-addr "" \
+    >"$WORK/controller.log" 2>&1 &
+  CTRL=$!
+  PIDS+=("$CTRL")
+  LEADER=$2
+  holds_lease() {
+    [ "$(k get lease ringtrain-controller-leader -o 'jsonpath={.spec.holderIdentity}')" = "$LEADER" ]
+  }
+  wait_until 60 "the controller to hold the lease" holds_lease
+  k apply -f "$SRC/manifests/examples/fashion-mnist-mlp.yaml" >/dev/null || fail "job apply"
+  pods() { [ "$(k get pods -l ringtrain.dev/job=fashion-mnist-mlp -o name | wc -l)" = 2 ]; }
+  wait_until 60 "the gang of pods" pods
+}

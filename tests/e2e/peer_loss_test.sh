@@ -90,17 +90,6 @@ METRICS_PORT=$mport start_rank 0 2 "$port" secret "$WORK/ip0.log" --epochs 2 --s
 ipid0=$LAST_PID
 start_rank 1 2 "$port" secret "$WORK/ip1.log" --epochs 2 --step-sleep-ms 5
 ipid1=$LAST_PID
-# status_field FIELD: a field of rank 0's /status.
-status_field() {
-  curl -sf "http://127.0.0.1:$mport/status" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
-}
-# metric NAME: the value of rank 0's series of NAME.
-metric() {
-  curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $NF}'
-}
-past_step() { [ "$(status_field step)" -gt "$1" ]; }
-state_is() { [ "$(status_field state)" = "$1" ]; }
 # metric_holds NAME TEST: the value v of rank 0's series of NAME passes the Python test TEST.
 metric_holds() {
   python3 -c 'import sys; v = float(sys.argv[1]); sys.exit(0 if eval(sys.argv[2]) else 1)' \

@@ -16,17 +16,6 @@ pid0=$LAST_PID
 start_rank 1 2 "$port" secret "$WORK/rank1.log" --epochs 50 --step-sleep-ms 5 \
   --eval-every-epoch false
 pid1=$LAST_PID
-# status_field FIELD: a field of rank 0's /status.
-status_field() {
-  curl -sf "http://127.0.0.1:$mport/status" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)[sys.argv[1]])' "$1"
-}
-# metric NAME: the value of rank 0's series of NAME.
-metric() {
-  curl -sf "http://127.0.0.1:$mport/metrics" | awk -v n="$1" 'index($0, n "{") == 1 {print $NF}'
-}
-past_step() { [ "$(status_field step)" -gt "$1" ]; }
-state_is() { [ "$(status_field state)" = "$1" ]; }
 wait_until 120 "rank 0 training" past_step 5
 state_is running || fail "rank 0 trains but says $(status_field state)"
 [ -n "$(metric ringtrain_last_step_timestamp_seconds)" ] ||
