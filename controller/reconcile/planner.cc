@@ -334,8 +334,10 @@ class Planner {
   // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
   const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
   // In place of creating a replica beside `other` (BuiltOtherwise; `instead` says which, and
-  // that it is not made): a new attempt of the gang from the newest checkpoint, not counted.
-  void RestartForUpgrade(const ObservedReplica& other, const std::string& instead);
+  // that it is not made): a new attempt of the gang from the newest checkpoint. `counts`: the loss
+  // that asked for the replacement counts against backoffLimit (a crash, an OOM kill); the upgrade
+  // itself never does.
+  void RestartForUpgrade(const ObservedReplica& other, const std::string& instead, bool counts);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
   // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
   // that the executor did not delete (PlanMemory::deleted). Told from the pod and that record
@@ -438,14 +440,17 @@ const ObservedReplica* Planner::BuiltOtherwise(
   return nullptr;
 }
 
-void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& instead) {
+void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& instead,
+                                bool counts) {
   const std::string images = !other.image.empty() && !in_.image.empty() && other.image != in_.image
                                  ? " (runner image " + other.image + " -> " + in_.image + ")"
                                  : "";
   Restart("OperatorUpgraded",
           instead + ": " + other.name + " was built by another operator configuration" + images +
-              "; new attempt from the newest checkpoint, not counted against backoffLimit",
-          false);
+              "; new attempt from the newest checkpoint" +
+              (counts ? " (the loss counts against backoffLimit)"
+                      : ", not counted against backoffLimit"),
+          counts);
 }
 
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
@@ -479,7 +484,8 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   // upgrade since the gang started): the gang starts again as a whole instead.
   if (const ObservedReplica* other = BuiltOtherwise(current)) {
     RestartForUpgrade(*other,
-                      what + "; rank " + std::to_string(pick.rank) + " is not replaced in place");
+                      what + "; rank " + std::to_string(pick.rank) + " is not replaced in place",
+                      news && !free);
     return true;
   }
   for (const auto* r : lost) {
@@ -976,9 +982,10 @@ Plan Planner::Run() {
       const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
       const auto& replaced = st().replaced_pods;
       const bool lost = std::find(replaced.begin(), replaced.end(), name) != replaced.end();
-      RestartForUpgrade(*other, (lost ? "lost rank " : "missing rank ") + std::to_string(rank) +
-                                    " (" + name + ") is not " +
-                                    (lost ? "replaced in place" : "created"));
+      RestartForUpgrade(*other,
+                        (lost ? "lost rank " : "missing rank ") + std::to_string(rank) + " (" +
+                            name + ") is not " + (lost ? "replaced in place" : "created"),
+                        /*counts=*/false);  // a lost rank's loss was counted when it was replaced
       return std::move(plan_);
     }
   }
@@ -1046,9 +1053,10 @@ bool IsRetryable(const ObservedReplica& r) {
     std::string message = r.message;
     std::transform(message.begin(), message.end(), message.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    for (const char* missing :
-         {"executable file not found", "no such file or directory", "not found on path",
-          "permission denied", "not a directory", "exec format error"}) {
+    // Not "exec format error": an image of another architecture may run on another node (the
+    // retry avoids this one).
+    for (const char* missing : {"executable file not found", "no such file or directory",
+                                "not found on path", "permission denied", "not a directory"}) {
       if (message.find(missing) != std::string::npos) return false;
     }
     return true;
@@ -1130,6 +1138,7 @@ std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memor
   if (memory->seen_attempt != attempt || over) {
     memory->seen.clear();
     memory->deleted.clear();
+    memory->recreated.clear();
     memory->seen_attempt = attempt;
   }
   std::vector<ObservedReplica> replicas = in.replicas;
@@ -1137,6 +1146,7 @@ std::vector<ObservedReplica> WithVanished(const PlanInput& in, PlanMemory* memor
   for (const auto& r : in.replicas) {
     present[r.name] = true;
     if (r.attempt != attempt || r.rank < 0) continue;
+    if (!r.terminating && memory->recreated.erase(r.name) > 0) memory->deleted.erase(r.name);
     if (!r.terminating || memory->seen.contains(r.name)) memory->seen[r.name] = r;
   }
   for (const auto& [name, last] : memory->seen) {
@@ -1232,6 +1242,11 @@ Plan PlanReconcile(const PlanInput& in) {
   Plan plan = Planner(observed).Run();
   NoteCheckpointStorage(in, &plan);
   GateCreates(in, &plan);
+  for (const Action& a : plan.actions) {
+    if (a.kind == Action::Kind::kCreateReplica && memory.deleted.contains(a.name)) {
+      memory.recreated.insert(a.name);
+    }
+  }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
   plan.memory = std::move(memory);
   return plan;

@@ -120,6 +120,10 @@ struct PlanMemory {
   // while it terminates was deleted by someone else (not counted), even one a freshly started
   // executor first sees terminating.
   std::set<std::string> deleted;
+  // Of those, the ones created again since (an in-place replacement, a released gang created
+  // anew): once that new replica is seen, its name leaves `deleted`, so a later deletion of it
+  // from outside is told as one.
+  std::set<std::string> recreated;
   // The create-retry gate: creates the API refused in a row, and when the gang may be created
   // again (whatever woke the pass; watch events of the released replicas would otherwise retry
   // at once).

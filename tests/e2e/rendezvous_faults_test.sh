@@ -54,7 +54,9 @@ RINGTRAIN_IMAGE=ghcr.io/x:0.1 start_rank 0 2 "$port" tok "$WORK/img0.log" --epoc
 img0=$LAST_PID
 RINGTRAIN_IMAGE=ghcr.io/x:0.2 start_rank 1 2 "$port" tok "$WORK/img1.log" --epochs 1
 img1=$LAST_PID
-port=$(free_port)
+# Another port than the first gang's, which its rank 0 may not have bound yet.
+img_port=$port
+while [ "$port" = "$img_port" ]; do port=$(free_port); done
 start_rank 0 2 "$port" tok "$WORK/cfg0.log" --epochs 1
 cfg0=$LAST_PID
 start_rank 1 2 "$port" tok "$WORK/cfg1.log" --epochs 1 --batch-size 32

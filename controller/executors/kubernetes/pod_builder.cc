@@ -433,7 +433,8 @@ std::string Fnv1a(const std::string& text) {
 
 // The hash of the pod as built (the JSON dump orders object keys). The gang gate's timeout follows
 // runPolicy's deadlines and only bounds the wait before the gang runs: an edit of those is no
-// change of what a replica runs.
+// change of what a replica runs. RINGTRAIN_IMAGE repeats the container's image (hashed there),
+// and pods built before it existed must keep their hash.
 std::string BuildHash(const Json& meta, const Json& spec) {
   Json hashed = {{"metadata", meta}, {"spec", spec}};
   for (auto& c : hashed["spec"]["containers"]) {
@@ -442,7 +443,8 @@ std::string BuildHash(const Json& meta, const Json& spec) {
     }
     Json kept = Json::array();
     for (const auto& e : c["env"]) {
-      if (StringAt(e, "name") != contract::kEnvGangGateTimeout) kept.push_back(e);
+      const std::string name = StringAt(e, "name");
+      if (name != contract::kEnvGangGateTimeout && name != contract::kEnvImage) kept.push_back(e);
     }
     c["env"] = kept;
   }
@@ -559,15 +561,18 @@ std::string RunnerImage(const api::JobSpec& spec, const PodOptions& options) {
   return spec.image;
 }
 
-// Only what the options decide for this job: a spec that names its image, command or
-// checkpoint path leaves that option out, so an upgrade that changes it stamps its pods as
-// before. The built-in default image is the operator's too (an upgrade changes it).
+// What the pod gets where the options may decide it: the runner image, command and checkpoint
+// directory in effect. A spec that names one of them gets it from the spec whatever the options
+// say, so an upgrade that changes that option stamps its pods as before, and an edit that names
+// the value the options gave (`checkpoint.path: /ckpt`) changes no stamp either.
 std::string PodOptionsHash(const api::TrainingJob& job, const PodOptions& options) {
   const api::JobSpec& spec = job.spec;
   const Json used = {
-      {"image", spec.image == api::JobSpec{}.image ? RunnerImage(spec, options) : ""},
-      {"binary", spec.command.empty() ? options.runner_binary : ""},
-      {"checkpointDir", spec.checkpoint.path.empty() ? options.default_checkpoint_dir : ""}};
+      {"image", RunnerImage(spec, options)},
+      {"command",
+       spec.command.empty() ? std::vector<std::string>{options.runner_binary} : spec.command},
+      {"checkpointDir",
+       spec.checkpoint.path.empty() ? options.default_checkpoint_dir : spec.checkpoint.path}};
   return Fnv1a(used.dump());
 }
 

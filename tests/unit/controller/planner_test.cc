@@ -725,7 +725,9 @@ PlanInput UpgradedInput(const api::TrainingJob& job, std::vector<ObservedReplica
   return in;
 }
 
-TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGangUncounted) {
+// The upgrade costs nothing; the loss that asked for the replacement counts as it would have:
+// a crash does, a pod deleted from outside (SIGTERM, 143) does not.
+TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGang) {
   auto job = InPlaceJob(3);
   job.status.progress = api::Progress{500, 1, 0, 0, "2026-11-21T10:00:00Z"};
   // A crash (counted, were it replaced in place) beside survivors of the old build.
@@ -735,7 +737,7 @@ TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGangUncoun
             BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:1"), crashed}));
   EXPECT_EQ(p.status.phase, "Restarting");
   EXPECT_EQ(p.status.attempt, 1);
-  EXPECT_EQ(p.status.restarts, 0);
+  EXPECT_EQ(p.status.restarts, 1) << "a crash counts, upgrade or not";
   EXPECT_EQ(p.status.in_place_recoveries, 0);
   EXPECT_TRUE(p.status.replaced_pods.empty());
   EXPECT_EQ(p.status.recovery.restart_from_step, 500) << "from the newest checkpoint";
@@ -748,9 +750,21 @@ TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGangUncoun
   const std::string& m = Cond(p.status, "Restarting")->message;
   EXPECT_NE(m.find("rank 2 is not replaced in place: job-a0-0 was built by another operator "
                    "configuration (runner image runner:1 -> runner:2); new attempt from the "
-                   "newest checkpoint, not counted against backoffLimit"),
+                   "newest checkpoint (the loss counts against backoffLimit)"),
             std::string::npos)
       << m;
+  // A pod deleted from outside (SIGTERM: 143) beside them: nothing counts.
+  auto deleted = BuiltBy(Replica(2, 0, ReplicaPhase::kFailed, 143, "Error"), "old", "runner:1");
+  Plan free = PlanReconcile(UpgradedInput(
+      job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:1"),
+            BuiltBy(Replica(1, 0, ReplicaPhase::kRunning), "old", "runner:1"), deleted}));
+  EXPECT_EQ(free.status.attempt, 1);
+  EXPECT_EQ(free.status.restarts, 0);
+  ASSERT_NE(Cond(free.status, "Restarting"), nullptr);
+  EXPECT_NE(Cond(free.status, "Restarting")
+                ->message.find("new attempt from the newest checkpoint, not counted against "
+                               "backoffLimit"),
+            std::string::npos);
   // The same stamps but one image: no images named.
   Plan same_image = PlanReconcile(
       UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "old", "runner:2"),
@@ -1588,18 +1602,22 @@ TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   hook.message = "nvidia-container-cli: initialization error: driver not loaded";
   EXPECT_TRUE(IsRetryable(hook));
   // `ringtrain run`'s words (common/process.cc: strerror's capitals) for what no restart finds:
-  // a path that does not exist, a file that is not executable, a missing workingDir, a binary
-  // of another machine.
+  // a path that does not exist, a file that is not executable, a missing workingDir.
   for (const char* local :
        {"exec \"./nope.sh\": No such file or directory (relative to the workingDir /tmp/w)",
         "exec \"/data/train.sh\": Permission denied",
         "workingDir \"/nope\": No such file or directory",
-        "workingDir \"/etc/hosts\": Not a directory",
-        "exec \"/bin/x\": Exec format error (not a binary for this machine, and no #! line)"}) {
+        "workingDir \"/etc/hosts\": Not a directory"}) {
     ObservedReplica r = Replica(0, 0, ReplicaPhase::kFailed, 126, "StartError");
     r.message = local;
     EXPECT_FALSE(IsRetryable(r)) << local;
   }
+  // A binary of another architecture may run on another node of a mixed cluster.
+  ObservedReplica arch = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
+  arch.message =
+      "failed to create containerd task: exec /usr/local/bin/ringtrain-runner: exec "
+      "format error";
+  EXPECT_TRUE(IsRetryable(arch));
 }
 
 TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
@@ -1966,6 +1984,44 @@ TEST(Planner, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted)
                          At(40), own);
     EXPECT_EQ(ours.status.phase, "Failed") << in_place;
   }
+}
+
+// A rank replaced in place gets a new pod of the same name: the executor's delete of the lost pod
+// is not the new one's. When someone deletes the replacement later in the attempt (its runner
+// ignores SIGTERM: 137 at the end of the grace period), that is not counted either.
+TEST(Planner, TheReplacementOfARankIsNotTheOneTheExecutorDeleted) {
+  auto job = InPlaceJob(2);
+  job.status.restarts = 2;  // backoffLimit 2: a counted loss would fail the job
+  Plan p =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(5), PlanMemory{});
+  job.status = p.status;
+  // Deleted by someone: replaced in place, not counted; the executor deletes the ended pod.
+  p = PlanWith(job,
+               {Replica(0, 0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kFailed)},
+               At(14), p.memory);
+  ASSERT_EQ(Count(p, Kind::kDeleteReplica), 1);
+  ASSERT_EQ(p.status.in_place_recoveries, 1);
+  job.status = p.status;
+  PlanMemory memory = p.memory;
+  RecordReplicaDeleted(&memory, "job-a0-1");
+  // Gone: created again; then the new pod runs.
+  p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(15), memory);
+  ASSERT_EQ(Count(p, Kind::kCreateReplica), 1);
+  job.status = p.status;
+  p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(20), p.memory);
+  job.status = p.status;
+  // Someone deletes the replacement; its runner is killed when the grace period ends.
+  p = PlanWith(job,
+               {Replica(0, 0, ReplicaPhase::kRunning), DeletedBySigterm(1, ReplicaPhase::kRunning)},
+               At(30), p.memory);
+  job.status = p.status;
+  p = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")}, At(60),
+               p.memory);
+  EXPECT_NE(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.restarts, 2);
+  EXPECT_EQ(p.status.in_place_recoveries, 2);
 }
 
 // A pod deleted by someone before a freshly started executor (empty memory) saw it run: first

@@ -643,6 +643,18 @@ TEST(PodBuilderTest, AnUpgradeThenAnEditThatLeavesThePodsRestartsNothing) {
   EXPECT_EQ(env["RINGTRAIN_IMAGE"]["value"], "ghcr.io/ringtrain/ringtrain-runner:0.2.0");
 }
 
+// The spec hash of a pod is what every later release computes for the same spec: an operator
+// upgraded over running gangs must find their pods built from the spec it reads, or the next
+// edit restarts them (SpecChanged) for nothing. These are the stamps the release at 273f2e2 put
+// on this job's pods, before RINGTRAIN_IMAGE joined the runner's environment.
+TEST(PodBuilderTest, TheSpecHashOfAPodIsTheOneEarlierReleasesStamped) {
+  Json spec = {{"replicas", 2}, {"train", {{"epochs", 40}}}};
+  api::TrainingJob job = ParseJob("mnist", "default", spec);
+  job.metadata.generation = 1;
+  EXPECT_EQ(PodSpecHash(job, 0, 0), "2af2a92d6086c6e9");
+  EXPECT_EQ(PodSpecHash(job, 0, 1), "37bbac12fb1e3984");
+}
+
 // The second stamp: what the operator's own options (which the spec hash leaves out) made of
 // the pod, as far as they decide it for this job.
 TEST(PodBuilderTest, APodCarriesTheHashOfTheOptionsThatBuiltIt) {
@@ -670,6 +682,12 @@ TEST(PodBuilderTest, APodCarriesTheHashOfTheOptionsThatBuiltIt) {
   EXPECT_EQ(stamp(own_command, new_binary), stamp(own_command, old_release));
   const Json own_path = {{"replicas", 2}, {"checkpoint", {{"path", "/data/ckpt"}}}};
   EXPECT_EQ(stamp(own_path, new_dir), stamp(own_path, old_release));
+  // An edit that names what the options gave builds the same pod, and stamps it alike.
+  const Json named_defaults = {
+      {"replicas", 2}, {"image", "example.com/runner:1"}, {"checkpoint", {{"path", "/ckpt"}}}};
+  const Json named_path = {{"replicas", 2}, {"checkpoint", {{"path", "/ckpt"}}}};
+  EXPECT_EQ(stamp(named_path, old_release), stamp(plain, old_release));
+  EXPECT_EQ(stamp(named_defaults, old_release), stamp(plain, old_release));
   // Read back from the pod, with the runner's image.
   api::TrainingJob job = ParseJob("mnist", "default", plain);
   const reconcile::ObservedReplica r = ObserveReplica(BuildPod(job, 0, 1, new_image));
