@@ -49,6 +49,9 @@ NOT_CHARTED = {
     # The Unix time of a rank's last step, for `time() - ...` in alerts and ad-hoc queries; a
     # stalled job already shows on the dashboard as steps/s and throughput at 0.
     "ringtrain_last_step_timestamp_seconds",
+    # A regression model's test MSE, the counterpart of ringtrain_test_accuracy_ratio: no panel
+    # yet (the dashboard charts the classification accuracy); query it ad hoc.
+    "ringtrain_test_mse",
 }
 # min/max/avg across series of a runner counter's rate() or increase() straight away: each
 # process of a rank is its own series, so the rank's series must be summed first.
