@@ -20,12 +20,6 @@ std::string Join(const std::vector<std::string>& names, std::string_view sep) {
   return out;
 }
 
-std::string Number(double v) {
-  char buf[32];
-  auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact form
-  return {buf, r.ptr};
-}
-
 std::optional<bool> BoolFromName(const std::string& v) {
   if (v == "true" || v == "1") return true;
   if (v == "false" || v == "0") return false;
@@ -106,23 +100,23 @@ void FlagSet::Bool(std::string_view name, bool* out, std::string help) {
 
 void FlagSet::Double(std::string_view name, double* out, std::string help, DoubleRange range) {
   std::string flag = "--" + std::string(name);
-  Add({std::string(name), "X", std::move(help), Number(*out), false,
+  Add({std::string(name), "X", std::move(help), ShortestNumber(*out), false,
        [flag, out, range](const std::string& v) {
          auto n = ParseDouble(v, flag);
          if (!n.ok() || !std::isfinite(*n)) {
            return InvalidArgument(flag + ": '" + v + "' is not a number");
          }
          if (range.exclusive_min && !(*n > range.min)) {
-           return InvalidArgument(flag + ": must be greater than " + Number(range.min) + ", got " +
-                                  v);
+           return InvalidArgument(flag + ": must be greater than " + ShortestNumber(range.min) +
+                                  ", got " + v);
          }
          if (*n < range.min || *n > range.max) {
            if (std::isinf(range.max)) {
-             return InvalidArgument(flag + ": must be at least " + Number(range.min) + ", got " +
-                                    v);
+             return InvalidArgument(flag + ": must be at least " + ShortestNumber(range.min) +
+                                    ", got " + v);
            }
-           return InvalidArgument(flag + ": must be in [" + Number(range.min) + ", " +
-                                  Number(range.max) + "], got " + v);
+           return InvalidArgument(flag + ": must be in [" + ShortestNumber(range.min) + ", " +
+                                  ShortestNumber(range.max) + "], got " + v);
          }
          *out = *n;
          return Status::Ok();
@@ -230,6 +224,12 @@ std::vector<std::string> FlagSet::Names() const {
   names.reserve(flags_.size());
   for (const auto& f : flags_) names.push_back(f.name);
   return names;
+}
+
+std::string ShortestNumber(double v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
+  return {buf, r.ptr};
 }
 
 }  // namespace ringtrain::flags

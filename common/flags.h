@@ -130,4 +130,8 @@ class FlagSet {
   bool help_requested_ = false;
 };
 
+// The shortest text that reads back as exactly `v` ("0.001", "1e-08"): how a flag's value is
+// written, in help and on a command line built for the runner.
+std::string ShortestNumber(double v);
+
 }  // namespace ringtrain::flags

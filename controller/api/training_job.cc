@@ -2,9 +2,9 @@
 // default resources and the name rule. Parsing lives in training_job_parse.cc.
 #include "controller/api/training_job.h"
 
-#include <charconv>
 #include <nlohmann/json.hpp>
 
+#include "common/flags.h"
 #include "common/json_fields.h"
 #include "common/runner_env.h"
 #include "common/runner_flags.h"
@@ -164,11 +164,7 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
 
 std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& checkpoint_dir) {
   const TrainSpec& t = spec.train;
-  auto num = [](double v) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
-    return std::string(buf, r.ptr);
-  };
+  const auto num = [](double v) { return flags::ShortestNumber(v); };
   std::vector<std::string> args;
   if (t.model_spec) {
     args = {"--model-spec", ModelSpecJson(*t.model_spec)};

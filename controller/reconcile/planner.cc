@@ -423,6 +423,11 @@ bool Planner::HandleResize() {
   return false;
 }
 
+// Both images known and not the same.
+bool OtherImage(const std::string& a, const std::string& b) {
+  return !a.empty() && !b.empty() && a != b;
+}
+
 const ObservedReplica* Planner::BuiltOtherwise(
     const std::vector<const ObservedReplica*>& current) const {
   if (in_.options_hash.empty()) return nullptr;
@@ -432,9 +437,8 @@ const ObservedReplica* Planner::BuiltOtherwise(
       continue;
     }
     // Without a stamp (an older operator's pod) only a runner image of its own tells.
-    const bool other = r->options_hash.empty()
-                           ? !r->image.empty() && !in_.image.empty() && r->image != in_.image
-                           : r->options_hash != in_.options_hash;
+    const bool other = r->options_hash.empty() ? OtherImage(r->image, in_.image)
+                                               : r->options_hash != in_.options_hash;
     if (other) return r;
   }
   return nullptr;
@@ -442,7 +446,7 @@ const ObservedReplica* Planner::BuiltOtherwise(
 
 void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string& instead,
                                 bool counts) {
-  const std::string images = !other.image.empty() && !in_.image.empty() && other.image != in_.image
+  const std::string images = OtherImage(other.image, in_.image)
                                  ? " (runner image " + other.image + " -> " + in_.image + ")"
                                  : "";
   Restart("OperatorUpgraded",
@@ -976,18 +980,17 @@ Plan Planner::Run() {
   // No replica is created beside one of another runner build: an in-place replacement whose
   // loss an operator configured otherwise planned, or a rank missing from a gang it began to
   // create.
-  for (int rank = 0; rank < pods && !releasing; ++rank) {
+  const ObservedReplica* other = releasing ? nullptr : BuiltOtherwise(current);
+  for (int rank = 0; rank < pods && other != nullptr; ++rank) {
     if (present[static_cast<std::size_t>(rank)]) continue;
-    if (const ObservedReplica* other = BuiltOtherwise(current)) {
-      const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
-      const auto& replaced = st().replaced_pods;
-      const bool lost = std::find(replaced.begin(), replaced.end(), name) != replaced.end();
-      RestartForUpgrade(*other,
-                        (lost ? "lost rank " : "missing rank ") + std::to_string(rank) + " (" +
-                            name + ") is not " + (lost ? "replaced in place" : "created"),
-                        /*counts=*/false);  // a lost rank's loss was counted when it was replaced
-      return std::move(plan_);
-    }
+    const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
+    const auto& replaced = st().replaced_pods;
+    const bool lost = std::find(replaced.begin(), replaced.end(), name) != replaced.end();
+    RestartForUpgrade(*other,
+                      (lost ? "lost rank " : "missing rank ") + std::to_string(rank) + " (" + name +
+                          ") is not " + (lost ? "replaced in place" : "created"),
+                      /*counts=*/false);  // a lost rank's loss was counted when it was replaced
+    return std::move(plan_);
   }
   // A gang is created whole: while a released part of it (a partial gang the API refused to
   // complete) is still going, no new replica joins it.

@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include "common/fnv.h"
+
 namespace ringtrain::model {
 namespace {
 
@@ -168,13 +170,6 @@ StatusOr<LayerSpec> ParseLayer(const Json& entry, const std::string& path) {
 
 // Output size of a window sliding over `in` pixels; 0 when the window does not fit.
 int Slide(int in, int window, int stride) { return in < window ? 0 : (in - window) / stride + 1; }
-
-void Fnv1a(std::uint64_t& hash, std::string_view text) {
-  for (const char ch : text) {
-    hash ^= static_cast<unsigned char>(ch);
-    hash *= 1099511628211ULL;
-  }
-}
 
 }  // namespace
 
@@ -411,9 +406,7 @@ std::string CanonicalString(const ModelSpec& spec) {
 }
 
 std::uint64_t ArchitectureHash(const ModelSpec& spec) {
-  std::uint64_t hash = 14695981039346656037ULL;
-  Fnv1a(hash, CanonicalString(spec));
-  return hash;
+  return ringtrain::Fnv1a(CanonicalString(spec));
 }
 
 StatusOr<ModelSpec> PresetSpec(std::string_view name, Shape input, int classes, int hidden) {

@@ -1,9 +1,7 @@
 #include "runner/train/config.h"
 
-#include <charconv>
-#include <cstdio>
-
 #include "common/flags.h"
+#include "common/fnv.h"
 #include "runner/data/dataset_spec.h"
 #include "runner/model/model_spec.h"
 
@@ -99,11 +97,7 @@ std::string GangConfigString(const TrainConfig& c) {
     out += '=';
     out += value;
   };
-  const auto num = [](double v) {
-    char buf[32];
-    auto r = std::to_chars(buf, buf + sizeof(buf), v);  // shortest exact round-trip form
-    return std::string(buf, r.ptr);
-  };
+  const auto num = [](double v) { return flags::ShortestNumber(v); };
   // The resolved layer list is the model (the runner resolves a preset against the data before
   // the rendezvous); without one, the preset and what it is built from. Initial weights are
   // not compared: rank 0 broadcasts its own.
@@ -145,14 +139,7 @@ std::string GangConfigString(const TrainConfig& c) {
 }
 
 std::string GangConfigDigest(const TrainConfig& config) {
-  std::uint64_t hash = 14695981039346656037ULL;
-  for (const char ch : GangConfigString(config)) {
-    hash ^= static_cast<unsigned char>(ch);
-    hash *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(hash));
-  return buf;
+  return Fnv1aHex(GangConfigString(config));
 }
 
 std::string TrainFlagsHelp() {

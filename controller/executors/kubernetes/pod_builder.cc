@@ -4,10 +4,10 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
-#include <cstdio>
 #include <random>
 #include <sstream>
 
+#include "common/fnv.h"
 #include "common/time_format.h"
 
 namespace ringtrain::op {
@@ -419,18 +419,6 @@ void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
   }
 }
 
-// FNV-1a (64 bits) of the text, in hex: stable across processes and builds.
-std::string Fnv1a(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ULL;
-  for (const unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ULL;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 // The hash of the pod as built (the JSON dump orders object keys). The gang gate's timeout follows
 // runPolicy's deadlines and only bounds the wait before the gang runs: an edit of those is no
 // change of what a replica runs. RINGTRAIN_IMAGE repeats the container's image (hashed there),
@@ -448,7 +436,7 @@ std::string BuildHash(const Json& meta, const Json& spec) {
     }
     c["env"] = kept;
   }
-  return Fnv1a(hashed.dump());
+  return Fnv1aHex(hashed.dump());
 }
 
 }  // namespace
@@ -573,7 +561,7 @@ std::string PodOptionsHash(const api::TrainingJob& job, const PodOptions& option
        spec.command.empty() ? std::vector<std::string>{options.runner_binary} : spec.command},
       {"checkpointDir",
        spec.checkpoint.path.empty() ? options.default_checkpoint_dir : spec.checkpoint.path}};
-  return Fnv1a(used.dump());
+  return Fnv1aHex(used.dump());
 }
 
 namespace {
