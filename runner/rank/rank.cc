@@ -242,6 +242,7 @@ rendezvous::GangFingerprint FingerprintOf(const train::RankEnv& env,
   fp.runner = std::string(BuildVersion());
   fp.image = env.image;
   fp.config = train::GangConfigDigest(config);
+  fp.config_fields = train::GangConfigFields(config);
   return fp;
 }
 

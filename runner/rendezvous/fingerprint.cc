@@ -21,6 +21,11 @@ constexpr std::string_view kSameConfig =
     ": give every rank the same training configuration (model, dataset, batch size, epochs, "
     "seed, optimizer and learning rate)";
 
+// The configuration fields a refusal names at most, and how much of each value it shows: the
+// refusal ends up in the termination log (4096 bytes) and in the job's status.
+constexpr std::size_t kNamedFields = 4;
+constexpr std::size_t kShownField = 60;
+
 std::string FingerprintKey(int rank) { return "fingerprint/" + std::to_string(rank); }
 
 // What one rank published under its key.
@@ -59,6 +64,46 @@ Difference Compare(const Published& theirs, const GangFingerprint& mine) {
   return Difference::kNone;
 }
 
+std::string Shown(const std::string& value) {
+  return value.size() > kShownField ? value.substr(0, kShownField) + "..." : value;
+}
+
+// " in batch_size (64 vs 32), seed (2 vs 1)": the fields whose values differ, theirs first, in
+// the configuration line's order; a field only one side has reads "(none)" on the other. "" when
+// either side published no fields, or when the fields agree although the digests do not (values
+// that differ only in bytes that are not UTF-8, which travel replaced): the digests say it then.
+std::string NameDifferences(const std::vector<std::pair<std::string, std::string>>& theirs,
+                            const std::vector<std::pair<std::string, std::string>>& mine) {
+  if (theirs.empty() || mine.empty()) return "";
+  const auto find = [](const auto& fields, const std::string& key) -> const std::string* {
+    for (const auto& [k, v] : fields) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  };
+  std::vector<std::string> named;
+  std::size_t differing = 0;
+  const auto note = [&](const std::string& key, const std::string* their_value,
+                        const std::string* my_value) {
+    if (their_value != nullptr && my_value != nullptr && *their_value == *my_value) return;
+    if (++differing > kNamedFields) return;
+    named.push_back(key + " (" + (their_value ? Shown(*their_value) : "(none)") + " vs " +
+                    (my_value ? Shown(*my_value) : "(none)") + ")");
+  };
+  for (const auto& [key, value] : mine) note(key, find(theirs, key), &value);
+  for (const auto& [key, value] : theirs) {
+    if (find(mine, key) == nullptr) note(key, &value, nullptr);
+  }
+  if (named.empty()) return "";
+  std::string out = " in ";
+  for (std::size_t i = 0; i < named.size(); ++i) out += (i == 0 ? "" : ", ") + named[i];
+  if (differing > named.size()) {
+    out += " and " + std::to_string(differing - named.size()) + " more field" +
+           (differing - named.size() == 1 ? "" : "s");
+  }
+  return out;
+}
+
 // Why rank `their_rank` cannot train beside rank `my_rank` (Compare found a difference).
 std::string Explain(int their_rank, const Published& theirs, int my_rank,
                     const GangFingerprint& mine) {
@@ -81,8 +126,9 @@ std::string Explain(int their_rank, const Published& theirs, int my_rank,
     return them + " runs " + DescribeFingerprint(fp) + " but " + my_runner +
            std::string(kSameRunner);
   }
-  return them + "'s training configuration differs from " + me + "'s (digest " + fp.config +
-         " vs " + mine.config + ")" + std::string(kSameConfig);
+  return them + "'s training configuration differs from " + me + "'s" +
+         NameDifferences(fp.config_fields, mine.config_fields) + " (digest " + fp.config + " vs " +
+         mine.config + ")" + std::string(kSameConfig);
 }
 
 // Rank 0's side: compares every rank with itself; "" when all agree.
@@ -111,11 +157,19 @@ StatusOr<std::string> Judge(Store& store, int world_size, const GangFingerprint&
 }  // namespace
 
 std::string EncodeFingerprint(const GangFingerprint& fingerprint) {
-  const nlohmann::json j = {{"protocol", fingerprint.protocol},
-                            {"runner", fingerprint.runner},
-                            {"image", fingerprint.image},
-                            {"config", fingerprint.config}};
-  return j.dump();
+  nlohmann::json j = {{"protocol", fingerprint.protocol},
+                      {"runner", fingerprint.runner},
+                      {"image", fingerprint.image},
+                      {"config", fingerprint.config}};
+  if (!fingerprint.config_fields.empty()) {
+    nlohmann::json fields = nlohmann::json::array();
+    for (const auto& [key, value] : fingerprint.config_fields) {
+      fields.push_back(nlohmann::json::array({key, value}));
+    }
+    j["config_fields"] = std::move(fields);
+  }
+  // A value that is not UTF-8 (a dataset path) is replaced, not thrown on.
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::optional<GangFingerprint> ParseFingerprint(const std::string& value) {
@@ -132,6 +186,17 @@ std::optional<GangFingerprint> ParseFingerprint(const std::string& value) {
   fp.runner = text("runner");
   fp.image = text("image");
   fp.config = text("config");
+  // Fields are read only where the whole list is well formed: half a list would name
+  // differences that are not there.
+  if (const auto fields = j.find("config_fields"); fields != j.end() && fields->is_array()) {
+    for (const auto& f : *fields) {
+      if (!f.is_array() || f.size() != 2 || !f[0].is_string() || !f[1].is_string()) {
+        fp.config_fields.clear();
+        break;
+      }
+      fp.config_fields.emplace_back(f[0].get<std::string>(), f[1].get<std::string>());
+    }
+  }
   return fp;
 }
 

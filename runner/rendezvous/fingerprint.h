@@ -12,6 +12,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -28,6 +30,10 @@ struct GangFingerprint {
   std::string runner;  // the runner's release, e.g. "0.1.0"
   std::string image;   // the container image, "" when the pod does not say (RINGTRAIN_IMAGE)
   std::string config;  // a digest of what must be identical on every rank (train/config.h)
+  // The configuration the digest is made of, field by field in its order ("batch_size", "64"),
+  // so that rank 0 can name what differs; empty from a runner that did not publish it (the
+  // digests alone are named then).
+  std::vector<std::pair<std::string, std::string>> config_fields;
 
   bool operator==(const GangFingerprint&) const = default;
 };
@@ -45,7 +51,9 @@ std::string DescribeFingerprint(const GangFingerprint& fingerprint);
 Status PublishFingerprint(Store& round_store, int rank, const GangFingerprint& fingerprint);
 
 // What the round decided: empty when every rank runs the same, else why the gang is refused,
-// e.g. "rank 1 runs runner 0.2.0 protocol 2 but rank 0 runs runner 0.1.0 protocol 1: ...".
+// e.g. "rank 1 runs runner 0.2.0 protocol 2 but rank 0 runs runner 0.1.0 protocol 1: ...", or
+// "rank 1's training configuration differs from rank 0's in batch_size (64 vs 32) (digest
+// ... vs ...): ...".
 struct FingerprintVerdict {
   std::string refusal;
   bool agreed() const { return refusal.empty(); }

@@ -89,13 +89,10 @@ StatusOr<TrainConfig> ParseTrainFlags(const std::vector<std::string>& args) {
   return c;
 }
 
-std::string GangConfigString(const TrainConfig& c) {
-  std::string out;
+std::vector<std::pair<std::string, std::string>> GangConfigFields(const TrainConfig& c) {
+  std::vector<std::pair<std::string, std::string>> out;
   const auto add = [&out](std::string_view key, std::string_view value) {
-    if (!out.empty()) out += ';';
-    out += key;
-    out += '=';
-    out += value;
+    out.emplace_back(std::string(key), std::string(value));
   };
   const auto num = [](double v) { return flags::ShortestNumber(v); };
   // The resolved layer list is the model (the runner resolves a preset against the data before
@@ -135,6 +132,17 @@ std::string GangConfigString(const TrainConfig& c) {
   add("device", contract::NameOf(c.device));
   add("backend", contract::NameOf(c.backend));
   add("precision", contract::NameOf(c.precision));
+  return out;
+}
+
+std::string GangConfigString(const TrainConfig& c) {
+  std::string out;
+  for (const auto& [key, value] : GangConfigFields(c)) {
+    if (!out.empty()) out += ';';
+    out += key;
+    out += '=';
+    out += value;
+  }
   return out;
 }
 

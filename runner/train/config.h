@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -69,6 +70,9 @@ inline data::DatasetSpec DatasetSpecOf(const TrainConfig& c) {
 // --result-file (rank 0's), --step-sleep-ms (a testing aid), --loader-workers, --prefetch,
 // --input, --cuda-graph, and the model's per-rank fields (dropout seed, max batch).
 std::string GangConfigString(const TrainConfig& config);
+// The same, field by field ("batch_size", "64"), in the line's order: what rank 0 names when
+// a rank's configuration differs from its own.
+std::vector<std::pair<std::string, std::string>> GangConfigFields(const TrainConfig& config);
 // 16 hex digits: FNV-1a (64 bits) of GangConfigString, the same on every platform and build.
 std::string GangConfigDigest(const TrainConfig& config);
 

@@ -69,7 +69,8 @@ for r in 0 1; do
   done
   grep -q "rank 1 runs runner .* image ghcr.io/x:0.2 but rank 0 runs runner .* image ghcr.io/x:0.1" \
     "$WORK/img$r.log.termination" || fail "img rank $r: $(cat "$WORK/img$r.log.termination")"
-  grep -q "rank 1's training configuration differs from rank 0's" "$WORK/cfg$r.log.termination" ||
+  grep -q "rank 1's training configuration differs from rank 0's in batch_size (32 vs " \
+    "$WORK/cfg$r.log.termination" ||
     fail "cfg rank $r: $(cat "$WORK/cfg$r.log.termination")"
 done
 

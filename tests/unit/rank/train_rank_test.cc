@@ -276,8 +276,8 @@ TEST(TrainRank, RanksOfAnotherImageOrConfigurationAreRefusedBeforeTheRingForms) 
       {"",
        "",
        8,
-       {"rank 1's training configuration differs from rank 0's", GangConfigDigestOfBatch(8),
-        GangConfigDigestOfBatch(4)}},
+       {"rank 1's training configuration differs from rank 0's in batch_size (8 vs 4) (digest",
+        GangConfigDigestOfBatch(8), GangConfigDigestOfBatch(4)}},
   };
   for (const Case& c : cases) {
     rendezvous::MemoryStore store;

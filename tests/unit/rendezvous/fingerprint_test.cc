@@ -162,6 +162,81 @@ TEST(Fingerprint, ADifferentConfigurationIsRefusedNamingBothDigests) {
       << joined[0].refusal;
 }
 
+using Fields = std::vector<std::pair<std::string, std::string>>;
+
+GangFingerprint WithFields(std::string config, Fields fields) {
+  GangFingerprint fp = Fp("0.1.0", "ghcr.io/x:0.1", std::move(config));
+  fp.config_fields = std::move(fields);
+  return fp;
+}
+
+TEST(Fingerprint, TheConfigurationsFieldsTravelAndBadListsAreDropped) {
+  const GangFingerprint fp = WithFields("aa", {{"batch_size", "64"}, {"seed", "1"}});
+  auto back = ParseFingerprint(EncodeFingerprint(fp));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(*back, fp);
+  // A value that is not UTF-8 (a dataset path) does not stop the rank from publishing.
+  GangFingerprint odd = WithFields("aa", {{"dataset", "/data/\xff\xfe"}});
+  odd.image = "ghcr.io/x:\xff";
+  auto odd_back = ParseFingerprint(EncodeFingerprint(odd));
+  ASSERT_TRUE(odd_back.has_value());
+  ASSERT_EQ(odd_back->config_fields.size(), 1u);
+  EXPECT_EQ(odd_back->config_fields[0].first, "dataset");
+  for (const char* bad : {R"({"protocol": 1, "config_fields": [["a", "1"], ["b"]]})",
+                          R"({"protocol": 1, "config_fields": [["a", "1"], ["b", 2]]})",
+                          R"({"protocol": 1, "config_fields": {"a": "1"}})"}) {
+    auto parsed = ParseFingerprint(bad);
+    ASSERT_TRUE(parsed.has_value()) << bad;
+    EXPECT_TRUE(parsed->config_fields.empty()) << bad;
+  }
+}
+
+// Rank 0 names the fields that differ, theirs first, so a user need not diff two logs.
+TEST(Fingerprint, ADifferentConfigurationIsRefusedNamingTheFieldsThatDiffer) {
+  const Fields mine = {{"model", "mlp"}, {"batch_size", "32"}, {"seed", "1"}, {"epochs", "2"}};
+  const Fields theirs = {{"model", "mlp"}, {"batch_size", "64"}, {"seed", "2"}, {"epochs", "2"}};
+  MemoryStore store;
+  const auto joined =
+      Gang(store, {WithFields("00000000000000aa", mine), WithFields("00000000000000bb", theirs)});
+  ASSERT_TRUE(joined[0].status.ok()) << joined[0].status.ToString();
+  ASSERT_TRUE(joined[1].status.ok()) << joined[1].status.ToString();
+  EXPECT_EQ(joined[1].refusal, joined[0].refusal);
+  EXPECT_TRUE(Has(joined[0].refusal,
+                  "rank 1's training configuration differs from rank 0's in batch_size (64 vs "
+                  "32), seed (2 vs 1) (digest 00000000000000bb vs 00000000000000aa)"))
+      << joined[0].refusal;
+}
+
+// A field only one side has (another layout of the line), many differences, long values: the
+// refusal stays short enough for a termination log.
+TEST(Fingerprint, TheNamedFieldsAreFewAndShort) {
+  Fields mine;
+  Fields theirs;
+  for (int i = 0; i < 10; ++i) {
+    mine.emplace_back("f" + std::to_string(i), std::string(500, 'a'));
+    theirs.emplace_back("f" + std::to_string(i), std::string(500, 'b'));
+  }
+  mine.emplace_back("only_mine", "1");
+  MemoryStore store;
+  const auto joined = Gang(store, {WithFields("aa", mine), WithFields("bb", theirs)});
+  const std::string& why = joined[0].refusal;
+  EXPECT_TRUE(
+      Has(why, " in f0 (" + std::string(60, 'b') + "... vs " + std::string(60, 'a') + "...), f1 ("))
+      << why;
+  EXPECT_TRUE(Has(why, " and 7 more fields (digest bb vs aa)")) << why;
+  EXPECT_LT(why.size(), 1024u) << why;
+  Fields fewer = mine;
+  fewer.erase(fewer.begin(), fewer.begin() + 10);  // only "only_mine" is left
+  MemoryStore store2;
+  const auto joined2 = Gang(store2, {WithFields("aa", fewer), WithFields("bb", {})});
+  EXPECT_TRUE(Has(joined2[0].refusal, "differs from rank 0's (digest bb vs aa)"))
+      << "a rank that published no fields: the digests alone: " << joined2[0].refusal;
+  MemoryStore store3;
+  const auto joined3 = Gang(store3, {WithFields("aa", fewer), WithFields("bb", {{"x", "1"}})});
+  EXPECT_TRUE(Has(joined3[0].refusal, " in only_mine ((none) vs 1), x (1 vs (none))"))
+      << joined3[0].refusal;
+}
+
 // Two runners may digest one configuration differently: the runner is named first, and every
 // rank that differs is listed.
 TEST(Fingerprint, TheRunnerIsNamedBeforeTheConfigurationAndEveryDifferingRankIsListed) {

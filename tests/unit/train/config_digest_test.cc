@@ -78,6 +78,25 @@ TEST(GangConfigDigest, ChangesWithWhatEveryRankMustShare) {
   EXPECT_EQ(GangConfigDigest(Parsed({})), digest) << "the digest is not deterministic";
 }
 
+// The fields rank 0 names when a configuration differs: one per setting, the line (and so the
+// digest) made of them in their order.
+TEST(GangConfigFields, NameWhatDiffersAndMakeTheLine) {
+  const TrainConfig base = Parsed({});
+  const TrainConfig other = Parsed({"--batch-size", "32", "--seed", "7"});
+  const auto a = GangConfigFields(base);
+  const auto b = GangConfigFields(other);
+  ASSERT_EQ(a.size(), b.size());
+  std::vector<std::string> differ;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].first, b[i].first);
+    if (a[i].second != b[i].second) differ.push_back(a[i].first);
+  }
+  EXPECT_EQ(differ, (std::vector<std::string>{"batch_size", "seed"}));
+  std::string line;
+  for (const auto& [key, value] : b) line += (line.empty() ? "" : ";") + key + "=" + value;
+  EXPECT_EQ(line, GangConfigString(other));
+}
+
 TEST(GangConfigDigest, TheResolvedModelIsCompared) {
   TrainConfig a;
   auto mlp = model::PresetSpec("mlp", {1, 28, 28}, 10, 256);
