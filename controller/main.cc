@@ -119,6 +119,9 @@ int Validate(const std::vector<std::string>& args) {
   }
   std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", manifest.c_str(),
               job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
+  if (const std::string ignored = api::IgnoredRunnerCommand(job->spec); !ignored.empty()) {
+    std::printf("note: %s\n", ignored.c_str());
+  }
   // Valid for a cluster; only this machine's `ringtrain run` cannot do it.
   if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
     std::printf("note: `ringtrain run` will refuse this job: %s\n", local.message().c_str());

@@ -208,6 +208,30 @@ Duration RecoveryTimeoutFor(const JobSpec& spec) {
 
 bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
 
+std::string IgnoredRunnerCommand(const JobSpec& spec) {
+  if (spec.pod_template_json.empty()) return "";
+  const json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
+  if (!tmpl.is_object()) return "";
+  const auto pod = tmpl.find("spec");
+  if (pod == tmpl.end() || !pod->is_object()) return "";
+  const auto containers = pod->find("containers");
+  if (containers == pod->end() || !containers->is_array()) return "";
+  for (const auto& c : *containers) {
+    if (!c.is_object() || c.value("name", json()) != "runner") continue;
+    std::vector<std::string> set;
+    for (const char* field : {"command", "args"}) {
+      if (c.contains(field)) set.emplace_back(field);
+    }
+    if (set.empty()) return "";
+    const std::string what = set.size() == 2 ? "command and args are" : set[0] + " is";
+    return "spec.template.spec.containers[runner]: " + what + " ignored: every replica runs " +
+           (spec.command.empty() ? "the built-in runner on spec.train (set spec.command to run a "
+                                   "program of your own)"
+                                 : "spec.command, which is its whole command line");
+  }
+  return "";
+}
+
 ResourceSpec DefaultResources(int gpus_per_replica) {
   if (gpus_per_replica > 0) return {{{"cpu", "1"}, {"memory", "1Gi"}}, {{"memory", "4Gi"}}};
   return {{{"cpu", "500m"}, {"memory", "512Mi"}}, {{"memory", "2Gi"}}};

@@ -281,6 +281,13 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
 
 bool IsTerminal(const std::string& phase);
 
+// spec.template's `runner` container sets `command` or `args`, which no replica runs (the
+// operator sets that container's command and args: spec.command or the built-in runner, and
+// `ringtrain run` runs the same): what to tell the user, naming the field; "" when it sets
+// neither. Said by `ringtrain validate` and `ringtrain run`, and by the operator as a Warning
+// event (TemplateCommandIgnored).
+std::string IgnoredRunnerCommand(const JobSpec& spec);
+
 // The longest job name: it names the headless Service, which must be a DNS-1035 label, and
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.
 inline constexpr std::size_t kMaxJobNameLength = 50;

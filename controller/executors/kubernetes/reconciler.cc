@@ -503,6 +503,17 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
   pass.job = *std::move(parsed);
   const api::TrainingJob& job = pass.job;
 
+  JobMemory& memory = Memory(key);
+  if (memory.uid != uid) memory = JobMemory{uid};
+  pass.memory = &memory;
+  if (memory.command_checked_generation != job.metadata.generation) {
+    memory.command_checked_generation = job.metadata.generation;
+    const std::string ignored = api::IgnoredRunnerCommand(job.spec);
+    if (!ignored.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
+      events_->Record(pass.raw, "Warning", "TemplateCommandIgnored", ignored);
+    }
+  }
+
   std::vector<ObservedReplica> replicas;
   std::map<std::string, bool> present;
   for (const auto& pod : pass.owned) {
@@ -520,9 +531,6 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
     }
   }
 
-  JobMemory& memory = Memory(key);
-  if (memory.uid != uid) memory = JobMemory{uid};
-  pass.memory = &memory;
   for (const auto& r : replicas) {
     pass.any_running =
         pass.any_running || (r.attempt == job.status.attempt && r.phase == ReplicaPhase::kRunning);

@@ -91,6 +91,9 @@ class Reconciler {
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
+    // The generation whose ignored template command (api::IgnoredRunnerCommand) was looked
+    // for: one TemplateCommandIgnored Warning event per generation that sets one.
+    std::int64_t command_checked_generation = -1;
     // PlanInput::spec_hashes as last built, and what they were built from: the generation, the
     // attempt, and the job's labels (the pods carry Kueue's, and no generation counts a label).
     // Each rank's hash is built once per generation, not on every pass of an edited job.

@@ -166,10 +166,8 @@ StatusOr<LocalContainer> LocalContainerFromSpec(const api::JobSpec& spec, const 
                         "\" does not run under `ringtrain run` (only the runner does)");
   }
   if (runner == nullptr || !runner->is_object()) return out;
-  if (runner->contains("command") || runner->contains("args")) {
-    out.notes.push_back(std::string(kRunnerPath) +
-                        ": command and args are ignored, as in the operator's pods (they run "
-                        "spec.command or the built-in runner)");
+  if (std::string ignored = api::IgnoredRunnerCommand(spec); !ignored.empty()) {
+    out.notes.push_back(std::move(ignored) + ", as in the operator's pods");
   }
   if (runner->contains("volumeMounts")) {
     out.notes.push_back(std::string(kRunnerPath) +

@@ -184,5 +184,41 @@ TEST_F(CheckpointReconcileTest, WithoutACheckpointVolumeAWarningAndAConditionSay
   EXPECT_EQ(client_.CountWrites("create", "persistentvolumeclaims"), 0);
 }
 
+// A Kubeflow user writes the program into the pod template; no pod runs it (the operator sets
+// the runner container's command and args): a Warning event says so, once per generation,
+// rather than the job training something else in silence.
+TEST_F(CheckpointReconcileTest, ATemplateCommandNoPodRunsIsAWarningOncePerGeneration) {
+  const Json tmpl = {{"spec",
+                      {{"containers",
+                        {{{"name", "runner"},
+                          {"command", {"python3", "train.py"}},
+                          {"args", {"--epochs", "3"}}}}}}}};
+  Create("cmd", {{"replicas", 1}, {"template", tmpl}});
+  Create("plain", {{"replicas", 1}});
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(reconciler_->Reconcile("default", "cmd").ok());
+    ASSERT_TRUE(reconciler_->Reconcile("default", "plain").ok());
+  }
+  // An edit that keeps the command: said again for the new generation, once.
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "cmd");
+  job["metadata"]["generation"] = 2;
+  job["spec"]["replicas"] = 2;
+  ASSERT_TRUE(client_.Update(kube::kTrainingJobs, "default", job).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "cmd").ok());
+
+  std::vector<Json> events;  // Events() stops the recorder: read once, at the end
+  for (const auto& e : Events()) {
+    if (e["reason"] == "TemplateCommandIgnored") events.push_back(e);
+  }
+  ASSERT_EQ(events.size(), 1u) << "only the job that sets a command";
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["count"], 2) << "once per generation (2), not once per pass (5)";
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "cmd");
+  EXPECT_EQ(events[0]["message"],
+            "spec.template.spec.containers[runner]: command and args are ignored: every replica "
+            "runs the built-in runner on spec.train (set spec.command to run a program of your "
+            "own)");
+}
+
 }  // namespace
 }  // namespace ringtrain::op

@@ -145,6 +145,26 @@ TEST(Manifest, TheOperatorRefusesANonStringEnvValueNamingIt) {
 }
 
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
+TEST(Manifest, ARunnerCommandInTheTemplateIsNamedAsIgnored) {
+  const auto with = [](const std::string& runner, std::vector<std::string> command = {}) {
+    JobSpec spec;
+    spec.pod_template_json =
+        R"({"spec":{"containers":[{"name":"side","command":["x"]},)" + runner + "]}}";
+    spec.command = std::move(command);
+    return IgnoredRunnerCommand(spec);
+  };
+  EXPECT_EQ(with(R"({"name":"runner","args":["--x"]})"),
+            "spec.template.spec.containers[runner]: args is ignored: every replica runs the "
+            "built-in runner on spec.train (set spec.command to run a program of your own)");
+  EXPECT_EQ(with(R"({"name":"runner","command":["python3"]})", {"sh", "-c", "true"}),
+            "spec.template.spec.containers[runner]: command is ignored: every replica runs "
+            "spec.command, which is its whole command line");
+  // A sidecar's command runs (in its own container); a runner without one says nothing.
+  EXPECT_EQ(with(R"({"name":"runner","image":"x"})"), "");
+  EXPECT_EQ(with(R"({"name":"other","command":["x"]})"), "");
+  EXPECT_EQ(IgnoredRunnerCommand(JobSpec{}), "");
+}
+
 TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
   auto sgd =
       ParseManifestYaml(WithSpec("  train:\n    optimizer: sgd\n    momentum: 0.999\n"), "a.yaml");
