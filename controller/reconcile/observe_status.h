@@ -25,6 +25,7 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   // deadline judges it.
   p.training = !read->state.empty() && read->state != "starting";
   p.idle = read->state == "starting" || read->state == "recovering";
+  p.state = read->state;
   p.start_step = read->start_step;
   p.recoveries = read->recoveries;
   p.recovery_steps_lost = read->recovery_steps_lost;

@@ -80,6 +80,9 @@ struct ObservedProgress {
   // Rank 0 says it does not train now: "starting" (a new process, its step not yet known) or
   // "recovering" (its gang lost a rank). Its step and rate say nothing of the job's.
   bool idle = false;
+  // Rank 0's own word for what it does (common/runner_status.h: running, stalled, recovering,
+  // ...), for a person to read; the planner judges by the fields above.
+  std::string state;
   std::int64_t start_step = -1;  // where this gang started: a checkpoint's step, or 0
   // The attempt's in-place recoveries as the gang counts them (common/runner_status.h).
   int recoveries = 0;

@@ -410,6 +410,7 @@ std::optional<reconcile::ObservedProgress> LocalRun::PollProgress() {
     progress_ = p;
   } else if (p.reachable) {
     progress_->samples_per_second = 0;
+    progress_->state = p.state;
   }
   // The first attempt starts fresh or from a checkpoint (later ones may start from survivors).
   if (p.reachable && p.training && state_.status.attempt == 0 &&
@@ -423,24 +424,11 @@ void LocalRun::PrintProgress(bool force) {
   auto now = options_.clock->SteadyNow();
   if (!force && now < next_print_) return;
   next_print_ = now + (options_.tty ? std::chrono::milliseconds(500) : std::chrono::seconds(10));
-  const auto& st = state_.status;
-  char line[256];
-  if (progress_) {
-    std::snprintf(line, sizeof(line),
-                  "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f | %.0f samples/s | "
-                  "restarts %d",
-                  st.phase.c_str(), st.attempt,
-                  std::min(progress_->epoch + 1, job_.spec.train.epochs), job_.spec.train.epochs,
-                  static_cast<long long>(progress_->step), progress_->loss,
-                  progress_->samples_per_second, st.restarts);
-  } else {
-    std::snprintf(line, sizeof(line), "%s | attempt %d | starting %d replicas | restarts %d",
-                  st.phase.c_str(), st.attempt, job_.spec.replicas, st.restarts);
-  }
+  const std::string line = FormatProgressLine(state_, progress_);
   if (options_.tty) {
-    std::fprintf(stdout, "\r\033[K%s", line);
+    std::fprintf(stdout, "\r\033[K%s", line.c_str());
   } else {
-    std::fprintf(stdout, "%s\n", line);
+    std::fprintf(stdout, "%s\n", line.c_str());
   }
   std::fflush(stdout);
 }
@@ -561,6 +549,29 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
 }
 
 }  // namespace
+
+std::string FormatProgressLine(const api::TrainingJob& job,
+                               const std::optional<reconcile::ObservedProgress>& progress) {
+  const auto& st = job.status;
+  char line[256];
+  if (progress) {
+    // Only the words a runner says of itself when it trains without progress: a reply is
+    // untrusted, and this line must stay one short line.
+    const bool held = progress->state == "stalled" || progress->state == "recovering";
+    std::snprintf(line, sizeof(line),
+                  "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f | %.0f samples/s%s%s | "
+                  "restarts %d",
+                  st.phase.c_str(), st.attempt,
+                  std::min(progress->epoch + 1, job.spec.train.epochs), job.spec.train.epochs,
+                  static_cast<long long>(progress->step), progress->loss,
+                  progress->samples_per_second, held ? ", " : "",
+                  held ? progress->state.c_str() : "", st.restarts);
+  } else {
+    std::snprintf(line, sizeof(line), "%s | attempt %d | starting %d replicas | restarts %d",
+                  st.phase.c_str(), st.attempt, job.spec.replicas, st.restarts);
+  }
+  return line;
+}
 
 StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec) {
   std::error_code ec;

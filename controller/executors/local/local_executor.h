@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "controller/api/training_job.h"
 #include "controller/executors/local/local_container.h"
+#include "controller/reconcile/planner.h"
 
 namespace ringtrain::executors {
 
@@ -47,6 +48,14 @@ StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec);
 // What `ringtrain run` cannot do although a cluster can (spec.runPolicy.suspend: a local run
 // cannot be resumed): a FailedPrecondition naming the field and what to do, else Ok.
 Status CheckRunsLocally(const api::JobSpec& spec);
+
+// The progress line `ringtrain run` prints (or redraws on a tty): the phase, attempt, epoch,
+// step, loss and samples/s of rank 0's last good /status read, and the restarts, e.g.
+// "Running | attempt 0 | epoch 2/10 | step 1200 | loss 0.4210 | 5120 samples/s | restarts 0".
+// A rank 0 that is "stalled" or "recovering" shows that word after its 0 samples/s; before the
+// first read, "starting N replicas" stands for the step.
+std::string FormatProgressLine(const api::TrainingJob& job,
+                               const std::optional<reconcile::ObservedProgress>& progress);
 
 // Runs the job to completion (or until *interrupted becomes true: all ranks are stopped).
 StatusOr<LocalRunResult> RunLocal(const api::TrainingJob& job, const LocalRunOptions& options,
