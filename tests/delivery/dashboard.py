@@ -25,7 +25,8 @@
       (a dead process's partial window does not pass for the rank's), "Checkpoints written"
       counts every checkpoint of both rank-0 processes, "Goodput" stays within 0-1 and drops
       below 1 while the gang recovers, "Training loss" leaves out the replacement's 0 while
-      it waits for the state.
+      it waits for the state, "Seconds since last step" stays near 0 while the gang trains
+      and counts the seconds since the loss while it recovers.
 """
 import json
 import math
@@ -48,12 +49,6 @@ NOT_CHARTED = {
     # show it times the world size. The dashboard derives throughput per rank and per job
     # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
-    # The Unix time of a rank's last step, for `time() - ...` in alerts and ad-hoc queries; a
-    # stalled job already shows on the dashboard as steps/s and throughput at 0.
-    "ringtrain_last_step_timestamp_seconds",
-    # A regression model's test MSE, the counterpart of ringtrain_test_accuracy_ratio: no panel
-    # yet (the dashboard charts the classification accuracy); query it ad hoc.
-    "ringtrain_test_mse",
 }
 # A job exports the test metric of its kind of model, never both: a classification model
 # ringtrain_test_accuracy_ratio, a regression model ringtrain_test_mse. With a single job
@@ -446,10 +441,30 @@ def scenario_check(dash_path, base, scenario_url, timeout):
     for t in [t for t in waiting if abs(loss.get(t, 0) - survivor[t]) > 0.01 * survivor[t]][:3]:
         problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
                         f"{loss.get(t)}, the survivor's loss is {survivor[t]:.4f}: {expr}")
+    # Seconds since last step: about a scrape interval while the gang trains, the time since
+    # the loss of rank 0 while it recovers (the survivor's last step holds; the replacement has
+    # none before the handover).
+    p = panel(dash, "Seconds since last step")
+    expr = substitute(p["targets"][0]["expr"], values)
+    since = one_series(p["title"], expr)
+    slack = 5  # scrapes every second, late by a few on a loaded machine
+    recovering = [t for t in sorted(since) if sc["kill"] + 2 < t < sc["handover"]]
+    training = [t for t in sorted(since)
+                if t < sc["kill"] or sc["handover"] + slack < t < sc["end"]]
+    if not recovering or not training:
+        problems.append(f"{p['title']!r}: {len(recovering)} points while the gang recovers, "
+                        f"{len(training)} while it trains: {expr}")
+    off = [(t, since[t], t - sc["kill"]) for t in recovering
+           if not t - sc["kill"] - 1 <= since[t] <= t - sc["kill"] + slack]
+    off += [(t, since[t], 0.0) for t in training if not -1 <= since[t] <= slack]
+    for t, got, want in off[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{got:.1f} s, want about {want:.0f} s: {expr}")
     if not problems:
         print(f"dashboard.py scenario: job {sc['job']}: steps/s per job follows the survivor at "
               f"{len(truth)} points, {sc['checkpoints']} checkpoints counted, goodput within 0-1 "
-              f"(min {min(good.values()):.2f} while recovering)")
+              f"(min {min(good.values()):.2f} while recovering), seconds since last step up to "
+              f"{max(since.values()):.0f} while recovering")
     return problems
 
 
