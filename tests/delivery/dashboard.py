@@ -12,8 +12,10 @@
   dashboard.py live DASHBOARD.json RULES.yaml PROMETHEUS_URL TIMEOUT_SECONDS
       Every PromQL expression of the dashboard (variables substituted: once with "All", once
       with the first value of each variable) and of the rules must return data through
-      /api/v1/query; each label_values() variable query must find values; every rule must load
-      and evaluate healthy. Polls until all pass or TIMEOUT_SECONDS, then names what failed.
+      /api/v1/query (in the test accuracy and test MSE panels, the first job that exports the
+      metric: a job exports one of them); each label_values() variable query must find values;
+      every rule must load and evaluate healthy. Polls until all pass or TIMEOUT_SECONDS, then
+      names what failed.
   dashboard.py scenario DASHBOARD.json PROMETHEUS_URL SCENARIO_URL TIMEOUT_SECONDS
       The panels' values for fake_exporters.py's job whose rank 0 is replaced in place (a new
       process: counters from 0, another instance label) while the survivor's
@@ -23,7 +25,8 @@
       (a dead process's partial window does not pass for the rank's), "Checkpoints written"
       counts every checkpoint of both rank-0 processes, "Goodput" stays within 0-1 and drops
       below 1 while the gang recovers, "Training loss" leaves out the replacement's 0 while
-      it waits for the state.
+      it waits for the state, "Seconds since last step" stays near 0 while the gang trains
+      and counts the seconds since the loss while it recovers.
 """
 import json
 import math
@@ -46,13 +49,12 @@ NOT_CHARTED = {
     # show it times the world size. The dashboard derives throughput per rank and per job
     # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
-    # The Unix time of a rank's last step, for `time() - ...` in alerts and ad-hoc queries; a
-    # stalled job already shows on the dashboard as steps/s and throughput at 0.
-    "ringtrain_last_step_timestamp_seconds",
-    # A regression model's test MSE, the counterpart of ringtrain_test_accuracy_ratio: no panel
-    # yet (the dashboard charts the classification accuracy); query it ad hoc.
-    "ringtrain_test_mse",
 }
+# A job exports the test metric of its kind of model, never both: a classification model
+# ringtrain_test_accuracy_ratio, a regression model ringtrain_test_mse. With a single job
+# selected one of their panels is empty, so the live test substitutes, in those panels'
+# expressions, the first job that exports the metric (it runs a job of each kind).
+PER_MODEL_KIND = ("ringtrain_test_accuracy_ratio", "ringtrain_test_mse")
 # min/max/avg across series of a runner counter's rate() or increase() straight away: each
 # process of a rank is its own series, so the rank's series must be summed first.
 PER_PROCESS_ACROSS_RANKS = re.compile(
@@ -254,6 +256,24 @@ def label_values(base, query, values):
     return sorted({s[label] for s in res.get("data", []) if label in s})
 
 
+def first_values(base, variables, failures, restrict=None):
+    """The first value of each variable (escaped), resolved in order as Grafana does; restrict
+    maps a variable to a selector whose values of that label it must be among."""
+    first = {}
+    for v in variables:
+        q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
+        found = label_values(base, q, first)
+        if restrict and v["name"] in restrict:
+            also = set(label_values(base, f"label_values({restrict[v['name']]}, {v['name']})", first))
+            q = f"{q} among {restrict[v['name']]}"
+            found = [f for f in found if f in also]
+        if not found:
+            failures.append(f"variable {v['name']}: {q} found no values")
+        else:
+            first[v["name"]] = promql_regex_escape(found[0])
+    return first
+
+
 def live(dash_path, rules_path, base, timeout):
     dash = json.load(open(dash_path))
     rules = yaml.safe_load(open(rules_path))
@@ -263,18 +283,18 @@ def live(dash_path, rules_path, base, timeout):
         failures, evaluated = [], 0
         # Variables: "All" (.*), and the first value of each, resolved in order.
         all_values = {v["name"]: v.get("allValue", ".*") for v in variables}
-        first = {}
-        for v in variables:
-            q = v["query"]["query"] if isinstance(v["query"], dict) else v["query"]
-            found = label_values(base, q, first)
-            if not found:
-                failures.append(f"variable {v['name']}: {q} found no values")
-            else:
-                first[v["name"]] = promql_regex_escape(found[0])
+        first = first_values(base, variables, failures)
+        # The first values again with the job restricted to those exporting a model kind's metric.
+        first_of_kind = {m: first_values(base, variables, failures,
+                                         {"job": f'{m}{{namespace=~"$namespace"}}'})
+                         for m in PER_MODEL_KIND}
         exprs = []
         for p in panels_of(dash):
             for t in p.get("targets", []):
-                for label, values in (("all", all_values), ("first", first)):
+                kind = [m for m in PER_MODEL_KIND if re.search(rf"\b{m}\b", t["expr"])]
+                single = ((f"first job exporting {kind[0]}", first_of_kind[kind[0]]) if len(kind) == 1
+                          else ("first", first))
+                for label, values in (("all", all_values), single):
                     exprs.append((f"panel {p['id']} {p['title']!r} {t['refId']} [{label}]",
                                   substitute(t["expr"], values), True))
         for g in rules["groups"]:
@@ -310,7 +330,8 @@ def live(dash_path, rules_path, base, timeout):
             failures.append(f"Prometheus loaded {loaded} rules, the file has {want}")
         if not failures:
             print(f"dashboard.py live: {evaluated} expressions evaluated, all returned data; "
-                  f"{loaded} rules healthy; variables: {first}")
+                  f"{loaded} rules healthy; variables: {first}; for the model kinds' panels: "
+                  f"{ {m: v.get('job') for m, v in first_of_kind.items()} }")
             return []
         if time.monotonic() > deadline:
             return failures
@@ -420,10 +441,30 @@ def scenario_check(dash_path, base, scenario_url, timeout):
     for t in [t for t in waiting if abs(loss.get(t, 0) - survivor[t]) > 0.01 * survivor[t]][:3]:
         problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
                         f"{loss.get(t)}, the survivor's loss is {survivor[t]:.4f}: {expr}")
+    # Seconds since last step: about a scrape interval while the gang trains, the time since
+    # the loss of rank 0 while it recovers (the survivor's last step holds; the replacement has
+    # none before the handover).
+    p = panel(dash, "Seconds since last step")
+    expr = substitute(p["targets"][0]["expr"], values)
+    since = one_series(p["title"], expr)
+    slack = 5  # scrapes every second, late by a few on a loaded machine
+    recovering = [t for t in sorted(since) if sc["kill"] + 2 < t < sc["handover"]]
+    training = [t for t in sorted(since)
+                if t < sc["kill"] or sc["handover"] + slack < t < sc["end"]]
+    if not recovering or not training:
+        problems.append(f"{p['title']!r}: {len(recovering)} points while the gang recovers, "
+                        f"{len(training)} while it trains: {expr}")
+    off = [(t, since[t], t - sc["kill"]) for t in recovering
+           if not t - sc["kill"] - 1 <= since[t] <= t - sc["kill"] + slack]
+    off += [(t, since[t], 0.0) for t in training if not -1 <= since[t] <= slack]
+    for t, got, want in off[:5]:
+        problems.append(f"{p['title']!r} at {t - sc['kill']:+.0f} s from the loss of rank 0 ({phase(t)}): "
+                        f"{got:.1f} s, want about {want:.0f} s: {expr}")
     if not problems:
         print(f"dashboard.py scenario: job {sc['job']}: steps/s per job follows the survivor at "
               f"{len(truth)} points, {sc['checkpoints']} checkpoints counted, goodput within 0-1 "
-              f"(min {min(good.values()):.2f} while recovering)")
+              f"(min {min(good.values()):.2f} while recovering), seconds since last step up to "
+              f"{max(since.values()):.0f} while recovering")
     return problems
 
 

@@ -7,9 +7,11 @@
                rank 0 and recovers in place, answering as ringtrain-runner does (the series,
                types and labels of runner/, their values moving as in `ringtrain run` jobs
                whose rank was killed: a process's counters start at 0, a replacement exports
-               zeros until the handover, and no loss or test accuracy before it has one). P is "0a" (rank 0, killed at KILL), "0b" (its replacement, serving
-               from REPLACE; a new process of the same rank: scrape it as another target, as a
-               new pod IP is one) or "1" (the survivor). A dead or not yet started process
+               zeros until the handover, and no loss or test MSE before it has one; a
+               regression model, so the live test has a job of each kind beside the real
+               runner's classifier). P is "0a" (rank 0, killed at KILL), "0b" (its
+               replacement, serving from REPLACE; a new process of the same rank: scrape it as
+               another target, as a new pod IP is one) or "1" (the survivor). A dead or not yet started process
                answers 503, so Prometheus marks its series stale.
   /scenario    JSON: the scenario's times (Unix seconds; it starts at the first scrape of a
                runner process) and what a truthful dashboard shows (checkpoints written).
@@ -122,14 +124,15 @@ def runner_values(proc, t):
         "ringtrain_checkpoints_total": ("counter", ckpts),
         "ringtrain_recovery_seconds_total": ("counter", rec_seconds),
         "ringtrain_recovery_steps_lost_total": ("counter", STEPS_LOST if recovered and proc != "0a" else 0),
-        # No series before the process's first report / evaluation; a classifier has no MSE.
+        # No series before the process's first report / evaluation; a regression model has
+        # no accuracy.
         "ringtrain_loss": ("gauge", 0.5 / (1 + g / 100) if trained else None),
         "ringtrain_epoch": ("gauge", 1 + g // 100 if trained else 0),
         "ringtrain_step": ("gauge", g if trained else 0),
         "ringtrain_last_step_timestamp_seconds": (
             "gauge", None if last_step is None else SCENARIO_START[1] + last_step),
         "ringtrain_samples_per_second": ("gauge", STEPS_PER_SECOND * BATCH if training_now else 0),
-        "ringtrain_test_accuracy_ratio": ("gauge", 0.8 if trained else None),
+        "ringtrain_test_mse": ("gauge", 0.2 / (1 + g / 100) if trained else None),
         "ringtrain_world_size": ("gauge", 2 if trained else 0),
     }
     labels = f'job="{REPLACED_JOB}",namespace="{NS}",rank="{rank}"'
