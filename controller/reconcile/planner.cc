@@ -330,6 +330,7 @@ class Planner {
   bool RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
+  void NoteRankStalled(std::optional<WallTime> deadline);
   // A replica that would keep running beside a replacement built now and was built by another
   // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
   const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
@@ -810,9 +811,41 @@ void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
   }
 }
 
+// Rank 0 said "stalled" on this pass's read (trains, but completed no step for longer than its
+// stall threshold): the condition Stalled=True (reason RankStalled) and one Warning event say so
+// before any deadline, with what happens next; a read that says otherwise ends it (SetCondition
+// False), and a pass that read nothing leaves it as it is.
+void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
+  const Condition* before = FindCondition("Stalled");
+  const bool already = before != nullptr && before->status == "True";
+  std::string msg = "rank 0 reports no completed step";
+  if (st().progress) {
+    msg += " since step " + std::to_string(st().progress->step);
+    if (!st().progress->updated_at.empty()) msg += " (" + st().progress->updated_at + ")";
+  }
+  msg += ": a peer hung in a collective, or a starved input; ";
+  msg += deadline ? "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
+                        ") unless it trains again"
+                  : "no spec.runPolicy.progressDeadlineSeconds is set, so the ranks' collective "
+                    "timeout ends it unless it trains again";
+  SetCondition("Stalled", true, "RankStalled", msg);
+  if (!already) plan_.events.push_back({"Warning", "RankStalled", msg});
+}
+
 bool Planner::HandleStall() {
   const auto deadline_s = spec_.run_policy.progress_deadline_seconds;
-  if (deadline_s <= 0 || st().phase != "Running") return false;
+  if (st().phase != "Running") return false;
+  // What rank 0 said of itself on this pass; nullopt when nothing was read.
+  std::optional<bool> said_stalled;
+  if (in_.progress && in_.progress->reachable) said_stalled = in_.progress->state == "stalled";
+  if (deadline_s <= 0) {
+    if (said_stalled.value_or(false)) {
+      NoteRankStalled(std::nullopt);
+    } else if (said_stalled) {
+      SetCondition("Stalled", false, "Progressing", "training is making progress");
+    }
+    return false;
+  }
   std::optional<WallTime> since;
   if (st().progress && !st().progress->updated_at.empty()) {
     since = ParseRfc3339(st().progress->updated_at);
@@ -826,7 +859,12 @@ bool Planner::HandleStall() {
   if (!since) return false;
   const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
-    SetCondition("Stalled", false, "Progressing", "training is making progress");
+    const Condition* c = FindCondition("Stalled");
+    if (said_stalled.value_or(false)) {
+      NoteRankStalled(deadline);
+    } else if (said_stalled || c == nullptr || c->reason != "RankStalled") {
+      SetCondition("Stalled", false, "Progressing", "training is making progress");
+    }
     Requeue(deadline);
     return false;
   }

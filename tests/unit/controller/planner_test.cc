@@ -2547,6 +2547,54 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   EXPECT_EQ(p.status.progress->step, 5628);
   EXPECT_EQ(p.status.progress->samples_per_second, 0) << "kubectl get tj: SAMPLES/S 0";
   EXPECT_EQ(p.status.progress->updated_at, "2026-11-21T10:00:05Z") << "no new step";
+  // Said before the deadline: the condition and one Warning event, naming what comes next.
+  const api::Condition* said = Cond(p.status, "Stalled");
+  ASSERT_NE(said, nullptr);
+  EXPECT_EQ(said->status, "True");
+  EXPECT_EQ(said->reason, "RankStalled");
+  EXPECT_EQ(said->message,
+            "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung "
+            "in a collective, or a starved input; the gang restarts at the progress deadline "
+            "(2026-11-21T10:05:05Z) unless it trains again");
+  ASSERT_EQ(CountEvents(p, "RankStalled"), 1);
+  {
+    // The next pass: the same words (no status write), no second event; a pass that read
+    // nothing keeps it; a read of a rank 0 that trains again ends it.
+    auto again = job;
+    again.status = p.status;
+    Plan next = PlanWithProgress(again, gang, At(90), stalled);
+    EXPECT_EQ(next.status.conditions, p.status.conditions);
+    EXPECT_EQ(CountEvents(next, "RankStalled"), 0);
+    PlanInput none;
+    none.job = &again;
+    none.replicas = gang;
+    none.now = At(95);
+    EXPECT_EQ(Cond(PlanReconcile(none).status, "Stalled")->status, "True");
+    contract::RunnerStatus moving = read;
+    moving.state = "running";
+    moving.step = 5700;
+    moving.samples_per_second = 70000;
+    next = PlanWithProgress(again, gang, At(100), ObserveRunnerStatus(moving));
+    EXPECT_EQ(Cond(next.status, "Stalled")->status, "False");
+    EXPECT_EQ(Cond(next.status, "Stalled")->reason, "Progressing");
+  }
+  {
+    // No progress deadline: said all the same, with what ends it instead.
+    auto off = job;
+    off.spec.run_policy.progress_deadline_seconds = 0;
+    Plan q = PlanWithProgress(off, gang, At(60), stalled);
+    ASSERT_NE(Cond(q.status, "Stalled"), nullptr);
+    EXPECT_EQ(Cond(q.status, "Stalled")->reason, "RankStalled");
+    EXPECT_NE(Cond(q.status, "Stalled")->message.find("collective timeout ends it"),
+              std::string::npos);
+    EXPECT_EQ(q.status.phase, "Running");
+    contract::RunnerStatus moving = read;
+    moving.state = "running";
+    EXPECT_EQ(
+        Cond(PlanWithProgress(off, gang, At(60), ObserveRunnerStatus(moving)).status, "Stalled"),
+        nullptr)
+        << "no condition where none was due";
+  }
   // Past the deadline from the last step: a stall, where an idle rank 0 would be none.
   p = PlanWithProgress(job, gang, At(306), stalled);
   EXPECT_EQ(p.status.phase, "Restarting");
