@@ -216,20 +216,26 @@ std::string IgnoredRunnerCommand(const JobSpec& spec) {
   if (pod == tmpl.end() || !pod->is_object()) return "";
   const auto containers = pod->find("containers");
   if (containers == pod->end() || !containers->is_array()) return "";
+  // The last container named "runner" is the pod's, as the pod builder takes it.
+  const json* runner = nullptr;
   for (const auto& c : *containers) {
-    if (!c.is_object() || c.value("name", json()) != "runner") continue;
-    std::vector<std::string> set;
-    for (const char* field : {"command", "args"}) {
-      if (c.contains(field)) set.emplace_back(field);
-    }
-    if (set.empty()) return "";
-    const std::string what = set.size() == 2 ? "command and args are" : set[0] + " is";
-    return "spec.template.spec.containers[runner]: " + what + " ignored: every replica runs " +
-           (spec.command.empty() ? "the built-in runner on spec.train (set spec.command to run a "
-                                   "program of your own)"
-                                 : "spec.command, which is its whole command line");
+    if (c.is_object() && c.value("name", json()) == "runner") runner = &c;
   }
-  return "";
+  if (runner == nullptr) return "";
+  const json& c = *runner;
+  // An empty or null list (a Helm template's unset value) asks for nothing.
+  std::vector<std::string> set;
+  for (const char* field : {"command", "args"}) {
+    if (const auto it = c.find(field); it != c.end() && it->is_array() && !it->empty()) {
+      set.emplace_back(field);
+    }
+  }
+  if (set.empty()) return "";
+  const std::string what = set.size() == 2 ? "command and args are" : set[0] + " is";
+  return "spec.template.spec.containers[runner]: " + what + " ignored: every replica runs " +
+         (spec.command.empty() ? "the built-in runner on spec.train (set spec.command to run a "
+                                 "program of your own)"
+                               : "spec.command, which is its whole command line");
 }
 
 ResourceSpec DefaultResources(int gpus_per_replica) {

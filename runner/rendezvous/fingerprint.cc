@@ -25,6 +25,9 @@ constexpr std::string_view kSameConfig =
 // refusal ends up in the termination log (4096 bytes) and in the job's status.
 constexpr std::size_t kNamedFields = 4;
 constexpr std::size_t kShownField = 60;
+// A whole refusal, a bound whatever a gang publishes (a long list of differing ranks included):
+// it must leave room in the 4096-byte termination log for the cause's context.
+constexpr std::size_t kMaxRefusal = 2048;
 
 std::string FingerprintKey(int rank) { return "fingerprint/" + std::to_string(rank); }
 
@@ -64,8 +67,32 @@ Difference Compare(const Published& theirs, const GangFingerprint& mine) {
   return Difference::kNone;
 }
 
-std::string Shown(const std::string& value) {
-  return value.size() > kShownField ? value.substr(0, kShownField) + "..." : value;
+// A peer's string as a refusal may show it: control characters (a refusal is one line of a
+// termination log) as '?', and at most `limit` bytes, "..." included, cut at a UTF-8
+// character's start. A string that fits is returned as it is (so a refusal passed on is not
+// cut twice).
+std::string Shown(const std::string& value, std::size_t limit = kShownField) {
+  std::size_t end = value.size();
+  if (end > limit) {
+    end = limit - 3;
+    while (end > 0 && (static_cast<unsigned char>(value[end]) & 0xC0) == 0x80) --end;
+  }
+  std::string out = value.substr(0, end);
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) c = '?';
+  }
+  return end < value.size() ? out + "..." : out;
+}
+
+// A peer's fingerprint as a refusal shows it (DescribeFingerprint of Shown strings).
+GangFingerprint ShownFingerprint(const GangFingerprint& fp) {
+  GangFingerprint out;
+  out.protocol = fp.protocol;
+  out.runner = Shown(fp.runner);
+  out.image = Shown(fp.image, kShownValue);
+  out.config = Shown(fp.config);
+  return out;
 }
 
 // " in batch_size (64 vs 32), seed (2 vs 1)": the fields whose values differ, theirs first, in
@@ -87,7 +114,7 @@ std::string NameDifferences(const std::vector<std::pair<std::string, std::string
                         const std::string* my_value) {
     if (their_value != nullptr && my_value != nullptr && *their_value == *my_value) return;
     if (++differing > kNamedFields) return;
-    named.push_back(key + " (" + (their_value ? Shown(*their_value) : "(none)") + " vs " +
+    named.push_back(Shown(key) + " (" + (their_value ? Shown(*their_value) : "(none)") + " vs " +
                     (my_value ? Shown(*my_value) : "(none)") + ")");
   };
   for (const auto& [key, value] : mine) note(key, find(theirs, key), &value);
@@ -116,19 +143,18 @@ std::string Explain(int their_rank, const Published& theirs, int my_rank,
            std::string(kSameRunner);
   }
   if (!theirs.fingerprint) {
-    const std::string shown =
-        theirs.raw.size() > kShownValue ? theirs.raw.substr(0, kShownValue) + "..." : theirs.raw;
+    const std::string shown = Shown(theirs.raw, kShownValue);
     return them + " published a gang fingerprint this runner cannot read (\"" + shown + "\") but " +
            my_runner + std::string(kSameRunner);
   }
   const GangFingerprint& fp = *theirs.fingerprint;
   if (!SameRunner(fp, mine)) {
-    return them + " runs " + DescribeFingerprint(fp) + " but " + my_runner +
+    return them + " runs " + DescribeFingerprint(ShownFingerprint(fp)) + " but " + my_runner +
            std::string(kSameRunner);
   }
   return them + "'s training configuration differs from " + me + "'s" +
-         NameDifferences(fp.config_fields, mine.config_fields) + " (digest " + fp.config + " vs " +
-         mine.config + ")" + std::string(kSameConfig);
+         NameDifferences(fp.config_fields, mine.config_fields) + " (digest " + Shown(fp.config) +
+         " vs " + mine.config + ")" + std::string(kSameConfig);
 }
 
 // Rank 0's side: compares every rank with itself; "" when all agree.
@@ -151,7 +177,7 @@ StatusOr<std::string> Judge(Store& store, int world_size, const GangFingerprint&
   const int named = first_runner >= 0 ? first_runner : first_config;
   std::string refusal = Explain(named, all[static_cast<std::size_t>(named)], 0, mine);
   if (differ.size() > 1) refusal += " (ranks " + FormatRanks(differ) + " differ from rank 0)";
-  return refusal;
+  return Shown(refusal, kMaxRefusal);
 }
 
 }  // namespace
@@ -213,8 +239,11 @@ Status PublishFingerprint(Store& round_store, int rank, const GangFingerprint& f
 }
 
 StatusOr<FingerprintVerdict> AgreeOnFingerprints(Store& round_store, int rank, int world_size,
-                                                 const GangFingerprint& mine, Duration timeout) {
+                                                 const GangFingerprint& own, Duration timeout) {
   if (world_size <= 1) return FingerprintVerdict{};
+  // Compared as the others read it: a string that is not UTF-8 travels with its bad bytes
+  // replaced, so two ranks of the same such image must compare the replaced forms.
+  const GangFingerprint mine = ParseFingerprint(EncodeFingerprint(own)).value_or(own);
   if (rank == 0) {
     ASSIGN_OR_RETURN(std::string refusal, Judge(round_store, world_size, mine));
     RETURN_IF_ERROR(round_store.Set(kVerdictKey, refusal.empty() ? kAgreed : refusal)
@@ -236,7 +265,7 @@ StatusOr<FingerprintVerdict> AgreeOnFingerprints(Store& round_store, int rank, i
     return verdict.status().WithContext("gang fingerprint verdict");
   }
   if (*verdict == kAgreed) return FingerprintVerdict{};
-  return FingerprintVerdict{*verdict};
+  return FingerprintVerdict{Shown(*verdict, kMaxRefusal)};
 }
 
 }  // namespace ringtrain::rendezvous

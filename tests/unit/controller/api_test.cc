@@ -144,7 +144,6 @@ TEST(Manifest, TheOperatorRefusesANonStringEnvValueNamingIt) {
       << job.status().message();
 }
 
-// SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
 TEST(Manifest, ARunnerCommandInTheTemplateIsNamedAsIgnored) {
   const auto with = [](const std::string& runner, std::vector<std::string> command = {}) {
     JobSpec spec;
@@ -162,9 +161,15 @@ TEST(Manifest, ARunnerCommandInTheTemplateIsNamedAsIgnored) {
   // A sidecar's command runs (in its own container); a runner without one says nothing.
   EXPECT_EQ(with(R"({"name":"runner","image":"x"})"), "");
   EXPECT_EQ(with(R"({"name":"other","command":["x"]})"), "");
+  // Empty or null (as Helm renders an unset value) asks for nothing.
+  EXPECT_EQ(with(R"({"name":"runner","command":null,"args":[]})"), "");
+  // Two runner containers: the last one is the pod's, as the pod builder takes it.
+  EXPECT_EQ(with(R"({"name":"runner","command":["x"]},{"name":"runner"})"), "");
+  EXPECT_NE(with(R"({"name":"runner"},{"name":"runner","args":["x"]})"), "");
   EXPECT_EQ(IgnoredRunnerCommand(JobSpec{}), "");
 }
 
+// SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
 TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
   auto sgd =
       ParseManifestYaml(WithSpec("  train:\n    optimizer: sgd\n    momentum: 0.999\n"), "a.yaml");

@@ -221,7 +221,7 @@ TEST(Fingerprint, TheNamedFieldsAreFewAndShort) {
   const auto joined = Gang(store, {WithFields("aa", mine), WithFields("bb", theirs)});
   const std::string& why = joined[0].refusal;
   EXPECT_TRUE(
-      Has(why, " in f0 (" + std::string(60, 'b') + "... vs " + std::string(60, 'a') + "...), f1 ("))
+      Has(why, " in f0 (" + std::string(57, 'b') + "... vs " + std::string(57, 'a') + "...), f1 ("))
       << why;
   EXPECT_TRUE(Has(why, " and 7 more fields (digest bb vs aa)")) << why;
   EXPECT_LT(why.size(), 1024u) << why;
@@ -235,6 +235,36 @@ TEST(Fingerprint, TheNamedFieldsAreFewAndShort) {
   const auto joined3 = Gang(store3, {WithFields("aa", fewer), WithFields("bb", {{"x", "1"}})});
   EXPECT_TRUE(Has(joined3[0].refusal, " in only_mine ((none) vs 1), x (1 vs (none))"))
       << joined3[0].refusal;
+}
+
+// Whatever a peer publishes (keys of any length, line breaks, bytes that are not UTF-8, any
+// number of differing ranks), the refusal is one line that fits a termination log, the same on
+// every rank; and ranks of one image that is not UTF-8 still agree.
+TEST(Fingerprint, APeersStringsCannotBreakOrFloodTheRefusal) {
+  MemoryStore store;
+  std::vector<GangFingerprint> gang = {WithFields("aa", {{"seed", "1"}})};
+  for (int r = 1; r < 40; ++r) {
+    gang.push_back(WithFields("bb", {{std::string(5000, 'k') + "\nforged line", "1"}}));
+  }
+  gang.push_back(Fp("0.9.0\n" + std::string(9000, 'r'), "img\r" + std::string(9000, 'i')));
+  const auto joined = Gang(store, gang);
+  const std::string& why = joined[0].refusal;
+  EXPECT_LE(why.size(), 2048u);
+  EXPECT_EQ(why.find_first_of("\n\r"), std::string::npos) << why.substr(0, 300);
+  for (const auto& j : joined) EXPECT_EQ(j.refusal, why);
+  // A key cut short, its line break shown as '?'.
+  MemoryStore store2;
+  const auto two = Gang(store2, {WithFields("aa", {{"seed", "1"}}),
+                                 WithFields("bb", {{"x\ny" + std::string(100, 'k'), "1"}})});
+  EXPECT_TRUE(Has(two[0].refusal, "x?y" + std::string(54, 'k') + "... (1 vs (none))"))
+      << two[0].refusal;
+  // The same image on both ranks, with a byte that is not UTF-8: the same runner.
+  MemoryStore store3;
+  const auto odd = Gang(store3, {Fp("0.1.0", "img:\xff"), Fp("0.1.0", "img:\xff")});
+  for (const auto& j : odd) {
+    EXPECT_TRUE(j.status.ok()) << j.status.ToString();
+    EXPECT_EQ(j.refusal, "");
+  }
 }
 
 // Two runners may digest one configuration differently: the runner is named first, and every
