@@ -4,7 +4,8 @@
 # stall threshold (the 10 s floor: its steps are fast) its /status says "stalled" with 0
 # samples/s at the last step, its samples/s gauge reads 0 and
 # ringtrain_last_step_timestamp_seconds holds still; once the peer resumes (SIGCONT), the gang
-# trains on and rank 0 says "running" again. (No per-epoch evaluation: a peer that hangs inside
+# trains on and rank 0 says "running" again; `ringtrain run` says the same of its rank 0 (its
+# progress line, a RankStalled Warning). (No per-epoch evaluation: a peer that hangs inside
 # one is, by design, no stall until the collective timeout.)
 source "$(dirname "$0")/lib.sh"
 export RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=300
@@ -46,4 +47,42 @@ wait_until 30 "rank 0 running again" state_is running
 python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' \
   "$(metric ringtrain_last_step_timestamp_seconds)" "$last" ||
   fail "ringtrain_last_step_timestamp_seconds did not move with the new steps"
+kill "$pid0" "$pid1" 2>/dev/null || true
+
+# The same hang under `ringtrain run`: its progress line says "stalled" after 0 samples/s, and
+# a RankStalled Warning names rank 0's last step and when the progress deadline would restart
+# the gang; once the peer resumes, the line shows samples/s again and nothing restarted.
+cat >"$WORK/hang.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: hang}
+spec:
+  replicas: 2
+  train: {model: mlp, dataset: $DATA, epochs: 200, batchSizePerReplica: 64}
+  runPolicy: {progressDeadlineSeconds: 900}
+YAML
+"$BIN/ringtrain" run "$WORK/hang.yaml" --workdir "$WORK/hang" >"$WORK/hang.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+trains() { grep -Eq '\| [1-9][0-9]* samples/s \|' "$WORK/hang.log"; }
+wait_until 120 "the job training" trains
+rank1=""
+for p in $(pgrep -f "$BIN/ringtrain-runner" || true); do
+  if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RINGTRAIN_RANK=1" &&
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RINGTRAIN_JOB=hang"; then
+    rank1=$p
+  fi
+done
+[ -n "$rank1" ] || fail "no rank 1 process of the job hang"
+kill -STOP "$rank1"
+wait_until 90 "a RankStalled warning" grep -q "RankStalled: rank 0 reports no completed step since step [0-9]* (.*): .*the gang restarts at the progress deadline" "$WORK/hang.log"
+wait_until 30 "the progress line saying stalled" grep -q "| 0 samples/s, stalled | restarts 0" "$WORK/hang.log"
+stalled_lines=$(grep -c "samples/s" "$WORK/hang.log")
+kill -CONT "$rank1"
+trains_again() { tail -n +"$((stalled_lines + 1))" "$WORK/hang.log" | grep -Eq '\| [1-9][0-9]* samples/s \| restarts 0'; }
+wait_until 60 "the progress line training again" trains_again
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "ringtrain run exited $RC after Ctrl-C, expected 130"
+grep -q "restarts 0" "$WORK/hang.log" || fail "the job restarted"
 echo PASS
