@@ -64,12 +64,40 @@ int StopFdForBlockingPoll() {
 
 const EventCounter& StopFdPollsForTest() { return g_stop_fd_polls; }
 
+namespace {
+
+// The alternate signal stack of the thread that installed the handlers (the main thread): the
+// kernel builds a signal's frame on it instead of below the interrupted code's stack pointer.
+// That pointer is not always on a stack: oneDNN's JIT gemm kernels run with it inside a heap
+// block, and a SIGTERM arriving there wrote its frame (a few KiB with the AVX-512 state) over
+// the heap below it — "free(): invalid next size" when the runner exited after the stop. In
+// static storage (a signal may arrive at any time until exit), sized far above the largest
+// signal frame a CPU needs today (AT_MINSIGSTKSZ: about 3.5 KiB with AVX-512, 11 KiB with AMX)
+// plus the handler's own use.
+alignas(64) unsigned char g_signal_stack[128 * 1024];
+
+void InstallAlternateSignalStack() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    stack_t ss{};
+    ss.ss_sp = g_signal_stack;
+    ss.ss_size = sizeof(g_signal_stack);
+    ss.ss_flags = 0;
+    ::sigaltstack(&ss, nullptr);
+  });
+}
+
+}  // namespace
+
 void InstallStopSignalHandlers() {
   StopFd();  // created here: the handler must not allocate it
+  InstallAlternateSignalStack();
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
-  // No SA_RESTART: a blocking call returns EINTR and its loop re-checks the stop.
+  // No SA_RESTART: a blocking call returns EINTR and its loop re-checks the stop. SA_ONSTACK:
+  // on the alternate stack where the receiving thread has one (the main thread).
+  sa.sa_flags = SA_ONSTACK;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);

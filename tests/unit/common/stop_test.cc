@@ -4,10 +4,12 @@
 #include "common/stop.h"
 
 #include <gtest/gtest.h>
+#include <ucontext.h>
 
 #include <csignal>
 #include <cstdint>
 #include <thread>
+#include <vector>
 
 #include "common/net.h"
 
@@ -136,6 +138,41 @@ TEST_F(StopTest, ADrainRequestNobodyActedOnStopsWhenDrainingEnds) {
     EXPECT_FALSE(StopRequested());
   }
   EXPECT_TRUE(StopRequested());
+}
+
+// oneDNN's JIT gemm kernels run with the stack pointer inside a heap block. A SIGTERM that
+// arrives there must not have its frame written below that pointer, over the heap: it goes to
+// the alternate signal stack. Here the "heap block" is a 16 KiB stack at the top of a buffer
+// whose lower 64 KiB must stay as they were; the signal is raised with the stack pointer near
+// the bottom of that stack, where any signal frame (1-4 KiB, with the CPU's vector state)
+// would reach below it.
+constexpr std::size_t kGuardBytes = 64 * 1024;
+constexpr std::size_t kForeignStackBytes = 16 * 1024;
+constexpr unsigned char kUntouched = 0xA5;
+ucontext_t g_test_context;
+ucontext_t g_foreign_context;
+
+void RaiseNearTheBottomOfTheStack() {
+  volatile unsigned char pad[kForeignStackBytes - 1536];
+  pad[0] = 1;
+  pad[sizeof(pad) - 1] = 1;
+  std::raise(SIGTERM);
+  pad[1] = pad[0];
+}
+
+TEST_F(StopTest, ASignalOnAHeapStackLeavesTheHeapBelowItAlone) {
+  InstallStopSignalHandlers();
+  std::vector<unsigned char> block(kGuardBytes + kForeignStackBytes, kUntouched);
+  ASSERT_EQ(::getcontext(&g_foreign_context), 0);
+  g_foreign_context.uc_stack.ss_sp = block.data() + kGuardBytes;
+  g_foreign_context.uc_stack.ss_size = kForeignStackBytes;
+  g_foreign_context.uc_link = &g_test_context;
+  ::makecontext(&g_foreign_context, RaiseNearTheBottomOfTheStack, 0);
+  ASSERT_EQ(::swapcontext(&g_test_context, &g_foreign_context), 0);
+  EXPECT_TRUE(StopRequested());
+  std::size_t written = 0;
+  for (std::size_t i = 0; i < kGuardBytes; ++i) written += block[i] != kUntouched ? 1 : 0;
+  EXPECT_EQ(written, 0u) << "the signal's frame was written over the memory below the stack";
 }
 
 TEST_F(StopTest, OutsideADrainScopeASignalStopsAtOnce) {
