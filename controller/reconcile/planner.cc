@@ -1274,6 +1274,24 @@ void GateCreates(const PlanInput& in, Plan* plan) {
   if (!plan->requeue_after || wait < *plan->requeue_after) plan->requeue_after = wait;
 }
 
+// A RankStalled condition speaks of rank 0 of a running gang: once the job is no longer
+// Running (it finished, restarts, recovers a rank in place, is suspended), it ends, whatever
+// path left Running.
+void EndRankStalled(const PlanInput& in, Plan* plan) {
+  const std::string& phase = plan->status.phase;
+  if (phase == "Running") return;
+  for (const auto& c : plan->status.conditions) {
+    if (c.type != "Stalled" || c.status != "True" || c.reason != "RankStalled") continue;
+    const std::string reason = api::IsTerminal(phase) ? "JobFinished"
+                               : phase == "Suspended" ? "Suspended"
+                                                      : "NotTraining";
+    SetJobConditionStatus(&plan->status, "Stalled", "False", reason,
+                          "the job is " + phase + ": no gang of it trains now",
+                          FormatRfc3339(in.now));
+    return;
+  }
+}
+
 }  // namespace
 
 Plan PlanReconcile(const PlanInput& in) {
@@ -1281,6 +1299,7 @@ Plan PlanReconcile(const PlanInput& in) {
   PlanInput observed = in;
   observed.replicas = WithVanished(in, &memory);
   Plan plan = Planner(observed).Run();
+  EndRankStalled(in, &plan);
   NoteCheckpointStorage(in, &plan);
   GateCreates(in, &plan);
   for (const Action& a : plan.actions) {

@@ -2595,6 +2595,25 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
         nullptr)
         << "no condition where none was due";
   }
+  {
+    // Whatever ends the running gang ends the condition: the job finishing (the last read
+    // said "stalled", then every rank exited 0 before the next), or a rank failing.
+    auto done = job;
+    done.status = p.status;
+    const std::vector<ObservedReplica> succeeded = {Replica(0, 0, ReplicaPhase::kSucceeded),
+                                                    Replica(1, 0, ReplicaPhase::kSucceeded)};
+    Plan end = PlanWithProgress(done, succeeded, At(95), stalled);
+    EXPECT_EQ(end.status.phase, "Succeeded");
+    ASSERT_NE(Cond(end.status, "Stalled"), nullptr);
+    EXPECT_EQ(Cond(end.status, "Stalled")->status, "False");
+    EXPECT_EQ(Cond(end.status, "Stalled")->reason, "JobFinished");
+    const std::vector<ObservedReplica> lost = {Replica(0, 0, ReplicaPhase::kRunning),
+                                               Replica(1, 0, ReplicaPhase::kFailed, 138)};
+    Plan restart = PlanWithProgress(done, lost, At(95), stalled);
+    EXPECT_NE(restart.status.phase, "Running");
+    ASSERT_NE(Cond(restart.status, "Stalled"), nullptr);
+    EXPECT_EQ(Cond(restart.status, "Stalled")->status, "False") << "phase " << restart.status.phase;
+  }
   // Past the deadline from the last step: a stall, where an idle rank 0 would be none.
   p = PlanWithProgress(job, gang, At(306), stalled);
   EXPECT_EQ(p.status.phase, "Restarting");
