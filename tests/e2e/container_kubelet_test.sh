@@ -17,7 +17,10 @@ chmod 0777 "$WORK/hostout"
 k create secret generic s1 --from-literal=token=sekret >/dev/null || fail "secret"
 # Where the API server serves PVCs the claim must exist (the kubelet binds it); else a claim is
 # a folder by name.
-if k api-resources 2>/dev/null | grep -q '^persistentvolumeclaims '; then
+# (The list first: under pipefail, `k api-resources | grep -q` fails whenever grep exits before
+# kubectl has written everything, and the claim was then never created.)
+resources=$(k api-resources 2>/dev/null || true)
+if grep -q '^persistentvolumeclaims ' <<<"$resources"; then
   k apply -f - >/dev/null <<YAML || fail "PVC apply"
 apiVersion: v1
 kind: PersistentVolumeClaim

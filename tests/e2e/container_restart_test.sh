@@ -23,7 +23,9 @@ if grep -q persistentVolumeClaim "$SRC/controller/executors/kubernetes/pod_build
 else
   mode="a PVC in spec.template"
   claim=$job-ckpt
-  if k api-resources 2>/dev/null | grep -q '^persistentvolumeclaims '; then
+  # The list first: `k api-resources | grep -q` fails under pipefail when grep exits early.
+  resources=$(k api-resources 2>/dev/null || true)
+  if grep -q '^persistentvolumeclaims ' <<<"$resources"; then
     k apply -f - >/dev/null <<YAML || fail "PVC apply"
 apiVersion: v1
 kind: PersistentVolumeClaim
