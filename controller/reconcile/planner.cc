@@ -371,6 +371,15 @@ class Planner {
 };
 
 bool Planner::HandleResize() {
+  // A replica of the attempt that failed permanently (exit 1-127: its own cause, or another
+  // rank's it reports) dooms the job whatever the edit (a resize too): failure handling reads it
+  // first, or a new attempt of the new spec would stand in for it (an uncounted restart of a job
+  // that failed).
+  if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [this](const ObservedReplica& r) {
+        return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
+      })) {
+    return false;
+  }
   const int gpus = std::max(1, spec_.gpus_per_replica);
   const ObservedReplica* other = nullptr;
   for (const auto& r : in_.replicas) {
@@ -396,14 +405,6 @@ bool Planner::HandleResize() {
   // an operator that builds pods differently: an upgrade restarts nothing); one that ended
   // meets no replacement.
   const auto& want = in_.spec_hashes;
-  // A replica of the attempt that failed permanently (exit 1-127: its own cause, or another
-  // rank's it reports) dooms the job whatever the edit: failure handling reads it first, or a new
-  // attempt of the new spec would stand in for it (an uncounted restart of a job that failed).
-  if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [this](const ObservedReplica& r) {
-        return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
-      })) {
-    return false;
-  }
   for (const auto& r : in_.replicas) {
     if (r.attempt != st().attempt || r.terminating || r.spec_hash.empty() || r.rank < 0 ||
         r.rank >= static_cast<int>(want.size()) ||

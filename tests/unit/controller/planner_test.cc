@@ -568,6 +568,38 @@ INSTANTIATE_TEST_SUITE_P(
                       ResizeCase{2, 1, 2, 2, true}, ResizeCase{2, 4, 2, 2, true},
                       ResizeCase{2, 0, 2, 1, false}, ResizeCase{2, 2, 2, 2, false}));
 
+// A resize under a gang one of whose replicas failed permanently (exit 1-127), seen in the same
+// pass (the edit raced the failure, or the operator was down): the failure fails the job, and no
+// uncounted Resized restart stands in for it. A retryable loss beside it still resizes.
+TEST(PlannerResizeFailure, APermanentFailureWinsOverAResize) {
+  auto job = Job(3);
+  job.status.phase = "Running";
+  job.status.attempt = 1;
+  auto world_of_two = [](ObservedReplica r) {
+    r.world_size = 2;
+    r.nproc_per_node = 1;
+    return r;
+  };
+  auto bad = world_of_two(Replica(1, 1, ReplicaPhase::kFailed, 2, "Error"));
+  bad.message = "INVALID_ARGUMENT: dataset /data/fashion-mnist: no such file";
+  Plan p = PlanAt(job, {world_of_two(Replica(0, 1, ReplicaPhase::kRunning)), bad}, kT0);
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_NE(Cond(p.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "PermanentFailure");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->exit_code, 2);
+  EXPECT_EQ(Cond(p.status, "Restarting"), nullptr);
+  // Rank 1 failed retryably (a segfault): the resize restarts the gang at the new size.
+  Plan q = PlanAt(job,
+                  {world_of_two(Replica(0, 1, ReplicaPhase::kRunning)),
+                   world_of_two(Replica(1, 1, ReplicaPhase::kFailed, 139, "Error"))},
+                  kT0);
+  EXPECT_EQ(q.status.attempt, 2);
+  ASSERT_NE(Cond(q.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(q.status, "Restarting")->reason, "Resized");
+}
+
 // An edit of what a replica runs (train.epochs 40 -> 20 on the real cluster) under a running
 // gang: the old gang is restarted as a whole from the new spec, never joined by a replacement
 // built from the new spec (which, there, exited 0 at its own end while rank 0 waited for it).
