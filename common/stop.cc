@@ -73,7 +73,8 @@ namespace {
 // the heap below it — "free(): invalid next size" when the runner exited after the stop. In
 // static storage (a signal may arrive at any time until exit), sized far above the largest
 // signal frame a CPU needs today (AT_MINSIGSTKSZ: about 3.5 KiB with AVX-512, 11 KiB with AMX)
-// plus the handler's own use.
+// plus the handler's own use. The other threads that run those kernels, the OpenMP workers of
+// RINGTRAIN_BLAS_THREADS > 1, block the stop signals instead (runner/model/gemm.cc).
 alignas(64) unsigned char g_signal_stack[128 * 1024];
 
 void InstallAlternateSignalStack() {
@@ -101,6 +102,14 @@ void InstallStopSignalHandlers() {
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+}
+
+void BlockStopSignalsOnThisThread(sigset_t* previous) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stop, previous);
 }
 
 void RequestStop(int signal) {

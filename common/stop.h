@@ -3,6 +3,8 @@
 // Owns only the flag, its eventfd and the handlers; must not know who waits.
 #pragma once
 
+#include <signal.h>
+
 #include <atomic>
 #include <string_view>
 
@@ -14,6 +16,12 @@ namespace ringtrain {
 
 // Installs the SIGTERM and SIGINT handlers that call RequestStop (and ignores SIGPIPE).
 void InstallStopSignalHandlers();
+
+// Blocks the stop signals (SIGTERM, SIGINT) on the calling thread, for a thread that must never
+// take them: an OpenMP worker of oneDNN's JIT kernels, whose stack pointer may lie inside a heap
+// block (see stop.cc) and which has no alternate signal stack. `previous`, when given, gets the
+// mask as it was (for pthread_sigmask(SIG_SETMASK, ...)).
+void BlockStopSignalsOnThisThread(sigset_t* previous = nullptr);
 
 // Async-signal-safe. `signal` 0 = a stop requested by code, not by a signal.
 void RequestStop(int signal);

@@ -3,10 +3,13 @@
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
+#include <signal.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+
+#include "common/stop.h"
 
 namespace ringtrain::model {
 namespace {
@@ -18,11 +21,29 @@ std::atomic<int> g_threads{1};
 // call from threads of their own: each thread adopts the process-wide count on its first call.
 thread_local int t_threads = 0;
 
+// oneDNN's JIT kernels run with the stack pointer inside a heap block, where a signal's frame
+// would be written over the heap (common/stop.cc). The calling thread takes the stop signals (the
+// runner's main thread has an alternate signal stack for them); the other threads of its OpenMP
+// team block them. GNU OpenMP keeps a calling thread's team threads for its later regions, and a
+// thread inherits its creator's mask: the region that starts them runs with the signals blocked
+// in the caller as well (its mask is restored after), and each worker blocks them itself in case
+// it existed before.
+void KeepStopSignalsOffTheTeam(int threads) {
+  sigset_t previous;
+  BlockStopSignalsOnThisThread(&previous);
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() != 0) BlockStopSignalsOnThisThread();
+  }
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
 void AdoptThreadCount() {
   const int want = g_threads.load(std::memory_order_relaxed);
   if (t_threads == want) return;
   omp_set_num_threads(want);
   t_threads = want;
+  if (want > 1) KeepStopSignalsOffTheTeam(want);
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <signal.h>
 
 #include <cmath>
 #include <random>
@@ -115,6 +116,38 @@ TEST(GemmBackendTest, EveryCallingThreadAdoptsTheKernelThreadCount) {
   });
   t.join();
   EXPECT_EQ(seen, 1);
+}
+
+// The OpenMP workers of the kernels never take a stop signal (their stack pointer may lie in the
+// heap, with no alternate stack: common/stop.cc); the calling thread still does.
+TEST(GemmBackendTest, TheKernelTeamsWorkersBlockTheStopSignals) {
+  SetGemmBackend(GemmBackend::kOneDnn);
+  SetKernelThreads(3);
+  std::vector<int> blocked;  // per team thread: 1 when SIGTERM and SIGINT are both blocked
+  int caller_blocked = -1;
+  std::thread t([&blocked, &caller_blocked] {
+    std::vector<float> a(64 * 64, 1.0f), b(64 * 64, 1.0f), c(64 * 64);
+    Sgemm(Transpose::kNo, Transpose::kNo, 64, 64, 64, 1.0f, a.data(), 64, b.data(), 64, 0.0f,
+          c.data(), 64);
+    EXPECT_FLOAT_EQ(c[0], 64.0f);
+    auto both_blocked = [] {
+      sigset_t now;
+      pthread_sigmask(SIG_BLOCK, nullptr, &now);
+      return sigismember(&now, SIGTERM) == 1 && sigismember(&now, SIGINT) == 1 ? 1 : 0;
+    };
+    caller_blocked = both_blocked();
+    // The same team (GNU OpenMP keeps a calling thread's workers) as the kernels ran on.
+    blocked.assign(3, -1);
+#pragma omp parallel num_threads(3)
+    { blocked[static_cast<std::size_t>(omp_get_thread_num())] = both_blocked(); }
+  });
+  t.join();
+  SetKernelThreads(1);
+  EXPECT_EQ(caller_blocked, 0) << "the calling thread keeps the stop signals";
+  ASSERT_EQ(blocked.size(), 3u);
+  EXPECT_EQ(blocked[0], 0) << "the team's first thread is the caller";
+  EXPECT_EQ(blocked[1], 1);
+  EXPECT_EQ(blocked[2], 1);
 }
 
 }  // namespace
