@@ -88,6 +88,15 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
     RETURN_IF_ERROR(ReadNumber(j, "samples_per_second", &r.samples_per_second, true));
   }
   RETURN_IF_ERROR(ReadNumber(j, "loss", &r.loss));
+  // The runner writes "test_accuracy" and "test_mse"; "testAccuracy" and "testMSE" are read
+  // first, as samples/s is.
+  const char* accuracy = Field(j, "testAccuracy") != nullptr ? "testAccuracy" : "test_accuracy";
+  RETURN_IF_ERROR(ReadNumber(j, accuracy, &r.test_accuracy, true));
+  if (r.test_accuracy > 1) {
+    return InvalidArgument("/status: " + std::string(accuracy) + ": out of range (above 1)");
+  }
+  const char* mse = Field(j, "testMSE") != nullptr ? "testMSE" : "test_mse";
+  RETURN_IF_ERROR(ReadNumber(j, mse, &r.test_mse, true));
   RETURN_IF_ERROR(ReadString(j, "state", &r.state));
   RETURN_IF_ERROR(ReadString(j, kStatusResumeWarning, &r.resume_warning));
   constexpr auto kMaxInt64 = std::numeric_limits<std::int64_t>::max();

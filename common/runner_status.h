@@ -17,6 +17,10 @@ struct RunnerStatus {
   int epoch = 0;
   double samples_per_second = 0;
   double loss = 0;
+  // The last evaluation's test accuracy (0-1, classification) and test MSE (regression); -1
+  // before the first evaluation and for the other kind of model.
+  double test_accuracy = -1;
+  double test_mse = -1;
   // starting | running | stalled | recovering | evaluating | succeeded | failed; "" if absent.
   // "recovering": rank 0 lost a peer and waits, keeping its state, for the gang to train again
   // in place; its samples/s reads 0 until then and its step is the last one it reported.

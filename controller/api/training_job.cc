@@ -39,6 +39,8 @@ std::string StatusToJson(const JobStatus& s) {
                      {"samplesPerSecond", s.progress->samples_per_second},
                      {"loss", s.progress->loss},
                      {"updatedAt", s.progress->updated_at}};
+    if (s.progress->test_accuracy >= 0) j["progress"]["testAccuracy"] = s.progress->test_accuracy;
+    if (s.progress->test_mse >= 0) j["progress"]["testMSE"] = s.progress->test_mse;
   }
   if (!s.avoided_nodes.empty()) {
     json list = json::array();

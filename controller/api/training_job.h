@@ -159,6 +159,11 @@ struct Progress {
   double samples_per_second = 0;
   double loss = 0;
   std::string updated_at;  // when step last changed
+  // Rank 0's last evaluation of the test set (testAccuracy for classification models, testMSE
+  // for regression; -1: none yet). Kept across restarts until the next evaluation; at the end
+  // the final model's.
+  double test_accuracy = -1;
+  double test_mse = -1;
   bool operator==(const Progress&) const = default;
 };
 

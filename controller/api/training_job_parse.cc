@@ -345,6 +345,8 @@ void ParseStatus(const json& j, JobStatus* s) {
     s->progress =
         Progress{static_cast<std::int64_t>(num(*it, "step")), static_cast<int>(num(*it, "epoch")),
                  num(*it, "samplesPerSecond"), num(*it, "loss"), str(*it, "updatedAt")};
+    s->progress->test_accuracy = NumberField(*it, "testAccuracy", -1);
+    s->progress->test_mse = NumberField(*it, "testMSE", -1);
   }
   if (auto it = j.find("avoidedNodes"); it != j.end() && it->is_array()) {
     for (const auto& a : *it) {

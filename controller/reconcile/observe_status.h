@@ -20,6 +20,8 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.epoch = read->epoch;
   p.samples_per_second = read->samples_per_second;
   p.loss = read->loss;
+  p.test_accuracy = read->test_accuracy;
+  p.test_mse = read->test_mse;
   // Before it trains, a runner knows neither where it starts nor what its gang recovered.
   // "stalled" trains without progress (its samples/s reads 0): not idle, so the progress
   // deadline judges it.

@@ -73,6 +73,10 @@ struct ObservedProgress {
   int epoch = 0;
   double samples_per_second = 0;
   double loss = 0;
+  // The last evaluation's (common/runner_status.h): -1 before the first one, and for the other
+  // kind of model.
+  double test_accuracy = -1;
+  double test_mse = -1;
   bool reachable = true;
   std::string error;  // why it could not be read, when !reachable
   // Rank 0 trains (past its start): start_step and the recovery totals below are known.

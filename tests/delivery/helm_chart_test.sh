@@ -111,7 +111,7 @@ python3 -c 'import json,sys; assert json.load(open(sys.argv[1])) == json.load(op
   { cat "$WORK/kubectl.log"; fail "kubectl apply the example"; }
 "${K[@]}" get tj >"$WORK/get-tj.txt" 2>&1 || { cat "$WORK/get-tj.txt"; fail "kubectl get tj"; }
 cat "$WORK/get-tj.txt"
-grep -qE '^NAME +PHASE +REPLICAS +RESTARTS +STEP +SAMPLES/S +PODS +AGE' "$WORK/get-tj.txt" ||
+grep -qE '^NAME +PHASE +REPLICAS +RESTARTS +STEP +SAMPLES/S +ACCURACY +PODS +AGE' "$WORK/get-tj.txt" ||
   fail "kubectl get tj: printer columns"
 grep -qE '^fashion-mnist-mlp ' "$WORK/get-tj.txt" || fail "kubectl get tj: the example job"
 # A second apply of the same render changes nothing (helm upgrade with the same values).

@@ -29,7 +29,7 @@ k get secret fashion-mnist-mlp-token >/dev/null || fail "no token Secret"
   fail "the Service is not headless"
 k get tj fashion-mnist-mlp >"$WORK/tj.txt"
 cat "$WORK/tj.txt"
-grep -q "^NAME *PHASE *REPLICAS *RESTARTS *STEP *SAMPLES/S *PODS *AGE" "$WORK/tj.txt" || fail "columns"
+grep -q "^NAME *PHASE *REPLICAS *RESTARTS *STEP *SAMPLES/S *ACCURACY *PODS *AGE" "$WORK/tj.txt" || fail "columns"
 grep -Eq "^fashion-mnist-mlp +Pending +2 +0" "$WORK/tj.txt" || fail "tj row"
 
 # Rank 1 "runs" then is OOM-killed: that pod alone is replaced (runPolicy.recovery InPlace).

@@ -558,12 +558,26 @@ std::string FormatProgressLine(const api::TrainingJob& job,
     // Only the words a runner says of itself when it trains without progress: a reply is
     // untrusted, and this line must stay one short line.
     const bool held = progress->state == "stalled" || progress->state == "recovering";
+    // The last evaluation: this read's, else the one the job keeps (a restarted rank 0 has
+    // not evaluated yet).
+    double accuracy = progress->test_accuracy;
+    double mse = progress->test_mse;
+    if (accuracy < 0 && mse < 0 && st.progress) {
+      accuracy = st.progress->test_accuracy;
+      mse = st.progress->test_mse;
+    }
+    char evaluation[64] = "";
+    if (accuracy >= 0) {
+      std::snprintf(evaluation, sizeof(evaluation), " | test accuracy %.4f", accuracy);
+    } else if (mse >= 0) {
+      std::snprintf(evaluation, sizeof(evaluation), " | test MSE %.4g", mse);
+    }
     std::snprintf(line, sizeof(line),
-                  "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f | %.0f samples/s%s%s | "
+                  "%s | attempt %d | epoch %d/%d | step %lld | loss %.4f%s | %.0f samples/s%s%s | "
                   "restarts %d",
                   st.phase.c_str(), st.attempt,
                   std::min(progress->epoch + 1, job.spec.train.epochs), job.spec.train.epochs,
-                  static_cast<long long>(progress->step), progress->loss,
+                  static_cast<long long>(progress->step), progress->loss, evaluation,
                   progress->samples_per_second, held ? ", " : "",
                   held ? progress->state.c_str() : "", st.restarts);
   } else {

@@ -86,12 +86,14 @@ TEST_F(KubectlTest, ApplyCrdAndExampleThenGetShowsPrinterColumns) {
   ASSERT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("trainingjob.ringtrain.dev/fashion-mnist-mlp created"), std::string::npos)
       << r.output;
-  ASSERT_TRUE(server_
-                  ->PatchStatus({"ringtrain.dev", "trainingjobs"}, "default", "fashion-mnist-mlp",
-                                {{"phase", "Running"},
-                                 {"restarts", 1},
-                                 {"progress", {{"step", 420}, {"samplesPerSecond", 5120.5}}}})
-                  .ok());
+  ASSERT_TRUE(
+      server_
+          ->PatchStatus({"ringtrain.dev", "trainingjobs"}, "default", "fashion-mnist-mlp",
+                        {{"phase", "Running"},
+                         {"restarts", 1},
+                         {"progress",
+                          {{"step", 420}, {"samplesPerSecond", 5120.5}, {"testAccuracy", 0.8528}}}})
+          .ok());
 
   r = Kubectl("get tj");
   ASSERT_EQ(r.rc, 0) << r.output;
@@ -100,10 +102,13 @@ TEST_F(KubectlTest, ApplyCrdAndExampleThenGetShowsPrinterColumns) {
   std::getline(lines, header);
   std::getline(lines, row);
   EXPECT_EQ(header.substr(0, header.find_last_not_of(' ') + 1),
-            "NAME                PHASE     REPLICAS   RESTARTS   STEP   SAMPLES/S   PODS   AGE")
+            "NAME                PHASE     REPLICAS   RESTARTS   STEP   SAMPLES/S   ACCURACY   "
+            "PODS   AGE")
       << r.output;
-  EXPECT_EQ(row.rfind("fashion-mnist-mlp   Running   2          1          420    5120.5      ", 0),
-            0u)
+  EXPECT_EQ(
+      row.rfind(
+          "fashion-mnist-mlp   Running   2          1          420    5120.5      0.8528     ", 0),
+      0u)
       << r.output;
 
   // Re-applying is a no-op; a changed manifest is a merge patch that bumps generation.

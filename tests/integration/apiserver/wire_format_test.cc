@@ -310,6 +310,19 @@ TEST_F(WireFormatTest, StatusSubresourceSplitsSpecAndStatus) {
   r = conn_->Do("PATCH", std::string(kTj) + "/demo/status", R"({"status":{"phase":"Exploded"}})",
                 "application/merge-patch+json");
   EXPECT_EQ(r.code, 422);
+  // The last evaluation (status.progress.testAccuracy, testMSE) is kept, not pruned, within its
+  // range.
+  r = conn_->Do("PATCH", std::string(kTj) + "/demo/status",
+                R"({"status":{"progress":{"step":938,"testAccuracy":0.8945,"testMSE":0.0123}}})",
+                "application/merge-patch+json");
+  ASSERT_EQ(r.code, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["status"]["progress"]["testAccuracy"], 0.8945);
+  EXPECT_EQ(json::parse(r.body)["status"]["progress"]["testMSE"], 0.0123);
+  r = conn_->Do("PATCH", std::string(kTj) + "/demo/status",
+                R"({"status":{"progress":{"step":938,"testAccuracy":1.5}}})",
+                "application/merge-patch+json");
+  EXPECT_EQ(r.code, 422);
+  EXPECT_NE(r.body.find("status.progress.testAccuracy"), std::string::npos) << r.body;
 
   // A merge patch replaces whole lists (conditions included).
   r = conn_->Do("PATCH", std::string(kTj) + "/demo/status",
@@ -379,9 +392,9 @@ TEST_F(WireFormatTest, TableOutputUsesPrinterColumns) {
   std::vector<std::string> names;
   for (const auto& c : table["columnDefinitions"]) names.push_back(c["name"]);
   EXPECT_EQ(names, (std::vector<std::string>{"Name", "Phase", "Replicas", "Restarts", "Step",
-                                             "Samples/s", "Pods", "Age"}));
+                                             "Samples/s", "Accuracy", "Pods", "Age"}));
   // As the real v1.28 server describes a filter column (recorded 2026-11-26).
-  EXPECT_EQ(table["columnDefinitions"][6]["description"],
+  EXPECT_EQ(table["columnDefinitions"][7]["description"],
             "Custom resource definition column (in JSONPath format): "
             ".status.conditions[?(@.type==\"PodsReady\")].reason");
   EXPECT_EQ(table["columnDefinitions"][1]["description"],
@@ -394,10 +407,11 @@ TEST_F(WireFormatTest, TableOutputUsesPrinterColumns) {
   EXPECT_EQ(cells[3], 1);
   EXPECT_EQ(cells[4], 120);
   EXPECT_EQ(cells[5], 2048.5);
-  EXPECT_EQ(cells[6], "Unschedulable");  // the filter's first match
-  EXPECT_TRUE(cells[7].is_string());
+  EXPECT_EQ(cells[6], nullptr);          // no evaluation yet
+  EXPECT_EQ(cells[7], "Unschedulable");  // the filter's first match
+  EXPECT_TRUE(cells[8].is_string());
   EXPECT_EQ(table["rows"][1]["cells"][1], nullptr);  // demo-b has no status yet
-  EXPECT_EQ(table["rows"][1]["cells"][6], nullptr);  // no match: null, as the real server
+  EXPECT_EQ(table["rows"][1]["cells"][7], nullptr);  // no match: null, as the real server
   EXPECT_EQ(table["rows"][0]["object"]["kind"], "PartialObjectMetadata");
 }
 

@@ -27,6 +27,29 @@ TEST(RunnerStatus, ReadsTheRunnersFields) {
   EXPECT_EQ(camel->resume_warning, "a b");
   EXPECT_EQ(camel->start_step, -1) << "absent";
   EXPECT_EQ(camel->recoveries, 0);
+  EXPECT_EQ(camel->test_accuracy, -1) << "absent: no evaluation yet";
+  EXPECT_EQ(camel->test_mse, -1);
+}
+
+// The last evaluation, as the runner writes it (runner_metrics.cc: test_accuracy for a
+// classification model, test_mse for a regression one), or in the status's own spelling.
+TEST(RunnerStatus, ReadsTheLastEvaluation) {
+  auto s =
+      ParseRunnerStatus(R"({"step":938,"state":"running","test_accuracy":0.8945000171661377})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_DOUBLE_EQ(s->test_accuracy, 0.8945000171661377);
+  EXPECT_EQ(s->test_mse, -1);
+  auto mse = ParseRunnerStatus(R"({"step":5,"test_mse":0.0123})");
+  ASSERT_TRUE(mse.ok()) << mse.status().ToString();
+  EXPECT_DOUBLE_EQ(mse->test_mse, 0.0123);
+  EXPECT_EQ(mse->test_accuracy, -1);
+  auto camel = ParseRunnerStatus(R"({"testAccuracy":1,"test_accuracy":0.5,"testMSE":0})");
+  ASSERT_TRUE(camel.ok()) << camel.status().ToString();
+  EXPECT_DOUBLE_EQ(camel->test_accuracy, 1);
+  EXPECT_DOUBLE_EQ(camel->test_mse, 0);
+  auto null = ParseRunnerStatus(R"({"test_accuracy":null})");
+  ASSERT_TRUE(null.ok());
+  EXPECT_EQ(null->test_accuracy, -1);
 }
 
 // The gang's account of its in-place recoveries, as the runner writes it (runner_metrics.cc).
@@ -65,6 +88,11 @@ TEST(RunnerStatus, WrongTypesAndRangesAreErrorsNamingTheField) {
       {R"({"samplesPerSecond":-3.5})", "samplesPerSecond: out of range"},
       {R"({"samples_per_second":-1})", "samples_per_second: out of range"},
       {R"({"recoverySeconds":-0.5})", "recoverySeconds: out of range"},
+      {R"({"test_accuracy":1.5})", "test_accuracy: out of range"},
+      {R"({"testAccuracy":-0.1})", "testAccuracy: out of range"},
+      {R"({"test_accuracy":"0.9"})", "test_accuracy: must be a number"},
+      {R"({"test_mse":-2})", "test_mse: out of range"},
+      {R"({"testMSE":{}})", "testMSE: must be a number"},
       {R"({"state":3})", "state: must be a string"},
       {R"([1,2])", "not a JSON object"},
       {R"("x")", "not a JSON object"},

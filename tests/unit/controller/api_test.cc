@@ -348,6 +348,7 @@ TEST(Json, StatusRoundTrips) {
       {"Running", "True", "Running", "all replicas running", "2026-11-21T10:00:05Z"});
   s.replicas = {0, 4, 0, 0};
   s.progress = Progress{120, 1, 5000.5, 0.25, "2026-11-21T10:01:00Z"};
+  s.progress->test_accuracy = 0.8945;
   s.last_failure = Failure{1, 137, "OOMKilled", "out of memory"};
   s.avoided_nodes = {{"node-a", "NodeLost", 1, true}, {"node-b", "Evicted", 2, false}};
   s.in_place_recoveries = 2;
@@ -361,6 +362,16 @@ TEST(Json, StatusRoundTrips) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->metadata.ns, "ml");
   EXPECT_EQ(job->status, s);
+  EXPECT_NE(StatusToJson(s).find(R"("testAccuracy":0.8945)"), std::string::npos);
+  EXPECT_EQ(StatusToJson(s).find("testMSE"), std::string::npos) << "none: not written";
+  // A regression model's.
+  s.progress->test_accuracy = -1;
+  s.progress->test_mse = 0.0123;
+  job = ParseJobJson(R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob",)"
+                     R"("metadata":{"name":"j"},"spec":{"replicas":4},"status":)" +
+                     StatusToJson(s) + "}");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->status.progress, s.progress);
 }
 
 TEST(RunnerArgs, CarryTheTrainSpec) {

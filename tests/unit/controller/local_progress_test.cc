@@ -36,6 +36,27 @@ TEST(ProgressLine, ShowsRankZerosLastRead) {
             "restarts 1");
 }
 
+// The last evaluation: rank 0's, else the job's (a restarted rank 0 has not evaluated yet).
+TEST(ProgressLine, ShowsTheLastEvaluation) {
+  EXPECT_EQ(FormatProgressLine(Job(), Read(R"({"state": "running", "step": 1876, "epoch": 2,
+                                               "loss": 0.35, "samplesPerSecond": 5120,
+                                               "test_accuracy": 0.87119996547699})")),
+            "Running | attempt 1 | epoch 3/10 | step 1876 | loss 0.3500 | test accuracy 0.8712 | "
+            "5120 samples/s | restarts 1");
+  EXPECT_EQ(FormatProgressLine(Job(), Read(R"({"state": "running", "step": 40, "epoch": 2,
+                                               "loss": 0.5, "samplesPerSecond": 80,
+                                               "test_mse": 0.01234})")),
+            "Running | attempt 1 | epoch 3/10 | step 40 | loss 0.5000 | test MSE 0.01234 | "
+            "80 samples/s | restarts 1");
+  auto job = Job();
+  job.status.progress = api::Progress{1876, 2, 0, 0.35, "2026-11-27T10:00:00Z"};
+  job.status.progress->test_accuracy = 0.8712;
+  EXPECT_EQ(FormatProgressLine(job, Read(R"({"state": "running", "step": 2000, "epoch": 2,
+                                               "loss": 0.3, "samplesPerSecond": 5120})")),
+            "Running | attempt 1 | epoch 3/10 | step 2000 | loss 0.3000 | test accuracy 0.8712 | "
+            "5120 samples/s | restarts 1");
+}
+
 TEST(ProgressLine, ARankZeroWithoutProgressSaysWhy) {
   EXPECT_EQ(FormatProgressLine(Job(), Read(R"({"state": "stalled", "step": 1200, "epoch": 1,
                                                "loss": 0.421, "samplesPerSecond": 0})")),

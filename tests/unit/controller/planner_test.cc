@@ -992,6 +992,61 @@ TEST(Planner, SuccessTakesTheFinalStepFromRankZerosTerminationMessage) {
   EXPECT_DOUBLE_EQ(p.status.progress->samples_per_second, 1234.5);
   EXPECT_DOUBLE_EQ(p.status.progress->loss, 0.31);
   EXPECT_EQ(p.status.replicas.succeeded, 2);
+  EXPECT_EQ(p.status.progress->test_accuracy, -1) << "no evaluation in the message";
+  // The final model's evaluation, to a millionth, as the runner writes it.
+  r0.message = R"({"step":4690,"epoch":10,"loss":0.31,"test_accuracy":0.8945000171661377})";
+  Plan q = PlanAt(job, {r0, Replica(1, 0, ReplicaPhase::kSucceeded)}, kT0);
+  ASSERT_TRUE(q.status.progress.has_value());
+  EXPECT_DOUBLE_EQ(q.status.progress->test_accuracy, 0.8945);
+  EXPECT_EQ(q.status.progress->test_mse, -1);
+  ASSERT_NE(Cond(q.status, "Succeeded"), nullptr);
+  EXPECT_EQ(Cond(q.status, "Succeeded")->message,
+            "all 2 replicas succeeded: step 4690, test accuracy 0.8945");
+  EXPECT_EQ(Cond(p.status, "Succeeded")->message, "all 2 replicas succeeded: step 4690");
+}
+
+// The last evaluation is the job's until the next one: through new steps, a restarted gang that
+// has not evaluated yet, and a rank 0 that recovers.
+TEST(Planner, TheLastEvaluationStaysUntilTheNextOne) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  PlanInput in;
+  in.job = &job;
+  in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
+  ObservedProgress read{938, 1, 100, 0.45};
+  read.test_accuracy = 0.8528;
+  in.progress = read;
+  in.now = At(30);
+  Plan first = PlanReconcile(in);
+  ASSERT_TRUE(first.status.progress.has_value());
+  EXPECT_DOUBLE_EQ(first.status.progress->test_accuracy, 0.8528);
+  job.status = first.status;
+  // A later step, no evaluation in this read (a new rank 0 after a restart): kept.
+  in.progress = ObservedProgress{1200, 1, 100, 0.4};
+  in.now = At(40);
+  Plan later = PlanReconcile(in);
+  EXPECT_EQ(later.status.progress->step, 1200);
+  EXPECT_DOUBLE_EQ(later.status.progress->test_accuracy, 0.8528);
+  job.status = later.status;
+  // The next evaluation replaces it; a regression model's MSE is kept beside it.
+  read = ObservedProgress{1876, 2, 100, 0.35};
+  read.test_accuracy = 0.8712;
+  read.test_mse = 0.5;
+  in.progress = read;
+  in.now = At(50);
+  Plan next = PlanReconcile(in);
+  EXPECT_DOUBLE_EQ(next.status.progress->test_accuracy, 0.8712);
+  EXPECT_DOUBLE_EQ(next.status.progress->test_mse, 0.5);
+  job.status = next.status;
+  // A recovering rank 0 changes nothing of it.
+  ObservedProgress idle{1876, 2, 0, 0.35};
+  idle.idle = true;
+  idle.training = true;
+  idle.state = "recovering";
+  in.progress = idle;
+  in.now = At(60);
+  EXPECT_DOUBLE_EQ(PlanReconcile(in).status.progress->test_accuracy, 0.8712);
 }
 
 TEST(Planner, ABadFinalStatusNeverBreaksTheEnd) {
