@@ -49,6 +49,11 @@ NOT_CHARTED = {
     # show it times the world size. The dashboard derives throughput per rank and per job
     # from rate(ringtrain_samples_total) instead (the job's is the sum over its ranks).
     "ringtrain_samples_per_second",
+    # The operator's per-job copies of what the runners export live (the step and the phase,
+    # which "Jobs by phase" counts): the test figures are charted after the runners exit, these
+    # add nothing a panel lacks.
+    "ringtrain_controller_job_step",
+    "ringtrain_controller_job_phase",
 }
 # A job exports the test metric of its kind of model, never both: a classification model
 # ringtrain_test_accuracy_ratio, a regression model ringtrain_test_mse. With a single job

@@ -1,6 +1,7 @@
 #include "controller/executors/kubernetes/controller_metrics.h"
 
 #include <prometheus/counter.h>
+#include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -65,6 +66,23 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                              .Register(r)
                              .Add({}, prometheus::Histogram::BucketBoundaries{
                                           0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300});
+  job_phase_family_ = &prometheus::BuildGauge()
+                           .Name("ringtrain_controller_job_phase")
+                           .Help("1 for each TrainingJob, labelled with its status.phase")
+                           .Register(r);
+  job_step_family_ = &prometheus::BuildGauge()
+                          .Name("ringtrain_controller_job_step")
+                          .Help("Each TrainingJob's last global step (status.progress.step)")
+                          .Register(r);
+  job_accuracy_family_ =
+      &prometheus::BuildGauge()
+           .Name("ringtrain_controller_job_test_accuracy_ratio")
+           .Help("Each TrainingJob's last test accuracy (status.progress.testAccuracy)")
+           .Register(r);
+  job_mse_family_ = &prometheus::BuildGauge()
+                         .Name("ringtrain_controller_job_test_mse")
+                         .Help("Each TrainingJob's last test MSE (status.progress.testMSE)")
+                         .Register(r);
   is_leader_ = &prometheus::BuildGauge()
                     .Name("ringtrain_controller_is_leader")
                     .Help("1 while this replica holds the leader Lease")
@@ -89,15 +107,62 @@ prometheus::Gauge* ControllerMetrics::PhaseGauge(const std::string& phase) {
 
 void ControllerMetrics::SetJobPhase(const std::string& key, const std::string& phase) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = job_phase_.find(key);
-  if (it != job_phase_.end()) {
-    if (it->second == phase) return;
-    PhaseGauge(it->second)->Decrement();
-    job_phase_.erase(it);
+  if (phase.empty()) {
+    ForgetJobLocked(key);
+    return;
   }
-  if (phase.empty()) return;
-  job_phase_[key] = phase;
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) {
+    const std::size_t slash = key.find('/');
+    JobSeries job;
+    job.ns = slash == std::string::npos ? "" : key.substr(0, slash);
+    job.name = slash == std::string::npos ? key : key.substr(slash + 1);
+    it = jobs_.emplace(key, std::move(job)).first;
+  }
+  JobSeries& job = it->second;
+  if (job.phase == phase) return;
+  if (!job.phase.empty()) PhaseGauge(job.phase)->Decrement();
+  if (job.phase_gauge != nullptr) job_phase_family_->Remove(job.phase_gauge);
+  job.phase = phase;
   PhaseGauge(phase)->Increment();
+  job.phase_gauge =
+      &job_phase_family_->Add({{"namespace", job.ns}, {"job", job.name}, {"phase", phase}});
+  job.phase_gauge->Set(1);
+}
+
+void ControllerMetrics::SetOrRemoveLocked(prometheus::Family<prometheus::Gauge>* family,
+                                          prometheus::Gauge** g, const JobSeries& job,
+                                          double value) {
+  if (value < 0) {
+    if (*g != nullptr) family->Remove(*g);
+    *g = nullptr;
+    return;
+  }
+  if (*g == nullptr) *g = &family->Add({{"namespace", job.ns}, {"job", job.name}});
+  (*g)->Set(value);
+}
+
+void ControllerMetrics::SetJobFigures(const std::string& key, long long step, double test_accuracy,
+                                      double test_mse) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  JobSeries& job = it->second;
+  SetOrRemoveLocked(job_step_family_, &job.step, job, static_cast<double>(step));
+  SetOrRemoveLocked(job_accuracy_family_, &job.test_accuracy, job, test_accuracy);
+  SetOrRemoveLocked(job_mse_family_, &job.test_mse, job, test_mse);
+}
+
+void ControllerMetrics::ForgetJobLocked(const std::string& key) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return;
+  JobSeries& job = it->second;
+  if (!job.phase.empty()) PhaseGauge(job.phase)->Decrement();
+  if (job.phase_gauge != nullptr) job_phase_family_->Remove(job.phase_gauge);
+  SetOrRemoveLocked(job_step_family_, &job.step, job, -1);
+  SetOrRemoveLocked(job_accuracy_family_, &job.test_accuracy, job, -1);
+  SetOrRemoveLocked(job_mse_family_, &job.test_mse, job, -1);
+  jobs_.erase(it);
 }
 
 void ControllerMetrics::IncGangRestarts() { gang_restarts_->Increment(); }
@@ -105,7 +170,12 @@ void ControllerMetrics::IncInPlaceRecoveries() { in_place_recoveries_->Increment
 void ControllerMetrics::IncPodsCreated() { pods_created_->Increment(); }
 void ControllerMetrics::IncWatchRestarts() { watch_restarts_->Increment(); }
 void ControllerMetrics::ObservePodsReady(double seconds) { pods_ready_seconds_->Observe(seconds); }
-void ControllerMetrics::SetLeader(bool leader) { is_leader_->Set(leader ? 1 : 0); }
+void ControllerMetrics::SetLeader(bool leader) {
+  is_leader_->Set(leader ? 1 : 0);
+  if (leader) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!jobs_.empty()) ForgetJobLocked(jobs_.begin()->first);
+}
 
 std::string ControllerMetrics::RenderText() const {
   std::ostringstream out;

@@ -13,6 +13,8 @@ class Registry;
 class Histogram;
 class Counter;
 class Gauge;
+template <typename T>
+class Family;
 }  // namespace prometheus
 
 namespace ringtrain::op {
@@ -26,13 +28,21 @@ class ControllerMetrics {
 
   void ObserveReconcile(double seconds);
   void IncReconcileErrors();
-  // The job's phase now ("" forgets the job: it was deleted).
+  // The job's phase now, for the counts by phase and its own series; `key` is "namespace/name"
+  // (JobKey). "" forgets the job (it was deleted): its series go.
   void SetJobPhase(const std::string& key, const std::string& phase);
+  // What the job's status says of its progress (step -1: none yet; a test figure -1: no
+  // evaluation of that kind), as its own series (labels namespace and job, the TrainingJob's, as
+  // the runners'): they outlive the runners, so a job's final figures stay in Prometheus for as
+  // long as the TrainingJob exists. A job SetJobPhase never named is ignored.
+  void SetJobFigures(const std::string& key, long long step, double test_accuracy, double test_mse);
   void IncGangRestarts();
   void IncInPlaceRecoveries();
   void IncPodsCreated();
   void IncWatchRestarts();
   void ObservePodsReady(double seconds);
+  // Losing the lead forgets every job (the counts by phase and the per-job series): only the
+  // leader reconciles, so only its figures are current.
   void SetLeader(bool leader);
 
   std::string RenderText() const;
@@ -43,6 +53,19 @@ class ControllerMetrics {
 
  private:
   prometheus::Gauge* PhaseGauge(const std::string& phase);
+  // One job's own series (nullptr: none yet).
+  struct JobSeries {
+    std::string ns, name, phase;
+    prometheus::Gauge* phase_gauge = nullptr;
+    prometheus::Gauge* step = nullptr;
+    prometheus::Gauge* test_accuracy = nullptr;
+    prometheus::Gauge* test_mse = nullptr;
+  };
+  // Sets `*g` (created on first use) to `value`, or removes it when `value` < 0. Caller holds
+  // mu_.
+  void SetOrRemoveLocked(prometheus::Family<prometheus::Gauge>* family, prometheus::Gauge** g,
+                         const JobSeries& job, double value);
+  void ForgetJobLocked(const std::string& key);
 
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Histogram* reconcile_seconds_;
@@ -54,8 +77,12 @@ class ControllerMetrics {
   prometheus::Histogram* pods_ready_seconds_;
   prometheus::Gauge* is_leader_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;
+  prometheus::Family<prometheus::Gauge>* job_phase_family_;
+  prometheus::Family<prometheus::Gauge>* job_step_family_;
+  prometheus::Family<prometheus::Gauge>* job_accuracy_family_;
+  prometheus::Family<prometheus::Gauge>* job_mse_family_;
   mutable std::mutex mu_;
-  std::map<std::string, std::string> job_phase_;
+  std::map<std::string, JobSeries> jobs_;  // by key; the phase counts follow their phases
   std::vector<double> samples_;
 };
 

@@ -617,6 +617,12 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
   }
   if (metrics_ != nullptr) {
     metrics_->SetJobPhase(pass.key, after.phase);
+    if (after.progress) {
+      metrics_->SetJobFigures(pass.key, after.progress->step, after.progress->test_accuracy,
+                              after.progress->test_mse);
+    } else {
+      metrics_->SetJobFigures(pass.key, -1, -1, -1);
+    }
     if (after.attempt > before.attempt && after.phase == "Restarting") {
       metrics_->IncGangRestarts();
     }

@@ -274,6 +274,11 @@ TEST_F(OperatorTest, TwoReplicaFashionMnistSucceedsWithTruthfulStatus) {
   EXPECT_FALSE(st.value("startTime", "").empty());
   ASSERT_TRUE(st.contains("progress")) << st.dump();
   EXPECT_GT(st["progress"]["step"].get<int>(), 0);
+  // The final model's test accuracy, from rank 0's termination message (1 epoch: about 0.85).
+  ASSERT_TRUE(st["progress"].contains("testAccuracy")) << st.dump();
+  const double accuracy = st["progress"]["testAccuracy"].get<double>();
+  EXPECT_GT(accuracy, 0.7) << st.dump();
+  EXPECT_LE(accuracy, 1.0);
   EXPECT_EQ(kubelet_->Started(), (std::set<std::string>{"mnist-a0-0", "mnist-a0-1"}));
   // The rendezvous plumbing the pods got.
   auto svc = server_->GetObject({"", "services"}, "default", "mnist");
@@ -293,6 +298,22 @@ TEST_F(OperatorTest, TwoReplicaFashionMnistSucceedsWithTruthfulStatus) {
   std::string text = metrics_[0]->RenderText();
   EXPECT_NE(text.find("ringtrain_controller_pods_created_total 2"), std::string::npos) << text;
   EXPECT_NE(text.find("ringtrain_controller_jobs{phase=\"Succeeded\"} 1"), std::string::npos);
+  // The job's own series, its final figures included, while the TrainingJob exists.
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_phase{job="mnist",namespace="default",)"
+                      R"(phase="Succeeded"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_step{job="mnist",namespace="default"} )" +
+                      std::to_string(st["progress"]["step"].get<int>())),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_test_accuracy_ratio{job="mnist",)"),
+            std::string::npos)
+      << text;
+  ASSERT_TRUE(admin_->Delete(kube::kTrainingJobs, "default", "mnist", {}).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return metrics_[0]->RenderText().find(R"(job="mnist")") == std::string::npos;
+  })) << metrics_[0]->RenderText();
 }
 
 TEST_F(OperatorTest, KilledRankRestartsTheGangWhichThenSucceeds) {
