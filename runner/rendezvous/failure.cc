@@ -1,6 +1,8 @@
 #include "runner/rendezvous/failure.h"
 
+#include <algorithm>
 #include <charconv>
+#include <string>
 
 #include "common/runner_contract.h"
 #include "common/stop.h"
@@ -106,8 +108,21 @@ std::string GangFailure::Describe(const FailureRecord& record) {
 
 FailureReport ResolveFailure(Store& store, int rank, const Status& own, int own_exit_code) {
   FailureReport mine{own.ToString(), own_exit_code};
-  StopExemptScope exempt;
   FailureRecord record{rank, own.ToString(), own_exit_code};
+  // A failure this rank already knows to be another's ("caused by rank R: <cause>", as rank 0's
+  // start failure reaches the others): reported as it is, and published as rank R's.
+  if (const std::string& m = own.message(); m.starts_with(contract::kCausedByPrefix)) {
+    const std::size_t digits = contract::kCausedByPrefix.size();
+    const std::size_t colon = m.find(": ", digits);
+    if (colon != std::string::npos && colon > digits && colon - digits <= 9 &&
+        std::all_of(m.begin() + static_cast<std::ptrdiff_t>(digits),
+                    m.begin() + static_cast<std::ptrdiff_t>(colon),
+                    [](char c) { return c >= '0' && c <= '9'; })) {
+      mine.message = m;
+      record = {std::stoi(m.substr(digits, colon - digits)), m.substr(colon + 2), own_exit_code};
+    }
+  }
+  StopExemptScope exempt;
   auto first =
       store.CompareSetWithin(kFailureKey, "", EncodeFailure(record), kFailureReportTimeout);
   if (!first.ok() || !MayBeConsequence(own)) return mine;

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/runner_contract.h"
 #include "runner/train/checkpoint.h"
 #include "runner/train/lr_schedule.h"
 
@@ -174,7 +175,10 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
     RETURN_IF_ERROR(comm.Broadcast(message, sizeof(message), 0).WithContext("broadcast failure"));
     message[sizeof(message) - 1] = '\0';
     if (comm.rank() == 0) return failure;
-    return Status(static_cast<StatusCode>(header[6]), std::string("rank 0: ") + message);
+    // Rank 0's failure, said as the contract says another rank's (runner_contract.h): the
+    // operator and `ringtrain run` then name rank 0, whichever rank exits first.
+    const Status root(static_cast<StatusCode>(header[6]), message);
+    return Status(root.code(), std::string(contract::kCausedByPrefix) + "0: " + root.ToString());
   }
   RETURN_IF_ERROR(engine.BroadcastFrom(0, header[0] != 0, header[4]));
   start.resumed = header[0] != 0;

@@ -73,7 +73,7 @@ for r in 1 2; do
   echo "rank $r: exit $RC: $msg"
   [ "$RC" = "$rc0" ] || fail "rank $r exited $RC, rank 0 (the root cause) $rc0"
   case "$msg" in
-    *"rank 0: "*"checkpoint dir"*) ;;
+    "caused by rank 0: "*"checkpoint dir"*) ;;
     *) fail "rank $r's termination message lost the root cause: $msg" ;;
   esac
 done

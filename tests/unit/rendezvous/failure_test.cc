@@ -49,6 +49,34 @@ TEST(FailureTest, ConsequencesReportTheFirstCauseAndItsExitCode) {
   EXPECT_EQ(r1.exit_code, 1);
 }
 
+// A rank that already knows its failure is another's (rank 0's start failure, broadcast to the
+// others before any step): it reports it as that rank's, and publishes it as that rank's, even
+// when it gets to the store first.
+TEST(FailureTest, AFailureKnownToBeAnothersIsThatRanks) {
+  rendezvous::MemoryStore store;
+  const std::string cause = "FAILED_PRECONDITION: checkpoint dir /tmp/afile: Not a directory";
+  FailureReport r1 = ResolveFailure(
+      store, 1, FailedPrecondition(std::string(contract::kCausedByPrefix) + "0: " + cause), 1);
+  EXPECT_EQ(r1.message, std::string(contract::kCausedByPrefix) + "0: " + cause);
+  EXPECT_EQ(r1.exit_code, 1);
+  auto stored = store.Get(kFailureKey, 0ms);
+  ASSERT_TRUE(stored.ok());
+  auto parsed = ParseFailure(*stored);
+  ASSERT_TRUE(parsed.has_value()) << *stored;
+  EXPECT_EQ(parsed->rank, 0);
+  EXPECT_EQ(parsed->cause, cause);
+  // A lost peer seen by rank 2 then names rank 0.
+  FailureReport r2 = ResolveFailure(store, 2, Unavailable("lost peer rank 1"), kExitRetryable);
+  EXPECT_EQ(r2.message, std::string(contract::kCausedByPrefix) + "0: " + cause);
+  // A message that only looks like it is this rank's own.
+  rendezvous::MemoryStore other;
+  for (const std::string odd : {"caused by rank : x", "caused by rank x: y",
+                                "caused by rank 12345678901: y", "caused by rank 3"}) {
+    FailureReport r = ResolveFailure(other, 1, FailedPrecondition(odd), 1);
+    EXPECT_EQ(r.message, "FAILED_PRECONDITION: " + odd);
+  }
+}
+
 TEST(FailureTest, UnknownExitCodeIsRetryable) {
   rendezvous::MemoryStore store;
   ASSERT_TRUE(store.Set(kFailureKey, "all-reduce: lost peer rank 2 (detected by rank 3)").ok());
