@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -22,6 +24,11 @@ constexpr Duration kPollFallback{20};
 
 // execvp(3)'s search path when the environment has none (confstr _CS_PATH on glibc).
 constexpr char kDefaultSearchPath[] = "/bin:/usr/bin";
+
+bool IsExecutableFile(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
 
 // What a child that could not run its program tells its parent, in one write(2) to a
 // close-on-exec pipe: the pipe closes without a word when the exec succeeds.
@@ -100,6 +107,28 @@ std::string StartErrorMessage(const ExecReport& report, const std::string& file,
 }
 
 }  // namespace
+
+std::optional<std::string> LookPath(const std::string& command, const std::string& search_path) {
+  if (command.find('/') != std::string::npos) {
+    if (IsExecutableFile(command)) return command;
+    return std::nullopt;
+  }
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t colon = search_path.find(':', start);
+    std::string dir = search_path.substr(start, colon == std::string::npos ? colon : colon - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + command;
+    if (IsExecutableFile(candidate)) return candidate;
+    if (colon == std::string::npos) return std::nullopt;
+    start = colon + 1;
+  }
+}
+
+std::string ProcessSearchPath() {
+  const char* path = std::getenv("PATH");
+  return path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+}
 
 int ExitCodeFromWaitStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);

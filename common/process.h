@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -31,6 +32,13 @@ struct SpawnOptions {
 // both are permanent failures in the runner contract (1-127).
 inline constexpr int kExitNotFound = 127;       // no such program (on PATH, or at its path)
 inline constexpr int kExitCannotExecute = 126;  // found but not runnable, or no working dir
+
+// Go's exec.LookPath: a name with a slash is used as it is when it is an executable regular file;
+// a bare name is searched on `search_path` (colon-separated; an empty entry is the current
+// directory). nullopt when none is found.
+std::optional<std::string> LookPath(const std::string& command, const std::string& search_path);
+// The process's own PATH, or "/usr/local/bin:/usr/bin:/bin" without one.
+std::string ProcessSearchPath();
 
 // The exit code a shell would report for a waitpid(2) status: the code of a normal exit,
 // 128 + n for a death by signal n (so 137 for SIGKILL, 143 for SIGTERM).

@@ -14,14 +14,17 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "common/env.h"
 #include "common/flags.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "controller/api/training_job.h"
 #include "controller/controller_command.h"
 #include "controller/executors/local/local_dataset.h"
@@ -67,8 +70,11 @@ std::string DefaultRunnerPath() {
 // is removed again. The error names the path and why.
 Status CheckWritable(const std::string& path) {
   // Not a regular file (a FIFO, /dev/stdout): opening it could block or end a reader's input,
-  // so only the permission is checked.
+  // so only the permission is checked. A directory is no file to write.
   struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return FailedPrecondition(path + ": is a directory");
+  }
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (::access(path.c_str(), W_OK) != 0) {
       return ErrnoStatus(StatusCode::kFailedPrecondition, path, errno);
@@ -178,10 +184,22 @@ int Run(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  if (job->spec.command.empty() && ::access(runner.c_str(), X_OK) != 0) {
-    std::fprintf(stderr, "error: runner binary %s not found (set --runner or RINGTRAIN_RUNNER)\n",
-                 runner.c_str());
-    return 1;
+  // Found here as the ranks will start it: a bare name on PATH, a path as it is (made absolute
+  // below, so the ranks' own PATH and working directory do not matter).
+  if (job->spec.command.empty()) {
+    if (std::optional<std::string> found = LookPath(runner, ProcessSearchPath())) {
+      runner = *found;
+    } else {
+      struct stat st {};
+      const bool bare = runner.find('/') == std::string::npos;
+      const char* why = bare                               ? "not found on PATH"
+                        : ::stat(runner.c_str(), &st) != 0 ? "not found"
+                        : !S_ISREG(st.st_mode)             ? "not a regular file"
+                                                           : "not executable";
+      std::fprintf(stderr, "error: runner binary %s: %s (set --runner or RINGTRAIN_RUNNER)\n",
+                   runner.c_str(), why);
+      return 1;
+    }
   }
   // Where the summary goes is known writable before any rank starts, not after the job.
   if (!summary_path.empty()) {
@@ -312,11 +330,14 @@ int Run(const std::vector<std::string>& args) {
   }
   if (!summary_path.empty()) {
     std::ofstream out(summary_path, std::ios::trunc);
+    if (out) out << summary.dump(2) << "\n";
+    if (out) out.close();  // a full disk (or /dev/full) fails here, not at the open
     if (!out) {
-      std::fprintf(stderr, "error: cannot write %s\n", summary_path.c_str());
+      const int err = errno;
+      std::fprintf(stderr, "error: cannot write %s: %s\n", summary_path.c_str(),
+                   err != 0 ? std::strerror(err) : "the write failed");
       return 1;
     }
-    out << summary.dump(2) << "\n";
   }
   if (result->interrupted) return 130;
   return st.phase == "Succeeded" ? 0 : 1;

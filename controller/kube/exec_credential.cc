@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "common/process.h"
 #include "controller/kube/tls_material.h"
 
 extern char** environ;
@@ -30,31 +31,6 @@ constexpr std::size_t kMaxStdout = 1 << 20;  // a credential is a few KiB; more 
 constexpr std::size_t kMaxStderr = 4 << 10;  // what the error message quotes
 constexpr int kPollMs = 50;                  // how soon a stop request is noticed
 constexpr std::time_t kLatestExpiration = 8'000'000'000;  // year 2223
-
-bool IsExecutableFile(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
-}
-
-// Go's exec.LookPath: a name with a slash is used as is; a bare name is searched on PATH.
-std::optional<std::string> LookPath(const std::string& command) {
-  if (command.find('/') != std::string::npos) {
-    if (IsExecutableFile(command)) return command;
-    return std::nullopt;
-  }
-  const char* path_env = std::getenv("PATH");
-  std::string path = path_env != nullptr ? path_env : "/usr/local/bin:/usr/bin:/bin";
-  std::size_t start = 0;
-  for (;;) {
-    std::size_t colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? colon : colon - start);
-    if (dir.empty()) dir = ".";
-    std::string candidate = dir + "/" + command;
-    if (IsExecutableFile(candidate)) return candidate;
-    if (colon == std::string::npos) return std::nullopt;
-    start = colon + 1;
-  }
-}
 
 std::string ExecInfo(const ExecConfig& config) {
   Json info = {{"apiVersion", config.api_version},
@@ -317,7 +293,7 @@ StatusOr<ExecCredential> RunExecPlugin(const ExecConfig& config, const std::atom
                               ": exec plugin cannot support interactive mode: standard input is "
                               "not a terminal (interactiveMode: Always)");
   }
-  std::optional<std::string> path = LookPath(config.command);
+  std::optional<std::string> path = LookPath(config.command, ProcessSearchPath());
   if (!path) {
     std::string message = "exec: executable " + config.command + " not found";
     message +=

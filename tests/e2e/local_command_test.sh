@@ -214,4 +214,42 @@ expect "nosummary: ringtrain run exit code" "$RC" 1
 console_has nosummary "error: --summary-json $WORK/no-such-dir/summary.json: No such file or directory"
 grep -q "Succeeded" "$WORK/nosummary.out" && fail "nosummary: the job ran"
 [ ! -e "$WORK/nosummary" ] || fail "nosummary: run went on to start ranks"
+# A directory is no summary file either; and a write that fails at the end (a full disk) is an
+# error, exit code 1, not a silent loss.
+mkdir -p "$WORK/summary-dir"
+timeout 120 "$BIN/ringtrain" run "$WORK/nosummary.yaml" --workdir "$WORK/nosummary" \
+  --summary-json "$WORK/summary-dir" >"$WORK/nosummary.out" 2>&1 && RC=0 || RC=$?
+expect "summary dir: ringtrain run exit code" "$RC" 1
+console_has nosummary "error: --summary-json $WORK/summary-dir: is a directory"
+[ ! -e "$WORK/nosummary" ] || fail "summary dir: run went on to start ranks"
+job fullsummary 1 '["sh", "-c", "true"]'
+timeout 120 "$BIN/ringtrain" run "$WORK/fullsummary.yaml" --workdir "$WORK/fullsummary" \
+  --summary-json /dev/full >"$WORK/fullsummary.out" 2>&1 && RC=0 || RC=$?
+expect "full summary: ringtrain run exit code" "$RC" 1
+console_has fullsummary "error: cannot write /dev/full: No space left on device"
+echo "ok: a directory or a full disk for the summary is an error"
+
+# The runner binary is found as the ranks start it: a bare name on PATH (not in the current
+# directory), a path as it is; what is wrong with it is named.
+cat >"$WORK/runnerpath.yaml" <<'YAML'
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: runnerpath}
+spec:
+  replicas: 1
+  train: {model: mlp, dataset: /usr/share/datasets/fashion-mnist, epochs: 1}
+YAML
+runner_dir=$(dirname "$(readlink -f "$BIN/ringtrain-runner")")
+(cd "$runner_dir" && PATH=/usr/bin:/bin timeout 60 "$BIN/ringtrain" run "$WORK/runnerpath.yaml" \
+  --runner ringtrain-runner --workdir "$WORK/runnerpath" >"$WORK/runnerpath.out" 2>&1) && RC=0 || RC=$?
+expect "runner not on PATH: exit code" "$RC" 1
+console_has runnerpath "error: runner binary ringtrain-runner: not found on PATH"
+[ ! -e "$WORK/runnerpath" ] || fail "runner not on PATH: run went on to start ranks"
+for bad in "/etc/passwd:not executable" "$WORK/no-such-runner:not found" "/tmp:not a regular file"; do
+  timeout 60 "$BIN/ringtrain" run "$WORK/runnerpath.yaml" --runner "${bad%:*}" \
+    --workdir "$WORK/runnerpath" >"$WORK/runnerpath.out" 2>&1 && RC=0 || RC=$?
+  expect "runner ${bad%:*}: exit code" "$RC" 1
+  console_has runnerpath "error: runner binary ${bad%:*}: ${bad##*:}"
+done
+echo "ok: the runner binary is looked up as the ranks start it"
 echo "PASS"
