@@ -53,6 +53,7 @@ void OnSignal(int) {
 constexpr char kUsage[] =
     "usage:\n"
     "  ringtrain run JOB.yaml [--summary-json FILE] [--workdir DIR] [--runner PATH]\n"
+    "                         [--grace-period SECONDS]\n"
     "  ringtrain validate JOB.yaml\n"
     "  ringtrain controller [--kubeconfig PATH] [--namespace NS] [--leader-elect] ...\n"
     "      (the Kubernetes operator; `ringtrain controller --help` lists its flags)\n";
@@ -275,6 +276,13 @@ int Run(const std::vector<std::string>& args) {
   summary["world_size"] = job->spec.world_size();
   summary["wall_seconds"] = result->wall_seconds;
   summary["workdir"] = workdir;
+  // Why the job ended, as its condition says it (DeadlineExceeded, BackoffLimitExceeded, ...).
+  for (const auto& c : st.conditions) {
+    if (c.type == st.phase && c.status == "True" && !result->interrupted) {
+      summary["reason"] = c.reason;
+      summary["message"] = c.message;
+    }
+  }
   if (st.last_failure) {
     summary["last_failure"] = {{"rank", st.last_failure->rank},
                                {"exit_code", st.last_failure->exit_code},

@@ -1,6 +1,9 @@
 // The TrainingJob schema: reading and validating a manifest or an API object into the types of
 // training_job.h, every error naming the field path.
+#include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <cstdint>
@@ -451,8 +454,13 @@ StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::stri
 }
 
 StatusOr<TrainingJob> LoadManifestFile(const std::string& path) {
+  // Why a manifest cannot be read is said: "No such file or directory", a directory, ...
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return ErrnoStatus(path + ": cannot open the manifest", errno);
+  if (S_ISDIR(st.st_mode)) return InvalidArgument(path + ": a directory, not a manifest file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound(path + ": cannot open the manifest");
+  if (!in) return ErrnoStatus(path + ": cannot open the manifest", errno);
   // Read one byte past the limit, never more: a huge file or an endless device (/dev/zero,
   // a FIFO) is refused without reading it all.
   std::string text(kMaxManifestBytes + 1, '\0');

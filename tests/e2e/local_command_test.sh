@@ -51,6 +51,8 @@ expect "sh-fail: exit code" "$(failure sh-fail exit_code)" 3
 expect "sh-fail: reason" "$(failure sh-fail reason)" Error
 expect "sh-fail: message (log fallback)" "$(failure sh-fail message)" to-the-log
 expect "sh-fail: restarts (exit 3 is permanent)" "$(json_get "$WORK/sh-fail.json" restarts)" 0
+expect "sh-fail: reason (the Failed condition's)" "$(json_get "$WORK/sh-fail.json" reason)" \
+  PermanentFailure
 console_has sh-fail "last failure: rank 0 exit code 3 (Error): to-the-log"
 
 # sh that writes its termination message: the file wins over the log; a gang of two.
@@ -191,6 +193,16 @@ expect "fifo: ringtrain run exit code" "$RC" 0
 wait "$reader" || fail "fifo: the reader failed"
 [ "$(json_get "$WORK/fifo-read.json" phase)" = Succeeded ] || fail "fifo: the reader got no summary"
 echo "ok: fifo: the summary reaches a FIFO's reader"
+
+# A job ended by runPolicy.activeDeadlineSeconds: no replica failed, so the summary says why
+# with the Failed condition's reason and message.
+job deadline 1 '["sh", "-c", "sleep 60"]'
+sed -i 's/runPolicy: {backoffLimit: 2}/runPolicy: {backoffLimit: 2, activeDeadlineSeconds: 2}/' "$WORK/deadline.yaml"
+run deadline
+expect "deadline: ringtrain run exit code" "$RC" 1
+expect "deadline: reason" "$(json_get "$WORK/deadline.json" reason)" DeadlineExceeded
+json_get "$WORK/deadline.json" message | grep -q "activeDeadlineSeconds" ||
+  fail "deadline: the summary's message: $(cat "$WORK/deadline.json")"
 
 # runPolicy.suspend: valid for a cluster (validate says so, with a note), refused by
 # `ringtrain run` before any rank starts (it could never resume the job).

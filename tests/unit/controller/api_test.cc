@@ -330,6 +330,13 @@ TEST(Manifest, NotYamlAndMissingFile) {
   auto missing = LoadManifestFile("/nonexistent/job.yaml");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/job.yaml"), std::string::npos);
+  // Why is said.
+  EXPECT_NE(missing.status().message().find("No such file or directory"), std::string::npos)
+      << missing.status().message();
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  auto dir = LoadManifestFile("/tmp");
+  ASSERT_FALSE(dir.ok());
+  EXPECT_EQ(dir.status().message(), "/tmp: a directory, not a manifest file");
 }
 
 TEST(Manifest, QuotedNumbersStayStrings) {
