@@ -136,15 +136,16 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
     ASSIGN_OR_RETURN(spec, model::PresetSpec(config.model.name, shape.input, shape.outputs,
                                              config.model.hidden));
   }
-  const bool mse = spec.loss == model::Loss::kMse;
-  if (mse != shape.regression) {
-    return InvalidArgument(std::string("model.loss: ") + std::string(model::NameOf(spec.loss)) +
-                           (shape.regression ? " does not fit a regression dataset (use \"mse\")"
-                                             : " does not fit a classification dataset (use "
-                                               "\"softmax_cross_entropy\")"));
+  const model::Task task =
+      shape.regression ? model::Task::kRegression : model::Task::kClassification;
+  auto checked = model::CheckAgainstDataset(spec, shape.input, task, shape.outputs);
+  if (!checked.ok()) {
+    // The loss is a field of the spec: "model.loss: mse does not fit ...", as ParseModelSpec
+    // names it; a layer or the input follows "model: ".
+    const std::string& why = checked.status().message();
+    if (why.rfind("loss: ", 0) == 0) return InvalidArgument("model." + why);
+    return checked.status().WithContext("model");
   }
-  auto checked = model::CheckAgainstDataset(spec, shape.input, shape.outputs);
-  if (!checked.ok()) return checked.status().WithContext("model");
   return spec;
 }
 
