@@ -8,6 +8,7 @@
 #include <openssl/rand.h>
 
 #include <fstream>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -245,7 +246,16 @@ int Main(int argc, char** argv) {
     spdlog::info("serving /metrics and /status on port {}", metrics.port());
   }
   Outcome outcome;
-  Status s = Run(*env, *config, &metrics, outcome);
+  Status s;
+  try {
+    s = Run(*env, *config, &metrics, outcome);
+  } catch (const std::bad_alloc&) {
+    // The last resort for an allocation no check foresaw (a model too large for this process is
+    // refused naming its size before it is allocated): a restarted pod gets the same memory.
+    s = FailedPrecondition(
+        "out of memory: an allocation failed (std::bad_alloc); give the rank more memory, or "
+        "train a smaller model, batch or dataset");
+  }
   if (!s.ok()) return fail(s, env->termination_log, outcome);
   // The contract: rank 0's final /status is its termination message, so the operator knows the
   // final step and epoch even when its last poll of /status is seconds old.

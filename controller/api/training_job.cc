@@ -120,6 +120,8 @@ std::optional<DataShape> DeclaredDataShape(const TrainSpec& t) {
   if (dims.size() == 3) shape.input = model::Shape{dims[0], dims[1], dims[2]};
   if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
   if (!shape.input && shape.outputs == 0) return std::nullopt;
+  shape.task = d.task == data::Task::Kind::kClassification ? model::Task::kClassification
+                                                           : model::Task::kRegression;
   return shape;
 }
 
@@ -127,7 +129,13 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
   const std::string root = "spec.train.model";
   auto in_field = [&](const Status& st) { return InvalidArgument(root + "." + st.message()); };
   if (t->model_json.empty()) {
-    // A preset: the runner builds it for its dataset (Fashion-MNIST when nothing says otherwise).
+    // A preset: the runner builds it for its dataset (Fashion-MNIST when nothing says otherwise)
+    // and refuses it for a regression.
+    if (data && data->task == model::Task::kRegression) {
+      return InvalidArgument(root + ": the preset " + t->model +
+                             " classifies, and the dataset is a regression one (give a layer "
+                             "list with \"loss: mse\")");
+    }
     const model::Shape input = data && data->input ? *data->input : model::Shape{1, 28, 28};
     const int classes = data && data->outputs > 0 ? data->outputs : 10;
     auto preset = model::PresetSpec(t->model, input, classes);
@@ -137,7 +145,7 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
       if (why.rfind("model: ", 0) == 0) return InvalidArgument(root + why.substr(5));
       return in_field(preset.status());
     }
-    auto report = model::CheckAgainstDataset(*preset, input, classes);
+    auto report = model::CheckAgainstDataset(*preset, input, model::Task::kClassification, classes);
     if (!report.ok()) return in_field(report.status());
     return report;
   }
@@ -155,8 +163,11 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
   ASSIGN_OR_RETURN(model::ModelSpec spec, model::ParseModelSpec(doc.dump(), root));
   StatusOr<model::ShapeReport> report = model::InferShapes(spec);
   if (report.ok() && data) {
-    // Unknown outputs: the output is checked for being flat only.
+    // Unknown outputs: the output is checked for being flat only; an unknown task, the loss not.
+    const model::Task loss_task =
+        spec.loss == model::Loss::kMse ? model::Task::kRegression : model::Task::kClassification;
     report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input),
+                                        data->task.value_or(loss_task),
                                         data->outputs > 0 ? data->outputs : report->output.c);
   }
   if (!report.ok()) return in_field(report.status());

@@ -31,11 +31,13 @@ inline constexpr std::int64_t kMaxPolicySeconds = 315'360'000;
 enum class CleanPodPolicy { kNone, kRunning, kAll };  // which pods a finished job deletes
 enum class PodGroupType { kCoscheduling, kVolcano };  // scheduler-plugins or Volcano
 
-// What the controller knows of a dataset's samples: the per-sample shape (nullopt = unknown)
-// and the number of outputs (classes, or target values for a regression; 0 = unknown).
+// What the controller knows of a dataset's samples: the per-sample shape (nullopt = unknown),
+// the number of outputs (classes, or target values for a regression; 0 = unknown) and the task
+// (nullopt = unknown), which the model's loss must fit.
 struct DataShape {
   std::optional<model::Shape> input;
   int outputs = 0;
+  std::optional<model::Task> task;
 };
 
 struct TrainSpec {
@@ -273,10 +275,12 @@ std::string ModelSpecJson(const model::ModelSpec& spec);
 
 // Completes and checks spec.train.model against `data` (what the dataset declares or a local
 // read found; nullopt = unknown): a layer list without an input takes data's, then every
-// layer's output shape and parameter count is computed and the output checked against data's
-// outputs. Sets t->model_spec; errors name the field ("spec.train.model.layers[2] dense: ...").
-// A preset is checked as the runner builds it for `data` (Fashion-MNIST's 1x28x28, 10 classes
-// when unknown).
+// layer's output shape and parameter count is computed and the loss and output checked against
+// data's task and outputs (model::CheckAgainstDataset, as the runner checks them). Sets
+// t->model_spec; errors name the field ("spec.train.model.layers[2] dense: ...",
+// "spec.train.model.loss: mse does not fit a classification dataset ..."). A preset is checked
+// as the runner builds it for `data` (Fashion-MNIST's 1x28x28, 10 classes when unknown) and
+// refused for a regression dataset (a preset classifies).
 StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<DataShape>& data);
 
 // The runner's command line for the built-in trainer: identical for pods and local processes.

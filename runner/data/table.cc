@@ -14,6 +14,15 @@ std::string Name(const std::string& path, const char* fallback) {
   return path.empty() ? fallback : path;
 }
 
+// A per-sample shape as NumPy prints it: "(2, 2)", "(4,)".
+std::string ShapeString(const std::vector<std::size_t>& shape) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  }
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
 // The rows `order[begin, end)` of `all`, with its features, task and paths.
 Table Rows(const Table& all, const std::vector<std::size_t>& order, std::size_t begin,
            std::size_t end) {
@@ -136,10 +145,16 @@ Status ValidateTable(const Table& t, const Table* reference) {
     }
   }
   if (reference != nullptr) {
-    if (t.features != reference->features || t.shape != reference->shape) {
+    if (t.features != reference->features) {
       return InvalidArgument(x + ": samples of " + std::to_string(t.features) +
                              " features, the training set (" + reference->path + ") has " +
                              std::to_string(reference->features));
+    }
+    if (t.shape != reference->shape) {
+      // As many values in another layout: (4,) rows against (2, 2) images.
+      return InvalidArgument(x + ": samples of shape " + ShapeString(t.shape) +
+                             ", the training set (" + reference->path + ") has " +
+                             ShapeString(reference->shape));
     }
     const auto& names = t.feature_names;
     const auto& ref = reference->feature_names;

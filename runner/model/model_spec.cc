@@ -182,6 +182,10 @@ std::string_view NameOf(LayerKind kind) {
 
 std::string_view NameOf(Loss loss) { return loss == Loss::kMse ? "mse" : "softmax_cross_entropy"; }
 
+std::string_view NameOf(Task task) {
+  return task == Task::kRegression ? "regression" : "classification";
+}
+
 StatusOr<ModelSpec> ParseModelSpec(std::string_view text, std::string_view where) {
   const std::string root(where);
   const Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -334,7 +338,15 @@ Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values) {
   return s.size() == values ? s : flat;
 }
 
-StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, int outputs) {
+StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task,
+                                          int outputs) {
+  const bool classes = task == Task::kClassification;
+  if ((spec.loss == Loss::kSoftmaxCrossEntropy) != classes) {
+    return InvalidArgument("loss: " + std::string(NameOf(spec.loss)) + " does not fit a " +
+                           std::string(NameOf(task)) + " dataset (use \"" +
+                           std::string(NameOf(classes ? Loss::kSoftmaxCrossEntropy : Loss::kMse)) +
+                           "\")");
+  }
   ASSIGN_OR_RETURN(ShapeReport report, InferShapes(spec));
   if (data.size() != spec.input.size() ||
       (!(data.h == 1 && data.w == 1) && !(data == spec.input))) {
@@ -344,7 +356,6 @@ StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, int
   const std::string label =
       report.layers.empty() ? std::string("input") : report.layers.back().label;
   const Shape& out = report.output;
-  const bool classes = spec.loss == Loss::kSoftmaxCrossEntropy;
   if (!(out.h == 1 && out.w == 1)) {
     return InvalidArgument(label + ": output is " + ShapeText(out) +
                            ", the loss needs a flat output (a flatten and a dense at the end)");

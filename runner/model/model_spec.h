@@ -69,6 +69,8 @@ enum class LayerKind {
 
 enum class Padding { kValid, kSame };
 enum class Loss { kSoftmaxCrossEntropy, kMse };
+// What a dataset's labels are: classes (softmax_cross_entropy fits them) or target values (mse).
+enum class Task { kClassification, kRegression };
 // kGlorot: Keras' defaults (Glorot uniform weights, zero biases), for user-defined lists.
 // kTorch: torch's Linear/Conv2d defaults (uniform ±1/√fan_in for weights and biases), the
 // presets' initialisation since before they were lists, kept so their weights do not change.
@@ -108,6 +110,7 @@ struct ShapeReport {
 
 std::string_view NameOf(LayerKind kind);
 std::string_view NameOf(Loss loss);
+std::string_view NameOf(Task task);  // "classification", "regression"
 
 // Parses the JSON above. Errors name the path from `where` down, e.g.
 // "model.layers[3].conv2d.kernel: must be 1..15, got 0". Runs InferShapes too, so a returned
@@ -124,11 +127,14 @@ StatusOr<ShapeReport> InferShapes(const ModelSpec& spec);
 // The one rule of the runner (train::ShapeOf) and of `ringtrain validate`/`run`.
 Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values);
 
-// InferShapes, then whether the spec fits a dataset: its per-sample shape must be the spec's
-// input, and the output must be `outputs` features: the number of classes for
-// softmax_cross_entropy, the width of the targets for mse.
-// ("layers[7] dense: output 12 units but the dataset has 10 classes").
-StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, int outputs);
+// Whether the spec fits a dataset of `task`: first the loss (softmax_cross_entropy for a
+// classification, mse for a regression: "loss: mse does not fit a classification dataset ..."),
+// then InferShapes, then the per-sample shape must be the spec's input and the output must be
+// `outputs` features: the number of classes of a classification, the width of a regression's
+// targets ("layers[7] dense: output 12 units but the dataset has 10 classes"). The one check of
+// the runner (train::ResolveModelSpec) and of `ringtrain validate`/`run` (api::ResolveModel).
+StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task,
+                                          int outputs);
 
 // The architecture as one line, identical for identical architectures and different otherwise
 // (init excluded: it does not change what a checkpoint holds), e.g.

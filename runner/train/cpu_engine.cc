@@ -1,6 +1,7 @@
 #include "runner/train/cpu_engine.h"
 
 #include <algorithm>
+#include <new>
 
 #include "common/clock.h"
 #include "runner/train/bucket_plan.h"
@@ -39,9 +40,19 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   mc.max_grad_slice =
       GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
   mc.dropout_seed = DropoutSeed(config.seed, deps.comm->rank(), 0, 0);
-  ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
-  ASSIGN_OR_RETURN(e->optimizer_,
-                   model::Optimizer::Create(config.optimizer, e->model_->params().size()));
+  // A model this process cannot hold is a permanent error naming its size, not a std::bad_alloc
+  // that a restart repeats: refused before allocating when it exceeds this process's memory;
+  // its allocation failing anyway (overcommit refused, other processes' memory) is the same.
+  ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
+  const std::string& optimizer = config.optimizer.name;
+  RETURN_IF_ERROR(CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes()));
+  try {
+    ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
+    ASSIGN_OR_RETURN(e->optimizer_,
+                     model::Optimizer::Create(config.optimizer, e->model_->params().size()));
+  } catch (const std::bad_alloc&) {
+    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed");
+  }
   RETURN_IF_ERROR(e->Rebind(deps.comm));
   const auto bs = static_cast<std::size_t>(config.batch_size);
   e->eval_x_.resize(bs * shape.input.size());

@@ -1,5 +1,9 @@
 #include "runner/train/model_data.h"
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 #include <limits>
 #include <utility>
 
@@ -8,6 +12,13 @@
 
 namespace ringtrain::train {
 namespace {
+
+// 1234567 as "1,234,567".
+std::string Grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
 
 // Reads one file of a split and holds out the test split, standardising after the split.
 StatusOr<data::TrainTest> Holdout(StatusOr<data::Table> all, const data::DatasetSpec& spec,
@@ -136,16 +147,65 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
     ASSIGN_OR_RETURN(spec, model::PresetSpec(config.model.name, shape.input, shape.outputs,
                                              config.model.hidden));
   }
-  const bool mse = spec.loss == model::Loss::kMse;
-  if (mse != shape.regression) {
-    return InvalidArgument(std::string("model.loss: ") + std::string(model::NameOf(spec.loss)) +
-                           (shape.regression ? " does not fit a regression dataset (use \"mse\")"
-                                             : " does not fit a classification dataset (use "
-                                               "\"softmax_cross_entropy\")"));
+  const model::Task task =
+      shape.regression ? model::Task::kRegression : model::Task::kClassification;
+  auto checked = model::CheckAgainstDataset(spec, shape.input, task, shape.outputs);
+  if (!checked.ok()) {
+    // The loss is a field of the spec: "model.loss: mse does not fit ...", as ParseModelSpec
+    // names it; a layer or the input follows "model: ".
+    const std::string& why = checked.status().message();
+    if (why.rfind("loss: ", 0) == 0) return InvalidArgument("model." + why);
+    return checked.status().WithContext("model");
   }
-  auto checked = model::CheckAgainstDataset(spec, shape.input, shape.outputs);
-  if (!checked.ok()) return checked.status().WithContext("model");
   return spec;
+}
+
+std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer) {
+  const std::uint64_t state_floats = optimizer == "adam" ? 2 : 1;
+  return params * (2 + state_floats) * sizeof(float);
+}
+
+Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
+                               std::string_view why) {
+  char bytes[32];
+  const double b = static_cast<double>(TrainingStateBytes(params, optimizer));
+  if (b >= 1e9) {
+    std::snprintf(bytes, sizeof(bytes), "%.1f GB", b / 1e9);
+  } else {
+    std::snprintf(bytes, sizeof(bytes), "%.1f MB", b / 1e6);
+  }
+  return InvalidArgument("model.layers: " + Grouped(params) + " parameters need " + bytes +
+                         " for weights, gradients and optimizer state (" + std::string(optimizer) +
+                         "); " + std::string(why));
+}
+
+Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
+                              std::uint64_t memory_bytes) {
+  if (memory_bytes == 0 || TrainingStateBytes(params, optimizer) <= memory_bytes) {
+    return Status::Ok();
+  }
+  char memory[32];
+  std::snprintf(memory, sizeof(memory), "%.1f GB", static_cast<double>(memory_bytes) / 1e9);
+  return TrainingStateDoesNotFit(params, optimizer,
+                                 std::string("this process may use ") + memory + " in all");
+}
+
+std::uint64_t MemoryLimitBytes() {
+  std::uint64_t limit = 0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) limit = static_cast<std::uint64_t>(pages) * page;
+  // cgroup v2, then v1 ("max" or an absurd v1 value: no limit).
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    std::uint64_t cgroup = 0;
+    if (in >> cgroup && cgroup > 0 && (limit == 0 || cgroup < limit)) {
+      limit = cgroup;
+      break;
+    }
+  }
+  return limit;
 }
 
 bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec) {

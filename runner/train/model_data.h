@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 #include "runner/data/dataset_spec.h"
@@ -61,6 +62,25 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
 // InvalidArgument naming the layer that does not fit) and its task (softmax_cross_entropy for
 // classes, mse for regression).
 StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const DataShape& shape);
+
+// The bytes a CPU rank's training state takes: weights, gradients and the optimizer's state
+// (adam: two moments, sgd: a momentum buffer), one float each. Activations are not counted.
+std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer);
+
+// A model whose training state cannot be held: InvalidArgument, permanent (a restarted pod gets
+// the same memory), naming the parameters and the bytes: "model.layers: 4,347,133,962 parameters
+// need 69.6 GB for weights, gradients and optimizer state (adam); <why>".
+Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
+                               std::string_view why);
+
+// Refuses, before anything is allocated, a training state larger than `memory_bytes` (this
+// process's memory, MemoryLimitBytes; 0 = unknown: nothing is refused).
+Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
+                              std::uint64_t memory_bytes);
+
+// The memory this process may use: the smaller of the machine's and its cgroup's limit (a pod's
+// resources.limits.memory); 0 when neither is known.
+std::uint64_t MemoryLimitBytes();
 
 // Whether `spec` is the preset config.model.name for data of `shape` (same architecture and
 // initialisation): what old checkpoints, which record no architecture, may resume.

@@ -50,6 +50,7 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
       api::DataShape shape;
       shape.input = model::Shape{1, ds.rows, ds.cols};
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
+      shape.task = model::Task::kClassification;
       RETURN_IF_ERROR(data::ValidateForModel(ds, ds.rows, ds.cols, shape.outputs));
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, ds));
       return LocalDataShape{shape, spec.train + " (IDX)"};
@@ -100,6 +101,8 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
   api::DataShape shape;
   shape.input = model::InputShapeOf(table.shape, table.features);
   shape.outputs = table.task.classification() ? table.task.classes : table.task.targets;
+  shape.task =
+      table.task.classification() ? model::Task::kClassification : model::Task::kRegression;
   return LocalDataShape{shape, table.path + " (" + std::to_string(table.n) + " samples)"};
 }
 

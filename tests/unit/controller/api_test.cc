@@ -646,6 +646,16 @@ TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {
                                         "sample but the dataset has 13 features"),
             std::string::npos)
       << job.status().message();
+  // The declared task against the loss, as every rank would refuse it.
+  const std::string mse =
+      "  train:\n    model:\n      layers: [{dense: {units: 3}}]\n      loss: mse\n" +
+      std::string(kWineDataset);
+  job = ParseManifestYaml(WithSpec(mse), "w.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.status().message().find("w.yaml: spec.train.model.loss: mse does not fit a "
+                                        "classification dataset"),
+            std::string::npos)
+      << job.status().message();
 }
 
 }  // namespace

@@ -82,6 +82,61 @@ TEST_F(LocalDatasetTest, AListThatDoesNotFitTheFilesIsRefusedNamingTheLayer) {
       << summary.status().message();
 }
 
+// The loss against the dataset's task, as the runner checks it (train::ResolveModelSpec), and
+// before the units: the units are then worded from the task.
+TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt) {
+  std::ofstream(dir_ / "regression.csv") << "a,b,c,d,target\n"
+                                            "1,2,3,4,0.5\n"
+                                            "2,3,4,5,1.5\n";
+  const std::string regression = (dir_ / "regression.csv").string();
+  struct Case {
+    std::string train_lines;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"    model:\n      layers: [{dense: {units: 3}}]\n      loss: mse\n"
+       "    dataset: {format: csv, train: " +
+           Csv() + ", test: " + Csv() + ", label: target}\n",
+       "spec.train.model.loss: mse does not fit a classification dataset (use "
+       "\"softmax_cross_entropy\")"},
+      {"    model:\n      layers: [{dense: {units: 1}}]\n      loss: mse\n"
+       "    dataset: {format: csv, train: " +
+           Csv() + ", test: " + Csv() + ", label: target, task: classification}\n",
+       "spec.train.model.loss: mse does not fit a classification dataset"},
+      {"    model:\n      layers: [{dense: {units: 2}}]\n"
+       "    dataset: {format: csv, train: " +
+           regression + ", test: " + regression + ", label: target, task: regression}\n",
+       "spec.train.model.loss: softmax_cross_entropy does not fit a regression dataset (use "
+       "\"mse\")"},
+      {"    model:\n      layers: [{dense: {units: 2}}]\n      loss: mse\n"
+       "    dataset: {format: csv, train: " +
+           regression + ", test: " + regression + ", label: target, task: regression}\n",
+       "spec.train.model.layers[0] dense: output 2 units but the dataset has 1 target values"},
+      {"    model: mlp\n    dataset: {format: csv, train: " + regression + ", test: " + regression +
+           ", label: target, task: regression}\n",
+       "spec.train.model: the preset mlp classifies, and the dataset is a regression one"},
+  };
+  for (const Case& c : cases) {
+    api::TrainingJob job = Job(c.train_lines);
+    auto summary = CheckModelLocally(&job.spec.train);
+    ASSERT_FALSE(summary.ok()) << c.train_lines;
+    EXPECT_NE(summary.status().message().find(c.want), std::string::npos)
+        << summary.status().message();
+  }
+  // Fashion-MNIST's IDX files: classes, whatever the units.
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 10);
+  api::TrainingJob job =
+      Job("    model:\n      layers: [flatten, {dense: {units: 10}}]\n      loss: mse\n"
+          "    dataset: {format: idx, train: " +
+          dir_.string() + "}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(
+                "spec.train.model.loss: mse does not fit a classification dataset"),
+            std::string::npos)
+      << summary.status().message();
+}
+
 TEST_F(LocalDatasetTest, AbsentFilesFallBackToTheDeclaredShape) {
   const std::string missing = (dir_ / "elsewhere.csv").string();
   api::TrainingJob job =

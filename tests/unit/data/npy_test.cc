@@ -181,5 +181,15 @@ TEST_F(NpyTest, LoadNpyChecksTheTestSplitAndStandardises) {
             std::string::npos);
 }
 
+// As many values per sample in another layout: the error names both shapes, not the (equal)
+// feature counts.
+TEST_F(NpyTest, ATestSplitOfAnotherSampleShapeNamesBothShapes) {
+  const auto x = Write("x.npy", Npy("<f4", "(2, 2, 2)", Bytes<float>({1, 2, 3, 4, 5, 6, 7, 8})));
+  const auto x_test = Write("xt.npy", Npy("<f4", "(1, 4)", Bytes<float>({1, 2, 3, 4})));
+  const auto y_test = Write("yt.npy", Npy("|u1", "(1,)", std::string("\x01", 1)));
+  EXPECT_EQ(Error(LoadNpy({x, Labels()}, {x_test, y_test}, NpyOptions{})),
+            x_test + ": samples of shape (4,), the training set (" + x + ") has (2, 2)");
+}
+
 }  // namespace
 }  // namespace ringtrain::data

@@ -164,29 +164,58 @@ TEST_F(ModelSpecTest, ShapeInferenceForKerasStyleCnn) {
   EXPECT_EQ(MustCreate(spec, 2)->params().size(), total);
 }
 
+constexpr Task kClasses = Task::kClassification;
+
 TEST_F(ModelSpecTest, DatasetCheckNamesTheLayerThatDoesNotFit) {
   const ModelSpec spec = MustParse(R"({"input": [1, 28, 28], "layers": [
       "flatten", {"dense": {"units": 64}}, "relu", {"dense": {"units": 12}}, "softmax"]})");
-  EXPECT_TRUE(CheckAgainstDataset(spec, Shape{1, 28, 28}, 12).ok());
-  EXPECT_TRUE(CheckAgainstDataset(spec, Shape{784, 1, 1}, 12).ok());  // flat CSV rows fit too
-  auto classes = CheckAgainstDataset(spec, Shape{1, 28, 28}, 10);
+  EXPECT_TRUE(CheckAgainstDataset(spec, Shape{1, 28, 28}, kClasses, 12).ok());
+  EXPECT_TRUE(
+      CheckAgainstDataset(spec, Shape{784, 1, 1}, kClasses, 12).ok());  // flat CSV rows fit too
+  auto classes = CheckAgainstDataset(spec, Shape{1, 28, 28}, kClasses, 10);
   ASSERT_FALSE(classes.ok());
   EXPECT_EQ(classes.status().message(),
             "layers[3] dense: output 12 units but the dataset has 10 classes");
-  auto input = CheckAgainstDataset(spec, Shape{3, 32, 32}, 12);
+  auto input = CheckAgainstDataset(spec, Shape{3, 32, 32}, kClasses, 12);
   ASSERT_FALSE(input.ok());
   EXPECT_EQ(input.status().message(),
             "input: the model takes 1x28x28 per sample but the dataset has 3x32x32");
   ModelSpec regression = MustParse(R"({"input": [13], "layers": [
       {"dense": {"units": 8}}, "tanh", {"dense": {"units": 2}}], "loss": "mse"})");
-  auto targets = CheckAgainstDataset(regression, Shape{13, 1, 1}, 1);
+  auto targets = CheckAgainstDataset(regression, Shape{13, 1, 1}, Task::kRegression, 1);
   ASSERT_FALSE(targets.ok());
   EXPECT_EQ(targets.status().message(),
             "layers[2] dense: output 2 units but the dataset has 1 target values");
   ModelSpec image_out = MustParse(R"({"input": [1, 8, 8], "layers": ["relu"]})");
-  auto flat = CheckAgainstDataset(image_out, Shape{1, 8, 8}, 10);
+  auto flat = CheckAgainstDataset(image_out, Shape{1, 8, 8}, kClasses, 10);
   ASSERT_FALSE(flat.ok());
   EXPECT_THAT(flat.status().message(), HasSubstr("layers[0] relu: output is 1x8x8"));
+}
+
+// The loss must fit the dataset's task, and is checked first: a units mismatch is then worded
+// from the task ("classes" or "target values"), never from a loss that does not fit it.
+TEST_F(ModelSpecTest, DatasetCheckRefusesALossThatDoesNotFitTheTaskFirst) {
+  for (const int units : {10, 1}) {
+    const ModelSpec mse = MustParse(R"({"input": [1, 28, 28], "layers": ["flatten", {"dense": {)"
+                                    R"("units": )" +
+                                    std::to_string(units) + R"(}}], "loss": "mse"})");
+    auto refused = CheckAgainstDataset(mse, Shape{1, 28, 28}, kClasses, 10);
+    ASSERT_FALSE(refused.ok()) << units;
+    EXPECT_EQ(refused.status().message(),
+              "loss: mse does not fit a classification dataset (use \"softmax_cross_entropy\")");
+    EXPECT_TRUE(CheckAgainstDataset(mse, Shape{1, 28, 28}, Task::kRegression, units).ok());
+  }
+  const ModelSpec classifier = MustParse(R"({"input": [13], "layers": [{"dense": {"units": 2}}]})");
+  auto refused = CheckAgainstDataset(classifier, Shape{13, 1, 1}, Task::kRegression, 1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(),
+            "loss: softmax_cross_entropy does not fit a regression dataset (use \"mse\")");
+  // Before the input too: the first thing to fix is the loss.
+  refused = CheckAgainstDataset(classifier, Shape{7, 1, 1}, Task::kRegression, 2);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), HasSubstr("loss: softmax_cross_entropy"));
+  EXPECT_EQ(NameOf(Task::kClassification), "classification");
+  EXPECT_EQ(NameOf(Task::kRegression), "regression");
 }
 
 // ---- canonical architecture ----

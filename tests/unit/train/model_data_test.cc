@@ -158,5 +158,33 @@ TEST_F(ModelDataTest, IdxImagesKeepTheirShapeAndTheDeclaredOneIsChecked) {
       << loaded.status().message();
 }
 
+// [flatten, dense 65536, dense 65536, dense 10] passes every shape check and needs 4.3 billion
+// parameters: refused naming them and their bytes, as a permanent error, before any allocation.
+TEST(TrainingState, AModelLargerThanTheMemoryIsAPermanentErrorNamingItsSize) {
+  auto spec = model::ParseModelSpec(
+      R"({"input": [1, 28, 28], "layers": ["flatten", {"dense": {"units": 65536}},
+          {"dense": {"units": 65536}}, {"dense": {"units": 10}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto report = model::InferShapes(*spec);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->params, 4'347'133'962u);
+  EXPECT_EQ(TrainingStateBytes(report->params, "adam"), 4'347'133'962u * 16);
+  EXPECT_EQ(TrainingStateBytes(report->params, "sgd"), 4'347'133'962u * 12);
+  const Status st = CheckTrainingStateFits(report->params, "adam", std::uint64_t{16} << 30);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "model.layers: 4,347,133,962 parameters need 69.6 GB for weights, gradients and "
+            "optimizer state (adam); this process may use 17.2 GB in all");
+  const int code = ExitCodeFor(st);
+  EXPECT_TRUE(code >= 1 && code <= 127) << code;
+  // What fits, or an unknown memory, passes.
+  EXPECT_TRUE(CheckTrainingStateFits(1'000'000, "adam", std::uint64_t{16} << 30).ok());
+  EXPECT_TRUE(CheckTrainingStateFits(report->params, "adam", 0).ok());
+  EXPECT_EQ(TrainingStateDoesNotFit(52'101'130, "sgd", "the allocation failed").message(),
+            "model.layers: 52,101,130 parameters need 625.2 MB for weights, gradients and "
+            "optimizer state (sgd); the allocation failed");
+  EXPECT_GT(MemoryLimitBytes(), 0u);  // /proc and sysconf on every Linux
+}
+
 }  // namespace
 }  // namespace ringtrain::train

@@ -7,9 +7,13 @@
 #include "runner/train/training_loop.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
@@ -20,6 +24,7 @@
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/memory_store.h"
+#include "runner/train/cpu_engine.h"
 #include "tests/fakes/fake_clock.h"
 
 namespace ringtrain::train {
@@ -385,6 +390,51 @@ TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
   }
   EXPECT_GT(cpu.at("ringtrain_loss"), 0);
   EXPECT_EQ(r->steps, 8);
+}
+
+// The CPU engine's allocation failing is a permanent error naming the model's size, not a
+// std::bad_alloc that ends the rank with SIGABRT (exit 134: retried up to backoffLimit). The
+// child runs under an address-space limit, so nothing is really allocated.
+TEST(CpuEngineDeathTest, AFailedAllocationIsAPermanentErrorNamingTheModelsSize) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers' allocators do not throw std::bad_alloc under RLIMIT_AS";
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  GTEST_SKIP() << "the sanitizers' allocators do not throw std::bad_alloc under RLIMIT_AS";
+#endif
+#endif
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  data::Dataset ds;
+  ds.count = 16;
+  ds.rows = 28;
+  ds.cols = 28;
+  ds.images.assign(ds.count * 28 * 28, 7);
+  ds.labels.assign(ds.count, 3);
+  // 784 x 65536 + 65536 x 10 weights and their biases: 52,101,130 parameters, 208 MB of weights.
+  auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": ["flatten",
+      {"dense": {"units": 65536}}, {"dense": {"units": 10}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainConfig config = LoopConfig();
+  config.model_spec = *spec;
+  // Exits 0 when the engine refuses the model with InvalidArgument, printing the error.
+  const auto create_under_limit = [&] {
+    SoloComm comm;
+    EngineDeps deps;
+    deps.comm = &comm;
+    deps.train = &ds;
+    // What is mapped now and 64 MiB more: the weights' 208 MB cannot be.
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const auto limit = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (64 << 20);
+    const rlimit as{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) std::_Exit(2);
+    auto engine = CpuEngine::Create(config, deps);
+    std::fprintf(stderr, "%s\n", engine.ok() ? "created" : engine.status().ToString().c_str());
+    std::_Exit(!engine.ok() && engine.status().code() == StatusCode::kInvalidArgument ? 0 : 1);
+  };
+  EXPECT_EXIT(create_under_limit(), ::testing::ExitedWithCode(0),
+              "INVALID_ARGUMENT: model.layers: 52,101,130 parameters need 833.6 MB for weights, "
+              "gradients and optimizer state .adam.; the allocation failed");
 }
 
 }  // namespace
