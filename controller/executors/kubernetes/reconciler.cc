@@ -174,13 +174,21 @@ StatusOr<ReconcileResult> Reconciler::HandleGone(const std::string& ns, const st
   const std::string key = JobKey(ns, name);
   if (metrics_ != nullptr) metrics_->SetJobPhase(key, "");
   bool known = false;
+  bool children_deleted = false;
   {
     std::lock_guard<std::mutex> lock(memory_mu_);
-    known = memory_.count(key) > 0;
+    auto it = memory_.find(key);
+    known = it != memory_.end();
+    children_deleted = known && it->second.children_deleted;
   }
-  if (!options_.delete_children || (pods.empty() && !known)) {
+  if (!options_.delete_children || (pods.empty() && (!known || children_deleted))) {
     ForgetMemory(key);
     expectations_.Clear(key);
+    return ReconcileResult{};
+  }
+  // Deleted on an earlier pass: each terminating pod's updates end here, not in another round
+  // of deletes (and another "is gone" line).
+  if (children_deleted && std::all_of(pods.begin(), pods.end(), Deleting)) {
     return ReconcileResult{};
   }
   // The cache may lag behind a job created a moment ago: only the API's word deletes pods.
@@ -189,7 +197,9 @@ StatusOr<ReconcileResult> Reconciler::HandleGone(const std::string& ns, const st
   if (live.status().code() != StatusCode::kNotFound) return live.status();
   spdlog::info("job {} is gone: deleting its {} pods, Service and Secret", key, pods.size());
   RETURN_IF_ERROR(DeleteChildren(ns, name, pods));
-  ForgetMemory(key);
+  JobMemory& memory = Memory(key);
+  memory = JobMemory{};
+  memory.children_deleted = true;
   return ReconcileResult{};
 }
 

@@ -84,6 +84,9 @@ class Reconciler {
   // only sharpens decisions the cache alone could also make.
   struct JobMemory {
     std::string uid;
+    // The job is gone and its children were deleted (HandleGone): its pods that still terminate
+    // need nothing more, until the last one vanishes and the memory with it.
+    bool children_deleted = false;
     bool children_ready = false;
     reconcile::PlanMemory plan;  // the planner's (vanished pods, the create-retry gate)
     SteadyTime last_poll{};

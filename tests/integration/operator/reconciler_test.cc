@@ -642,6 +642,40 @@ TEST_F(ReconcilerTest, AnInvalidTtlDeletesNothing) {
   EXPECT_EQ(Status()["phase"], "Succeeded");
 }
 
+// A running job deleted: its children are deleted once. The pods then terminate for a while
+// (30 s of grace on a real cluster), and each of their updates reconciles the key again: those
+// passes delete nothing more (the real cluster logged "is gone: deleting its 2 pods" 6 times and
+// sent as many rounds of deletes). Once the last pod vanishes, the key is forgotten.
+TEST_F(ReconcilerTest, AGoneJobsChildrenAreDeletedOnceWhileItsPodsTerminate) {
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_TRUE(client_.Delete(kube::kTrainingJobs, "default", "mnist", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_EQ(cache_.pods.size(), 2u);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 2);
+  EXPECT_EQ(client_.CountWrites("delete", "services"), 1);
+  EXPECT_EQ(client_.CountWrites("delete", "secrets"), 1);
+  // The pods as the cache still has them: terminating.
+  for (auto& pod : cache_.pods) pod["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z";
+  // Any call now would fail the pass: none is made.
+  client_.FailNext("delete", "services", Unavailable("the API server is away"), 1);
+  client_.FailNext("delete", "secrets", Unavailable("the API server is away"), 1);
+  for (int i = 0; i < 3; ++i) {
+    auto again = reconciler_->Reconcile("default", "mnist");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    EXPECT_FALSE(again->requeue_after.has_value());
+  }
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 2);
+  // The last pod gone: nothing is done, and a job created again under the name starts afresh.
+  cache_.pods.clear();
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  CreateJob(Job(2));
+  auto fresh = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 4);
+}
+
 // A job deleted and created again under its name: the Secret and Service the first one left
 // still name it as their owner, and the garbage collector would delete them under the new one.
 // They are deleted (that object only) and created again for the new job.
