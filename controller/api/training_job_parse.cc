@@ -306,6 +306,24 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
 
 Status ParseMetadata(const json& j, ObjectMeta* m) {
   if (!j.is_object()) return InvalidArgument("metadata: must be an object");
+  // What a manifest may get wrong is named, as the API server would (it never sends these).
+  for (const char* key : {"name", "namespace"}) {
+    if (auto it = j.find(key); it != j.end() && !it->is_null() && !it->is_string()) {
+      return InvalidArgument(std::string("metadata.") + key + ": must be a string, got " +
+                             JsonTypeName(*it));
+    }
+  }
+  if (auto it = j.find("labels"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) {
+      return InvalidArgument("metadata.labels: must be an object, got " + JsonTypeName(*it));
+    }
+    for (auto l = it->begin(); l != it->end(); ++l) {
+      if (!l->is_string()) {
+        return InvalidArgument("metadata.labels." + l.key() + ": must be a string, got " +
+                               JsonTypeName(*l));
+      }
+    }
+  }
   m->name = StringField(j, "name", m->name);
   m->ns = StringField(j, "namespace", m->ns);
   m->uid = StringField(j, "uid", m->uid);
@@ -320,6 +338,17 @@ Status ParseMetadata(const json& j, ObjectMeta* m) {
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
   if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
     return InvalidArgument("metadata.name: " + problem);
+  }
+  // A namespace is a DNS-1123 label (the API server refuses any other).
+  if (!m->ns.empty()) {
+    const std::string& ns = m->ns;
+    const auto alnum = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+    if (ns.size() > 63 || !alnum(ns.front()) || !alnum(ns.back()) ||
+        !std::all_of(ns.begin(), ns.end(), [&](char c) { return alnum(c) || c == '-'; })) {
+      return InvalidArgument("metadata.namespace: \"" + ns.substr(0, 80) +
+                             "\" is not a DNS-1123 label (at most 63 lower case letters, digits "
+                             "and '-', starting and ending with a letter or digit)");
+    }
   }
   return Status::Ok();
 }

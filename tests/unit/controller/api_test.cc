@@ -249,6 +249,38 @@ TEST(Manifest, NamesTheServiceCannotTakeAreRefusedWithTheReason) {
   EXPECT_EQ(JobNameProblem("lives9"), "");
 }
 
+// The metadata a manifest gets wrong is named with what is wrong (a number for the name read as
+// "required" before; a bad namespace or label was dropped or taken).
+TEST(Manifest, MetadataOfTheWrongTypeOrShapeIsNamed) {
+  auto with_metadata = [](const std::string& metadata) {
+    return ParseManifestYaml("apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: " +
+                                 metadata + "\nspec: {replicas: 1}\n",
+                             "m.yaml");
+  };
+  const std::pair<const char*, const char*> cases[] = {
+      {"{name: 123}", "m.yaml: metadata.name: must be a string, got an integer"},
+      {"{name: [a]}", "m.yaml: metadata.name: must be a string, got a list"},
+      {"{name: j, namespace: 7}", "m.yaml: metadata.namespace: must be a string, got an integer"},
+      {"{name: j, namespace: Bad_NS}",
+       "m.yaml: metadata.namespace: \"Bad_NS\" is not a DNS-1123 label"},
+      {"{name: j, namespace: -ml}", "metadata.namespace: \"-ml\" is not a DNS-1123 label"},
+      {"{name: j, labels: [a]}", "m.yaml: metadata.labels: must be an object, got a list"},
+      {"{name: j, labels: {team: 5}}",
+       "m.yaml: metadata.labels.team: must be a string, got an integer"},
+  };
+  for (const auto& [metadata, want] : cases) {
+    auto job = with_metadata(metadata);
+    ASSERT_FALSE(job.ok()) << metadata;
+    EXPECT_NE(job.status().message().find(want), std::string::npos)
+        << metadata << " -> " << job.status().message();
+  }
+  auto ok = with_metadata("{name: j, namespace: ml-team-2, labels: {team: a}}");
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->metadata.ns, "ml-team-2");
+  EXPECT_TRUE(with_metadata("{name: j, namespace: " + std::string(63, 'a') + "}").ok());
+  EXPECT_FALSE(with_metadata("{name: j, namespace: " + std::string(64, 'a') + "}").ok());
+}
+
 TEST(Manifest, CheckpointVolumesAndResourcesParse) {
   auto job = ParseManifestYaml(WithSpec("  checkpoint:\n    volumeClaim: {storageClassName: fast}\n"
                                         "  resources:\n    requests: {cpu: 2, memory: 3Gi}\n"
