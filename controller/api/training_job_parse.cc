@@ -238,31 +238,67 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
   return f.NoUnknown();
 }
 
-// What the API server would refuse of spec.template's containers, said here with the field's
-// path so `ringtrain run` (which has no API server) refuses it too: an env value that is not a
-// string (`value: 3` in YAML is a number; a local rank would have run with "" instead).
+// What the API server would refuse of spec.template's containers when the operator creates the
+// pods, said here with the field's path so `ringtrain validate` and `ringtrain run` (which has no
+// API server) refuse it too: a pod spec, a container list, a container or an env entry of the
+// wrong shape (a `containers:` mapping for a list, a missing `-`, was ignored by `ringtrain run`
+// and its env with it), a container or env entry without a name, a workingDir, command or args
+// of the wrong type, and an env value that is not a string (`value: 3` in YAML is a number; a
+// local rank would have run with "" instead).
 Status CheckTemplateEnv(const json& tmpl) {
   const auto pod = tmpl.find("spec");
-  if (pod == tmpl.end() || !pod->is_object()) return Status::Ok();
+  if (pod == tmpl.end() || pod->is_null()) return Status::Ok();
+  if (!pod->is_object()) {
+    return InvalidArgument("spec.template.spec: must be an object, got " + JsonTypeName(*pod));
+  }
   for (const char* list : {"initContainers", "containers"}) {
     const auto containers = pod->find(list);
-    if (containers == pod->end() || !containers->is_array()) continue;
+    if (containers == pod->end() || containers->is_null()) continue;
+    const std::string path = "spec.template.spec." + std::string(list);
+    if (!containers->is_array()) {
+      return InvalidArgument(path + ": must be a list, got " + JsonTypeName(*containers) +
+                             " (each container is a '- name: ...' item)");
+    }
     for (std::size_t i = 0; i < containers->size(); ++i) {
       const json& c = (*containers)[i];
-      if (!c.is_object()) continue;
-      const auto env = c.find("env");
-      if (env == c.end() || !env->is_array()) continue;
+      const std::string at = path + "[" + std::to_string(i) + "]";
+      if (!c.is_object()) {
+        return InvalidArgument(at + ": must be an object, got " + JsonTypeName(c));
+      }
       const auto name = c.find("name");
-      const std::string which = name != c.end() && name->is_string() && !name->empty()
-                                    ? name->get<std::string>()
-                                    : std::to_string(i);
+      if (name == c.end() || !name->is_string() || name->empty()) {
+        return InvalidArgument(at + ".name: required, a non-empty string");
+      }
+      const std::string which = path + "[" + name->get<std::string>() + "]";
+      if (auto wd = c.find("workingDir"); wd != c.end() && !wd->is_null() && !wd->is_string()) {
+        return InvalidArgument(which + ".workingDir: must be a string, got " + JsonTypeName(*wd));
+      }
+      for (const char* strings : {"command", "args"}) {
+        const auto v = c.find(strings);
+        if (v == c.end() || v->is_null()) continue;
+        if (!v->is_array() ||
+            !std::all_of(v->begin(), v->end(), [](const json& a) { return a.is_string(); })) {
+          return InvalidArgument(which + "." + strings + ": must be a list of strings");
+        }
+      }
+      const auto env = c.find("env");
+      if (env == c.end() || env->is_null()) continue;
+      if (!env->is_array()) {
+        return InvalidArgument(which + ".env: must be a list, got " + JsonTypeName(*env));
+      }
       for (std::size_t k = 0; k < env->size(); ++k) {
         const json& e = (*env)[k];
-        if (!e.is_object()) continue;
+        const std::string entry = which + ".env[" + std::to_string(k) + "]";
+        if (!e.is_object()) {
+          return InvalidArgument(entry + ": must be an object, got " + JsonTypeName(e));
+        }
+        const auto env_name = e.find("name");
+        if (env_name == e.end() || !env_name->is_string() || env_name->empty()) {
+          return InvalidArgument(entry + ".name: required, a non-empty string");
+        }
         const auto value = e.find("value");
         if (value == e.end() || value->is_string() || value->is_null()) continue;
-        return InvalidArgument("spec.template.spec." + std::string(list) + "[" + which + "].env[" +
-                               std::to_string(k) + "].value: must be a string (quote it), got " +
+        return InvalidArgument(entry + ".value: must be a string (quote it), got " +
                                JsonTypeName(*value) + " " + QuoteJson(*value));
       }
     }

@@ -120,10 +120,34 @@ INSTANTIATE_TEST_SUITE_P(
                 "          env: [{name: A, value: a}, {name: N, value: 3}]\n",
                 "spec.template.spec.containers[runner].env[1].value: must be a string (quote "
                 "it), got an integer 3"},
-        BadCase{
-            "  template:\n    spec:\n      containers:\n        - env: [{name: T, value: true}]\n",
-            "spec.template.spec.containers[0].env[0].value: must be a string (quote it), got "
-            "a boolean true"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: sidecar\n"
+                "          env: [{name: T, value: true}]\n",
+                "spec.template.spec.containers[sidecar].env[0].value: must be a string (quote "
+                "it), got a boolean true"},
+        // The shape the API server would refuse at the pods' creation.
+        BadCase{"  template:\n    spec:\n      containers:\n        - env: [{name: T, value: a}]\n",
+                "spec.template.spec.containers[0].name: required, a non-empty string"},
+        BadCase{"  template:\n    spec:\n      containers: {name: runner, env: [{name: X, "
+                "value: a}]}\n",
+                "spec.template.spec.containers: must be a list, got an object (each container "
+                "is a '- name: ...' item)"},
+        BadCase{"  template: {spec: 5}\n", "spec.template.spec: must be an object, got an integer"},
+        BadCase{"  template:\n    spec:\n      containers: [runner]\n",
+                "spec.template.spec.containers[0]: must be an object, got a string"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          env: {X: 1}\n",
+                "spec.template.spec.containers[runner].env: must be a list, got an object"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          env: [{value: a}]\n",
+                "spec.template.spec.containers[runner].env[0].name: required, a non-empty "
+                "string"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          workingDir: 5\n",
+                "spec.template.spec.containers[runner].workingDir: must be a string, got an "
+                "integer"},
+        BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
+                "          args: --lr\n",
+                "spec.template.spec.containers[runner].args: must be a list of strings"},
         BadCase{"  template:\n    spec:\n      initContainers:\n        - name: fetch\n"
                 "          env: [{name: N, value: {a: 1}}]\n",
                 "spec.template.spec.initContainers[fetch].env[0].value: must be a string"}));

@@ -26,6 +26,23 @@ api::TrainingJob ParseJob(const std::string& name, const std::string& ns, Json s
   return job.ok() ? *job : api::TrainingJob{};
 }
 
+// A job with a template the parser refuses (spec.template's shape: api::ParseJobJson), as the
+// builder would meet it if one got past: the builder's own defence.
+api::TrainingJob WithUncheckedTemplate(const std::string& name, Json spec, const Json& tmpl) {
+  Json checked = spec;
+  checked["template"] = tmpl;
+  EXPECT_FALSE(api::ParseJobJson(Json{{"apiVersion", "ringtrain.dev/v1alpha1"},
+                                      {"kind", "TrainingJob"},
+                                      {"metadata", {{"name", name}, {"namespace", "default"}}},
+                                      {"spec", checked}}
+                                     .dump())
+                   .ok())
+      << "the parser takes " << tmpl.dump();
+  api::TrainingJob job = ParseJob(name, "default", std::move(spec));
+  job.spec.pod_template_json = tmpl.dump();
+  return job;
+}
+
 // A TrainingJob named mnist in default, as the API server stores it.
 Json Job(int replicas, Json extra = Json::object()) {
   Json j = {{"apiVersion", "ringtrain.dev/v1alpha1"},
@@ -53,9 +70,9 @@ TEST(PodBuilderTest, WrongTypedTemplateFieldsNeverThrow) {
     for (int gpus : {0, 2}) {
       Json tmpl_spec = {{"containers", Json::array({runner, "sidecar"})}, {"volumes", "none"}};
       Json tmpl = {{"metadata", {{"labels", "x"}, {"annotations", 3}}}, {"spec", tmpl_spec}};
-      Json spec = {{"replicas", 2}, {"gpusPerReplica", gpus}, {"template", tmpl}};
+      Json spec = {{"replicas", 2}, {"gpusPerReplica", gpus}};
       if (gpus > 0) spec["backend"] = "nccl";
-      api::TrainingJob job = ParseJob("hostile", "default", spec);
+      api::TrainingJob job = WithUncheckedTemplate("hostile", spec, tmpl);
       Json pod;
       ASSERT_NO_THROW(pod = BuildPod(job, 0, 1, PodOptions{})) << runner.dump();
       const Json& c = pod["spec"]["containers"][0];
@@ -268,13 +285,12 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
               {"volumeMounts", {{{"name", "mine"}, {"mountPath", "/ckpt"}}}}}}}}}}}});
   EXPECT_FALSE(CheckpointsAreEphemeral(pvc.spec));
 
-  // A template of the wrong shape never throws out of the builder: the API server refuses it.
+  // A template of the wrong shape never throws out of the builder (the parser refuses it first).
   Json odd_runner = {{"name", "runner"}, {"volumeMounts", Json::array({"x"})}};
   Json odd_spec = {{"securityContext", {{"runAsUser", "0"}}},
                    {"volumes", "none"},
                    {"containers", Json::array({odd_runner, "junk"})}};
-  api::TrainingJob odd =
-      ParseJob("odd", "default", {{"replicas", 1}, {"template", {{"spec", odd_spec}}}});
+  api::TrainingJob odd = WithUncheckedTemplate("odd", {{"replicas", 1}}, {{"spec", odd_spec}});
   EXPECT_NO_THROW(BuildPod(odd, 0, 0, PodOptions{}));
 }
 
