@@ -132,6 +132,10 @@ int Validate(const std::vector<std::string>& args) {
   // Valid for a cluster; only this machine's `ringtrain run` cannot do it.
   if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
     std::printf("note: `ringtrain run` will refuse this job: %s\n", local.message().c_str());
+  } else if (auto container = executors::LocalContainerForRun(job->spec); !container.ok()) {
+    // The template's runner container as local ranks would get it (a Secret, a ConfigMap).
+    std::printf("note: `ringtrain run` will refuse this job: %s\n",
+                container.status().message().c_str());
   }
   if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
     // The operator reads the job from the API server and never the dataset.

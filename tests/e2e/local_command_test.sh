@@ -163,6 +163,11 @@ run secret
 expect "secret: refused (exit code)" "$RC" 1
 console_has secret "env[0] (API_KEY): valueFrom.secretKeyRef (secret \"creds\", key \"api\") is not available under \`ringtrain run\`"
 [ ! -e "$WORK/secret/secret-a0-0.log" ] || fail "secret: a rank started"
+# validate: valid for a cluster, with a note that ringtrain run will refuse it (unless exported).
+"$BIN/ringtrain" validate "$WORK/secret.yaml" >"$WORK/secret-validate.out" 2>&1 && RC=0 || RC=$?
+expect "secret: validate exit code" "$RC" 0
+grep -qF "note: \`ringtrain run\` will refuse this job:" "$WORK/secret-validate.out" ||
+  fail "secret: validate has no note: $(cat "$WORK/secret-validate.out")"
 run secret API_KEY=s3cret
 expect "secret: exported (exit code: $(tail -n 3 "$WORK/secret.out"))" "$RC" 0
 console_has secret "using API_KEY from ringtrain's environment"
