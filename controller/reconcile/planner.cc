@@ -336,12 +336,15 @@ class Planner {
       st().progress->loss = p.loss;
       st().progress->epoch = p.epoch;
     }
-    // The last evaluation stays until the next one (a restarted gang has not evaluated yet).
-    // An accuracy to a millionth: it is a float's ratio of correct answers over the test set.
-    if (p.test_accuracy >= 0) {
-      st().progress->test_accuracy = std::round(p.test_accuracy * 1e6) / 1e6;
+    // The last evaluation stays until the next one (a restarted gang has not evaluated yet),
+    // which replaces it whole: a model of the other kind (an edit changed the task) leaves no
+    // figure of the first behind. An accuracy to a millionth: it is a float's ratio of correct
+    // answers over the test set.
+    if (p.test_accuracy >= 0 || p.test_mse >= 0) {
+      st().progress->test_accuracy =
+          p.test_accuracy >= 0 ? std::round(p.test_accuracy * 1e6) / 1e6 : -1;
+      st().progress->test_mse = p.test_mse;
     }
-    if (p.test_mse >= 0) st().progress->test_mse = p.test_mse;
   }
 
   // A change of the world (replicas, gpusPerReplica) on a running gang: a new attempt at the new
@@ -986,11 +989,26 @@ Plan Planner::Run() {
     Requeue(deadline);
   }
 
+  // One replica (pod or process) per node of the gang, not per rank.
+  const int pods = spec_.replicas;
+  // A replica of the attempt that failed permanently beyond the gang's new size (an edit shrank
+  // it, with the survivors waiting in place): the failure is read over the whole attempt, or
+  // its pod would go as a replica outside the gang and an uncounted Resized restart would stand
+  // in for it once it is gone.
+  if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [&](const ObservedReplica& r) {
+        return r.attempt == st().attempt && r.rank >= pods && r.phase == ReplicaPhase::kFailed &&
+               !IsRetryable(r);
+      })) {
+    std::vector<const ObservedReplica*> attempt;
+    for (const auto& r : in_.replicas) {
+      if (r.attempt == st().attempt && r.rank >= 0) attempt.push_back(&r);
+    }
+    CountReplicas(attempt);
+    if (HandleFailure(attempt)) return std::move(plan_);
+  }
   // Replicas of earlier attempts must be gone before the new gang starts: a restarted gang
   // never meets a stale one.
   if (HandleResize()) return std::move(plan_);
-  // One replica (pod or process) per node of the gang, not per rank.
-  const int pods = spec_.replicas;
   std::vector<const ObservedReplica*> current;
   bool stale = false;
   for (const auto& r : in_.replicas) {

@@ -70,12 +70,13 @@ StatusOr<std::unique_ptr<Operator>> Operator::Create(kube::KubeClient* client,
     };
     cfg.on_stopped_leading = [self] {
       if (!self->leading_.exchange(false)) return;
-      if (self->metrics_ != nullptr) self->metrics_->SetLeader(false);
       if (!self->stopping_) {
         spdlog::error("leader election: lost the lease; stopping the workers");
         self->lost_leadership_ = true;
       }
       self->StopWorkers();
+      // After the workers: a reconcile still running would set its job's series again.
+      if (self->metrics_ != nullptr) self->metrics_->SetLeader(false);
     };
     cfg.on_new_leader = [](const std::string& id) {
       spdlog::info("leader election: the leader is {}", id.empty() ? "(none)" : id);

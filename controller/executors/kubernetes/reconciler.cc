@@ -231,7 +231,13 @@ StatusOr<ReconcileResult> Reconciler::HandleInvalid(const Json& raw, const std::
   // A job that finished for its own reasons keeps its outcome, its conditions and its pods: an
   // edit of its spec (or a stricter operator) after the end changes nothing that ran.
   if (api::IsTerminal(phase) && !failed_invalid) {
-    if (metrics_ != nullptr) metrics_->SetJobPhase(key, phase);
+    if (metrics_ != nullptr) {
+      metrics_->SetJobPhase(key, phase);
+      const Json progress = status.value("progress", Json::object());
+      metrics_->SetJobFigures(key, static_cast<long long>(NumberField(progress, "step", -1)),
+                              NumberField(progress, "testAccuracy", -1),
+                              NumberField(progress, "testMSE", -1));
+    }
     JobMemory& memory = Memory(key);
     if (const std::string uid = MetaString(raw, "uid"); memory.uid != uid) memory = JobMemory{uid};
     if (memory.invalid_reported != message) {

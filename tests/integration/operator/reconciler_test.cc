@@ -5,6 +5,7 @@
 #include <map>
 
 #include "common/time_format.h"
+#include "controller/executors/kubernetes/controller_metrics.h"
 #include "controller/executors/kubernetes/pod_builder.h"
 #include "controller/executors/kubernetes/reconciler.h"
 #include "controller/runtime/event_recorder.h"
@@ -536,6 +537,31 @@ TEST_F(ReconcilerTest, AnInvalidFinishedJobIsDeletedAtItsTtl) {
   EXPECT_EQ(client_.List(kube::kPods, "default", {})->at("items").size(), 0u);
   EXPECT_EQ(client_.CountWrites("delete", "services"), 1);
   EXPECT_EQ(client_.CountWrites("delete", "secrets"), 1);
+}
+
+// A finished job whose spec no longer parses (an edit, a stricter operator after a restart) still
+// exports its final figures: they come from its status, which is left as it is.
+TEST_F(ReconcilerTest, AnInvalidFinishedJobKeepsItsFiguresInTheMetrics) {
+  ControllerMetrics metrics;
+  Reconciler reconciler(&client_, &cache_, &clock_, nullptr, &metrics, ReconcilerOptions{},
+                        [](const std::string&, int, Duration) { return std::nullopt; });
+  Json job = Job(1, {{"spec", {{"backend", "nccl"}}}});  // refused by the parser
+  job["status"] = {{"phase", "Succeeded"},
+                   {"progress", {{"step", 4690}, {"testAccuracy", 0.8945}}}};
+  CreateJob(job);
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  const std::string text = metrics.RenderText();
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_phase{job="mnist",namespace="default",)"
+                      R"(phase="Succeeded"} 1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_step{job="mnist",namespace="default"} 4690)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(R"(ringtrain_controller_job_test_accuracy_ratio{job="mnist",)"
+                      R"(namespace="default"} 0.8945)"),
+            std::string::npos)
+      << text;
 }
 
 // A job failed with reason InvalidSpec, from the start or by an edit while it ran: its ttl

@@ -600,6 +600,35 @@ TEST(PlannerResizeFailure, APermanentFailureWinsOverAResize) {
   EXPECT_EQ(Cond(q.status, "Restarting")->reason, "Resized");
 }
 
+// The same when the edit shrinks the gang below the failed rank (replicas 4 -> 2, rank 3 exited
+// 2 while ranks 0-2 wait for its replacement in place): its pod is no replica "outside the
+// gang" to delete quietly, and no Resized restart follows once it is gone.
+TEST(PlannerResizeFailure, APermanentFailureBeyondTheNewSizeStillFailsTheJob) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.attempt = 1;
+  auto world_of_four = [](ObservedReplica r) {
+    r.world_size = 4;
+    r.nproc_per_node = 1;
+    return r;
+  };
+  auto bad = world_of_four(Replica(3, 1, ReplicaPhase::kFailed, 2, "Error"));
+  bad.message = "INVALID_ARGUMENT: dataset shard 3: no such file";
+  Plan p = PlanAt(job,
+                  {world_of_four(Replica(0, 1, ReplicaPhase::kRunning)),
+                   world_of_four(Replica(1, 1, ReplicaPhase::kRunning)),
+                   world_of_four(Replica(2, 1, ReplicaPhase::kRunning)), bad},
+                  kT0);
+  EXPECT_EQ(p.status.phase, "Failed");
+  EXPECT_EQ(p.status.attempt, 1);
+  ASSERT_NE(Cond(p.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Failed")->reason, "PermanentFailure");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 3);
+  EXPECT_EQ(p.status.last_failure->exit_code, 2);
+  EXPECT_EQ(Cond(p.status, "Restarting"), nullptr);
+}
+
 // An edit of what a replica runs (train.epochs 40 -> 20 on the real cluster) under a running
 // gang: the old gang is restarted as a whole from the new spec, never joined by a replacement
 // built from the new spec (which, there, exited 0 at its own end while rank 0 waited for it).
@@ -1029,15 +1058,14 @@ TEST(Planner, TheLastEvaluationStaysUntilTheNextOne) {
   EXPECT_EQ(later.status.progress->step, 1200);
   EXPECT_DOUBLE_EQ(later.status.progress->test_accuracy, 0.8528);
   job.status = later.status;
-  // The next evaluation replaces it; a regression model's MSE is kept beside it.
+  // The next evaluation replaces it.
   read = ObservedProgress{1876, 2, 100, 0.35};
   read.test_accuracy = 0.8712;
-  read.test_mse = 0.5;
   in.progress = read;
   in.now = At(50);
   Plan next = PlanReconcile(in);
   EXPECT_DOUBLE_EQ(next.status.progress->test_accuracy, 0.8712);
-  EXPECT_DOUBLE_EQ(next.status.progress->test_mse, 0.5);
+  EXPECT_EQ(next.status.progress->test_mse, -1);
   job.status = next.status;
   // A recovering rank 0 changes nothing of it.
   ObservedProgress idle{1876, 2, 0, 0.35};
@@ -1047,6 +1075,14 @@ TEST(Planner, TheLastEvaluationStaysUntilTheNextOne) {
   in.progress = idle;
   in.now = At(60);
   EXPECT_DOUBLE_EQ(PlanReconcile(in).status.progress->test_accuracy, 0.8712);
+  // An edit made it a regression model: its first MSE leaves no accuracy behind.
+  read = ObservedProgress{1900, 2, 100, 0.2};
+  read.test_mse = 0.05;
+  in.progress = read;
+  in.now = At(70);
+  Plan other = PlanReconcile(in);
+  EXPECT_EQ(other.status.progress->test_accuracy, -1);
+  EXPECT_DOUBLE_EQ(other.status.progress->test_mse, 0.05);
 }
 
 TEST(Planner, ABadFinalStatusNeverBreaksTheEnd) {
