@@ -207,8 +207,9 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
                       [](std::string_view c) { return ParseNumber(c).has_value(); })) {
         return InvalidArgument(path + ": line " + std::to_string(l.number) + " is 0, 1, ..., " +
                                std::to_string(l.cells.size() - 1) +
-                               ": pandas' integer column names or a sample? Say \"header\": " +
-                               "\"header\" or \"none\"");
+                               ": pandas' integer column names or a sample? Set the dataset's "
+                               "header (spec.train.dataset.header in a TrainingJob) to header "
+                               "or none");
       }
       header = true;
     }

@@ -255,6 +255,7 @@ TEST_F(CsvTest, PandasIntegerColumnNamesAreAHeaderOrRefusedAsAmbiguous) {
                                     "a sample?"),
             std::string::npos)
       << Error(t);
+  EXPECT_NE(Error(t).find("spec.train.dataset.header"), std::string::npos) << Error(t);
   CsvOptions said;
   said.header = CsvHeader::kHeader;
   t = ReadCsv({numbers, ""}, said);
