@@ -246,11 +246,15 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
 // of the wrong type, and an env value that is not a string (`value: 3` in YAML is a number; a
 // local rank would have run with "" instead).
 Status CheckTemplateEnv(const json& tmpl) {
-  const auto pod = tmpl.find("spec");
-  if (pod == tmpl.end() || pod->is_null()) return Status::Ok();
-  if (!pod->is_object()) {
-    return InvalidArgument("spec.template.spec: must be an object, got " + JsonTypeName(*pod));
-  }
+  Fields t(tmpl, "spec.template");
+  ASSIGN_OR_RETURN(const json* pod, t.Object("spec"));
+  if (pod == nullptr) return Status::Ok();
+  // A name: present, a string, not empty.
+  const auto named = [](Fields& f, std::string* name) -> Status {
+    RETURN_IF_ERROR(f.String("name", name));
+    if (name->empty()) return InvalidArgument(f.Path("name") + ": required, a non-empty string");
+    return Status::Ok();
+  };
   for (const char* list : {"initContainers", "containers"}) {
     const auto containers = pod->find(list);
     if (containers == pod->end() || containers->is_null()) continue;
@@ -265,22 +269,16 @@ Status CheckTemplateEnv(const json& tmpl) {
       if (!c.is_object()) {
         return InvalidArgument(at + ": must be an object, got " + JsonTypeName(c));
       }
-      const auto name = c.find("name");
-      if (name == c.end() || !name->is_string() || name->empty()) {
-        return InvalidArgument(at + ".name: required, a non-empty string");
-      }
-      const std::string which = path + "[" + name->get<std::string>() + "]";
-      if (auto wd = c.find("workingDir"); wd != c.end() && !wd->is_null() && !wd->is_string()) {
-        return InvalidArgument(which + ".workingDir: must be a string, got " + JsonTypeName(*wd));
-      }
-      for (const char* strings : {"command", "args"}) {
-        const auto v = c.find(strings);
-        if (v == c.end() || v->is_null()) continue;
-        if (!v->is_array() ||
-            !std::all_of(v->begin(), v->end(), [](const json& a) { return a.is_string(); })) {
-          return InvalidArgument(which + "." + strings + ": must be a list of strings");
-        }
-      }
+      Fields by_index(c, at);
+      std::string name;
+      RETURN_IF_ERROR(named(by_index, &name));
+      const std::string which = path + "[" + name + "]";
+      Fields f(c, which);
+      std::string working_dir;
+      std::vector<std::string> command, args;
+      RETURN_IF_ERROR(f.String("workingDir", &working_dir));
+      RETURN_IF_ERROR(f.Strings("command", &command));
+      RETURN_IF_ERROR(f.Strings("args", &args));
       const auto env = c.find("env");
       if (env == c.end() || env->is_null()) continue;
       if (!env->is_array()) {
@@ -292,10 +290,9 @@ Status CheckTemplateEnv(const json& tmpl) {
         if (!e.is_object()) {
           return InvalidArgument(entry + ": must be an object, got " + JsonTypeName(e));
         }
-        const auto env_name = e.find("name");
-        if (env_name == e.end() || !env_name->is_string() || env_name->empty()) {
-          return InvalidArgument(entry + ".name: required, a non-empty string");
-        }
+        Fields fe(e, entry);
+        std::string env_name;
+        RETURN_IF_ERROR(named(fe, &env_name));
         const auto value = e.find("value");
         if (value == e.end() || value->is_string() || value->is_null()) continue;
         return InvalidArgument(entry + ".value: must be a string (quote it), got " +
@@ -343,34 +340,23 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
 Status ParseMetadata(const json& j, ObjectMeta* m) {
   if (!j.is_object()) return InvalidArgument("metadata: must be an object");
   // What a manifest may get wrong is named, as the API server would (it never sends these).
-  for (const char* key : {"name", "namespace"}) {
-    if (auto it = j.find(key); it != j.end() && !it->is_null() && !it->is_string()) {
-      return InvalidArgument(std::string("metadata.") + key + ": must be a string, got " +
-                             JsonTypeName(*it));
+  Fields f(j, "metadata");
+  RETURN_IF_ERROR(f.String("name", &m->name));
+  RETURN_IF_ERROR(f.String("namespace", &m->ns));
+  ASSIGN_OR_RETURN(const json* labels, f.Object("labels"));
+  if (labels != nullptr) {
+    Fields l(*labels, "metadata.labels");
+    for (auto it = labels->begin(); it != labels->end(); ++it) {
+      if (it->is_null()) continue;
+      std::string value;
+      RETURN_IF_ERROR(l.String(it.key(), &value));
+      m->labels[it.key()] = std::move(value);
     }
   }
-  if (auto it = j.find("labels"); it != j.end() && !it->is_null()) {
-    if (!it->is_object()) {
-      return InvalidArgument("metadata.labels: must be an object, got " + JsonTypeName(*it));
-    }
-    for (auto l = it->begin(); l != it->end(); ++l) {
-      if (!l->is_string()) {
-        return InvalidArgument("metadata.labels." + l.key() + ": must be a string, got " +
-                               JsonTypeName(*l));
-      }
-    }
-  }
-  m->name = StringField(j, "name", m->name);
-  m->ns = StringField(j, "namespace", m->ns);
   m->uid = StringField(j, "uid", m->uid);
   m->resource_version = StringField(j, "resourceVersion", m->resource_version);
   m->generation = IntField(j, "generation", m->generation);
   m->creation_timestamp = StringField(j, "creationTimestamp", m->creation_timestamp);
-  if (auto it = j.find("labels"); it != j.end() && it->is_object()) {
-    for (auto l = it->begin(); l != it->end(); ++l) {
-      if (l->is_string()) m->labels[l.key()] = l->get<std::string>();
-    }
-  }
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
   if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
     return InvalidArgument("metadata.name: " + problem);

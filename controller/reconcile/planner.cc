@@ -351,6 +351,11 @@ class Planner {
   // size from the newest checkpoint, never a pod of one world beside ranks of another. The same
   // for any other edit of what a replica runs (PlanInput::spec_hashes): reason SpecChanged.
   bool HandleResize();
+  // A replica of this attempt that failed permanently (exit 1-127: its own cause, or another
+  // rank's it reports): it dooms the job whatever else changed.
+  bool FailedPermanently(const ObservedReplica& r) {
+    return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
+  }
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   // runPolicy.recovery InPlace: the lost replicas are deleted and re-created alone (the same
   // names, the same attempt) while the surviving ones keep running and hand their state to the
@@ -403,9 +408,8 @@ bool Planner::HandleResize() {
   // rank's it reports) dooms the job whatever the edit (a resize too): failure handling reads it
   // first, or a new attempt of the new spec would stand in for it (an uncounted restart of a job
   // that failed).
-  if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [this](const ObservedReplica& r) {
-        return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
-      })) {
+  if (std::any_of(in_.replicas.begin(), in_.replicas.end(),
+                  [this](const ObservedReplica& r) { return FailedPermanently(r); })) {
     return false;
   }
   const int gpus = std::max(1, spec_.gpus_per_replica);
@@ -996,8 +1000,7 @@ Plan Planner::Run() {
   // its pod would go as a replica outside the gang and an uncounted Resized restart would stand
   // in for it once it is gone.
   if (std::any_of(in_.replicas.begin(), in_.replicas.end(), [&](const ObservedReplica& r) {
-        return r.attempt == st().attempt && r.rank >= pods && r.phase == ReplicaPhase::kFailed &&
-               !IsRetryable(r);
+        return r.rank >= pods && FailedPermanently(r);
       })) {
     std::vector<const ObservedReplica*> attempt;
     for (const auto& r : in_.replicas) {
