@@ -227,14 +227,17 @@ TEST_F(LeaderElectionTest, StepsDownAtTheRenewDeadlineWhileTheApiServerHangs) {
   hanging.Hang();
   ASSERT_TRUE(Eventually([&] { return hanging.Hanging() == 1; }));
   auto b = NewCandidate("b", /*release_on_stop=*/false);
-  std::atomic<bool> a_led_when_b_started{true};
-  b->on_started = [&] { a_led_when_b_started = a->elector->IsLeader(); };
+  // -1 until b's on_started ran; then whether a still led. IsLeader() turns true before the
+  // callback runs, so the test waits for the callback itself, not for IsLeader().
+  std::atomic<int> a_led_when_b_started{-1};
+  b->on_started = [&] { a_led_when_b_started = a->elector->IsLeader() ? 1 : 0; };
   b->elector->Start();
   ASSERT_TRUE(Eventually([&] { return !a->elector->IsLeader(); }));
   EXPECT_EQ(hanging.Hanging(), 1);  // stepped down while the renewal was still waiting
   EXPECT_EQ(a->stopped.load(), 1);
-  ASSERT_TRUE(Eventually([&] { return b->elector->IsLeader(); }));
-  EXPECT_FALSE(a_led_when_b_started.load());  // never two leaders
+  ASSERT_TRUE(Eventually([&] { return a_led_when_b_started.load() != -1; }));
+  EXPECT_TRUE(b->elector->IsLeader());
+  EXPECT_EQ(a_led_when_b_started.load(), 0);  // never two leaders
   hanging.Release();
   a->elector->Stop();
   b->elector->Stop();
