@@ -151,6 +151,8 @@ TEST_F(InformerTest, SurvivesWatchCutsAndServerRestart) {
   for (int i = 0; i < created; ++i) {
     EXPECT_EQ(rec.Count(rec.adds, "p" + std::to_string(i)), 1) << "p" << i;  // no duplicate adds
   }
+  // The cache changes before the handler runs: wait for the handler itself.
+  EXPECT_TRUE(Eventually([&] { return rec.Count(rec.deletes, "p0") >= 1; }));
   EXPECT_EQ(rec.Count(rec.deletes, "p0"), 1);
   // Three cuts for sure; the restart cuts a fourth watch only if one was open by then.
   EXPECT_GE(rec.watch_restarts.load(), 3);
@@ -214,6 +216,7 @@ TEST_F(InformerTest, RelistsAfterCompaction) {
   server_->CloseAllWatches();
   ASSERT_TRUE(client_->Create(kPods, "default", Pod("after")).ok());
   EXPECT_TRUE(Eventually([&] { return CacheMatchesServer(informer); }));
+  EXPECT_TRUE(Eventually([&] { return rec.Count(rec.adds, "after") >= 1; }));
   EXPECT_EQ(rec.Count(rec.adds, "after"), 1);
 }
 

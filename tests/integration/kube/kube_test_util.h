@@ -1,6 +1,8 @@
 // Shared by the kube client tests: a started fake API server, a client for it, and polling.
 #pragma once
 
+#include <spdlog/spdlog.h>
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -37,6 +39,9 @@ inline Json Pod(const std::string& name, const std::string& app = "demo") {
 class KubeTest : public fake::testing::FakeApiServerTest {
  protected:
   void SetUp() override {
+    // spdlog's registry is built lazily inside the uninstrumented libspdlog: first created on a
+    // test's background thread, ThreadSanitizer cannot see its guard (tests/unit/comm/gang.h).
+    (void)spdlog::default_logger_raw();
     FakeApiServerTest::SetUp();
     client_ = NewClient();
   }

@@ -203,10 +203,11 @@ TEST_F(LeaderElectionTest, StepsDownWhenRenewalFails) {
   // Each failing Get takes 4 requests (3 retries, ~1.4 s): 24 failures last far longer than the
   // 3 s renew deadline, so the leader steps down before they run out.
   server_->FailNextRequests("", "leases", 503, 24);
-  ASSERT_TRUE(Eventually([&] { return !a->elector->IsLeader(); }));
+  // IsLeader() turns false before on_stopped_leading runs: wait for the callback itself.
+  ASSERT_TRUE(Eventually([&] { return a->stopped.load() >= 1; }));
   EXPECT_EQ(a->stopped.load(), 1);
   // Once the API answers again, it campaigns and wins back the (unchanged) lease.
-  ASSERT_TRUE(Eventually([&] { return a->elector->IsLeader(); }, std::chrono::seconds(20)));
+  ASSERT_TRUE(Eventually([&] { return a->started.load() >= 2; }, std::chrono::seconds(20)));
   EXPECT_EQ(a->started.load(), 2);
   a->elector->Stop();
 }
@@ -232,7 +233,8 @@ TEST_F(LeaderElectionTest, StepsDownAtTheRenewDeadlineWhileTheApiServerHangs) {
   std::atomic<int> a_led_when_b_started{-1};
   b->on_started = [&] { a_led_when_b_started = a->elector->IsLeader() ? 1 : 0; };
   b->elector->Start();
-  ASSERT_TRUE(Eventually([&] { return !a->elector->IsLeader(); }));
+  ASSERT_TRUE(Eventually([&] { return a->stopped.load() >= 1; }));
+  EXPECT_FALSE(a->elector->IsLeader());
   EXPECT_EQ(hanging.Hanging(), 1);  // stepped down while the renewal was still waiting
   EXPECT_EQ(a->stopped.load(), 1);
   ASSERT_TRUE(Eventually([&] { return a_led_when_b_started.load() != -1; }));

@@ -182,9 +182,9 @@ class OperatorTest : public fake::testing::FakeApiServerTest {
     options.leader_elect = lease;
     options.election.identity = identity;
     options.election.lease_namespace = "default";
-    options.election.lease_duration = std::chrono::milliseconds(3000);
-    options.election.renew_deadline = std::chrono::milliseconds(2000);
-    options.election.retry_period = std::chrono::milliseconds(200);
+    options.election.lease_duration = std::chrono::milliseconds(4000);
+    options.election.renew_deadline = std::chrono::milliseconds(3000);
+    options.election.retry_period = std::chrono::milliseconds(300);
     metrics_.push_back(std::make_unique<ControllerMetrics>());
     auto op = Operator::Create(clients_.back().get(), options, metrics_.back().get());
     EXPECT_TRUE(op.ok()) << op.status().ToString();
@@ -266,7 +266,7 @@ class OperatorTest : public fake::testing::FakeApiServerTest {
 TEST_F(OperatorTest, TwoReplicaFashionMnistSucceedsWithTruthfulStatus) {
   StartController("c1");
   Create(TrainingJob("mnist"));
-  ASSERT_TRUE(WaitPhase("mnist", "Succeeded", std::chrono::seconds(120)));
+  ASSERT_TRUE(WaitPhase("mnist", "Succeeded", std::chrono::seconds(300)));
   Json st = Status("mnist");
   EXPECT_EQ(st["replicas"]["succeeded"], 2) << st.dump();
   EXPECT_EQ(st["restarts"], 0);
@@ -323,7 +323,7 @@ TEST_F(OperatorTest, KilledRankRestartsTheGangWhichThenSucceeds) {
   Create(job);
   ASSERT_TRUE(WaitPhase("kill", "Running"));
   ASSERT_TRUE(Eventually([&] { return kubelet_->Signal("default", "kill-a0-1", SIGKILL); }));
-  ASSERT_TRUE(WaitPhase("kill", "Succeeded", std::chrono::seconds(120)));
+  ASSERT_TRUE(WaitPhase("kill", "Succeeded", std::chrono::seconds(300)));
   Json st = Status("kill");
   EXPECT_EQ(st["restarts"], 1) << st.dump();
   EXPECT_EQ(st["attempt"], 1);
@@ -345,7 +345,7 @@ TEST_F(OperatorTest, KilledRankIsReplacedInPlaceWhichThenSucceeds) {
   auto before = server_->GetObject(kPodsId, "default", "heal-a0-0");
   ASSERT_TRUE(before.has_value());
   ASSERT_TRUE(Eventually([&] { return kubelet_->Signal("default", "heal-a0-1", SIGKILL); }));
-  ASSERT_TRUE(WaitPhase("heal", "Succeeded", std::chrono::seconds(120)));
+  ASSERT_TRUE(WaitPhase("heal", "Succeeded", std::chrono::seconds(300)));
   Json st = Status("heal");
   EXPECT_EQ(st["attempt"], 0) << st.dump();
   EXPECT_EQ(st["inPlaceRecoveries"], 1) << st.dump();
