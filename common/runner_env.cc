@@ -70,6 +70,9 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
   if (e.collective_timeout != kCollectiveTimeout) {
     out.emplace_back(kEnvCollectiveTimeout, seconds(e.collective_timeout));
   }
+  if (e.checkpoint_timeout != kCheckpointTimeout) {
+    out.emplace_back(kEnvCheckpointTimeout, seconds(e.checkpoint_timeout));
+  }
   if (!e.gang_gate.empty()) out.emplace_back(kEnvGangGate, e.gang_gate);
   if (e.recovery_timeout > Duration::zero()) {
     out.emplace_back(kEnvRecoveryTimeout, seconds(e.recovery_timeout));
@@ -111,6 +114,11 @@ StatusOr<RankEnv> ParseRankEnv(const EnvLookup& lookup) {
   e.rendezvous_timeout = std::chrono::seconds(rdzv);
   ASSIGN_OR_RETURN(int coll, Int(lookup, kEnvCollectiveTimeout, nullptr, 60, 1, 86400));
   e.collective_timeout = std::chrono::seconds(coll);
+  constexpr int kDefaultCheckpoint = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::seconds>(kCheckpointTimeout).count());
+  ASSIGN_OR_RETURN(int ckpt,
+                   Int(lookup, kEnvCheckpointTimeout, nullptr, kDefaultCheckpoint, 1, 7 * 86400));
+  e.checkpoint_timeout = std::chrono::seconds(ckpt);
   e.gang_gate = Str(lookup, kEnvGangGate, nullptr, "");
   constexpr int kDefaultGate =
       static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(kGangGateTimeout).count());

@@ -27,6 +27,10 @@ inline constexpr Duration kCollectiveTimeout{std::chrono::seconds(60)};
 // model (MB, written in well under a second).
 inline constexpr Duration kDrainTimeout{std::chrono::seconds(10)};
 inline constexpr Duration kTerminationGracePeriod{std::chrono::seconds(30)};
+// How long rank 0 may take to read or write a checkpoint while the others wait for it (they hear
+// every second that it still works, so a large model on a slow volume fails no one; a volume
+// that hangs longer fails the gang, retryably).
+inline constexpr Duration kCheckpointTimeout{std::chrono::minutes(30)};
 // How long the survivors of a lost rank wait for its replacement when the supervisor replaces
 // ranks in place (a pod to schedule and start, a process to spawn) before the gang restarts.
 inline constexpr Duration kRecoveryTimeout{std::chrono::seconds(120)};
@@ -51,6 +55,7 @@ inline constexpr char kEnvTerminationLog[] = "RINGTRAIN_TERMINATION_LOG";
 inline constexpr char kEnvLocalWorker[] = "RINGTRAIN_LOCAL_WORKER";  // "1": a launched local rank
 inline constexpr char kEnvRendezvousTimeout[] = "RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS";
 inline constexpr char kEnvCollectiveTimeout[] = "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS";
+inline constexpr char kEnvCheckpointTimeout[] = "RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS";
 // The gang gate: a file that stays empty until the whole gang is placed and running (in a pod,
 // a downward-API projection of the pod annotation the operator sets then). A rank waits for it
 // before it starts its rendezvous clock, so a scheduling wait never times a rendezvous out.
@@ -95,6 +100,7 @@ struct RankEnv {
   std::string termination_log = "/dev/termination-log";
   Duration rendezvous_timeout = kRendezvousTimeout;
   Duration collective_timeout = kCollectiveTimeout;
+  Duration checkpoint_timeout = kCheckpointTimeout;
   std::string gang_gate;  // "" = no gate (a local gang starts together)
   Duration gang_gate_timeout = kGangGateTimeout;
   Duration recovery_timeout{0};  // 0 = no in-place recovery

@@ -104,17 +104,19 @@ class RunnerMetrics {
   void SetTestMse(double v);  // regression, instead of an accuracy
   void SetWorldSize(int n);
   void IncCheckpoints();
-  // This rank lost a peer at `since` (when it noticed) and waits, keeping its state, for the
+  // This rank lost a peer, its outage beginning at `since` (its last progress before it noticed),
+  // and waits, keeping its state, for the
   // gang to train again in place: /status says "recovering" with 0 samples/s, the samples/s
   // gauge reads 0, and ringtrain_recovery_seconds_total accrues from `since` until
   // ObserveRecovery (brought up to date at every read of /metrics, so its rate() is the fraction
   // of time lost at any moment). A second call during the same outage keeps the first `since`.
   void BeginRecovery(SteadyTime since);
   // An in-place recovery completed: the gang trains again `seconds_without_training` after it
-  // lost a peer (its own account: from the first rank noticing), and threw away `steps_lost`
+  // lost a peer (its own account: from the earliest last progress of any rank), and threw away
+  // `steps_lost`
   // steps. After BeginRecovery, ringtrain_recovery_seconds_total stops accruing and gets the
   // rest of `seconds_without_training` if the gang's account is longer than what accrued here
-  // (a peer noticed earlier). A replacement (no BeginRecovery: this process was not in the
+  // (a peer's outage began earlier). A replacement (no BeginRecovery: this process was not in the
   // outage) counts the recovery and its lost steps, but no seconds: the survivors' series hold
   // them, and a lump added now would read as time lost after training resumed.
   void ObserveRecovery(double seconds_without_training, long long steps_lost);

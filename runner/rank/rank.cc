@@ -356,6 +356,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       ed.attempt = env.attempt;
       ed.device = placement.cuda ? placement.device : -1;
       ed.collective_timeout = env.collective_timeout;
+      ed.checkpoint_timeout = env.checkpoint_timeout;
       auto created = Trainer::Create(config, ed);
       if (!created.ok()) return failed(created.status());
       trainer = std::move(*created);

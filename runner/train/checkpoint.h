@@ -77,9 +77,9 @@ bool WaitToReadCheckpointAgain(Duration d);
 
 // The in-process retries of a checkpoint read that failed in a way the volume may heal: a bad
 // block or a flaky network file system often heals within seconds, while giving up restarts the
-// whole gang and counts against backoffLimit. The waits (1 s, 2 s, 4 s by default: 7 s of the
-// 60 s collective timeout the other ranks wait in for rank 0's resume point) are one budget for
-// the whole load, whichever files fail.
+// whole gang and counts against backoffLimit. The waits (1 s, 2 s, 4 s by default, within the
+// checkpoint timeout the other ranks wait for rank 0's read: comm/root_work.h) are one budget
+// for the whole load, whichever files fail.
 struct CheckpointReadRetry {
   int retries = 3;  // tries after the first
   BackoffOptions backoff{Duration{1000}, Duration{4000}, 2.0};

@@ -39,6 +39,8 @@ struct EngineDeps {
   int attempt = 0;
   int device = -1;  // the CUDA device this rank computes on; -1 = the CPU
   Duration collective_timeout = comm::kDefaultCollectiveTimeout;
+  // How long rank 0's checkpoint read or write may take while the others wait for it.
+  Duration checkpoint_timeout = contract::kCheckpointTimeout;
 };
 
 // Where a batch sits in the data, counted in this world's steps.

@@ -120,16 +120,30 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   std::int64_t header[7] = {0, 0, 0, 0, 0, 0, 0};
   Start start;
   Status failure;
-  if (comm.rank() == 0 && !config_.checkpoint_dir.empty()) {
-    // A checkpoint dir that can never work fails the job now, not at the first checkpoint.
-    failure = CheckCheckpointDirWritable(config_.checkpoint_dir);
-    StatusOr<CheckpointState> ckpt = failure;
-    if (failure.ok()) {
-      const ExpectedModel expected = engine.checkpoint_model();
-      ckpt = LoadNewestCheckpoint(config_.checkpoint_dir, engine.num_params(),
-                                  engine.optimizer_state_size(),
-                                  expected.model.architecture.empty() ? nullptr : &expected);
-    }
+  // Rank 0 reads its newest checkpoint while the others hear from it: a large one on a slow
+  // volume may take longer than the collective timeout they would otherwise wait in. The helper
+  // thread touches only what it owns; the result is restored here.
+  const bool reads = comm.rank() == 0 && !config_.checkpoint_dir.empty();
+  auto read = std::make_shared<StatusOr<CheckpointState>>(NotFound("no checkpoint dir"));
+  const std::string dir = config_.checkpoint_dir;
+  const ExpectedModel expected = engine.checkpoint_model();
+  const std::size_t params = engine.num_params();
+  const std::size_t state = engine.optimizer_state_size();
+  RETURN_IF_ERROR(comm::WhileRootWorks(
+      comm,
+      [read, reads, dir, expected, params, state] {
+        if (!reads) return Status::Ok();
+        // A checkpoint dir that can never work fails the job now, not at the first checkpoint.
+        const Status writable = CheckCheckpointDirWritable(dir);
+        *read = writable.ok() ? LoadNewestCheckpoint(
+                                    dir, params, state,
+                                    expected.model.architecture.empty() ? nullptr : &expected)
+                              : StatusOr<CheckpointState>(writable);
+        return Status::Ok();
+      },
+      RankZeroWork("checkpoint read")));
+  if (reads) {
+    StatusOr<CheckpointState>& ckpt = *read;
     if (ckpt.ok()) failure = engine.Restore(*ckpt);
     if (ckpt.ok() && failure.ok()) {
       // The first format knew only the step: it was written by a gang of this size.
@@ -200,22 +214,48 @@ StatusOr<std::pair<double, double>> TrainingLoop::Evaluate(
   return std::pair<double, double>{sums[1] / sums[2], sums[0] / sums[2]};
 }
 
+comm::RootWorkOptions TrainingLoop::RankZeroWork(std::string what) const {
+  comm::RootWorkOptions o;
+  o.heartbeat = comm::HeartbeatFor(deps_.collective_timeout);
+  o.timeout = deps_.checkpoint_timeout;
+  o.what = std::move(what);
+  o.timeout_name = contract::kEnvCheckpointTimeout;
+  return o;
+}
+
 Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
                                 std::int64_t epoch_samples) {
-  if (deps_.comm->rank() != 0 || config_.checkpoint_dir.empty()) return Status::Ok();
-  std::vector<float> params;
-  std::vector<float> state;
-  CheckpointPosition pos;
-  RETURN_IF_ERROR(deps_.engine->Snapshot(params, state, pos.optimizer_steps));
-  pos.global_step = global_step;
-  pos.epoch = epoch;
-  pos.step_in_epoch = step_in_epoch;
-  pos.epoch_samples = epoch_samples;
-  pos.world_size = deps_.comm->size();
-  RETURN_IF_ERROR(WriteCheckpoint(config_.checkpoint_dir, pos,
-                                  deps_.engine->checkpoint_model().model, params, state)
-                      .WithContext("checkpoint"));
-  if (deps_.metrics) deps_.metrics->IncCheckpoints();
+  // Every rank takes part, with or without a directory: the others wait for rank 0's write
+  // hearing from it (comm/root_work.h), so a write longer than the collective timeout fails no
+  // one. The snapshot is taken here; the helper thread only writes what it owns.
+  struct Write {
+    std::vector<float> params;
+    std::vector<float> state;
+    CheckpointPosition pos;
+    CheckpointModel model;
+  };
+  auto write = std::make_shared<Write>();
+  const bool writes = deps_.comm->rank() == 0 && !config_.checkpoint_dir.empty();
+  if (writes) {
+    RETURN_IF_ERROR(
+        deps_.engine->Snapshot(write->params, write->state, write->pos.optimizer_steps));
+    write->pos.global_step = global_step;
+    write->pos.epoch = epoch;
+    write->pos.step_in_epoch = step_in_epoch;
+    write->pos.epoch_samples = epoch_samples;
+    write->pos.world_size = deps_.comm->size();
+    write->model = deps_.engine->checkpoint_model().model;
+  }
+  const std::string dir = config_.checkpoint_dir;
+  RETURN_IF_ERROR(comm::WhileRootWorks(
+      *deps_.comm,
+      [write, dir, writes] {
+        if (!writes) return Status::Ok();
+        return WriteCheckpoint(dir, write->pos, write->model, write->params, write->state)
+            .WithContext("checkpoint");
+      },
+      RankZeroWork("checkpoint write at step " + std::to_string(global_step))));
+  if (writes && deps_.metrics) deps_.metrics->IncCheckpoints();
   return Status::Ok();
 }
 
@@ -240,6 +280,11 @@ class TrainingLoop::Pass {
   Position position() const { return Position{global_step_, epoch_, epoch_samples_}; }
   // What the run counted so far.
   const TrainResult& counted() const { return result_; }
+  // When this rank last made progress (began training, completed a step, a checkpoint or an
+  // evaluation); none before training began.
+  std::optional<SteadyTime> last_progress() const {
+    return began_ ? std::optional<SteadyTime>(last_done_) : std::nullopt;
+  }
   // Whether the loop goes on: the step limit and a stop request are checked here.
   StatusOr<bool> ShouldContinue();
   // One batch: the step, its accounting, and the checkpoint and evaluation it is due.
@@ -252,10 +297,10 @@ class TrainingLoop::Pass {
   void OnDone(const std::optional<StepStats>& done);
   // Loss, throughput and busy fraction over the window since the last report.
   Status Report(bool force);
-  // With `local_work_ends_with_shard`, the work between steps ends once this rank's shard is
-  // evaluated: the all-reduce after it waits for the peers, and a peer that hangs there is a
-  // stall (RunnerMetrics::EndWorkBetweenSteps).
-  Status Evaluate(bool local_work_ends_with_shard);
+  // The work between steps ends once this rank's shard is evaluated: the all-reduce after it
+  // waits for the peers, and a peer that hangs there is a stall
+  // (RunnerMetrics::EndWorkBetweenSteps).
+  Status Evaluate();
   // The drain handshake (LoopDeps::drain): Ok when no rank was asked to leave.
   Status DrainVote(bool checkpointed);
 
@@ -288,6 +333,7 @@ class TrainingLoop::Pass {
   SteadyTime train_start_;
   SteadyTime window_start_;
   SteadyTime last_done_;
+  bool began_ = false;  // Begin completed: last_done_ is set
 };
 
 Status TrainingLoop::Pass::Begin(const Start& start) {
@@ -343,6 +389,7 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   train_start_ = std::chrono::steady_clock::now();
   window_start_ = train_start_;
   last_done_ = train_start_;
+  began_ = true;
   return Status::Ok();
 }
 
@@ -398,9 +445,9 @@ Status TrainingLoop::Pass::Report(bool force) {
   return Status::Ok();
 }
 
-Status TrainingLoop::Pass::Evaluate(bool local_work_ends_with_shard) {
+Status TrainingLoop::Pass::Evaluate() {
   std::function<void()> shard_done;
-  if (m_ && local_work_ends_with_shard) shard_done = [this] { m_->EndWorkBetweenSteps(); };
+  if (m_) shard_done = [this] { m_->EndWorkBetweenSteps(); };
   ASSIGN_OR_RETURN(const auto acc_loss, loop_.Evaluate(shard_done));
   result_.test_accuracy = acc_loss.first;
   result_.test_loss = acc_loss.second;
@@ -444,18 +491,16 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
   }
   RETURN_IF_ERROR(Report(epoch_done));
   // An evaluation or a checkpoint write takes as long as it takes, and is no stall (see
-  // RunnerMetrics::BeginWorkBetweenSteps). The ranks that do not write the checkpoint wait for it
-  // in their next collective (the evaluation's all-reduce, else the next step's): for them the
-  // work ends with that collective. The writer's, and everyone's without a checkpoint, ends with
-  // the local work: a peer that hangs in the evaluation's all-reduce is a stall.
-  const bool writes = checkpoint_now && !config_.checkpoint_dir.empty();
-  const bool long_work = eval_now || writes;
+  // RunnerMetrics::BeginWorkBetweenSteps). The other ranks wait for rank 0's write inside
+  // Checkpoint, hearing from it; the evaluation's work ends with the local shard: a peer that
+  // hangs in the evaluation's all-reduce, or in the next step, is a stall.
+  const bool long_work = eval_now || checkpoint_now;
   if (m_ && long_work) m_->BeginWorkBetweenSteps();
   if (checkpoint_now) {
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
   }
   if (eval_now) {
-    RETURN_IF_ERROR(Evaluate(/*local_work_ends_with_shard=*/!writes || comm_.rank() == 0));
+    RETURN_IF_ERROR(Evaluate());
     if (m_) m_->UpdateProgress(progress_);
     if (comm_.rank() == 0 && result_.regression) {
       spdlog::info("epoch {}/{} step {} loss {:.4f} test_mse {:.4f} samples/s {:.0f}",
@@ -468,7 +513,7 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
           result_.test_loss, progress_.samples_per_second);
     }
   }
-  if (m_ && long_work && (eval_now || comm_.rank() == 0)) m_->EndWorkBetweenSteps();
+  if (m_ && long_work) m_->EndWorkBetweenSteps();
   if (loop_.deps_.drain != nullptr && global_step_ % kDrainVoteSteps == 0) {
     RETURN_IF_ERROR(DrainVote(checkpoint_now));
   }
@@ -510,21 +555,19 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   OnDone(last);
   const double train_seconds = SecondsSince(train_start_);
   RETURN_IF_ERROR(Report(true));
-  // The last evaluation and checkpoint are no stall, and neither is the final barrier for the
-  // ranks that wait there for rank 0's checkpoint write; a peer that hangs in the evaluation's
-  // all-reduce, or at the barrier while no checkpoint is written, is. The state says
-  // "succeeded" after them.
+  // The last evaluation and checkpoint (every rank waits for rank 0's write inside Checkpoint)
+  // are no stall; a peer that hangs in the evaluation's all-reduce or at the final barrier is.
+  // The state says "succeeded" after them.
   const bool eval_now = loop_.deps_.evaluate && !evaluated_last_;
   const bool checkpoint_now = global_step_ % config_.checkpoint_every != 0;
-  const bool writes = checkpoint_now && !config_.checkpoint_dir.empty();
   if (eval_now) {
     if (m_) m_->BeginWorkBetweenSteps();
-    RETURN_IF_ERROR(Evaluate(/*local_work_ends_with_shard=*/true));
+    RETURN_IF_ERROR(Evaluate());
   }
   if (checkpoint_now) {
-    if (m_ && writes) m_->BeginWorkBetweenSteps();
+    if (m_) m_->BeginWorkBetweenSteps();
     RETURN_IF_ERROR(loop_.Checkpoint(global_step_, epoch_, step_in_epoch_, epoch_samples_));
-    if (m_ && writes && comm_.rank() == 0) m_->EndWorkBetweenSteps();
+    if (m_) m_->EndWorkBetweenSteps();
   }
   RETURN_IF_ERROR(comm_.Barrier().WithContext("final barrier"));
 
@@ -558,7 +601,13 @@ StatusOr<TrainResult> TrainingLoop::Run() {
   auto ended = [&](Status s, bool in_step = false) {
     last_ = pass.position();
     so_far_ = pass.counted();
-    if (!s.ok()) failed_at_ = std::chrono::steady_clock::now();
+    // The outage runs from the last progress, not from noticing the loss (a peer that hangs is
+    // noticed a collective timeout later); a pass that never trained continues the outage
+    // that led to it.
+    if (!s.ok()) {
+      failed_at_ = pass.last_progress() ? *pass.last_progress()
+                                        : failed_at_.value_or(std::chrono::steady_clock::now());
+    }
     failed_step_ = last_->global_step + (in_step ? 1 : 0);
     return s;
   };

@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "runner/comm/communicator.h"
+#include "runner/comm/root_work.h"
 #include "runner/metrics/runner_metrics.h"
 #include "runner/train/config.h"
 #include "runner/train/step_engine.h"
@@ -38,7 +39,8 @@ struct TrainResult {
   // In-place recoveries of this attempt, as the gang counts them (a replacement takes the
   // survivors' totals): how many, the steps they threw away (a step in flight when the peer
   // was lost; 0 when the gang stopped at a step boundary), and the seconds the gang did not
-  // train (from the first rank noticing the loss to training again).
+  // train (from the earliest last progress of any rank before the loss to training again: a
+  // peer that hangs before it is lost counts from the hang).
   int recoveries = 0;
   double recovery_seconds = 0;
   std::int64_t recovery_steps_lost = 0;
@@ -61,6 +63,10 @@ struct LoopDeps {
   // (Aborted naming the ranks that left).
   const std::atomic<bool>* drain = nullptr;
   int attempt = 0;
+  // Rank 0's checkpoint reads and writes run while the others hear from it every
+  // comm::HeartbeatFor(collective_timeout), for up to checkpoint_timeout (comm/root_work.h).
+  Duration collective_timeout = comm::kDefaultCollectiveTimeout;
+  Duration checkpoint_timeout = contract::kCheckpointTimeout;
 };
 
 // How often the gang agrees on drain requests: a SIGTERM is answered within this many steps
@@ -77,6 +83,8 @@ inline LoopDeps LoopDepsFor(const EngineDeps& deps, StepEngine* engine) {
   d.stop = deps.stop;
   d.drain = deps.drain;
   d.attempt = deps.attempt;
+  d.collective_timeout = deps.collective_timeout;
+  d.checkpoint_timeout = deps.checkpoint_timeout;
   return d;
 }
 
@@ -94,7 +102,8 @@ class TrainingLoop {
   Status Rejoin(comm::Communicator* comm);
   // After Run failed because the gang lost a rank, when this rank is to wait for the next round
   // (in-place recovery): until the gang trains again, its metrics say so (state "recovering",
-  // 0 samples/s) and count the time from the failure (metrics::RunnerMetrics::BeginRecovery).
+  // 0 samples/s) and count the time from its last progress before the failure
+  // (metrics::RunnerMetrics::BeginRecovery).
   void BeginRecovery();
 
  private:
@@ -129,15 +138,22 @@ class TrainingLoop {
   // Accuracy and mean loss over the test set: this rank's shard, then an all-reduce of the sums.
   // `shard_done` runs between the two (the local work ends before the wait for the peers).
   StatusOr<std::pair<double, double>> Evaluate(const std::function<void()>& shard_done = {});
+  // Collective: rank 0 writes a checkpoint (when it has a directory) while the others wait,
+  // hearing from it (RankZeroWork).
   Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
                     std::int64_t epoch_samples);
+  // How rank 0's checkpoint I/O is waited for: heartbeats under the collective timeout, for up
+  // to the checkpoint timeout; `what` names it in the timeout's message.
+  comm::RootWorkOptions RankZeroWork(std::string what) const;
 
   TrainConfig config_;
   LoopDeps deps_;
-  std::optional<Position> last_;         // where the last Run stood when it ended
-  std::optional<Position> kept_;         // the state this rank brings to the next Run (Rejoin)
-  TrainResult so_far_;                   // what this process's earlier rounds counted (Rejoin)
-  std::optional<SteadyTime> failed_at_;  // when the last Run failed
+  std::optional<Position> last_;  // where the last Run stood when it ended
+  std::optional<Position> kept_;  // the state this rank brings to the next Run (Rejoin)
+  TrainResult so_far_;            // what this process's earlier rounds counted (Rejoin)
+  // Where the outage of the last failed Run began: its last progress (a completed step, the
+  // start of training), or, for a Run that failed before training, the outage before it.
+  std::optional<SteadyTime> failed_at_;
   // The step the last failed Run was on: its last completed one, + 1 when it failed inside a
   // step (that step's work is lost).
   std::int64_t failed_step_ = -1;

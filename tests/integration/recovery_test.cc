@@ -54,8 +54,12 @@ train::TrainConfig Config() {
 class Mortal final : public comm::Communicator {
  public:
   Mortal(std::unique_ptr<comm::Communicator> inner, int die_at, std::atomic<bool>* drain = nullptr,
-         int drain_at = -1)
-      : inner_(std::move(inner)), die_at_(die_at), drain_(drain), drain_at_(drain_at) {}
+         int drain_at = -1, Duration hang = Duration{0})
+      : inner_(std::move(inner)),
+        die_at_(die_at),
+        drain_(drain),
+        drain_at_(drain_at),
+        hang_(hang) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   Status AllReduce(float* d, std::size_t n, comm::ReduceOp op) override {
@@ -77,6 +81,8 @@ class Mortal final : public comm::Communicator {
     const int n = ++calls_;
     if (drain_ != nullptr && n == drain_at_) drain_->store(true);
     if (die_at_ < 0 || n < die_at_) return Status::Ok();
+    // A rank that hangs first (its peers wait in the collective) and is then killed.
+    if (hang_ > Duration{0}) std::this_thread::sleep_for(hang_);
     inner_->Abort();
     return Internal("rank " + std::to_string(inner_->rank()) + " died");
   }
@@ -84,6 +90,7 @@ class Mortal final : public comm::Communicator {
   const int die_at_;
   std::atomic<bool>* drain_;
   const int drain_at_;
+  const Duration hang_;
   std::atomic<int> calls_{0};
 };
 
@@ -102,6 +109,7 @@ train::TrainConfig TableConfig() {
 struct Gang {
   explicit Gang(bool tables = false) : tables(tables) {}
   const bool tables;  // train TableConfig() on the tables instead of the images
+  Duration hang{0};   // how long a rank hangs at its `die_at`-th collective before it dies
   rendezvous::MemoryStore store;
   data::Dataset train = testing::SyntheticImages(480, 28, 28, 1);
   data::Dataset test = testing::SyntheticImages(96, 28, 28, 2);
@@ -133,7 +141,8 @@ struct Gang {
       const bool first_round = first;
       first = false;
       const int asked_at = first_round ? drain_at : -1;
-      return std::unique_ptr<comm::Communicator>(new Mortal(std::move(c), at, &drain, asked_at));
+      return std::unique_ptr<comm::Communicator>(
+          new Mortal(std::move(c), at, &drain, asked_at, at >= 0 ? hang : Duration{0}));
     };
     return TrainRank(EnvFor(rank, world, recover), tables ? TableConfig() : config, Placement{},
                      deps);
@@ -155,8 +164,10 @@ train::TrainResult Undisturbed(int world, bool tables = false) {
 // (during the state transfer), to be replaced again.
 std::vector<StatusOr<train::TrainResult>> WithLosses(int world, const std::vector<int>& victims,
                                                      int die_at, const std::vector<int>& doomed,
-                                                     bool tables = false) {
+                                                     bool tables = false,
+                                                     Duration hang = Duration{0}) {
   Gang g(tables);
+  g.hang = hang;
   std::vector<StatusOr<train::TrainResult>> r(world, Internal("not run"));
   std::vector<std::thread> t;
   for (int i = 0; i < world; ++i) {
@@ -217,6 +228,19 @@ TEST_F(RecoveryTest, ALostRankIsReplacedAndOnlyTheStepInFlightIsRedone) {
     EXPECT_GT(r[i]->recovery_seconds, 0) << "rank " << i;
     EXPECT_EQ(r[i]->recovery_steps_lost, 1) << "rank " << i;
     EXPECT_GT(r[i]->last_recovery_step, 0) << "rank " << i;
+  }
+}
+
+// A peer that hangs before it dies is noticed only when it dies (or at the collective timeout),
+// but the gang stopped training when it hung: the time without training counts from the last
+// step, on every rank.
+TEST_F(RecoveryTest, TheOutageCountsFromTheLastProgressNotFromNoticingTheLoss) {
+  constexpr Duration kHang = std::chrono::seconds(2);
+  auto r = WithLosses(kWorld, {1}, 40, {}, /*tables=*/false, kHang);
+  ExpectSameEndAs(r, *base_, 1);
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(r[i].ok());
+    EXPECT_GE(r[i]->recovery_seconds, 2.0) << "rank " << i << ": the hang is part of the outage";
   }
 }
 

@@ -41,6 +41,7 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   e.termination_log = "/tmp/term";
   e.rendezvous_timeout = std::chrono::seconds(30);
   e.collective_timeout = std::chrono::seconds(7);
+  e.checkpoint_timeout = std::chrono::seconds(900);
   e.host_ranks = 16;
   e.host_rank_base = 4;
   e.image = "ghcr.io/ringtrain/ringtrain-runner:0.2.0";
@@ -62,6 +63,7 @@ TEST(RankEnv, BuilderAndParserRoundTrip) {
   EXPECT_EQ(back->termination_log, e.termination_log);
   EXPECT_EQ(back->rendezvous_timeout, e.rendezvous_timeout);
   EXPECT_EQ(back->collective_timeout, e.collective_timeout);
+  EXPECT_EQ(back->checkpoint_timeout, e.checkpoint_timeout);
   EXPECT_EQ(back->host_ranks, 16);
   EXPECT_EQ(back->host_rank_base, 4);
   EXPECT_EQ(back->image, e.image);
@@ -92,6 +94,7 @@ TEST(RankEnv, DefaultsAreTheContractsPortsAndTimeouts) {
   EXPECT_EQ(e->metrics_port, kMetricsPort);
   EXPECT_EQ(e->rendezvous_timeout, kRendezvousTimeout);
   EXPECT_EQ(e->collective_timeout, kCollectiveTimeout);
+  EXPECT_EQ(e->checkpoint_timeout, kCheckpointTimeout);
   // Defaults are not written: a pod spec carries only what differs.
   const auto env = Build(RankEnv{});
   EXPECT_EQ(env.count(kEnvRendezvousTimeout), 0u);
@@ -117,6 +120,7 @@ TEST(RankEnv, BadValuesNameTheVariable) {
       {{{"MASTER_PORT", "70000"}}, "MASTER_PORT"},
       {{{"RINGTRAIN_METRICS_PORT", "-2"}}, "RINGTRAIN_METRICS_PORT"},
       {{{"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS", "0"}}, "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS"},
+      {{{"RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS", "0"}}, "RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS"},
       {{{"RINGTRAIN_HOST_RANKS", "-1"}}, "RINGTRAIN_HOST_RANKS"},
       // Two local ranks from index 3 do not fit among 4.
       {{{"RINGTRAIN_HOST_RANKS", "4"},

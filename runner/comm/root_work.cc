@@ -1,0 +1,84 @@
+#include "runner/comm/root_work.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace ringtrain::comm {
+namespace {
+
+// What the root's helper thread shares with it; owned jointly, so that a helper left behind by
+// a timeout never touches freed memory.
+struct Shared {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  Status result;
+};
+
+constexpr std::uint8_t kBusy = 1;
+constexpr std::uint8_t kDone = 0;
+
+}  // namespace
+
+Duration HeartbeatFor(Duration collective_timeout) {
+  return std::clamp(collective_timeout / 4, Duration{1}, Duration{1000});
+}
+
+Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
+                      const RootWorkOptions& options) {
+  if (comm.rank() != options.root) {
+    for (;;) {
+      // Said by the root: a backend that leaves the buffer alone (a world of one) reads done.
+      std::uint8_t flag = kDone;
+      RETURN_IF_ERROR(comm.Broadcast(&flag, sizeof(flag), options.root)
+                          .WithContext("waiting for rank " + std::to_string(options.root) + "'s " +
+                                       options.what));
+      if (flag == kDone) return Status::Ok();
+    }
+  }
+  auto shared = std::make_shared<Shared>();
+  std::thread helper([shared, work] {
+    Status s = work();
+    std::lock_guard<std::mutex> lock(shared->mu);
+    shared->result = std::move(s);
+    shared->done = true;
+    shared->cv.notify_all();
+  });
+  const SteadyTime deadline = DeadlineAfter(options.timeout);
+  Status gang;  // the first failed heartbeat: no more of them
+  std::unique_lock<std::mutex> lock(shared->mu);
+  for (;;) {
+    const SteadyTime now = std::chrono::steady_clock::now();
+    if (!shared->done && now >= deadline) break;
+    const SteadyTime wake = gang.ok() ? std::min(deadline, now + options.heartbeat) : deadline;
+    shared->cv.wait_until(lock, wake, [&] { return shared->done; });
+    if (!gang.ok()) {
+      if (shared->done) break;
+      continue;
+    }
+    std::uint8_t flag = shared->done ? kDone : kBusy;
+    lock.unlock();
+    gang = comm.Broadcast(&flag, sizeof(flag), options.root);
+    lock.lock();
+    if (gang.ok() && flag == kDone) break;
+  }
+  if (!shared->done) {
+    lock.unlock();
+    helper.detach();
+    return Status(StatusCode::kResourceExhausted,
+                  options.what + ": not done after " + FormatDuration(options.timeout) +
+                      (options.timeout_name.empty() ? "" : " (" + options.timeout_name + ")") +
+                      "; giving up" + (gang.ok() ? std::string() : "; and " + gang.ToString()));
+  }
+  Status result = std::move(shared->result);
+  lock.unlock();
+  helper.join();
+  if (!gang.ok()) return gang.WithContext(options.what);
+  return result;
+}
+
+}  // namespace ringtrain::comm

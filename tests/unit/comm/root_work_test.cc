@@ -1,0 +1,176 @@
+// Work one rank does while the others wait (rank 0's checkpoint read or write) may outlast the
+// collective timeout without failing anyone, while a root that dies, or whose work hangs past its
+// own timeout, still fails every rank. Assertions are on statuses, never on wall-clock time.
+#include "runner/comm/root_work.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <latch>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "runner/rendezvous/memory_store.h"
+#include "tests/unit/comm/gang.h"
+
+namespace ringtrain::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr Duration kCollectiveTimeout = 1s;
+
+TcpCommOptions Options() {
+  TcpCommOptions o;
+  o.collective_timeout = kCollectiveTimeout;
+  return o;
+}
+
+RootWorkOptions Work(Duration timeout = 60s) {
+  RootWorkOptions o;
+  o.heartbeat = HeartbeatFor(kCollectiveTimeout);
+  o.timeout = timeout;
+  o.what = "checkpoint write at step 7";
+  o.timeout_name = "RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS";
+  return o;
+}
+
+// Blocks until Open(); shared, so that a work left behind by a timeout can still be released.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return open; });
+  }
+};
+
+TEST(RootWorkTest, HeartbeatsStayWellUnderTheCollectiveTimeout) {
+  EXPECT_EQ(HeartbeatFor(60s), Duration{1000});
+  EXPECT_EQ(HeartbeatFor(2s), Duration{500});
+  EXPECT_EQ(HeartbeatFor(Duration{2}), Duration{1});
+}
+
+TEST(RootWorkTest, WorkLongerThanTheCollectiveTimeoutFailsNoRank) {
+  constexpr int n = 3;
+  rendezvous::MemoryStore store;
+  auto gang = MakeGang(store, n, Options());
+  std::atomic<int> calls{0};
+  auto s = RunRanks(n, [&](int r) -> Status {
+    RETURN_IF_ERROR(WhileRootWorks(
+        *gang[r],
+        [&] {
+          ++calls;
+          std::this_thread::sleep_for(3 * kCollectiveTimeout);  // a slow volume
+          return Status::Ok();
+        },
+        Work()));
+    // The gang is still whole: a collective after the work succeeds.
+    float one = 1.0f;
+    RETURN_IF_ERROR(gang[r]->AllReduce(&one, 1, ReduceOp::kSum));
+    return one == static_cast<float>(n) ? Status::Ok() : Internal("wrong sum");
+  });
+  for (int r = 0; r < n; ++r) EXPECT_TRUE(s[r].ok()) << "rank " << r << ": " << s[r].ToString();
+  EXPECT_EQ(calls.load(), 1) << "only the root works";
+}
+
+TEST(RootWorkTest, TheWorksErrorIsTheRootsAlone) {
+  constexpr int n = 2;
+  rendezvous::MemoryStore store;
+  auto gang = MakeGang(store, n, Options());
+  auto s = RunRanks(n, [&](int r) -> Status {
+    return WhileRootWorks(
+        *gang[r], [] { return Unavailable("write /ckpt/x: Input/output error"); }, Work());
+  });
+  EXPECT_EQ(s[0].code(), StatusCode::kUnavailable) << s[0].ToString();
+  EXPECT_NE(s[0].message().find("Input/output error"), std::string::npos);
+  EXPECT_TRUE(s[1].ok()) << s[1].ToString();
+}
+
+TEST(RootWorkTest, WorkPastItsTimeoutFailsTheRootAndThenEveryPeer) {
+  constexpr int n = 3;
+  rendezvous::MemoryStore store;
+  auto gang = MakeGang(store, n, Options());
+  auto gate = std::make_shared<Gate>();
+  auto s = RunRanks(n, [&](int r) -> Status {
+    return WhileRootWorks(
+        *gang[r],
+        [gate] {
+          gate->Wait();  // a write into a volume that hangs
+          return Status::Ok();
+        },
+        Work(/*timeout=*/Duration{500}));
+  });
+  // The root gives up (retryable, and not taken for a lost peer); the others, no longer hearing
+  // from it, fail within the collective timeout.
+  EXPECT_EQ(s[0].code(), StatusCode::kResourceExhausted) << s[0].ToString();
+  EXPECT_TRUE(s[0].retryable());
+  EXPECT_EQ(s[0].message(),
+            "checkpoint write at step 7: not done after 500ms "
+            "(RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS); giving up");
+  for (int r = 1; r < n; ++r) {
+    EXPECT_FALSE(s[r].ok()) << "rank " << r;
+    EXPECT_TRUE(s[r].retryable()) << s[r].ToString();
+    EXPECT_EQ(s[r].message().rfind("waiting for rank 0's checkpoint write at step 7: ", 0), 0u)
+        << s[r].message();
+  }
+  gate->Open();  // the work left behind ends
+}
+
+TEST(RootWorkTest, ARootThatDiesFailsThePeersAndStillFinishesItsWork) {
+  constexpr int n = 3;
+  rendezvous::MemoryStore store;
+  auto gang = MakeGang(store, n, Options());
+  std::atomic<bool> finished{false};
+  std::latch working(1);
+  Gate gate;
+  std::thread killer([&] {
+    working.wait();
+    gang[0]->Abort();  // the root's communicator dies while it writes
+    gate.Open();
+  });
+  auto s = RunRanks(n, [&](int r) -> Status {
+    return WhileRootWorks(
+        *gang[r],
+        [&] {
+          working.count_down();
+          gate.Wait();
+          finished = true;
+          return Status::Ok();
+        },
+        Work());
+  });
+  killer.join();
+  EXPECT_TRUE(finished.load()) << "the root waits for its work (a write that completes is kept)";
+  EXPECT_FALSE(s[0].ok()) << "the root reports the broken gang";
+  for (int r = 1; r < n; ++r) {
+    EXPECT_FALSE(s[r].ok()) << "rank " << r;
+    EXPECT_TRUE(s[r].retryable()) << s[r].ToString();
+  }
+}
+
+TEST(RootWorkTest, AWorldOfOneJustWorks) {
+  rendezvous::MemoryStore store;
+  auto gang = MakeGang(store, 1, Options());
+  bool ran = false;
+  EXPECT_TRUE(WhileRootWorks(
+                  *gang[0],
+                  [&] {
+                    ran = true;
+                    return Status::Ok();
+                  },
+                  Work())
+                  .ok());
+  EXPECT_TRUE(ran);
+}
+
+}  // namespace
+}  // namespace ringtrain::comm
