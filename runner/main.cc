@@ -240,6 +240,13 @@ int Main(int argc, char** argv) {
   }
 
   metrics::RunnerMetrics metrics({env->job, env->ns, env->rank});
+  // Before the rendezvous, /status already says which attempt and gang this rank is starting
+  // for (the operator reads a replacement's or a new attempt's rank 0 from the first poll).
+  metrics::Progress starting;
+  starting.attempt = env->attempt;
+  starting.world_size = env->world_size;
+  metrics.UpdateProgress(starting);
+  metrics.SetWorldSize(env->world_size);
   if (env->metrics_port >= 0) {
     Status s = metrics.Serve(env->bind_addr, env->metrics_port);
     if (!s.ok()) return fail(s.WithContext("metrics server"), env->termination_log);

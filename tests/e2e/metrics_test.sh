@@ -2,6 +2,21 @@
 # A training rank serves Prometheus metrics that promtool accepts, and a JSON /status.
 source "$(dirname "$0")/lib.sh"
 command -v promtool >/dev/null || fail "promtool not installed (Debian package prometheus)"
+# Before its rendezvous, a rank already says which attempt and gang it is starting for.
+sport=$(free_port)
+RINGTRAIN_ATTEMPT=3 METRICS_PORT=$sport start_rank 0 2 "$(free_port)" tok "$WORK/waiting.log" \
+  --epochs 1
+waiting=$LAST_PID
+status_is_up() { curl -sf "http://127.0.0.1:$sport/status" >"$WORK/starting.json"; }
+wait_until 60 "/status of a rank waiting for its peer" status_is_up
+python3 - "$WORK/starting.json" <<'PY' || fail "/status before the rendezvous: $(cat "$WORK/starting.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["state"] == "starting", s
+assert s["attempt"] == 3, s
+assert s["world_size"] == 2, s
+PY
+kill "$waiting"
 mport=$(free_port)
 METRICS_PORT=$mport start_rank 0 1 "$(free_port)" tok "$WORK/rank0.log" --epochs 50 \
   --step-sleep-ms 10
