@@ -379,8 +379,8 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     const Status& s = result.status();
     if (!may_recover || !IsPeerLoss(s) || Stopping(deps)) return failed(s);
     spdlog::warn(
-        "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for "
-        "its replacement",
+        "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for the "
+        "gang to form again (the lost rank's replacement, or the rank itself if it lives)",
         *round, s.message(), FormatDuration(env.recovery_timeout));
     trainer->BeginRecovery();
     lost = s;
