@@ -45,7 +45,10 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   // its allocation failing anyway (overcommit refused, other processes' memory) is the same.
   ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
   const std::string& optimizer = config.optimizer.name;
-  RETURN_IF_ERROR(CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes()));
+  // Rank 0 also holds the copy a checkpoint is written from (TrainingLoop::Checkpoint).
+  const bool checkpoint_copy = deps.comm->rank() == 0 && !config.checkpoint_dir.empty();
+  RETURN_IF_ERROR(
+      CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes(), checkpoint_copy));
   try {
     ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
     ASSIGN_OR_RETURN(e->optimizer_,

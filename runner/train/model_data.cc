@@ -160,15 +160,17 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
   return spec;
 }
 
-std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer) {
+std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer,
+                                 bool checkpoint_copy) {
   const std::uint64_t state_floats = optimizer == "adam" ? 2 : 1;
-  return params * (2 + state_floats) * sizeof(float);
+  const std::uint64_t copy_floats = checkpoint_copy ? 1 + state_floats : 0;
+  return params * (2 + state_floats + copy_floats) * sizeof(float);
 }
 
 Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
-                               std::string_view why) {
+                               std::string_view why, bool checkpoint_copy) {
   char bytes[32];
-  const double b = static_cast<double>(TrainingStateBytes(params, optimizer));
+  const double b = static_cast<double>(TrainingStateBytes(params, optimizer, checkpoint_copy));
   if (b >= 1e9) {
     std::snprintf(bytes, sizeof(bytes), "%.1f GB", b / 1e9);
   } else {
@@ -176,18 +178,21 @@ Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
   }
   return InvalidArgument("model.layers: " + Grouped(params) + " parameters need " + bytes +
                          " for weights, gradients and optimizer state (" + std::string(optimizer) +
-                         "); " + std::string(why));
+                         ")" +
+                         (checkpoint_copy ? " and rank 0's copy of them for a checkpoint" : "") +
+                         "; " + std::string(why));
 }
 
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
-                              std::uint64_t memory_bytes) {
-  if (memory_bytes == 0 || TrainingStateBytes(params, optimizer) <= memory_bytes) {
+                              std::uint64_t memory_bytes, bool checkpoint_copy) {
+  if (memory_bytes == 0 || TrainingStateBytes(params, optimizer, checkpoint_copy) <= memory_bytes) {
     return Status::Ok();
   }
   char memory[32];
   std::snprintf(memory, sizeof(memory), "%.1f GB", static_cast<double>(memory_bytes) / 1e9);
   return TrainingStateDoesNotFit(params, optimizer,
-                                 std::string("this process may use ") + memory + " in all");
+                                 std::string("this process may use ") + memory + " in all",
+                                 checkpoint_copy);
 }
 
 std::uint64_t MemoryLimitBytes() {

@@ -64,19 +64,22 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
 StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const DataShape& shape);
 
 // The bytes a CPU rank's training state takes: weights, gradients and the optimizer's state
-// (adam: two moments, sgd: a momentum buffer), one float each. Activations are not counted.
-std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer);
+// (adam: two moments, sgd: a momentum buffer), one float each; with `checkpoint_copy` (rank 0
+// with a checkpoint dir), also the copy of the weights and optimizer state a checkpoint is
+// written from. Activations are not counted.
+std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer,
+                                 bool checkpoint_copy = false);
 
 // A model whose training state cannot be held: InvalidArgument, permanent (a restarted pod gets
 // the same memory), naming the parameters and the bytes: "model.layers: 4,347,133,962 parameters
 // need 69.6 GB for weights, gradients and optimizer state (adam); <why>".
 Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
-                               std::string_view why);
+                               std::string_view why, bool checkpoint_copy = false);
 
 // Refuses, before anything is allocated, a training state larger than `memory_bytes` (this
 // process's memory, MemoryLimitBytes; 0 = unknown: nothing is refused).
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
-                              std::uint64_t memory_bytes);
+                              std::uint64_t memory_bytes, bool checkpoint_copy = false);
 
 // The memory this process may use: the smaller of the machine's and its cgroup's limit (a pod's
 // resources.limits.memory); 0 when neither is known.

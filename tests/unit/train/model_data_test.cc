@@ -170,6 +170,9 @@ TEST(TrainingState, AModelLargerThanTheMemoryIsAPermanentErrorNamingItsSize) {
   EXPECT_EQ(report->params, 4'347'133'962u);
   EXPECT_EQ(TrainingStateBytes(report->params, "adam"), 4'347'133'962u * 16);
   EXPECT_EQ(TrainingStateBytes(report->params, "sgd"), 4'347'133'962u * 12);
+  // Rank 0 with a checkpoint dir also holds the copy a checkpoint is written from.
+  EXPECT_EQ(TrainingStateBytes(report->params, "adam", true), 4'347'133'962u * 28);
+  EXPECT_EQ(TrainingStateBytes(report->params, "sgd", true), 4'347'133'962u * 20);
   const Status st = CheckTrainingStateFits(report->params, "adam", std::uint64_t{16} << 30);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(),
@@ -177,6 +180,12 @@ TEST(TrainingState, AModelLargerThanTheMemoryIsAPermanentErrorNamingItsSize) {
             "optimizer state (adam); this process may use 17.2 GB in all");
   const int code = ExitCodeFor(st);
   EXPECT_TRUE(code >= 1 && code <= 127) << code;
+  // 1 billion adam parameters: 16 GB of state fit in 20 GB, not with a checkpoint's copy (28 GB).
+  EXPECT_TRUE(CheckTrainingStateFits(1'000'000'000, "adam", 20'000'000'000).ok());
+  EXPECT_EQ(CheckTrainingStateFits(1'000'000'000, "adam", 20'000'000'000, true).message(),
+            "model.layers: 1,000,000,000 parameters need 28.0 GB for weights, gradients and "
+            "optimizer state (adam) and rank 0's copy of them for a checkpoint; this process may "
+            "use 20.0 GB in all");
   // What fits, or an unknown memory, passes.
   EXPECT_TRUE(CheckTrainingStateFits(1'000'000, "adam", std::uint64_t{16} << 30).ok());
   EXPECT_TRUE(CheckTrainingStateFits(report->params, "adam", 0).ok());
