@@ -192,8 +192,9 @@ struct AvoidedNode {
 
 // What recoveries cost the job (goodput), by kind. In place: the gang's own account, read from
 // rank 0's /status. A gang restart: the steps between the last progress seen before it and the
-// step the new gang started from, and the time from the restart to the new gang's first
-// progress (an upper bound: progress is polled).
+// step the new gang started from, and the time from that last progress (the restart, when none
+// was seen) to the new gang's first progress (an upper bound, to within a poll: progress is
+// polled).
 struct RecoveryAccount {
   int in_place = 0;         // in-place recoveries completed (the gang trains again)
   int gang_restarts = 0;    // new gangs that trained again after a restart
@@ -205,7 +206,8 @@ struct RecoveryAccount {
   std::int64_t attempt_steps_lost = 0;
   double attempt_seconds = 0;
   // A gang restart waiting for its new gang's first progress: the step the old one had reached
-  // (-1: none pending) and when it restarted.
+  // (-1: none pending) and since when the job has not trained: the last progress seen before
+  // the restart (status.progress.updatedAt), or the restart (or resume) when none was seen.
   std::int64_t restart_from_step = -1;
   std::string restarted_at;
   bool operator==(const RecoveryAccount&) const = default;

@@ -127,6 +127,17 @@ class Planner {
     if (st().completion_time.empty()) st().completion_time = now_s_;
   }
 
+  // Since when the job has not trained, at the latest: when its last step was first seen
+  // (status.progress.updatedAt), or now when none was (or one that does not read as a time
+  // before now). The gang may have hung long before it is restarted (a progress deadline, a
+  // collective timeout), so a restart's time without training counts from here, not from the
+  // restart: an upper bound.
+  std::string LastProgressSeen() const {
+    if (!plan_.status.progress) return now_s_;
+    const auto seen = ParseRfc3339(plan_.status.progress->updated_at);
+    return seen && *seen <= in_.now ? FormatRfc3339(*seen) : now_s_;
+  }
+
   // Gang restart: every replica of the attempt goes, attempt+1 starts from the checkpoint.
   void Restart(const std::string& reason, const std::string& message, bool counts) {
     if (counts) ++st().restarts;
@@ -137,7 +148,7 @@ class Planner {
     api::RecoveryAccount& account = st().recovery;
     if (account.restart_from_step < 0) {
       account.restart_from_step = st().progress ? st().progress->step : 0;
-      account.restarted_at = now_s_;
+      account.restarted_at = LastProgressSeen();
     }
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;

@@ -2417,7 +2417,7 @@ TEST(PlannerAccounting, EachInPlaceRecoveryIsOneEventWithWhatItCost) {
 TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom) {
   auto job = Job(2);
   job.status.phase = "Running";
-  job.status.progress = api::Progress{2000, 4, 50000, 0.3, "2026-01-01T00:00:00Z"};
+  job.status.progress = api::Progress{2000, 4, 50000, 0.3, "2026-11-21T10:00:03Z"};
   Plan restart = PlanAt(
       job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
       At(5));
@@ -2437,7 +2437,7 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   const Event* e = FindEvent(trains, "GangRestarted");
   ASSERT_NE(e, nullptr);
   EXPECT_NE(e->message.find("attempt 1 trains again from its checkpoint's step 1000: at least 1000 "
-                            "step(s) lost (from the last progress seen), at most 7.0s without "
+                            "step(s) lost (from the last progress seen), at most 9.0s without "
                             "training"),
             std::string::npos)
       << e->message;
@@ -2445,13 +2445,70 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   EXPECT_EQ(a.gang_restarts, 1);
   EXPECT_EQ(a.from_checkpoint, 1);
   EXPECT_EQ(a.steps_lost, 1000);
-  EXPECT_DOUBLE_EQ(a.seconds_without_training, 7.0);
+  EXPECT_DOUBLE_EQ(a.seconds_without_training, 9.0) << "from the last progress seen (3 s)";
   EXPECT_EQ(a.restart_from_step, -1);
 
   job.status = trains.status;
   Plan later = PlanWithProgress(job, next, At(20), Training(1500, 1000));
   EXPECT_EQ(FindEvent(later, "GangRestarted"), nullptr);
   EXPECT_EQ(later.status.recovery, trains.status.recovery);
+}
+
+// Recorded on the real cluster (s35): training stopped at 23:45:59 (the last progress seen,
+// status.progress.updatedAt, 23:46:00); the gang restarted 31 s later and trained again at
+// 23:47:07.9, yet the event said "at most 36.9s without training": the time was counted from the
+// restart, which leaves out the hang before it. Counted from the last progress seen it is an
+// upper bound again, for a failure's restart and a progress deadline's alike.
+TEST(PlannerAccounting, TheTimeWithoutTrainingCountsFromTheLastProgressSeenNotTheRestart) {
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  {
+    auto job = Job(2);
+    job.status.phase = "Running";
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:00:00Z"};
+    Plan restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    ASSERT_EQ(restart.status.attempt, 1);
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:00Z")
+        << "the job has not trained since its last progress seen";
+    job.status = restart.status;
+    Plan trains = PlanWithProgress(job, next, At(68), Training(4810, 4800));
+    const Event* e = FindEvent(trains, "GangRestarted");
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("at most 68.0s without training"), std::string::npos) << e->message;
+    EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 68.0);
+  }
+  {
+    // A progress deadline's restart: the whole deadline went without training.
+    auto job = Job(2);
+    job.spec.run_policy.progress_deadline_seconds = 60;
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T09:59:00Z"});
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:00:00Z"};
+    Plan stalled = PlanWithProgress(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(61),
+        Training(5000, 0));
+    ASSERT_EQ(stalled.status.phase, "Restarting");
+    job.status = stalled.status;
+    Plan trains = PlanWithProgress(job, next, At(70), Training(4810, 4800));
+    EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 70.0);
+  }
+  {
+    // No progress seen before the restart (or none that reads as a time before it): from the
+    // restart.
+    auto job = Job(2);
+    job.status.phase = "Running";
+    Plan restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:31Z");
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:01:00Z"};
+    restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:31Z") << "not in the future";
+  }
 }
 
 // Recorded on the real cluster (s6-suspend): suspended at step 3752 with no checkpoint volume,
