@@ -375,6 +375,10 @@ class Planner {
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
   void NoteRankStalled(std::optional<WallTime> deadline);
+  // The Stalled condition from this pass's successful read of rank 0's /status.
+  void NoteProgressRead(std::optional<WallTime> deadline);
+  // " since step N (its time)": the job's last step seen; "" when none was.
+  std::string SinceLastStep();
   // A replica that would keep running beside a replacement built now and was built by another
   // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
   const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
@@ -859,14 +863,17 @@ void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
 // stall threshold): the condition Stalled=True (reason RankStalled) and one Warning event say so
 // before any deadline, with what happens next; a read that says otherwise ends it (SetCondition
 // False), and a pass that read nothing leaves it as it is.
+std::string Planner::SinceLastStep() {
+  if (!st().progress) return "";
+  std::string since = " since step " + std::to_string(st().progress->step);
+  if (!st().progress->updated_at.empty()) since += " (" + st().progress->updated_at + ")";
+  return since;
+}
+
 void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   const Condition* before = FindCondition("Stalled");
   const bool already = before != nullptr && before->status == "True";
-  std::string msg = "rank 0 reports no completed step";
-  if (st().progress) {
-    msg += " since step " + std::to_string(st().progress->step);
-    if (!st().progress->updated_at.empty()) msg += " (" + st().progress->updated_at + ")";
-  }
+  std::string msg = "rank 0 reports no completed step" + SinceLastStep();
   msg += ": a peer hung in a collective, or a starved input; ";
   msg += deadline ? "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
                         ") unless it trains again"
@@ -876,18 +883,44 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   if (!already) plan_.events.push_back({"Warning", "RankStalled", msg});
 }
 
+// Rank 0's read says what the Stalled condition says, before any deadline: "stalled" is
+// RankStalled (NoteRankStalled); a rank 0 that does not train (starting, recovering a lost peer
+// in place) is neither a stall (the progress deadline waits for it) nor progress, and the
+// condition says which (False, reason Starting or Recovering); one that trains again says so
+// (Resumed) until its step moves. Only a read of it training, with a new step after any of
+// those, is "making progress". A pass that read nothing leaves the condition as it is.
+void Planner::NoteProgressRead(std::optional<WallTime> deadline) {
+  const ObservedProgress& p = *in_.progress;
+  if (p.state == "stalled") {
+    NoteRankStalled(deadline);
+    return;
+  }
+  if (p.idle) {
+    const bool recovering = p.state == "recovering";
+    SetCondition("Stalled", false, recovering ? "Recovering" : "Starting",
+                 (recovering ? std::string("rank 0 recovers a lost peer in place")
+                             : std::string("rank 0 is starting (a new process)")) +
+                     ": no completed step" + SinceLastStep());
+    return;
+  }
+  const Condition* c = FindCondition("Stalled");
+  const bool moved = !job_.status.progress || job_.status.progress->step != p.step;
+  if (!moved && c != nullptr &&
+      (c->reason == "Recovering" || c->reason == "Starting" || c->reason == "Resumed")) {
+    SetCondition("Stalled", false, "Resumed",
+                 "rank 0 trains again; no step past step " + std::to_string(p.step) + " seen yet");
+    return;
+  }
+  SetCondition("Stalled", false, "Progressing", "training is making progress");
+}
+
 bool Planner::HandleStall() {
   const auto deadline_s = spec_.run_policy.progress_deadline_seconds;
   if (st().phase != "Running") return false;
-  // What rank 0 said of itself on this pass; nullopt when nothing was read.
-  std::optional<bool> said_stalled;
-  if (in_.progress && in_.progress->reachable) said_stalled = in_.progress->state == "stalled";
+  // Whether rank 0 was read on this pass.
+  const bool read = in_.progress && in_.progress->reachable;
   if (deadline_s <= 0) {
-    if (said_stalled.value_or(false)) {
-      NoteRankStalled(std::nullopt);
-    } else if (said_stalled) {
-      SetCondition("Stalled", false, "Progressing", "training is making progress");
-    }
+    if (read) NoteProgressRead(std::nullopt);
     return false;
   }
   std::optional<WallTime> since;
@@ -903,12 +936,7 @@ bool Planner::HandleStall() {
   if (!since) return false;
   const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
-    const Condition* c = FindCondition("Stalled");
-    if (said_stalled.value_or(false)) {
-      NoteRankStalled(deadline);
-    } else if (said_stalled || c == nullptr || c->reason != "RankStalled") {
-      SetCondition("Stalled", false, "Progressing", "training is making progress");
-    }
+    if (read) NoteProgressRead(deadline);
     Requeue(deadline);
     return false;
   }

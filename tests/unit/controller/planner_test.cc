@@ -2805,5 +2805,66 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
             "Running");
 }
 
+// Recorded on the real cluster (s35): after a RankStalled, rank 0's /status turned from
+// "stalled" to "recovering" (it recovered a lost peer in place, its step frozen), and the job
+// said Stalled=False "training is making progress" 84 s after the last step. A rank 0 that does
+// not train is no stall (the progress deadline waits for it) and no progress either: the
+// condition says what it does; "making progress" needs a read of it training with a new step.
+TEST(PlannerProgress, ARankZeroRecoveringInPlaceIsNotSaidToMakeProgress) {
+  for (const std::int64_t deadline_s : {300, 0}) {
+    SCOPED_TRACE("progressDeadlineSeconds " + std::to_string(deadline_s));
+    auto job = Job(2);
+    job.spec.run_policy.progress_deadline_seconds = deadline_s;
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+    job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+    const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                               Replica(1, 0, ReplicaPhase::kRunning)};
+    auto read = [](const std::string& state, std::int64_t step) {
+      contract::RunnerStatus r;
+      r.state = state;
+      r.step = step;
+      r.start_step = 0;
+      return ObserveRunnerStatus(r);
+    };
+    Plan stalled = PlanWithProgress(job, gang, At(60), read("stalled", 5628));
+    ASSERT_EQ(Cond(stalled.status, "Stalled")->reason, "RankStalled");
+    job.status = stalled.status;
+    Plan recovering = PlanWithProgress(job, gang, At(89), read("recovering", 5628));
+    EXPECT_EQ(recovering.status.phase, "Running");
+    const api::Condition* c = Cond(recovering.status, "Stalled");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->status, "False");
+    EXPECT_EQ(c->reason, "Recovering");
+    EXPECT_EQ(c->message,
+              "rank 0 recovers a lost peer in place: no completed step since step 5628 "
+              "(2026-11-21T10:00:05Z)");
+    // A pass that read nothing says nothing new.
+    job.status = recovering.status;
+    PlanInput none;
+    none.job = &job;
+    none.replicas = gang;
+    none.now = At(92);
+    EXPECT_EQ(Cond(PlanReconcile(none).status, "Stalled")->reason, "Recovering");
+    // Rank 0 trains again, its step not moved yet: not "making progress" yet either.
+    Plan resumed = PlanWithProgress(job, gang, At(95), read("running", 5628));
+    c = Cond(resumed.status, "Stalled");
+    EXPECT_EQ(c->status, "False");
+    EXPECT_EQ(c->reason, "Resumed");
+    EXPECT_EQ(c->message, "rank 0 trains again; no step past step 5628 seen yet");
+    job.status = resumed.status;
+    Plan moving = PlanWithProgress(job, gang, At(100), read("running", 5700));
+    EXPECT_EQ(Cond(moving.status, "Stalled")->reason, "Progressing");
+    EXPECT_EQ(Cond(moving.status, "Stalled")->message, "training is making progress");
+    // A replacement rank 0 that starts says so too.
+    job.status = moving.status;
+    Plan starting = PlanWithProgress(job, gang, At(105), read("starting", 0));
+    EXPECT_EQ(Cond(starting.status, "Stalled")->reason, "Starting");
+    EXPECT_EQ(Cond(starting.status, "Stalled")->message,
+              "rank 0 is starting (a new process): no completed step since step 5700 "
+              "(2026-11-21T10:01:40Z)");
+  }
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile
