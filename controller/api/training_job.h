@@ -264,6 +264,11 @@ std::string StatusToJson(const JobStatus& status);
 // SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace, the built-in runner and
 // CPU replicas, else 0 (the gang restarts).
 Duration RecoveryTimeoutFor(const JobSpec& spec);
+// How long a rank's collective waits on a peer before it fails (RINGTRAIN_COLLECTIVE_TIMEOUT_
+// SECONDS; the operator sets none itself): the value spec.template's runner container gives it
+// (a plain integer from 1 to 86400, as the runner reads it), else contract::kCollectiveTimeout
+// (a reference, valueFrom or envFrom is not resolved here).
+Duration CollectiveTimeoutFor(const JobSpec& spec);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 

@@ -875,10 +875,22 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   const bool already = before != nullptr && before->status == "True";
   std::string msg = "rank 0 reports no completed step" + SinceLastStep();
   msg += ": a peer hung in a collective, or a starved input; ";
-  msg += deadline ? "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
+  // What ends it first: a collective that waits on a hung peer fails once the ranks' collective
+  // timeout has passed since the last step (the ring then recovers in place or fails), unless a
+  // shorter progress deadline restarts the gang before.
+  const Duration collective = api::CollectiveTimeoutFor(spec_);
+  std::optional<WallTime> last_step;
+  if (st().progress) last_step = ParseRfc3339(st().progress->updated_at);
+  const bool collective_first = !deadline || last_step.value_or(in_.now) + collective < *deadline;
+  if (collective_first) {
+    msg += "a collective that waits on a hung peer fails within the collective timeout (" +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(collective).count()) +
+           "s)";
+  }
+  msg += deadline ? std::string(collective_first ? ", else " : "") +
+                        "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
                         ") unless it trains again"
-                  : "no spec.runPolicy.progressDeadlineSeconds is set, so the ranks' collective "
-                    "timeout ends it unless it trains again";
+                  : "; no spec.runPolicy.progressDeadlineSeconds is set to end any other stall";
   SetCondition("Stalled", true, "RankStalled", msg);
   if (!already) plan_.events.push_back({"Warning", "RankStalled", msg});
 }

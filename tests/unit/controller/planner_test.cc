@@ -2734,7 +2734,8 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   EXPECT_EQ(said->reason, "RankStalled");
   EXPECT_EQ(said->message,
             "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung "
-            "in a collective, or a starved input; the gang restarts at the progress deadline "
+            "in a collective, or a starved input; a collective that waits on a hung peer fails "
+            "within the collective timeout (60s), else the gang restarts at the progress deadline "
             "(2026-11-21T10:05:05Z) unless it trains again");
   ASSERT_EQ(CountEvents(p, "RankStalled"), 1);
   {
@@ -2765,8 +2766,13 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
     Plan q = PlanWithProgress(off, gang, At(60), stalled);
     ASSERT_NE(Cond(q.status, "Stalled"), nullptr);
     EXPECT_EQ(Cond(q.status, "Stalled")->reason, "RankStalled");
-    EXPECT_NE(Cond(q.status, "Stalled")->message.find("collective timeout ends it"),
-              std::string::npos);
+    EXPECT_NE(
+        Cond(q.status, "Stalled")
+            ->message.find(
+                "a collective that waits on a hung peer fails within the collective timeout "
+                "(60s); no spec.runPolicy.progressDeadlineSeconds is set to end any other stall"),
+        std::string::npos)
+        << Cond(q.status, "Stalled")->message;
     EXPECT_EQ(q.status.phase, "Running");
     contract::RunnerStatus moving = read;
     moving.state = "running";
@@ -2803,6 +2809,59 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   read.state = "recovering";
   EXPECT_EQ(PlanWithProgress(job, gang, At(306), ObserveRunnerStatus(read)).status.phase,
             "Running");
+}
+
+// Recorded on the real cluster (s35): with progressDeadlineSeconds 300 the RankStalled event
+// said "the gang restarts at the progress deadline (23:47:11Z) unless it trains again", though
+// the ranks' 60 s collective timeout ends a hung peer's stall long before. The words name what
+// comes first: the collective timeout (the job's own, from its runner container's env, or the
+// runner's default), or a progress deadline shorter than it.
+TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  contract::RunnerStatus read;
+  read.state = "stalled";
+  read.step = 5628;
+  read.start_step = 0;
+  const auto said = [&](std::int64_t deadline_s, const std::string& env_value) {
+    auto j = job;
+    j.spec.run_policy.progress_deadline_seconds = deadline_s;
+    if (!env_value.empty()) {
+      j.spec.pod_template_json =
+          R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","value":")" +
+          env_value + R"("}]}]}})";
+    }
+    Plan p = PlanWithProgress(j, gang, At(25), ObserveRunnerStatus(read));
+    const Event* e = FindEvent(p, "RankStalled");
+    EXPECT_NE(e, nullptr);
+    const std::string prefix =
+        "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung in "
+        "a collective, or a starved input; ";
+    EXPECT_TRUE(e == nullptr || e->message.starts_with(prefix)) << e->message;
+    return e == nullptr ? std::string() : e->message.substr(prefix.size());
+  };
+  EXPECT_EQ(said(300, ""),
+            "a collective that waits on a hung peer fails within the collective timeout (60s), "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "trains again");
+  EXPECT_EQ(said(300, "120"),
+            "a collective that waits on a hung peer fails within the collective timeout (120s), "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "trains again");
+  // The deadline first: the collective timeout would end nothing before it.
+  EXPECT_EQ(said(300, "600"),
+            "the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it trains "
+            "again");
+  EXPECT_EQ(said(40, ""),
+            "the gang restarts at the progress deadline (2026-11-21T10:00:45Z) unless it trains "
+            "again");
+  EXPECT_EQ(said(0, "90"),
+            "a collective that waits on a hung peer fails within the collective timeout (90s); no "
+            "spec.runPolicy.progressDeadlineSeconds is set to end any other stall");
 }
 
 // Recorded on the real cluster (s35): after a RankStalled, rank 0's /status turned from
