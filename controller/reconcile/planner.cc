@@ -110,11 +110,20 @@ class Planner {
     if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
   }
 
+  // Turns a condition that holds (True, or Unknown) False, for `reason`. One already False keeps
+  // its reason and message: they say why it turned False, at its lastTransitionTime (a
+  // metav1.Condition's reason is its last transition's), which a later cause must not rewrite.
+  void EndCondition(const std::string& type, const std::string& reason,
+                    const std::string& message) {
+    const Condition* c = FindCondition(type);
+    if (c != nullptr && c->status != "False") SetCondition(type, false, reason, message);
+  }
+
   void Finish(bool succeeded, const std::string& reason, const std::string& message) {
     SetPhase(succeeded ? "Succeeded" : "Failed", reason, message, !succeeded);
     SetCondition(succeeded ? "Succeeded" : "Failed", true, reason, message);
-    SetCondition("Running", false, reason, message);
-    SetCondition("Restarting", false, reason, message);
+    EndCondition("Running", reason, message);
+    EndCondition("Restarting", reason, message);
     // The gang no longer runs (kubectl get tj shows this reason as PODS): a wait's reason
     // (Unschedulable, ErrImagePull) stays, as it says why the job ended; PodsStarting says
     // nothing of that.
@@ -1012,8 +1021,8 @@ Plan Planner::Run() {
     for (const auto& r : in_.replicas) Delete(r, "suspended");
     SetPhase("Suspended", "Suspended", "job suspended: replicas deleted");
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
-    SetCondition("Running", false, "Suspended", "job suspended");
-    SetCondition("Restarting", false, "Suspended", "job suspended");
+    EndCondition("Running", "Suspended", "job suspended");
+    EndCondition("Restarting", "Suspended", "job suspended");
     // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
     if (FindCondition(kPodsReadyCondition) != nullptr) {
       SetCondition(kPodsReadyCondition, false, "Suspended",

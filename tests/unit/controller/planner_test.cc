@@ -209,6 +209,61 @@ TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   EXPECT_TRUE(done.actions.empty());
 }
 
+// Recorded on the real cluster (s35): after a gang restart the gang ran again, then succeeded,
+// and the final status read Restarting=False reason Succeeded "all 2 replicas succeeded..." with
+// a lastTransitionTime 71 s before the success: a condition's reason is the one of its last
+// transition (metav1.Condition), and that one was the gang running again. The end only rewrites
+// the conditions it turns False (Running; Restarting when it ends a restart).
+TEST(Planner, TheEndRewritesOnlyTheConditionsItTurnsFalse) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  Plan restart = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+      At(10));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  job.status = restart.status;
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  Plan running = PlanAt(job, next, At(20));
+  ASSERT_EQ(running.status.phase, "Running");
+  job.status = running.status;
+  Plan done = PlanAt(
+      job, {Replica(0, 1, ReplicaPhase::kSucceeded), Replica(1, 1, ReplicaPhase::kSucceeded)},
+      At(91));
+  ASSERT_EQ(done.status.phase, "Succeeded");
+  const api::Condition* restarting = Cond(done.status, "Restarting");
+  ASSERT_NE(restarting, nullptr);
+  EXPECT_EQ(restarting->status, "False");
+  EXPECT_EQ(restarting->reason, "Running") << "False since the gang ran";
+  EXPECT_EQ(restarting->message, "gang running");
+  EXPECT_EQ(restarting->last_transition_time, "2026-11-21T10:00:20Z");
+  const api::Condition* ran = Cond(done.status, "Running");
+  EXPECT_EQ(ran->status, "False");
+  EXPECT_EQ(ran->reason, "Succeeded");
+  EXPECT_EQ(ran->last_transition_time, "2026-11-21T10:01:31Z");
+  // A job that ends while it restarts ends the restart, with the end's reason.
+  job.status = running.status;
+  restart = PlanAt(
+      job, {Replica(0, 1, ReplicaPhase::kRunning), Replica(1, 1, ReplicaPhase::kFailed, 137)},
+      At(30));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  ASSERT_EQ(Cond(restart.status, "Running")->status, "False");
+  job.status = restart.status;
+  job.spec.run_policy.active_deadline_seconds = 60;
+  job.status.start_time = "2026-11-21T10:00:00Z";
+  Plan expired = PlanAt(job, {}, At(61));
+  ASSERT_EQ(expired.status.phase, "Failed");
+  restarting = Cond(expired.status, "Restarting");
+  EXPECT_EQ(restarting->status, "False");
+  EXPECT_EQ(restarting->reason, "DeadlineExceeded");
+  EXPECT_EQ(restarting->last_transition_time, "2026-11-21T10:01:01Z");
+  const api::Condition* stopped = Cond(expired.status, "Running");
+  EXPECT_EQ(stopped->status, "False");
+  EXPECT_EQ(stopped->reason, "RetryableFailure") << "False since the restart";
+  EXPECT_EQ(stopped->message, Cond(restart.status, "Running")->message);
+  EXPECT_EQ(stopped->last_transition_time, "2026-11-21T10:00:30Z");
+}
+
 // kubectl get tj shows PodsReady's reason as PODS: a finished gang no longer says it runs.
 TEST(Planner, AFinishedJobsPodsNoLongerReadAsRunning) {
   auto job = Job(2);
