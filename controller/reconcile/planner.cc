@@ -81,6 +81,15 @@ class Planner {
       return c.type == kPodsReadyCondition || c.type == kQueuedCondition;
     });
   }
+  // A new attempt (a gang restart, a resume): its placement wait is forgotten and starts again
+  // when its gang is created (HandleWait); until then PodsReady (kubectl get tj's PODS) says
+  // that the pods of earlier attempts go first.
+  void AwaitOldPods() {
+    ForgetPlacementWait();
+    RecordCondition(kPodsReadyCondition, false, kOldPodsTerminatingReason,
+                    "attempt " + std::to_string(st().attempt) +
+                        " is created once the pods of earlier attempts are gone");
+  }
 
   const Condition* FindCondition(const std::string& type) const {
     for (const auto& c : plan_.status.conditions) {
@@ -128,7 +137,8 @@ class Planner {
     // (Unschedulable, ErrImagePull) stays, as it says why the job ended; PodsStarting says
     // nothing of that.
     if (const Condition* ready = FindCondition(kPodsReadyCondition);
-        ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason)) {
+        ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason ||
+                             ready->reason == kOldPodsTerminatingReason)) {
       SetCondition(kPodsReadyCondition, false, "JobFinished",
                    std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
                        ": its replicas no longer run");
@@ -164,7 +174,7 @@ class Planner {
     account.attempt_seconds = 0;
     // The new attempt's placement wait starts now, except after NotPlaced or NodeRejected: that
     // gang was never whole, and its wait goes on (runPolicy.schedulingTimeoutSeconds bounds it).
-    if (reason != "NotPlaced" && reason != "NodeRejected") ForgetPlacementWait();
+    if (reason != "NotPlaced" && reason != "NodeRejected") AwaitOldPods();
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
@@ -201,7 +211,7 @@ class Planner {
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;
     account.attempt_seconds = 0;
-    ForgetPlacementWait();
+    AwaitOldPods();
     SetPhase("Pending", "Resumed", "job resumed");
     SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
   }
@@ -777,6 +787,12 @@ bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& 
 }
 
 bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int pods) {
+  // The gang of a new attempt exists (or is created now): its placement wait starts here.
+  if (const Condition* old = FindCondition(kPodsReadyCondition);
+      old != nullptr && old->reason == kOldPodsTerminatingReason) {
+    std::erase_if(st().conditions,
+                  [](const Condition& c) { return c.type == kPodsReadyCondition; });
+  }
   const ObservedReplica* pick = nullptr;
   for (const auto* r : current) {
     if (r->phase != ReplicaPhase::kPending || r->terminating) continue;

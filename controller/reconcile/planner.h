@@ -220,6 +220,9 @@ inline constexpr char kFailedCreateReason[] = "FailedCreate";
 inline constexpr char kPodsReadyCondition[] = "PodsReady";
 // PodsReady's reason while replicas start normally (no reason from the cluster yet).
 inline constexpr char kPodsStartingReason[] = "PodsStarting";
+// PodsReady's reason from a new attempt (a gang restart, a resume) until its gang is created:
+// the pods of earlier attempts terminate first. Its placement wait starts at that creation.
+inline constexpr char kOldPodsTerminatingReason[] = "OldPodsTerminating";
 inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // True while the gang waits at a queue's scheduling gate (Kueue); False ("Admitted") once it
 // passed, which restarts the scheduling wait: time in line is the queue's to bound.

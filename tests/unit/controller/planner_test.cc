@@ -195,6 +195,51 @@ TEST(Planner, RestartWaitsForTheOldGangThenCreatesTheNext) {
   EXPECT_EQ(Cond(running.status, "Restarting")->status, "False");
 }
 
+// Recorded on the real cluster (s35): from a gang restart until the new gang's pods existed,
+// kubectl get tj showed an empty PODS column (PodsReady's reason): the restart erased the
+// condition. It now says the old pods terminate; the new attempt's placement wait still starts
+// when its gang is created, as runPolicy.schedulingTimeoutSeconds counts it.
+TEST(Planner, APodsColumnSaysTheOldPodsTerminateDuringARestart) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 100;
+  job.status.phase = "Running";
+  job.status.conditions.push_back({kPodsReadyCondition, "True", "AllPodsRunning",
+                                   "all 2 replicas are running", "2026-11-21T10:00:00Z"});
+  auto old1 = Replica(1, 0, ReplicaPhase::kFailed, 137);
+  Plan restart = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), old1}, At(10));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  const api::Condition* pods = Cond(restart.status, kPodsReadyCondition);
+  ASSERT_NE(pods, nullptr) << "PODS must not go blank";
+  EXPECT_EQ(pods->status, "False");
+  EXPECT_EQ(pods->reason, kOldPodsTerminatingReason);
+  EXPECT_EQ(pods->message, "attempt 1 is created once the pods of earlier attempts are gone");
+  job.status = restart.status;
+  auto old0 = Replica(0, 0, ReplicaPhase::kRunning);
+  old0.terminating = true;
+  old1.terminating = true;
+  Plan terminating = PlanAt(job, {old0, old1}, At(20));
+  EXPECT_EQ(Cond(terminating.status, kPodsReadyCondition)->reason, kOldPodsTerminatingReason);
+  job.status = terminating.status;
+  Plan created = PlanAt(job, {}, At(40));
+  ASSERT_EQ(Count(created, Kind::kCreateReplica), 2);
+  pods = Cond(created.status, kPodsReadyCondition);
+  EXPECT_EQ(pods->reason, kPodsStartingReason);
+  EXPECT_EQ(pods->last_transition_time, "2026-11-21T10:00:40Z")
+      << "the placement wait starts with the new gang";
+  job.status = created.status;
+  const std::vector<ObservedReplica> pending = {Replica(0, 1, ReplicaPhase::kPending),
+                                                Replica(1, 1, ReplicaPhase::kPending)};
+  EXPECT_EQ(PlanAt(job, pending, At(139)).status.phase, "Restarting");
+  EXPECT_EQ(PlanAt(job, pending, At(140)).status.phase, "Failed");
+  // A job that ends meanwhile says its pods no longer run.
+  job.status = terminating.status;
+  job.spec.run_policy.active_deadline_seconds = 25;
+  job.status.start_time = "2026-11-21T10:00:00Z";
+  Plan expired = PlanAt(job, {old0, old1}, At(30));
+  ASSERT_EQ(expired.status.phase, "Failed");
+  EXPECT_EQ(Cond(expired.status, kPodsReadyCondition)->reason, "JobFinished");
+}
+
 TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   auto job = Job(2);
   job.status.phase = "Running";
