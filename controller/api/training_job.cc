@@ -254,13 +254,16 @@ Duration CollectiveTimeoutFor(const JobSpec& spec) {
   if (set == nullptr) return contract::kCollectiveTimeout;
   const auto value = set->find("value");
   if (value == set->end() || !value->is_string()) return contract::kCollectiveTimeout;
-  const std::string& text = value->get_ref<const std::string&>();
-  if (text.empty() || text.size() > 5 ||
-      text.find_first_not_of("0123456789") != std::string::npos) {
-    return contract::kCollectiveTimeout;
+  return ParseCollectiveTimeout(value->get<std::string>()).value_or(contract::kCollectiveTimeout);
+}
+
+std::optional<Duration> ParseCollectiveTimeout(const std::string& value) {
+  if (value.empty() || value.size() > 5 ||
+      value.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
   }
-  const int seconds = std::stoi(text);
-  if (seconds < 1 || seconds > 86400) return contract::kCollectiveTimeout;
+  const int seconds = std::stoi(value);
+  if (seconds < 1 || seconds > 86400) return std::nullopt;
   return std::chrono::seconds(seconds);
 }
 

@@ -269,6 +269,9 @@ Duration RecoveryTimeoutFor(const JobSpec& spec);
 // (a plain integer from 1 to 86400, as the runner reads it), else contract::kCollectiveTimeout
 // (a reference, valueFrom or envFrom is not resolved here).
 Duration CollectiveTimeoutFor(const JobSpec& spec);
+// One RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS value as the runner takes it (an integer from 1 to
+// 86400); nullopt for any other (the runner refuses to start with it).
+std::optional<Duration> ParseCollectiveTimeout(const std::string& value);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 

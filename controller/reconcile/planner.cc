@@ -903,7 +903,9 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   // What ends it first: a collective that waits on a hung peer fails once the ranks' collective
   // timeout has passed since the last step (the ring then recovers in place or fails), unless a
   // shorter progress deadline restarts the gang before.
-  const Duration collective = api::CollectiveTimeoutFor(spec_);
+  const Duration collective = in_.collective_timeout > Duration::zero()
+                                  ? in_.collective_timeout
+                                  : api::CollectiveTimeoutFor(spec_);
   std::optional<WallTime> last_step;
   if (st().progress) last_step = ParseRfc3339(st().progress->updated_at);
   const bool collective_first = !deadline || last_step.value_or(in_.now) + collective < *deadline;

@@ -176,6 +176,10 @@ struct PlanInput {
   // runner builds in one gang. A gang that loses no replica is not restarted by an upgrade.
   std::string options_hash;
   std::string image;
+  // How long a rank's collective waits on a peer before it fails, as the executor starts its
+  // ranks (RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS: `ringtrain run`'s ranks inherit its
+  // environment); zero: what api::CollectiveTimeoutFor reads from the spec (a pod's).
+  Duration collective_timeout{0};
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen

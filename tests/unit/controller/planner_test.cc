@@ -2959,6 +2959,23 @@ TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
   EXPECT_EQ(said(40, ""),
             "the gang restarts at the progress deadline (2026-11-21T10:00:45Z) unless it trains "
             "again");
+  {
+    // `ringtrain run`'s ranks inherit its environment: its executor says what they run with.
+    auto j = job;
+    j.spec.run_policy.progress_deadline_seconds = 900;
+    PlanInput in;
+    in.job = &j;
+    in.replicas = gang;
+    in.now = At(25);
+    in.progress = ObserveRunnerStatus(read);
+    in.collective_timeout = std::chrono::seconds(300);
+    const Event* e = FindEvent(PlanReconcile(in), "RankStalled");
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("fails within the collective timeout (300s), else the gang restarts "
+                              "at the progress deadline (2026-11-21T10:15:05Z)"),
+              std::string::npos)
+        << e->message;
+  }
   EXPECT_EQ(said(0, "90"),
             "a collective that waits on a hung peer fails within the collective timeout (90s); no "
             "spec.runPolicy.progressDeadlineSeconds is set to end any other stall");
