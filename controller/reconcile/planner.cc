@@ -884,10 +884,6 @@ void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
   }
 }
 
-// Rank 0 said "stalled" on this pass's read (trains, but completed no step for longer than its
-// stall threshold): the condition Stalled=True (reason RankStalled) and one Warning event say so
-// before any deadline, with what happens next; a read that says otherwise ends it (SetCondition
-// False), and a pass that read nothing leaves it as it is.
 std::string Planner::SinceLastStep() {
   if (!st().progress) return "";
   std::string since = " since step " + std::to_string(st().progress->step);
@@ -895,6 +891,10 @@ std::string Planner::SinceLastStep() {
   return since;
 }
 
+// Rank 0 said "stalled" on this pass's read (trains, but completed no step for longer than its
+// stall threshold): the condition Stalled=True (reason RankStalled) and one Warning event say so
+// before any deadline, with what happens next; a read that says otherwise ends it (SetCondition
+// False), and a pass that read nothing leaves it as it is.
 void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   const Condition* before = FindCondition("Stalled");
   const bool already = before != nullptr && before->status == "True";

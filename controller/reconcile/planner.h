@@ -220,7 +220,8 @@ inline constexpr char kFailedCreateReason[] = "FailedCreate";
 // False while any replica of the current attempt is not running, with the cluster's reason
 // (see ObservedReplica::wait_reason) and message; True once the whole gang runs. Its
 // lastTransitionTime to False starts the scheduling wait that
-// runPolicy.schedulingTimeoutSeconds bounds.
+// runPolicy.schedulingTimeoutSeconds bounds (not kOldPodsTerminatingReason's, below: that wait
+// starts when the new gang is created).
 inline constexpr char kPodsReadyCondition[] = "PodsReady";
 // PodsReady's reason while replicas start normally (no reason from the cluster yet).
 inline constexpr char kPodsStartingReason[] = "PodsStarting";
