@@ -219,22 +219,59 @@ Duration RecoveryTimeoutFor(const JobSpec& spec) {
   return contract::kRecoveryTimeout;
 }
 
-bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
+namespace {
 
-std::string IgnoredRunnerCommand(const JobSpec& spec) {
-  if (spec.pod_template_json.empty()) return "";
+// spec.template's runner container: the last container named "runner", as the pod builder
+// takes it; nullopt when there is none.
+std::optional<json> TemplateRunner(const JobSpec& spec) {
+  if (spec.pod_template_json.empty()) return std::nullopt;
   const json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
-  if (!tmpl.is_object()) return "";
+  if (!tmpl.is_object()) return std::nullopt;
   const auto pod = tmpl.find("spec");
-  if (pod == tmpl.end() || !pod->is_object()) return "";
+  if (pod == tmpl.end() || !pod->is_object()) return std::nullopt;
   const auto containers = pod->find("containers");
-  if (containers == pod->end() || !containers->is_array()) return "";
-  // The last container named "runner" is the pod's, as the pod builder takes it.
+  if (containers == pod->end() || !containers->is_array()) return std::nullopt;
   const json* runner = nullptr;
   for (const auto& c : *containers) {
     if (c.is_object() && c.value("name", json()) == "runner") runner = &c;
   }
-  if (runner == nullptr) return "";
+  if (runner == nullptr) return std::nullopt;
+  return *runner;
+}
+
+}  // namespace
+
+Duration CollectiveTimeoutFor(const JobSpec& spec) {
+  const std::optional<json> runner = TemplateRunner(spec);
+  if (!runner) return contract::kCollectiveTimeout;
+  const auto env = runner->find("env");
+  if (env == runner->end() || !env->is_array()) return contract::kCollectiveTimeout;
+  // The last entry of the name is the one a container gets.
+  const json* set = nullptr;
+  for (const auto& e : *env) {
+    if (e.is_object() && e.value("name", json()) == contract::kEnvCollectiveTimeout) set = &e;
+  }
+  if (set == nullptr) return contract::kCollectiveTimeout;
+  const auto value = set->find("value");
+  if (value == set->end() || !value->is_string()) return contract::kCollectiveTimeout;
+  return ParseCollectiveTimeout(value->get<std::string>()).value_or(contract::kCollectiveTimeout);
+}
+
+std::optional<Duration> ParseCollectiveTimeout(const std::string& value) {
+  if (value.empty() || value.size() > 5 ||
+      value.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int seconds = std::stoi(value);
+  if (seconds < 1 || seconds > 86400) return std::nullopt;
+  return std::chrono::seconds(seconds);
+}
+
+bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }
+
+std::string IgnoredRunnerCommand(const JobSpec& spec) {
+  const std::optional<json> runner = TemplateRunner(spec);
+  if (!runner) return "";
   const json& c = *runner;
   // An empty or null list (a Helm template's unset value) asks for nothing.
   std::vector<std::string> set;

@@ -192,8 +192,9 @@ struct AvoidedNode {
 
 // What recoveries cost the job (goodput), by kind. In place: the gang's own account, read from
 // rank 0's /status. A gang restart: the steps between the last progress seen before it and the
-// step the new gang started from, and the time from the restart to the new gang's first
-// progress (an upper bound: progress is polled).
+// step the new gang started from, and the time from that last progress (the restart, when none
+// was seen) to the new gang's first progress (an upper bound, to within a poll: progress is
+// polled).
 struct RecoveryAccount {
   int in_place = 0;         // in-place recoveries completed (the gang trains again)
   int gang_restarts = 0;    // new gangs that trained again after a restart
@@ -205,7 +206,8 @@ struct RecoveryAccount {
   std::int64_t attempt_steps_lost = 0;
   double attempt_seconds = 0;
   // A gang restart waiting for its new gang's first progress: the step the old one had reached
-  // (-1: none pending) and when it restarted.
+  // (-1: none pending) and since when the job has not trained: the last progress seen before
+  // the restart (status.progress.updatedAt), or the restart (or resume) when none was seen.
   std::int64_t restart_from_step = -1;
   std::string restarted_at;
   bool operator==(const RecoveryAccount&) const = default;
@@ -262,6 +264,14 @@ std::string StatusToJson(const JobStatus& status);
 // SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace, the built-in runner and
 // CPU replicas, else 0 (the gang restarts).
 Duration RecoveryTimeoutFor(const JobSpec& spec);
+// How long a rank's collective waits on a peer before it fails (RINGTRAIN_COLLECTIVE_TIMEOUT_
+// SECONDS; the operator sets none itself): the value spec.template's runner container gives it
+// (a plain integer from 1 to 86400, as the runner reads it), else contract::kCollectiveTimeout
+// (a reference, valueFrom or envFrom is not resolved here).
+Duration CollectiveTimeoutFor(const JobSpec& spec);
+// One RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS value as the runner takes it (an integer from 1 to
+// 86400); nullopt for any other (the runner refuses to start with it).
+std::optional<Duration> ParseCollectiveTimeout(const std::string& value);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 

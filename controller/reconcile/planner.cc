@@ -81,6 +81,15 @@ class Planner {
       return c.type == kPodsReadyCondition || c.type == kQueuedCondition;
     });
   }
+  // A new attempt (a gang restart, a resume): its placement wait is forgotten and starts again
+  // when its gang is created (HandleWait); until then PodsReady (kubectl get tj's PODS) says
+  // that the pods of earlier attempts go first.
+  void AwaitOldPods() {
+    ForgetPlacementWait();
+    RecordCondition(kPodsReadyCondition, false, kOldPodsTerminatingReason,
+                    "attempt " + std::to_string(st().attempt) +
+                        " is created once the pods of earlier attempts are gone");
+  }
 
   const Condition* FindCondition(const std::string& type) const {
     for (const auto& c : plan_.status.conditions) {
@@ -110,21 +119,42 @@ class Planner {
     if (!plan_.requeue_after || d < *plan_.requeue_after) plan_.requeue_after = d;
   }
 
+  // Turns a condition that holds (True, or Unknown) False, for `reason`. One already False keeps
+  // its reason and message: they say why it turned False, at its lastTransitionTime (a
+  // metav1.Condition's reason is its last transition's), which a later cause must not rewrite.
+  void EndCondition(const std::string& type, const std::string& reason,
+                    const std::string& message) {
+    const Condition* c = FindCondition(type);
+    if (c != nullptr && c->status != "False") SetCondition(type, false, reason, message);
+  }
+
   void Finish(bool succeeded, const std::string& reason, const std::string& message) {
     SetPhase(succeeded ? "Succeeded" : "Failed", reason, message, !succeeded);
     SetCondition(succeeded ? "Succeeded" : "Failed", true, reason, message);
-    SetCondition("Running", false, reason, message);
-    SetCondition("Restarting", false, reason, message);
+    EndCondition("Running", reason, message);
+    EndCondition("Restarting", reason, message);
     // The gang no longer runs (kubectl get tj shows this reason as PODS): a wait's reason
     // (Unschedulable, ErrImagePull) stays, as it says why the job ended; PodsStarting says
     // nothing of that.
     if (const Condition* ready = FindCondition(kPodsReadyCondition);
-        ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason)) {
+        ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason ||
+                             ready->reason == kOldPodsTerminatingReason)) {
       SetCondition(kPodsReadyCondition, false, "JobFinished",
                    std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
                        ": its replicas no longer run");
     }
     if (st().completion_time.empty()) st().completion_time = now_s_;
+  }
+
+  // Since when the job has not trained, at the latest: when its last step was first seen
+  // (status.progress.updatedAt), or now when none was (or one that does not read as a time
+  // before now). The gang may have hung long before it is restarted (a progress deadline, a
+  // collective timeout), so a restart's time without training counts from here, not from the
+  // restart: an upper bound.
+  std::string LastProgressSeen() const {
+    if (!plan_.status.progress) return now_s_;
+    const auto seen = ParseRfc3339(plan_.status.progress->updated_at);
+    return seen && *seen <= in_.now ? FormatRfc3339(*seen) : now_s_;
   }
 
   // Gang restart: every replica of the attempt goes, attempt+1 starts from the checkpoint.
@@ -137,14 +167,14 @@ class Planner {
     api::RecoveryAccount& account = st().recovery;
     if (account.restart_from_step < 0) {
       account.restart_from_step = st().progress ? st().progress->step : 0;
-      account.restarted_at = now_s_;
+      account.restarted_at = LastProgressSeen();
     }
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;
     account.attempt_seconds = 0;
     // The new attempt's placement wait starts now, except after NotPlaced or NodeRejected: that
     // gang was never whole, and its wait goes on (runPolicy.schedulingTimeoutSeconds bounds it).
-    if (reason != "NotPlaced" && reason != "NodeRejected") ForgetPlacementWait();
+    if (reason != "NotPlaced" && reason != "NodeRejected") AwaitOldPods();
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
@@ -181,7 +211,7 @@ class Planner {
     account.attempt_in_place = 0;
     account.attempt_steps_lost = 0;
     account.attempt_seconds = 0;
-    ForgetPlacementWait();
+    AwaitOldPods();
     SetPhase("Pending", "Resumed", "job resumed");
     SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
   }
@@ -364,6 +394,10 @@ class Planner {
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
   void NoteRankStalled(std::optional<WallTime> deadline);
+  // The Stalled condition from this pass's successful read of rank 0's /status.
+  void NoteProgressRead(std::optional<WallTime> deadline);
+  // " since step N (its time)": the job's last step seen; "" when none was.
+  std::string SinceLastStep();
   // A replica that would keep running beside a replacement built now and was built by another
   // configuration of the executor (PlanInput::options_hash); nullptr when there is none.
   const ObservedReplica* BuiltOtherwise(const std::vector<const ObservedReplica*>& current) const;
@@ -753,6 +787,12 @@ bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& 
 }
 
 bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int pods) {
+  // The gang of a new attempt exists (or is created now): its placement wait starts here.
+  if (const Condition* old = FindCondition(kPodsReadyCondition);
+      old != nullptr && old->reason == kOldPodsTerminatingReason) {
+    std::erase_if(st().conditions,
+                  [](const Condition& c) { return c.type == kPodsReadyCondition; });
+  }
   const ObservedReplica* pick = nullptr;
   for (const auto* r : current) {
     if (r->phase != ReplicaPhase::kPending || r->terminating) continue;
@@ -844,6 +884,13 @@ void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
   }
 }
 
+std::string Planner::SinceLastStep() {
+  if (!st().progress) return "";
+  std::string since = " since step " + std::to_string(st().progress->step);
+  if (!st().progress->updated_at.empty()) since += " (" + st().progress->updated_at + ")";
+  return since;
+}
+
 // Rank 0 said "stalled" on this pass's read (trains, but completed no step for longer than its
 // stall threshold): the condition Stalled=True (reason RankStalled) and one Warning event say so
 // before any deadline, with what happens next; a read that says otherwise ends it (SetCondition
@@ -851,32 +898,68 @@ void Planner::OpenGates(const std::vector<const ObservedReplica*>& current) {
 void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   const Condition* before = FindCondition("Stalled");
   const bool already = before != nullptr && before->status == "True";
-  std::string msg = "rank 0 reports no completed step";
-  if (st().progress) {
-    msg += " since step " + std::to_string(st().progress->step);
-    if (!st().progress->updated_at.empty()) msg += " (" + st().progress->updated_at + ")";
-  }
+  std::string msg = "rank 0 reports no completed step" + SinceLastStep();
   msg += ": a peer hung in a collective, or a starved input; ";
-  msg += deadline ? "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
+  // What ends it first: a collective that waits on a hung peer fails once the ranks' collective
+  // timeout has passed since the last step (the ring then recovers in place or fails), unless a
+  // shorter progress deadline restarts the gang before.
+  const Duration collective = in_.collective_timeout > Duration::zero()
+                                  ? in_.collective_timeout
+                                  : api::CollectiveTimeoutFor(spec_);
+  std::optional<WallTime> last_step;
+  if (st().progress) last_step = ParseRfc3339(st().progress->updated_at);
+  const bool collective_first = !deadline || last_step.value_or(in_.now) + collective < *deadline;
+  if (collective_first) {
+    msg += "a collective that waits on a hung peer fails within the collective timeout (" +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(collective).count()) +
+           "s)";
+  }
+  msg += deadline ? std::string(collective_first ? ", else " : "") +
+                        "the gang restarts at the progress deadline (" + FormatRfc3339(*deadline) +
                         ") unless it trains again"
-                  : "no spec.runPolicy.progressDeadlineSeconds is set, so the ranks' collective "
-                    "timeout ends it unless it trains again";
+                  : "; no spec.runPolicy.progressDeadlineSeconds is set to end any other stall";
   SetCondition("Stalled", true, "RankStalled", msg);
   if (!already) plan_.events.push_back({"Warning", "RankStalled", msg});
+}
+
+// Rank 0's read says what the Stalled condition says, before any deadline: "stalled" is
+// RankStalled (NoteRankStalled); a rank 0 that does not train (starting, recovering a lost peer
+// in place) is neither a stall (the progress deadline waits for it) nor progress, and the
+// condition says which (False, reason Starting or Recovering); one that trains again says so
+// (Resumed) until its step moves. Only a read of it training, with a new step after any of
+// those, is "making progress". A pass that read nothing leaves the condition as it is.
+void Planner::NoteProgressRead(std::optional<WallTime> deadline) {
+  const ObservedProgress& p = *in_.progress;
+  if (p.state == "stalled") {
+    NoteRankStalled(deadline);
+    return;
+  }
+  if (p.idle) {
+    const bool recovering = p.state == "recovering";
+    SetCondition("Stalled", false, recovering ? "Recovering" : "Starting",
+                 (recovering ? std::string("rank 0 recovers a lost peer in place")
+                             : std::string("rank 0 is starting (a new process)")) +
+                     ": no completed step" + SinceLastStep());
+    return;
+  }
+  const Condition* c = FindCondition("Stalled");
+  const bool moved = !job_.status.progress || job_.status.progress->step != p.step;
+  if (!moved && c != nullptr &&
+      (c->reason == "Recovering" || c->reason == "Starting" || c->reason == "Resumed")) {
+    SetCondition("Stalled", false, "Resumed",
+                 "rank 0 trains again; no step past step " + std::to_string(p.step) + " seen yet");
+    return;
+  }
+  SetCondition("Stalled", false, "Progressing", "training is making progress");
 }
 
 bool Planner::HandleStall() {
   const auto deadline_s = spec_.run_policy.progress_deadline_seconds;
   if (st().phase != "Running") return false;
-  // What rank 0 said of itself on this pass; nullopt when nothing was read.
-  std::optional<bool> said_stalled;
-  if (in_.progress && in_.progress->reachable) said_stalled = in_.progress->state == "stalled";
+  // Whether rank 0 was read on this pass.
+  const bool read = in_.progress && in_.progress->reachable;
   if (deadline_s <= 0) {
-    if (said_stalled.value_or(false)) {
-      NoteRankStalled(std::nullopt);
-    } else if (said_stalled) {
-      SetCondition("Stalled", false, "Progressing", "training is making progress");
-    }
+    if (read) NoteProgressRead(std::nullopt);
     return false;
   }
   std::optional<WallTime> since;
@@ -892,12 +975,7 @@ bool Planner::HandleStall() {
   if (!since) return false;
   const WallTime deadline = AfterSeconds(*since, deadline_s);
   if (in_.now < deadline) {
-    const Condition* c = FindCondition("Stalled");
-    if (said_stalled.value_or(false)) {
-      NoteRankStalled(deadline);
-    } else if (said_stalled || c == nullptr || c->reason != "RankStalled") {
-      SetCondition("Stalled", false, "Progressing", "training is making progress");
-    }
+    if (read) NoteProgressRead(deadline);
     Requeue(deadline);
     return false;
   }
@@ -961,8 +1039,8 @@ Plan Planner::Run() {
     for (const auto& r : in_.replicas) Delete(r, "suspended");
     SetPhase("Suspended", "Suspended", "job suspended: replicas deleted");
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
-    SetCondition("Running", false, "Suspended", "job suspended");
-    SetCondition("Restarting", false, "Suspended", "job suspended");
+    EndCondition("Running", "Suspended", "job suspended");
+    EndCondition("Restarting", "Suspended", "job suspended");
     // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
     if (FindCondition(kPodsReadyCondition) != nullptr) {
       SetCondition(kPodsReadyCondition, false, "Suspended",

@@ -176,6 +176,10 @@ struct PlanInput {
   // runner builds in one gang. A gang that loses no replica is not restarted by an upgrade.
   std::string options_hash;
   std::string image;
+  // How long a rank's collective waits on a peer before it fails, as the executor starts its
+  // ranks (RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS: `ringtrain run`'s ranks inherit its
+  // environment); zero: what api::CollectiveTimeoutFor reads from the spec (a pod's).
+  Duration collective_timeout{0};
 };
 
 // How long a failed gang waits for its other replicas to end on their own when the failure seen
@@ -216,10 +220,14 @@ inline constexpr char kFailedCreateReason[] = "FailedCreate";
 // False while any replica of the current attempt is not running, with the cluster's reason
 // (see ObservedReplica::wait_reason) and message; True once the whole gang runs. Its
 // lastTransitionTime to False starts the scheduling wait that
-// runPolicy.schedulingTimeoutSeconds bounds.
+// runPolicy.schedulingTimeoutSeconds bounds (not kOldPodsTerminatingReason's, below: that wait
+// starts when the new gang is created).
 inline constexpr char kPodsReadyCondition[] = "PodsReady";
 // PodsReady's reason while replicas start normally (no reason from the cluster yet).
 inline constexpr char kPodsStartingReason[] = "PodsStarting";
+// PodsReady's reason from a new attempt (a gang restart, a resume) until its gang is created:
+// the pods of earlier attempts terminate first. Its placement wait starts at that creation.
+inline constexpr char kOldPodsTerminatingReason[] = "OldPodsTerminating";
 inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // True while the gang waits at a queue's scheduling gate (Kueue); False ("Admitted") once it
 // passed, which restarts the scheduling wait: time in line is the queue's to bound.

@@ -50,8 +50,8 @@ python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) el
 kill "$pid0" "$pid1" 2>/dev/null || true
 
 # The same hang under `ringtrain run`: its progress line says "stalled" after 0 samples/s, and
-# a RankStalled Warning names rank 0's last step and when the progress deadline would restart
-# the gang; once the peer resumes, the line shows samples/s again and nothing restarted.
+# a RankStalled Warning names rank 0's last step, the collective timeout its ranks inherit
+# (300 s) and when the progress deadline would restart the gang; once the peer resumes, the line shows samples/s again and nothing restarted.
 cat >"$WORK/hang.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1
 kind: TrainingJob
@@ -71,7 +71,7 @@ rank1=$(run_rank_pid "$WORK/hang" 0 1 || true)
 # Stopped, it must not outlive a failure of this test: cleanup kills it.
 PIDS+=($rank1)
 kill -STOP "$rank1"
-wait_until 90 "a RankStalled warning" grep -q "RankStalled: rank 0 reports no completed step since step [0-9]* (.*): .*the gang restarts at the progress deadline" "$WORK/hang.log"
+wait_until 90 "a RankStalled warning" grep -q "RankStalled: rank 0 reports no completed step since step [0-9]* (.*): .*a collective that waits on a hung peer fails within the collective timeout (300s), else the gang restarts at the progress deadline" "$WORK/hang.log"
 wait_until 30 "the progress line saying stalled" grep -q "| 0 samples/s, stalled | restarts 0" "$WORK/hang.log"
 stalled_lines=$(wc -l <"$WORK/hang.log")
 kill -CONT "$rank1"

@@ -186,6 +186,15 @@ class LocalRun {
   const LocalContainer container_;
   const EnvMap host_env_ = HostEnvironment();
   const std::string host_name_ = HostName();
+  // The collective timeout the ranks run with: the template's, else the one they inherit from
+  // this process's environment; zero when neither gives one (the planner reads the spec).
+  const Duration collective_timeout_ = RanksCollectiveTimeout();
+  Duration RanksCollectiveTimeout() const {
+    const LocalRankExec exec = LocalRankExecFor(container_, {}, host_env_, {}, {});
+    const auto it = exec.env.find(contract::kEnvCollectiveTimeout);
+    if (it == exec.env.end()) return Duration::zero();
+    return api::ParseCollectiveTimeout(it->second).value_or(Duration::zero());
+  }
   api::TrainingJob state_;
   // The planner's memory between passes (the same decisions as for pods: a process is only
   // ever gone after the planner's delete, so its vanished-replica policy never fires here).
@@ -479,6 +488,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     in.now = options_.clock->Now();
     in.steady_now = options_.clock->SteadyNow();
     in.memory = memory_;
+    in.collective_timeout = collective_timeout_;
     reconcile::Plan plan = reconcile::PlanReconcile(in);
     memory_ = plan.memory;
     if (plan.status.attempt != state_.status.attempt) progress_.reset();

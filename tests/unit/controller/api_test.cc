@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "common/runner_env.h"
 #include "controller/api/training_job.h"
 
 namespace ringtrain::api {
@@ -191,6 +192,31 @@ TEST(Manifest, ARunnerCommandInTheTemplateIsNamedAsIgnored) {
   EXPECT_EQ(with(R"({"name":"runner","command":["x"]},{"name":"runner"})"), "");
   EXPECT_NE(with(R"({"name":"runner"},{"name":"runner","args":["x"]})"), "");
   EXPECT_EQ(IgnoredRunnerCommand(JobSpec{}), "");
+}
+
+// The collective timeout a job's ranks run with, as the operator can know it: the runner
+// container's own RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS (the operator sets none), when it is a
+// plain value the runner accepts; else the runner's default.
+TEST(Manifest, TheCollectiveTimeoutIsTheRunnerContainersOrTheDefault) {
+  const auto with = [](const std::string& env) {
+    JobSpec spec;
+    spec.pod_template_json =
+        R"({"spec":{"containers":[{"name":"side","env":[{"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","value":"5"}]},{"name":"runner","env":[)" +
+        env + "]}]}}";
+    return CollectiveTimeoutFor(spec);
+  };
+  const Duration fallback = contract::kCollectiveTimeout;
+  EXPECT_EQ(CollectiveTimeoutFor(JobSpec{}), fallback);
+  EXPECT_EQ(with(R"({"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","value":"120"})"),
+            std::chrono::seconds(120));
+  EXPECT_EQ(with(R"({"name":"OTHER","value":"120"})"), fallback);
+  for (const char* odd : {R"("0")", R"("86401")", R"("1m")", R"x("$(T)")x", R"("")", "120"}) {
+    EXPECT_EQ(
+        with(std::string(R"({"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","value":)") + odd + "}"),
+        fallback)
+        << odd;
+  }
+  EXPECT_EQ(with(R"({"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","valueFrom":{}})"), fallback);
 }
 
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.

@@ -195,6 +195,51 @@ TEST(Planner, RestartWaitsForTheOldGangThenCreatesTheNext) {
   EXPECT_EQ(Cond(running.status, "Restarting")->status, "False");
 }
 
+// Recorded on the real cluster (s35): from a gang restart until the new gang's pods existed,
+// kubectl get tj showed an empty PODS column (PodsReady's reason): the restart erased the
+// condition. It now says the old pods terminate; the new attempt's placement wait still starts
+// when its gang is created, as runPolicy.schedulingTimeoutSeconds counts it.
+TEST(Planner, APodsColumnSaysTheOldPodsTerminateDuringARestart) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 100;
+  job.status.phase = "Running";
+  job.status.conditions.push_back({kPodsReadyCondition, "True", "AllPodsRunning",
+                                   "all 2 replicas are running", "2026-11-21T10:00:00Z"});
+  auto old1 = Replica(1, 0, ReplicaPhase::kFailed, 137);
+  Plan restart = PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), old1}, At(10));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  const api::Condition* pods = Cond(restart.status, kPodsReadyCondition);
+  ASSERT_NE(pods, nullptr) << "PODS must not go blank";
+  EXPECT_EQ(pods->status, "False");
+  EXPECT_EQ(pods->reason, kOldPodsTerminatingReason);
+  EXPECT_EQ(pods->message, "attempt 1 is created once the pods of earlier attempts are gone");
+  job.status = restart.status;
+  auto old0 = Replica(0, 0, ReplicaPhase::kRunning);
+  old0.terminating = true;
+  old1.terminating = true;
+  Plan terminating = PlanAt(job, {old0, old1}, At(20));
+  EXPECT_EQ(Cond(terminating.status, kPodsReadyCondition)->reason, kOldPodsTerminatingReason);
+  job.status = terminating.status;
+  Plan created = PlanAt(job, {}, At(40));
+  ASSERT_EQ(Count(created, Kind::kCreateReplica), 2);
+  pods = Cond(created.status, kPodsReadyCondition);
+  EXPECT_EQ(pods->reason, kPodsStartingReason);
+  EXPECT_EQ(pods->last_transition_time, "2026-11-21T10:00:40Z")
+      << "the placement wait starts with the new gang";
+  job.status = created.status;
+  const std::vector<ObservedReplica> pending = {Replica(0, 1, ReplicaPhase::kPending),
+                                                Replica(1, 1, ReplicaPhase::kPending)};
+  EXPECT_EQ(PlanAt(job, pending, At(139)).status.phase, "Restarting");
+  EXPECT_EQ(PlanAt(job, pending, At(140)).status.phase, "Failed");
+  // A job that ends meanwhile says its pods no longer run.
+  job.status = terminating.status;
+  job.spec.run_policy.active_deadline_seconds = 25;
+  job.status.start_time = "2026-11-21T10:00:00Z";
+  Plan expired = PlanAt(job, {old0, old1}, At(30));
+  ASSERT_EQ(expired.status.phase, "Failed");
+  EXPECT_EQ(Cond(expired.status, kPodsReadyCondition)->reason, "JobFinished");
+}
+
 TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   auto job = Job(2);
   job.status.phase = "Running";
@@ -207,6 +252,61 @@ TEST(Planner, SucceedsWhenEveryRankSucceeded) {
   EXPECT_EQ(done.status.phase, "Succeeded");
   EXPECT_EQ(done.status.completion_time, "2026-11-21T10:00:03Z");
   EXPECT_TRUE(done.actions.empty());
+}
+
+// Recorded on the real cluster (s35): after a gang restart the gang ran again, then succeeded,
+// and the final status read Restarting=False reason Succeeded "all 2 replicas succeeded..." with
+// a lastTransitionTime 71 s before the success: a condition's reason is the one of its last
+// transition (metav1.Condition), and that one was the gang running again. The end only rewrites
+// the conditions it turns False (Running; Restarting when it ends a restart).
+TEST(Planner, TheEndRewritesOnlyTheConditionsItTurnsFalse) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  Plan restart = PlanAt(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+      At(10));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  job.status = restart.status;
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  Plan running = PlanAt(job, next, At(20));
+  ASSERT_EQ(running.status.phase, "Running");
+  job.status = running.status;
+  Plan done = PlanAt(
+      job, {Replica(0, 1, ReplicaPhase::kSucceeded), Replica(1, 1, ReplicaPhase::kSucceeded)},
+      At(91));
+  ASSERT_EQ(done.status.phase, "Succeeded");
+  const api::Condition* restarting = Cond(done.status, "Restarting");
+  ASSERT_NE(restarting, nullptr);
+  EXPECT_EQ(restarting->status, "False");
+  EXPECT_EQ(restarting->reason, "Running") << "False since the gang ran";
+  EXPECT_EQ(restarting->message, "gang running");
+  EXPECT_EQ(restarting->last_transition_time, "2026-11-21T10:00:20Z");
+  const api::Condition* ran = Cond(done.status, "Running");
+  EXPECT_EQ(ran->status, "False");
+  EXPECT_EQ(ran->reason, "Succeeded");
+  EXPECT_EQ(ran->last_transition_time, "2026-11-21T10:01:31Z");
+  // A job that ends while it restarts ends the restart, with the end's reason.
+  job.status = running.status;
+  restart = PlanAt(
+      job, {Replica(0, 1, ReplicaPhase::kRunning), Replica(1, 1, ReplicaPhase::kFailed, 137)},
+      At(30));
+  ASSERT_EQ(restart.status.phase, "Restarting");
+  ASSERT_EQ(Cond(restart.status, "Running")->status, "False");
+  job.status = restart.status;
+  job.spec.run_policy.active_deadline_seconds = 60;
+  job.status.start_time = "2026-11-21T10:00:00Z";
+  Plan expired = PlanAt(job, {}, At(61));
+  ASSERT_EQ(expired.status.phase, "Failed");
+  restarting = Cond(expired.status, "Restarting");
+  EXPECT_EQ(restarting->status, "False");
+  EXPECT_EQ(restarting->reason, "DeadlineExceeded");
+  EXPECT_EQ(restarting->last_transition_time, "2026-11-21T10:01:01Z");
+  const api::Condition* stopped = Cond(expired.status, "Running");
+  EXPECT_EQ(stopped->status, "False");
+  EXPECT_EQ(stopped->reason, "RetryableFailure") << "False since the restart";
+  EXPECT_EQ(stopped->message, Cond(restart.status, "Running")->message);
+  EXPECT_EQ(stopped->last_transition_time, "2026-11-21T10:00:30Z");
 }
 
 // kubectl get tj shows PodsReady's reason as PODS: a finished gang no longer says it runs.
@@ -2417,7 +2517,7 @@ TEST(PlannerAccounting, EachInPlaceRecoveryIsOneEventWithWhatItCost) {
 TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom) {
   auto job = Job(2);
   job.status.phase = "Running";
-  job.status.progress = api::Progress{2000, 4, 50000, 0.3, "2026-01-01T00:00:00Z"};
+  job.status.progress = api::Progress{2000, 4, 50000, 0.3, "2026-11-21T10:00:03Z"};
   Plan restart = PlanAt(
       job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
       At(5));
@@ -2437,7 +2537,7 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   const Event* e = FindEvent(trains, "GangRestarted");
   ASSERT_NE(e, nullptr);
   EXPECT_NE(e->message.find("attempt 1 trains again from its checkpoint's step 1000: at least 1000 "
-                            "step(s) lost (from the last progress seen), at most 7.0s without "
+                            "step(s) lost (from the last progress seen), at most 9.0s without "
                             "training"),
             std::string::npos)
       << e->message;
@@ -2445,13 +2545,70 @@ TEST(PlannerAccounting, AGangRestartCostsTheStepsSinceTheCheckpointItResumesFrom
   EXPECT_EQ(a.gang_restarts, 1);
   EXPECT_EQ(a.from_checkpoint, 1);
   EXPECT_EQ(a.steps_lost, 1000);
-  EXPECT_DOUBLE_EQ(a.seconds_without_training, 7.0);
+  EXPECT_DOUBLE_EQ(a.seconds_without_training, 9.0) << "from the last progress seen (3 s)";
   EXPECT_EQ(a.restart_from_step, -1);
 
   job.status = trains.status;
   Plan later = PlanWithProgress(job, next, At(20), Training(1500, 1000));
   EXPECT_EQ(FindEvent(later, "GangRestarted"), nullptr);
   EXPECT_EQ(later.status.recovery, trains.status.recovery);
+}
+
+// Recorded on the real cluster (s35): training stopped at 23:45:59 (the last progress seen,
+// status.progress.updatedAt, 23:46:00); the gang restarted 31 s later and trained again at
+// 23:47:07.9, yet the event said "at most 36.9s without training": the time was counted from the
+// restart, which leaves out the hang before it. Counted from the last progress seen it is an
+// upper bound again, for a failure's restart and a progress deadline's alike.
+TEST(PlannerAccounting, TheTimeWithoutTrainingCountsFromTheLastProgressSeenNotTheRestart) {
+  const std::vector<ObservedReplica> next = {Replica(0, 1, ReplicaPhase::kRunning),
+                                             Replica(1, 1, ReplicaPhase::kRunning)};
+  {
+    auto job = Job(2);
+    job.status.phase = "Running";
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:00:00Z"};
+    Plan restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    ASSERT_EQ(restart.status.attempt, 1);
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:00Z")
+        << "the job has not trained since its last progress seen";
+    job.status = restart.status;
+    Plan trains = PlanWithProgress(job, next, At(68), Training(4810, 4800));
+    const Event* e = FindEvent(trains, "GangRestarted");
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("at most 68.0s without training"), std::string::npos) << e->message;
+    EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 68.0);
+  }
+  {
+    // A progress deadline's restart: the whole deadline went without training.
+    auto job = Job(2);
+    job.spec.run_policy.progress_deadline_seconds = 60;
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T09:59:00Z"});
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:00:00Z"};
+    Plan stalled = PlanWithProgress(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(61),
+        Training(5000, 0));
+    ASSERT_EQ(stalled.status.phase, "Restarting");
+    job.status = stalled.status;
+    Plan trains = PlanWithProgress(job, next, At(70), Training(4810, 4800));
+    EXPECT_DOUBLE_EQ(trains.status.recovery.seconds_without_training, 70.0);
+  }
+  {
+    // No progress seen before the restart (or none that reads as a time before it): from the
+    // restart.
+    auto job = Job(2);
+    job.status.phase = "Running";
+    Plan restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:31Z");
+    job.status.progress = api::Progress{5000, 10, 0, 0.3, "2026-11-21T10:01:00Z"};
+    restart = PlanAt(
+        job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 137)},
+        At(31));
+    EXPECT_EQ(restart.status.recovery.restarted_at, "2026-11-21T10:00:31Z") << "not in the future";
+  }
 }
 
 // Recorded on the real cluster (s6-suspend): suspended at step 3752 with no checkpoint volume,
@@ -2677,7 +2834,8 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   EXPECT_EQ(said->reason, "RankStalled");
   EXPECT_EQ(said->message,
             "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung "
-            "in a collective, or a starved input; the gang restarts at the progress deadline "
+            "in a collective, or a starved input; a collective that waits on a hung peer fails "
+            "within the collective timeout (60s), else the gang restarts at the progress deadline "
             "(2026-11-21T10:05:05Z) unless it trains again");
   ASSERT_EQ(CountEvents(p, "RankStalled"), 1);
   {
@@ -2708,8 +2866,13 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
     Plan q = PlanWithProgress(off, gang, At(60), stalled);
     ASSERT_NE(Cond(q.status, "Stalled"), nullptr);
     EXPECT_EQ(Cond(q.status, "Stalled")->reason, "RankStalled");
-    EXPECT_NE(Cond(q.status, "Stalled")->message.find("collective timeout ends it"),
-              std::string::npos);
+    EXPECT_NE(
+        Cond(q.status, "Stalled")
+            ->message.find(
+                "a collective that waits on a hung peer fails within the collective timeout "
+                "(60s); no spec.runPolicy.progressDeadlineSeconds is set to end any other stall"),
+        std::string::npos)
+        << Cond(q.status, "Stalled")->message;
     EXPECT_EQ(q.status.phase, "Running");
     contract::RunnerStatus moving = read;
     moving.state = "running";
@@ -2746,6 +2909,137 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   read.state = "recovering";
   EXPECT_EQ(PlanWithProgress(job, gang, At(306), ObserveRunnerStatus(read)).status.phase,
             "Running");
+}
+
+// Recorded on the real cluster (s35): with progressDeadlineSeconds 300 the RankStalled event
+// said "the gang restarts at the progress deadline (23:47:11Z) unless it trains again", though
+// the ranks' 60 s collective timeout ends a hung peer's stall long before. The words name what
+// comes first: the collective timeout (the job's own, from its runner container's env, or the
+// runner's default), or a progress deadline shorter than it.
+TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  contract::RunnerStatus read;
+  read.state = "stalled";
+  read.step = 5628;
+  read.start_step = 0;
+  const auto said = [&](std::int64_t deadline_s, const std::string& env_value) {
+    auto j = job;
+    j.spec.run_policy.progress_deadline_seconds = deadline_s;
+    if (!env_value.empty()) {
+      j.spec.pod_template_json =
+          R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","value":")" +
+          env_value + R"("}]}]}})";
+    }
+    Plan p = PlanWithProgress(j, gang, At(25), ObserveRunnerStatus(read));
+    const Event* e = FindEvent(p, "RankStalled");
+    EXPECT_NE(e, nullptr);
+    const std::string prefix =
+        "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung in "
+        "a collective, or a starved input; ";
+    EXPECT_TRUE(e == nullptr || e->message.starts_with(prefix)) << e->message;
+    return e == nullptr ? std::string() : e->message.substr(prefix.size());
+  };
+  EXPECT_EQ(said(300, ""),
+            "a collective that waits on a hung peer fails within the collective timeout (60s), "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "trains again");
+  EXPECT_EQ(said(300, "120"),
+            "a collective that waits on a hung peer fails within the collective timeout (120s), "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "trains again");
+  // The deadline first: the collective timeout would end nothing before it.
+  EXPECT_EQ(said(300, "600"),
+            "the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it trains "
+            "again");
+  EXPECT_EQ(said(40, ""),
+            "the gang restarts at the progress deadline (2026-11-21T10:00:45Z) unless it trains "
+            "again");
+  {
+    // `ringtrain run`'s ranks inherit its environment: its executor says what they run with.
+    auto j = job;
+    j.spec.run_policy.progress_deadline_seconds = 900;
+    PlanInput in;
+    in.job = &j;
+    in.replicas = gang;
+    in.now = At(25);
+    in.progress = ObserveRunnerStatus(read);
+    in.collective_timeout = std::chrono::seconds(300);
+    const Event* e = FindEvent(PlanReconcile(in), "RankStalled");
+    ASSERT_NE(e, nullptr);
+    EXPECT_NE(e->message.find("fails within the collective timeout (300s), else the gang restarts "
+                              "at the progress deadline (2026-11-21T10:15:05Z)"),
+              std::string::npos)
+        << e->message;
+  }
+  EXPECT_EQ(said(0, "90"),
+            "a collective that waits on a hung peer fails within the collective timeout (90s); no "
+            "spec.runPolicy.progressDeadlineSeconds is set to end any other stall");
+}
+
+// Recorded on the real cluster (s35): after a RankStalled, rank 0's /status turned from
+// "stalled" to "recovering" (it recovered a lost peer in place, its step frozen), and the job
+// said Stalled=False "training is making progress" 84 s after the last step. A rank 0 that does
+// not train is no stall (the progress deadline waits for it) and no progress either: the
+// condition says what it does; "making progress" needs a read of it training with a new step.
+TEST(PlannerProgress, ARankZeroRecoveringInPlaceIsNotSaidToMakeProgress) {
+  for (const std::int64_t deadline_s : {300, 0}) {
+    SCOPED_TRACE("progressDeadlineSeconds " + std::to_string(deadline_s));
+    auto job = Job(2);
+    job.spec.run_policy.progress_deadline_seconds = deadline_s;
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+    job.status.progress = api::Progress{5628, 12, 71157.3, 0.17, "2026-11-21T10:00:05Z"};
+    const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                               Replica(1, 0, ReplicaPhase::kRunning)};
+    auto read = [](const std::string& state, std::int64_t step) {
+      contract::RunnerStatus r;
+      r.state = state;
+      r.step = step;
+      r.start_step = 0;
+      return ObserveRunnerStatus(r);
+    };
+    Plan stalled = PlanWithProgress(job, gang, At(60), read("stalled", 5628));
+    ASSERT_EQ(Cond(stalled.status, "Stalled")->reason, "RankStalled");
+    job.status = stalled.status;
+    Plan recovering = PlanWithProgress(job, gang, At(89), read("recovering", 5628));
+    EXPECT_EQ(recovering.status.phase, "Running");
+    const api::Condition* c = Cond(recovering.status, "Stalled");
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->status, "False");
+    EXPECT_EQ(c->reason, "Recovering");
+    EXPECT_EQ(c->message,
+              "rank 0 recovers a lost peer in place: no completed step since step 5628 "
+              "(2026-11-21T10:00:05Z)");
+    // A pass that read nothing says nothing new.
+    job.status = recovering.status;
+    PlanInput none;
+    none.job = &job;
+    none.replicas = gang;
+    none.now = At(92);
+    EXPECT_EQ(Cond(PlanReconcile(none).status, "Stalled")->reason, "Recovering");
+    // Rank 0 trains again, its step not moved yet: not "making progress" yet either.
+    Plan resumed = PlanWithProgress(job, gang, At(95), read("running", 5628));
+    c = Cond(resumed.status, "Stalled");
+    EXPECT_EQ(c->status, "False");
+    EXPECT_EQ(c->reason, "Resumed");
+    EXPECT_EQ(c->message, "rank 0 trains again; no step past step 5628 seen yet");
+    job.status = resumed.status;
+    Plan moving = PlanWithProgress(job, gang, At(100), read("running", 5700));
+    EXPECT_EQ(Cond(moving.status, "Stalled")->reason, "Progressing");
+    EXPECT_EQ(Cond(moving.status, "Stalled")->message, "training is making progress");
+    // A replacement rank 0 that starts says so too.
+    job.status = moving.status;
+    Plan starting = PlanWithProgress(job, gang, At(105), read("starting", 0));
+    EXPECT_EQ(Cond(starting.status, "Stalled")->reason, "Starting");
+    EXPECT_EQ(Cond(starting.status, "Stalled")->message,
+              "rank 0 is starting (a new process): no completed step since step 5700 "
+              "(2026-11-21T10:01:40Z)");
+  }
 }
 
 }  // namespace
