@@ -50,6 +50,13 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                                   "their state (runPolicy.recovery InPlace)")
                               .Register(r)
                               .Add({});
+  recovered_in_place_ = &prometheus::BuildCounter()
+                             .Name("ringtrain_controller_recovered_in_place_total")
+                             .Help(
+                                 "In-place recoveries the gangs completed, as rank 0 accounts "
+                                 "them (status.recovery.inPlace), with or without a replaced pod")
+                             .Register(r)
+                             .Add({});
   pods_created_ = &prometheus::BuildCounter()
                        .Name("ringtrain_controller_pods_created_total")
                        .Help("Pods created by the controller")
@@ -167,6 +174,9 @@ void ControllerMetrics::ForgetJobLocked(const std::string& key) {
 
 void ControllerMetrics::IncGangRestarts() { gang_restarts_->Increment(); }
 void ControllerMetrics::IncInPlaceRecoveries() { in_place_recoveries_->Increment(); }
+void ControllerMetrics::AddRecoveredInPlace(int n) {
+  if (n > 0) recovered_in_place_->Increment(n);
+}
 void ControllerMetrics::IncPodsCreated() { pods_created_->Increment(); }
 void ControllerMetrics::IncWatchRestarts() { watch_restarts_->Increment(); }
 void ControllerMetrics::ObservePodsReady(double seconds) { pods_ready_seconds_->Observe(seconds); }

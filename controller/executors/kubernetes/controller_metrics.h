@@ -38,6 +38,9 @@ class ControllerMetrics {
   void SetJobFigures(const std::string& key, long long step, double test_accuracy, double test_mse);
   void IncGangRestarts();
   void IncInPlaceRecoveries();
+  // In-place recoveries the gang completed (status.recovery.inPlace grew by `n`): with or without
+  // a pod the controller replaced (a peer that hung and came back heals without one).
+  void AddRecoveredInPlace(int n);
   void IncPodsCreated();
   void IncWatchRestarts();
   void ObservePodsReady(double seconds);
@@ -72,6 +75,7 @@ class ControllerMetrics {
   prometheus::Counter* reconcile_errors_;
   prometheus::Counter* gang_restarts_;
   prometheus::Counter* in_place_recoveries_;
+  prometheus::Counter* recovered_in_place_;
   prometheus::Counter* pods_created_;
   prometheus::Counter* watch_restarts_;
   prometheus::Histogram* pods_ready_seconds_;

@@ -645,6 +645,7 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
     if (after.in_place_recoveries > before.in_place_recoveries) {
       metrics_->IncInPlaceRecoveries();
     }
+    metrics_->AddRecoveredInPlace(after.recovery.in_place - before.recovery.in_place);
   }
   for (const auto& e : pass.plan.events) {
     if (events_ != nullptr) events_->Record(pass.raw, e.type, e.reason, e.message);

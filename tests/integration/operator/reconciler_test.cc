@@ -1,6 +1,8 @@
 // The reconciler against an in-memory KubeClient and a cache the test controls (so it can be
 // stale on purpose), plus the work queue.
 #include <gtest/gtest.h>
+
+#include <atomic>
 #include <fstream>
 #include <map>
 
@@ -562,6 +564,50 @@ TEST_F(ReconcilerTest, AnInvalidFinishedJobKeepsItsFiguresInTheMetrics) {
                       R"(namespace="default"} 0.8945)"),
             std::string::npos)
       << text;
+}
+
+// A gang that heals by itself (a peer that hung and came back, no pod replaced) is counted
+// by the controller as rank 0 accounts it: ringtrain_controller_recovered_in_place_total grows
+// with status.recovery.inPlace, while the count of replacements the controller ordered does not.
+TEST_F(ReconcilerTest, InPlaceRecoveriesTheGangCompletedAreCountedWithoutAReplacedPod) {
+  ControllerMetrics metrics;
+  std::atomic<int> recoveries{0};
+  Reconciler reconciler(&client_, &cache_, &clock_, nullptr, &metrics, ReconcilerOptions{},
+                        [&](const std::string&, int, Duration) {
+                          reconcile::ObservedProgress p;
+                          p.step = 100 + recoveries.load();
+                          p.training = true;
+                          p.state = "running";
+                          p.start_step = 0;
+                          p.recoveries = recoveries.load();
+                          p.recovery_seconds = 90.0 * recoveries.load();
+                          p.last_recovery_step = 100;
+                          return std::optional<reconcile::ObservedProgress>(p);
+                        });
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  const auto counted = [&] {
+    cache_.CatchUp(client_);
+    clock_.Advance(std::chrono::seconds(5));
+    EXPECT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+    const std::string text = metrics.RenderText();
+    const std::string name = "ringtrain_controller_recovered_in_place_total ";
+    const auto at = text.find("\n" + name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
+  };
+  EXPECT_EQ(counted(), 0.0);
+  recoveries = 1;
+  EXPECT_EQ(counted(), 1.0);
+  EXPECT_EQ(counted(), 1.0) << "counted once";
+  recoveries = 3;  // two more between two polls
+  EXPECT_EQ(counted(), 3.0);
+  EXPECT_EQ(Status()["recovery"]["inPlace"], 3) << Status().dump();
+  EXPECT_EQ(Status().value("inPlaceRecoveries", 0), 0) << "no pod was replaced";
+  EXPECT_NE(metrics.RenderText().find("ringtrain_controller_in_place_recoveries_total 0"),
+            std::string::npos);
 }
 
 // A job failed with reason InvalidSpec, from the start or by an edit while it ran: its ttl
