@@ -5,7 +5,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
+#include <system_error>
 #include <thread>
+
+#include "common/stop.h"
 
 namespace ringtrain::comm {
 namespace {
@@ -31,31 +35,52 @@ Duration HeartbeatFor(Duration collective_timeout) {
 Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
                       const RootWorkOptions& options) {
   if (comm.rank() != options.root) {
+    const std::string waiting =
+        "waiting for rank " + std::to_string(options.root) + "'s " + options.what;
     for (;;) {
+      // A backend whose collectives do not watch for a stop request (NCCL) still ends here.
+      if (StopRequested()) return StoppedStatus(waiting);
       // Said by the root: a backend that leaves the buffer alone (a world of one) reads done.
       std::uint8_t flag = kDone;
-      RETURN_IF_ERROR(comm.Broadcast(&flag, sizeof(flag), options.root)
-                          .WithContext("waiting for rank " + std::to_string(options.root) + "'s " +
-                                       options.what));
+      RETURN_IF_ERROR(comm.Broadcast(&flag, sizeof(flag), options.root).WithContext(waiting));
       if (flag == kDone) return Status::Ok();
     }
   }
   auto shared = std::make_shared<Shared>();
-  std::thread helper([shared, work] {
-    Status s = work();
-    std::lock_guard<std::mutex> lock(shared->mu);
-    shared->result = std::move(s);
-    shared->done = true;
-    shared->cv.notify_all();
-  });
-  const SteadyTime deadline = DeadlineAfter(options.timeout);
-  Status gang;  // the first failed heartbeat: no more of them
+  std::thread helper;
+  try {
+    helper = std::thread([shared, work] {
+      Status s;
+      try {
+        s = work();
+      } catch (const std::bad_alloc&) {
+        s = FailedPrecondition("out of memory: an allocation failed (std::bad_alloc)");
+      } catch (const std::exception& e) {
+        s = Internal(std::string("unexpected exception: ") + e.what());
+      }
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result = std::move(s);
+      shared->done = true;
+      shared->cv.notify_all();
+    });
+  } catch (const std::system_error& e) {
+    return Unavailable(options.what + ": cannot start a thread: " + e.what());
+  }
+  SteadyTime deadline = DeadlineAfter(options.timeout);
+  Status gang;  // the first failed heartbeat, or the stop request: no more heartbeats
+  bool stopped = false;
   std::unique_lock<std::mutex> lock(shared->mu);
   for (;;) {
+    if (!stopped && StopRequested()) {
+      stopped = true;
+      deadline = std::min(deadline, DeadlineAfter(options.stop_grace));
+      if (gang.ok()) gang = StoppedStatus(options.what);
+    }
     const SteadyTime now = std::chrono::steady_clock::now();
     if (!shared->done && now >= deadline) break;
-    const SteadyTime wake = gang.ok() ? std::min(deadline, now + options.heartbeat) : deadline;
-    shared->cv.wait_until(lock, wake, [&] { return shared->done; });
+    // Heartbeats while the gang hears them; after that, short waits that notice a stop.
+    const Duration slice = gang.ok() ? options.heartbeat : Duration{100};
+    shared->cv.wait_until(lock, std::min(deadline, now + slice), [&] { return shared->done; });
     if (!gang.ok()) {
       if (shared->done) break;
       continue;
@@ -69,6 +94,7 @@ Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
   if (!shared->done) {
     lock.unlock();
     helper.detach();
+    if (stopped) return gang.WithContext(options.what + ": not done");
     return Status(StatusCode::kResourceExhausted,
                   options.what + ": not done after " + FormatDuration(options.timeout) +
                       (options.timeout_name.empty() ? "" : " (" + options.timeout_name + ")") +

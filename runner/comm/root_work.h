@@ -27,6 +27,9 @@ struct RootWorkOptions {
   Duration timeout{30 * 60 * 1000};
   std::string what = "work";  // names the work in errors: "checkpoint write at step 1000"
   std::string timeout_name;   // names the timeout's setting in its message, if any
+  // After a stop request (SIGTERM), how much longer the root waits for its work (a checkpoint
+  // write that completes is kept) before it gives up and returns.
+  Duration stop_grace{5000};
 };
 
 // A heartbeat well under `collective_timeout`: a quarter of it, at most 1 s, at least 1 ms.
@@ -37,8 +40,11 @@ Duration HeartbeatFor(Duration collective_timeout);
 // the others, `work` is not called and the result is Ok once the root said it is done. A
 // collective that fails (a lost peer, a stop request) ends the heartbeats: the root still waits
 // for its work (a checkpoint write that completes is kept), up to the timeout, then returns the
-// collective's error. The heartbeats' errors are prefixed "<what>: " on the root and "waiting
-// for rank R's <what>: " on the others.
+// collective's error. A stop request (common/stop.h) ends the heartbeats on every rank (a
+// backend whose collectives do not watch for it too), and the root's wait after stop_grace. The
+// heartbeats' errors are prefixed "<what>: " on the root and "waiting for rank R's <what>: " on
+// the others. An exception from `work` is its error: std::bad_alloc a permanent "out of memory",
+// another Internal.
 Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
                       const RootWorkOptions& options);
 

@@ -111,6 +111,8 @@ Status CpuEngine::BroadcastFrom(int root, bool optimizer_too, std::int64_t optim
   return Status::Ok();
 }
 
+std::int64_t CpuEngine::optimizer_steps() const { return optimizer_->steps(); }
+
 Status CpuEngine::Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
                            std::int64_t& optimizer_steps) {
   params.assign(model_->params().begin(), model_->params().end());

@@ -31,6 +31,8 @@ class CpuEngine final : public StepEngine {
   Status Rebind(comm::Communicator* comm) override;
   Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
                   std::int64_t& optimizer_steps) override;
+  bool copies_state_on_any_thread() const override { return true; }
+  std::int64_t optimizer_steps() const override;
   StatusOr<InputStart> OpenInput(int epoch, std::int64_t epoch_samples) override;
   StatusOr<std::optional<EngineBatch>> NextBatch() override;
   double data_wait_seconds() const override { return loader_ ? loader_->wait_seconds() : 0; }

@@ -95,9 +95,16 @@ class StepEngine {
     (void)comm;
     return FailedPrecondition("this engine cannot recover in place");
   }
-  // Host copies of the state for a checkpoint; waits for any step in flight.
+  // Host copies of the state for a checkpoint; waits for any step in flight. Vectors that
+  // already have the size are reused.
   virtual Status Snapshot(std::vector<float>& params, std::vector<float>& optimizer_state,
                           std::int64_t& optimizer_steps) = 0;
+  // Whether Snapshot and Restore may run on another thread than the one that steps, while no
+  // step runs (a host engine: the copies are plain memory; not the CUDA engine, whose device is
+  // per thread).
+  virtual bool copies_state_on_any_thread() const { return false; }
+  // The optimizer's step count (what a recovery hands over with the state).
+  virtual std::int64_t optimizer_steps() const = 0;
 
   // Opens the training input at `epoch`, after `epoch_samples` samples of it consumed by the
   // gang (a resume), up to the configured last epoch.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <thread>
 
 #include "common/clock.h"
@@ -18,6 +20,26 @@ namespace {
 // Loss, throughput and busy fraction are reported over windows of at least this long (and at
 // every epoch end): the CUDA engine's loss read-back is a pipeline bubble.
 constexpr double kReportSeconds = 1.0;
+
+// The engine lent to a helper thread of comm::WhileRootWorks (a copy of the state into or out of
+// it): the helper touches the engine only while it holds `mu` and `returned` is false, and the
+// loop sets `returned` once WhileRootWorks is back, so a helper left behind (a timeout, a stop)
+// never touches an engine that is gone.
+struct EngineLease {
+  std::mutex mu;
+  bool returned = false;
+  // Runs `copy` on the engine unless the loop is already back.
+  Status Use(const std::function<Status()>& copy) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (returned) return Aborted("the training loop stopped waiting for this copy");
+    return copy();
+  }
+  // The loop is back: waits for a copy in progress, and no later one starts.
+  void Return() {
+    std::lock_guard<std::mutex> lock(mu);
+    returned = true;
+  }
+};
 
 }  // namespace
 
@@ -58,9 +80,7 @@ StatusOr<std::optional<TrainingLoop::Start>> TrainingLoop::SyncKeptState() {
   // [global_step, epoch, epoch_samples, optimizer_steps] of the source.
   std::int64_t pos[4] = {0, 0, 0, 0};
   if (comm.rank() == source) {
-    std::vector<float> params;
-    std::vector<float> state;
-    RETURN_IF_ERROR(deps_.engine->Snapshot(params, state, pos[3]));
+    pos[3] = deps_.engine->optimizer_steps();  // the state itself goes in BroadcastFrom
     pos[0] = kept_->global_step;
     pos[1] = kept_->epoch;
     pos[2] = kept_->epoch_samples;
@@ -125,13 +145,18 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   // thread touches only what it owns; the result is restored here.
   const bool reads = comm.rank() == 0 && !config_.checkpoint_dir.empty();
   auto read = std::make_shared<StatusOr<CheckpointState>>(NotFound("no checkpoint dir"));
+  // A host engine takes the checkpoint's state on the helper thread too (Restore copies it all).
+  const bool restore_there = engine.copies_state_on_any_thread();
+  auto restored = std::make_shared<Status>();
+  auto lease = std::make_shared<EngineLease>();
   const std::string dir = config_.checkpoint_dir;
   const ExpectedModel expected = engine.checkpoint_model();
   const std::size_t params = engine.num_params();
   const std::size_t state = engine.optimizer_state_size();
-  RETURN_IF_ERROR(comm::WhileRootWorks(
+  StepEngine* lent = &engine;
+  const Status worked = comm::WhileRootWorks(
       comm,
-      [read, reads, dir, expected, params, state] {
+      [read, reads, dir, expected, params, state, restore_there, restored, lease, lent] {
         if (!reads) return Status::Ok();
         // A checkpoint dir that can never work fails the job now, not at the first checkpoint.
         const Status writable = CheckCheckpointDirWritable(dir);
@@ -139,12 +164,17 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
                                     dir, params, state,
                                     expected.model.architecture.empty() ? nullptr : &expected)
                               : StatusOr<CheckpointState>(writable);
+        if (restore_there && read->ok()) {
+          *restored = lease->Use([&] { return lent->Restore(**read); });
+        }
         return Status::Ok();
       },
-      RankZeroWork("checkpoint read")));
+      RankZeroWork("checkpoint read"));
+  lease->Return();
+  RETURN_IF_ERROR(worked);
   if (reads) {
     StatusOr<CheckpointState>& ckpt = *read;
-    if (ckpt.ok()) failure = engine.Restore(*ckpt);
+    if (ckpt.ok()) failure = restore_there ? *restored : engine.Restore(*ckpt);
     if (ckpt.ok() && failure.ok()) {
       // The first format knew only the step: it was written by a gang of this size.
       const std::int64_t samples =
@@ -227,34 +257,45 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
                                 std::int64_t epoch_samples) {
   // Every rank takes part, with or without a directory: the others wait for rank 0's write
   // hearing from it (comm/root_work.h), so a write longer than the collective timeout fails no
-  // one. The snapshot is taken here; the helper thread only writes what it owns.
-  struct Write {
-    std::vector<float> params;
-    std::vector<float> state;
-    CheckpointPosition pos;
-    CheckpointModel model;
-  };
-  auto write = std::make_shared<Write>();
+  // one. The helper thread copies the state too where the engine allows it (a host engine): a
+  // copy of a large model takes longer than a short collective timeout on a loaded machine.
+  // The copy's buffers stay for the next checkpoint (no fresh pages to fault in each time),
+  // unless a helper left behind by a timeout still holds them.
   const bool writes = deps_.comm->rank() == 0 && !config_.checkpoint_dir.empty();
+  if (!checkpoint_write_ || checkpoint_write_.use_count() > 1) {
+    checkpoint_write_ = std::make_shared<CheckpointWrite>();
+  }
+  std::shared_ptr<CheckpointWrite> write = checkpoint_write_;
+  StepEngine* engine = deps_.engine;
+  const bool copy_here = writes && !engine->copies_state_on_any_thread();
   if (writes) {
-    RETURN_IF_ERROR(
-        deps_.engine->Snapshot(write->params, write->state, write->pos.optimizer_steps));
     write->pos.global_step = global_step;
     write->pos.epoch = epoch;
     write->pos.step_in_epoch = step_in_epoch;
     write->pos.epoch_samples = epoch_samples;
     write->pos.world_size = deps_.comm->size();
-    write->model = deps_.engine->checkpoint_model().model;
+    write->model = engine->checkpoint_model().model;
+  }
+  if (copy_here) {
+    RETURN_IF_ERROR(engine->Snapshot(write->params, write->state, write->pos.optimizer_steps));
   }
   const std::string dir = config_.checkpoint_dir;
-  RETURN_IF_ERROR(comm::WhileRootWorks(
+  auto lease = std::make_shared<EngineLease>();
+  const Status worked = comm::WhileRootWorks(
       *deps_.comm,
-      [write, dir, writes] {
+      [write, dir, writes, copy_there = writes && !copy_here, engine, lease] {
         if (!writes) return Status::Ok();
+        if (copy_there) {
+          RETURN_IF_ERROR(lease->Use([&] {
+            return engine->Snapshot(write->params, write->state, write->pos.optimizer_steps);
+          }));
+        }
         return WriteCheckpoint(dir, write->pos, write->model, write->params, write->state)
             .WithContext("checkpoint");
       },
-      RankZeroWork("checkpoint write at step " + std::to_string(global_step))));
+      RankZeroWork("checkpoint write at step " + std::to_string(global_step)));
+  lease->Return();
+  RETURN_IF_ERROR(worked);
   if (writes && deps_.metrics) deps_.metrics->IncCheckpoints();
   return Status::Ok();
 }

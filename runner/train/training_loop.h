@@ -7,13 +7,16 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "runner/comm/communicator.h"
 #include "runner/comm/root_work.h"
 #include "runner/metrics/runner_metrics.h"
+#include "runner/train/checkpoint.h"
 #include "runner/train/config.h"
 #include "runner/train/step_engine.h"
 
@@ -146,8 +149,17 @@ class TrainingLoop {
   // to the checkpoint timeout; `what` names it in the timeout's message.
   comm::RootWorkOptions RankZeroWork(std::string what) const;
 
+  // Rank 0's copy of the state a checkpoint is written from (Checkpoint).
+  struct CheckpointWrite {
+    std::vector<float> params;
+    std::vector<float> state;
+    CheckpointPosition pos;
+    CheckpointModel model;
+  };
+
   TrainConfig config_;
   LoopDeps deps_;
+  std::shared_ptr<CheckpointWrite> checkpoint_write_;
   std::optional<Position> last_;  // where the last Run stood when it ended
   std::optional<Position> kept_;  // the state this rank brings to the next Run (Rejoin)
   TrainResult so_far_;            // what this process's earlier rounds counted (Rejoin)

@@ -67,6 +67,7 @@ class CudaEngine final : public train::StepEngine {
   Status BroadcastFrom(int root, bool optimizer_too, std::int64_t optimizer_steps) override;
   Status Snapshot(std::vector<float>& params, std::vector<float>& state,
                   std::int64_t& optimizer_steps) override;
+  std::int64_t optimizer_steps() const override { return optimizer_->steps(); }
   StatusOr<train::InputStart> OpenInput(int epoch, std::int64_t epoch_samples) override;
   StatusOr<std::optional<train::EngineBatch>> NextBatch() override;
   double data_wait_seconds() const override { return pinned_ ? pinned_->wait_seconds() : 0; }

@@ -83,6 +83,7 @@ class FakeEngine final : public StepEngine {
     if (while_snapshotting) while_snapshotting();
     return Status::Ok();
   }
+  std::int64_t optimizer_steps() const override { return enqueued_; }
   StatusOr<InputStart> OpenInput(int epoch, std::int64_t samples) override {
     epoch_ = epoch;
     step_ = samples / batch_;
