@@ -142,7 +142,8 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   Status failure;
   // Rank 0 reads its newest checkpoint while the others hear from it: a large one on a slow
   // volume may take longer than the collective timeout they would otherwise wait in. The helper
-  // thread touches only what it owns; the result is restored here.
+  // thread touches only what it owns, and a host engine under a lease (it restores the state
+  // there); the CUDA engine restores it here.
   const bool reads = comm.rank() == 0 && !config_.checkpoint_dir.empty();
   auto read = std::make_shared<StatusOr<CheckpointState>>(NotFound("no checkpoint dir"));
   // A host engine takes the checkpoint's state on the helper thread too (Restore copies it all).
