@@ -2969,7 +2969,8 @@ TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
     in.now = At(25);
     in.progress = ObserveRunnerStatus(read);
     in.collective_timeout = std::chrono::seconds(300);
-    const Event* e = FindEvent(PlanReconcile(in), "RankStalled");
+    const Plan plan = PlanReconcile(in);  // alive while `e` points into its events
+    const Event* e = FindEvent(plan, "RankStalled");
     ASSERT_NE(e, nullptr);
     EXPECT_NE(e->message.find("fails within the collective timeout (300s), else the gang restarts "
                               "at the progress deadline (2026-11-21T10:15:05Z)"),
