@@ -66,17 +66,34 @@ PrefetchLoader::PrefetchLoader(const Dataset* dataset, const Table* table,
                  : 0;
   consumed_ = 0;
   slots_.resize(static_cast<std::size_t>(options.prefetch));
-  const auto bs = static_cast<std::size_t>(options.batch_size);
+  const SlotSizes sizes = SizesOf(options.batch_size, sample_, targets_);
   for (auto& s : slots_) {
-    s.x.resize(bs * sample_);
-    if (targets_ > 0) {
-      s.targets.resize(bs * targets_);
-    } else {
-      s.y.resize(bs);
-    }
-    s.idx.reserve(bs);
+    s.x.resize(sizes.x);
+    s.targets.resize(sizes.targets);
+    s.y.resize(sizes.y);
+    s.idx.reserve(sizes.idx);
   }
   for (int w = 0; w < options.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+}
+
+PrefetchLoader::SlotSizes PrefetchLoader::SizesOf(int batch_size, std::size_t sample_floats,
+                                                  std::size_t target_floats) {
+  const auto bs = static_cast<std::size_t>(batch_size);
+  SlotSizes s;
+  s.x = bs * sample_floats;
+  // A regression Table's targets, else the labels.
+  s.targets = bs * target_floats;
+  s.y = target_floats > 0 ? 0 : bs;
+  s.idx = bs;
+  return s;
+}
+
+std::uint64_t PrefetchLoader::SlotBytes(const LoaderOptions& options, std::size_t sample_floats,
+                                        std::size_t target_floats) {
+  const SlotSizes s = SizesOf(options.batch_size, sample_floats, target_floats);
+  const std::uint64_t slot =
+      (s.x + s.targets) * sizeof(float) + s.y * sizeof(std::int32_t) + s.idx * sizeof(std::size_t);
+  return slot * static_cast<std::uint64_t>(std::max(options.prefetch, 0));
 }
 
 PrefetchLoader::Position PrefetchLoader::Locate(std::int64_t seq) const {

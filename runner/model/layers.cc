@@ -242,9 +242,7 @@ void ReLU::Backward(const float* x, const float* dy, float* dx, int n) {
 }
 
 Conv2d::Conv2d(Shape in, int out_channels, int kernel, int padding, Initializer init)
-    : Conv2d(in,
-             Shape{out_channels, in.h + 2 * padding - kernel + 1, in.w + 2 * padding - kernel + 1},
-             kernel, 1, padding, padding, init) {}
+    : Conv2d(in, OutShape(in, out_channels, kernel, padding), kernel, 1, padding, padding, init) {}
 
 Conv2d::Conv2d(Shape in, Shape out, int kernel, int stride, int pad_top, int pad_left,
                Initializer init)
@@ -255,7 +253,11 @@ Conv2d::Conv2d(Shape in, Shape out, int kernel, int stride, int pad_top, int pad
       padding_(pad_left),
       patch_(in.c * kernel * kernel),
       init_(init),
-      col_(static_cast<std::size_t>(patch_) * out_shape().h * out_shape().w) {}
+      col_(ColumnFloats(in, out, kernel)) {}
+
+std::size_t Conv2d::ColumnFloats(Shape in, Shape out, int kernel) {
+  return static_cast<std::size_t>(in.c) * kernel * kernel * out.h * out.w;
+}
 
 std::size_t Conv2d::num_params() const {
   return static_cast<std::size_t>(out_shape().c) * (patch_ + 1);
@@ -411,8 +413,7 @@ void Conv2d::Backward(const float* x, const float* dy, float* dx, int n) {
 }
 
 MaxPool2d::MaxPool2d(Shape in, int max_batch)
-    : Layer(in, Shape{in.c, in.h / 2, in.w / 2}),
-      argmax_(out_shape().size() * static_cast<std::size_t>(max_batch)) {}
+    : Layer(in, OutShape(in)), argmax_(ArgmaxSize(in, max_batch)) {}
 
 void MaxPool2d::ForwardSample(int i, const float* x, float* y) {
   const Shape& in = in_shape();
@@ -447,12 +448,24 @@ void MaxPool2d::Backward(const float* /*x*/, const float* dy, float* dx, int n) 
 
 ConvReluPool::ConvReluPool(Shape in, int out_channels, int kernel, int padding, int max_batch,
                            Initializer init)
-    : Layer(in, Shape{out_channels, (in.h + 2 * padding - kernel + 1) / 2,
-                      (in.w + 2 * padding - kernel + 1) / 2}),
+    : Layer(in, MaxPool2d::OutShape(Conv2d::OutShape(in, out_channels, kernel, padding))),
       conv_(in, out_channels, kernel, padding, init),
       pool_(conv_.out_shape(), max_batch),
       relu_out_(conv_.out_shape().size() * static_cast<std::size_t>(max_batch)),
       grad_(conv_.out_shape().size()) {}
+
+std::size_t ConvReluPool::BufferBytes(Shape in, int out_channels, int kernel, int padding,
+                                      int max_batch) {
+  const Shape conv = Conv2d::OutShape(in, out_channels, kernel, padding);
+  // The convolution's columns and the pool's argmax, then relu_out_ and grad_.
+  return Conv2d::BufferBytes(in, conv, kernel) + MaxPool2d::BufferBytes(conv, max_batch) +
+         conv.size() * (static_cast<std::size_t>(max_batch) + 1) * sizeof(float);
+}
+
+std::size_t ConvReluPool::buffer_bytes() const {
+  return conv_.buffer_bytes() + pool_.buffer_bytes() +
+         (relu_out_.size() + grad_.size()) * sizeof(float);
+}
 
 void ConvReluPool::Forward(const float* x, float* y, int n) {
   const std::size_t mid = conv_.out_shape().size();
@@ -481,7 +494,7 @@ Pool2d::Pool2d(Shape in, Shape out, int pool, int stride, bool max, int max_batc
       pool_(pool),
       stride_(stride),
       max_(max),
-      argmax_(max ? out.size() * static_cast<std::size_t>(max_batch) : 0) {}
+      argmax_(ArgmaxSize(out, max, max_batch)) {}
 
 void Pool2d::Forward(const float* x, float* y, int n) {
   const Shape& in = in_shape();
@@ -585,7 +598,7 @@ Dropout::Dropout(Shape shape, double rate, std::uint64_t seed, int max_batch)
       rate_(rate),
       scale_(static_cast<float>(1.0 / (1.0 - rate))),
       seed_(seed),
-      mask_(shape.size() * static_cast<std::size_t>(max_batch)) {}
+      mask_(MaskSize(shape, max_batch)) {}
 
 void Dropout::Forward(const float* x, float* y, int n) {
   const std::size_t count = in_shape().size() * n;

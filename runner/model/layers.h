@@ -33,6 +33,10 @@ class Layer {
   // at `seed`; other layers ignore it.
   virtual bool random() const { return false; }
   virtual void Reseed(std::uint64_t /*seed*/) {}
+  // The bytes of the buffers this layer holds for its batches (argmax indices, dropout masks,
+  // the fused layer's ReLU outputs) and for one sample (a convolution's im2col columns), as
+  // allocated: what each class's static BufferBytes computes without building the layer.
+  virtual std::size_t buffer_bytes() const { return 0; }
 
   virtual void Forward(const float* x, float* y, int n) = 0;
   // Overwrites this layer's gradients from the batch; dx may be null when nobody needs it (the
@@ -109,6 +113,17 @@ class Conv2d final : public Layer {
   void ForwardSample(const float* x, float* y);
   void BackwardSample(const float* x, const float* dy, float* dx, bool first);
 
+  // The output of the first constructor (stride 1, `padding` on every side).
+  static Shape OutShape(Shape in, int out_channels, int kernel, int padding) {
+    return Shape{out_channels, in.h + 2 * padding - kernel + 1, in.w + 2 * padding - kernel + 1};
+  }
+  // The column buffer: one sample's im2col, in.c·k² × out.h·out.w floats.
+  static std::size_t ColumnFloats(Shape in, Shape out, int kernel);
+  static std::size_t BufferBytes(Shape in, Shape out, int kernel) {
+    return ColumnFloats(in, out, kernel) * sizeof(float);
+  }
+  std::size_t buffer_bytes() const override { return col_.size() * sizeof(float); }
+
  private:
   void Im2Col(const float* x);
   void Col2Im(float* dx) const;
@@ -138,6 +153,16 @@ class MaxPool2d final : public Layer {
   void ForwardSample(int i, const float* x, float* y);
   void BackwardSample(int i, const float* dy, float* dx) const;
 
+  static Shape OutShape(Shape in) { return Shape{in.c, in.h / 2, in.w / 2}; }
+  // The argmax of a batch: one index per output element.
+  static std::size_t ArgmaxSize(Shape in, int max_batch) {
+    return OutShape(in).size() * static_cast<std::size_t>(max_batch);
+  }
+  static std::size_t BufferBytes(Shape in, int max_batch) {
+    return ArgmaxSize(in, max_batch) * sizeof(std::int32_t);
+  }
+  std::size_t buffer_bytes() const override { return argmax_.size() * sizeof(std::int32_t); }
+
  private:
   std::vector<std::int32_t> argmax_;  // per output element: offset within the sample's input
 };
@@ -157,6 +182,10 @@ class ConvReluPool final : public Layer {
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
 
+  static std::size_t BufferBytes(Shape in, int out_channels, int kernel, int padding,
+                                 int max_batch);
+  std::size_t buffer_bytes() const override;
+
  private:
   Conv2d conv_;
   MaxPool2d pool_;
@@ -172,6 +201,15 @@ class Pool2d final : public Layer {
   Pool2d(Shape in, Shape out, int pool, int stride, bool max, int max_batch);
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+  // A max pool's argmax of a batch, one index per output element; an average pool keeps none.
+  static std::size_t ArgmaxSize(Shape out, bool max, int max_batch) {
+    return max ? out.size() * static_cast<std::size_t>(max_batch) : 0;
+  }
+  static std::size_t BufferBytes(Shape out, bool max, int max_batch) {
+    return ArgmaxSize(out, max, max_batch) * sizeof(std::int32_t);
+  }
+  std::size_t buffer_bytes() const override { return argmax_.size() * sizeof(std::int32_t); }
 
  private:
   int pool_;
@@ -209,6 +247,15 @@ class Dropout final : public Layer {
   }
   void Forward(const float* x, float* y, int n) override;
   void Backward(const float* x, const float* dy, float* dx, int n) override;
+
+  // The mask of a batch: one float per element.
+  static std::size_t MaskSize(Shape shape, int max_batch) {
+    return shape.size() * static_cast<std::size_t>(max_batch);
+  }
+  static std::size_t BufferBytes(Shape shape, int max_batch) {
+    return MaskSize(shape, max_batch) * sizeof(float);
+  }
+  std::size_t buffer_bytes() const override { return mask_.size() * sizeof(float); }
 
  private:
   double rate_;

@@ -33,6 +33,27 @@ constexpr int kCnnDense = 128;
   std::_Exit(kExitPermanent);
 }
 
+// Sequential's own buffers, in floats, for layers whose outputs are `out_sizes` floats per
+// sample: each layer's output for a batch, kept for backward, and the two gradient buffers
+// backward alternates between, wide enough for any layer's output and the loss's gradient.
+struct SequentialBuffers {
+  std::vector<std::size_t> activations;
+  std::size_t gradient = 0;  // each of the two
+};
+SequentialBuffers SequentialBufferSizes(const std::vector<std::size_t>& out_sizes, int outputs,
+                                        int max_batch) {
+  const auto batch = static_cast<std::size_t>(max_batch);
+  SequentialBuffers b;
+  // The loss writes its gradient to dy_ even when there is no layer to differentiate.
+  std::size_t widest = static_cast<std::size_t>(outputs);
+  for (const std::size_t size : out_sizes) {
+    b.activations.push_back(size * batch);
+    widest = std::max(widest, size);
+  }
+  b.gradient = widest * batch;
+  return b;
+}
+
 class Sequential final : public Model {
  public:
   // `outputs`: the classes (softmax cross-entropy) or the width of the targets (mse).
@@ -56,8 +77,7 @@ class Sequential final : public Model {
     params_.resize(total);
     grads_.resize(total);
     std::mt19937_64 rng(config.seed);
-    // The loss writes its gradient to dy_ even when there is no layer to differentiate.
-    std::size_t widest = static_cast<std::size_t>(classes_);
+    std::vector<std::size_t> out_sizes;
     for (std::size_t i = 0; i < layers_.size(); ++i) {
       Layer& layer = *layers_[i];
       if (range_of_layer_[i] >= 0) {
@@ -65,11 +85,12 @@ class Sequential final : public Model {
         layer.Bind(params_.data() + offset, grads_.data() + offset);
         layer.Init(rng);
       }
-      activations_.emplace_back(layer.out_shape().size() * max_batch_);
-      widest = std::max(widest, layer.out_shape().size());
+      out_sizes.push_back(layer.out_shape().size());
     }
-    dy_.resize(widest * max_batch_);
-    dx_.resize(widest * max_batch_);
+    const SequentialBuffers sizes = SequentialBufferSizes(out_sizes, classes_, max_batch_);
+    for (const std::size_t size : sizes.activations) activations_.emplace_back(size);
+    dy_.resize(sizes.gradient);
+    dx_.resize(sizes.gradient);
   }
 
   std::span<float> params() override { return params_; }
@@ -84,6 +105,13 @@ class Sequential final : public Model {
   }
   const std::vector<ParamRange>& layer_ranges() const override { return ranges_; }
   const std::vector<ParamRange>& grad_ranges() const override { return grad_ranges_; }
+  std::uint64_t buffer_bytes() const override {
+    std::uint64_t floats = dy_.size() + dx_.size();
+    for (const auto& a : activations_) floats += a.size();
+    std::uint64_t bytes = floats * sizeof(float);
+    for (const auto& layer : layers_) bytes += layer->buffer_bytes();
+    return bytes;
+  }
 
   float ForwardBackward(const float* x, const std::int32_t* y, int n,
                         const GradReadyFn& on_ready) override {
@@ -224,6 +252,141 @@ Status Validate(const ModelConfig& config) {
   return Status::Ok();
 }
 
+// The CPU layer class that runs one or more planned layers.
+enum class CpuLayerType {
+  kLinear,
+  kConvReluPool,  // conv2d (stride 1, symmetric padding) → relu → max_pool2d(2, 2), fused
+  kConv2d,        // stride 1, symmetric padding
+  kConv2dStrided,
+  kMaxPool2x2,
+  kPool2d,
+  kDropout,
+  kRelu,
+  kElementwise,
+};
+
+// One layer Model::Create(spec) builds: its class, the planned layer it starts at (a fused one
+// also covers the next two) and its output.
+struct CpuStage {
+  CpuLayerType type = CpuLayerType::kRelu;
+  const PlannedLayer* p = nullptr;
+  Shape out;
+};
+
+// The layers Create(spec) builds for `plan`, which they point into; what ActivationBytes sizes.
+std::vector<CpuStage> CpuStages(const LayerPlan& plan) {
+  std::vector<CpuStage> stages;
+  const auto& l = plan.layers;
+  for (std::size_t i = 0; i < l.size(); ++i) {
+    const PlannedLayer& p = l[i];
+    CpuStage stage{CpuLayerType::kRelu, &p, p.out};
+    switch (p.kind) {
+      case LayerKind::kDense:
+        stage.type = CpuLayerType::kLinear;
+        break;
+      case LayerKind::kConv2d:
+        // conv2d(stride 1, symmetric) → relu → max_pool2d(2, 2): the fused layer, which is
+        // bit-identical to the three and keeps a sample in cache between them.
+        if (p.stride == 1 && p.symmetric() && i + 2 < l.size() &&
+            l[i + 1].kind == LayerKind::kRelu && l[i + 2].kind == LayerKind::kMaxPool2d &&
+            l[i + 2].pool == 2 && l[i + 2].stride == 2) {
+          stage.type = CpuLayerType::kConvReluPool;
+          stage.out = l[i + 2].out;
+          i += 2;
+        } else if (p.stride == 1 && p.symmetric()) {
+          stage.type = CpuLayerType::kConv2d;
+        } else {
+          stage.type = CpuLayerType::kConv2dStrided;
+        }
+        break;
+      case LayerKind::kMaxPool2d:
+        stage.type =
+            p.pool == 2 && p.stride == 2 ? CpuLayerType::kMaxPool2x2 : CpuLayerType::kPool2d;
+        break;
+      case LayerKind::kAvgPool2d:
+        stage.type = CpuLayerType::kPool2d;
+        break;
+      case LayerKind::kFlatten:
+        // The layout of a batch does not change (NCHW is already one row per sample): the next
+        // layer reads the same floats, so no layer and no copy.
+        continue;
+      case LayerKind::kDropout:
+        stage.type = CpuLayerType::kDropout;
+        break;
+      case LayerKind::kRelu:
+        stage.type = CpuLayerType::kRelu;
+        break;
+      case LayerKind::kTanh:
+      case LayerKind::kSigmoid:
+      case LayerKind::kGelu:
+        stage.type = CpuLayerType::kElementwise;
+        break;
+      case LayerKind::kSoftmax:
+        continue;  // never planned: part of the loss
+    }
+    stages.push_back(stage);
+  }
+  return stages;
+}
+
+Activation ActivationOf(LayerKind kind) {
+  return kind == LayerKind::kTanh      ? Activation::kTanh
+         : kind == LayerKind::kSigmoid ? Activation::kSigmoid
+                                       : Activation::kGelu;
+}
+
+std::unique_ptr<Layer> MakeLayer(const CpuStage& stage, Initializer init,
+                                 const ModelConfig& config) {
+  const PlannedLayer& p = *stage.p;
+  switch (stage.type) {
+    case CpuLayerType::kLinear:
+      return std::make_unique<Linear>(p.in.c, p.out.c, init);
+    case CpuLayerType::kConvReluPool:
+      return std::make_unique<ConvReluPool>(p.in, p.out.c, p.kernel, p.pad_top, config.max_batch,
+                                            init);
+    case CpuLayerType::kConv2d:
+      return std::make_unique<Conv2d>(p.in, p.out.c, p.kernel, p.pad_top, init);
+    case CpuLayerType::kConv2dStrided:
+      return std::make_unique<Conv2d>(p.in, p.out, p.kernel, p.stride, p.pad_top, p.pad_left, init);
+    case CpuLayerType::kMaxPool2x2:
+      return std::make_unique<MaxPool2d>(p.in, config.max_batch);
+    case CpuLayerType::kPool2d:
+      return std::make_unique<Pool2d>(p.in, p.out, p.pool, p.stride,
+                                      p.kind == LayerKind::kMaxPool2d, config.max_batch);
+    case CpuLayerType::kDropout:
+      return std::make_unique<Dropout>(p.in, p.rate, config.dropout_seed + p.dropout_offset,
+                                       config.max_batch);
+    case CpuLayerType::kRelu:
+      return std::make_unique<ReLU>(p.in);
+    case CpuLayerType::kElementwise:
+      return std::make_unique<Elementwise>(p.in, ActivationOf(p.kind));
+  }
+  return nullptr;  // unreachable: every type is handled above
+}
+
+// What the layer MakeLayer builds for `stage` allocates (Layer::buffer_bytes), without building it.
+std::uint64_t StageBufferBytes(const CpuStage& stage, int max_batch) {
+  const PlannedLayer& p = *stage.p;
+  switch (stage.type) {
+    case CpuLayerType::kConvReluPool:
+      return ConvReluPool::BufferBytes(p.in, p.out.c, p.kernel, p.pad_top, max_batch);
+    case CpuLayerType::kConv2d:
+    case CpuLayerType::kConv2dStrided:
+      return Conv2d::BufferBytes(p.in, p.out, p.kernel);
+    case CpuLayerType::kMaxPool2x2:
+      return MaxPool2d::BufferBytes(p.in, max_batch);
+    case CpuLayerType::kPool2d:
+      return Pool2d::BufferBytes(p.out, p.kind == LayerKind::kMaxPool2d, max_batch);
+    case CpuLayerType::kDropout:
+      return Dropout::BufferBytes(p.in, max_batch);
+    case CpuLayerType::kLinear:
+    case CpuLayerType::kRelu:
+    case CpuLayerType::kElementwise:
+      return 0;
+  }
+  return 0;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Model>> Model::Create(const ModelConfig& config) {
@@ -245,67 +408,30 @@ StatusOr<std::unique_ptr<Model>> Model::Create(const ModelSpec& spec, const Mode
   // splits Keras' padding and numbers the dropout streams: what the CUDA model builds too.
   ASSIGN_OR_RETURN(const LayerPlan plan, PlanLayers(spec));
   std::vector<std::unique_ptr<Layer>> layers;
-  const auto& l = plan.layers;
-  for (std::size_t i = 0; i < l.size(); ++i) {
-    const PlannedLayer& p = l[i];
-    switch (p.kind) {
-      case LayerKind::kDense:
-        layers.push_back(std::make_unique<Linear>(p.in.c, p.out.c, spec.init));
-        break;
-      case LayerKind::kConv2d:
-        // conv2d(stride 1, symmetric) → relu → max_pool2d(2, 2): the fused layer, which is
-        // bit-identical to the three and keeps a sample in cache between them.
-        if (p.stride == 1 && p.symmetric() && i + 2 < l.size() &&
-            l[i + 1].kind == LayerKind::kRelu && l[i + 2].kind == LayerKind::kMaxPool2d &&
-            l[i + 2].pool == 2 && l[i + 2].stride == 2) {
-          layers.push_back(std::make_unique<ConvReluPool>(p.in, p.out.c, p.kernel, p.pad_top,
-                                                          config.max_batch, spec.init));
-          i += 2;
-        } else if (p.stride == 1 && p.symmetric()) {
-          layers.push_back(std::make_unique<Conv2d>(p.in, p.out.c, p.kernel, p.pad_top, spec.init));
-        } else {
-          layers.push_back(std::make_unique<Conv2d>(p.in, p.out, p.kernel, p.stride, p.pad_top,
-                                                    p.pad_left, spec.init));
-        }
-        break;
-      case LayerKind::kMaxPool2d:
-        if (p.pool == 2 && p.stride == 2) {
-          layers.push_back(std::make_unique<MaxPool2d>(p.in, config.max_batch));
-        } else {
-          layers.push_back(
-              std::make_unique<Pool2d>(p.in, p.out, p.pool, p.stride, true, config.max_batch));
-        }
-        break;
-      case LayerKind::kAvgPool2d:
-        layers.push_back(
-            std::make_unique<Pool2d>(p.in, p.out, p.pool, p.stride, false, config.max_batch));
-        break;
-      case LayerKind::kFlatten:
-        // The layout of a batch does not change (NCHW is already one row per sample): the next
-        // layer reads the same floats, so no copy is made.
-        break;
-      case LayerKind::kDropout:
-        layers.push_back(std::make_unique<Dropout>(
-            p.in, p.rate, config.dropout_seed + p.dropout_offset, config.max_batch));
-        break;
-      case LayerKind::kRelu:
-        layers.push_back(std::make_unique<ReLU>(p.in));
-        break;
-      case LayerKind::kTanh:
-        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kTanh));
-        break;
-      case LayerKind::kSigmoid:
-        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kSigmoid));
-        break;
-      case LayerKind::kGelu:
-        layers.push_back(std::make_unique<Elementwise>(p.in, Activation::kGelu));
-        break;
-      case LayerKind::kSoftmax:
-        break;  // never planned: part of the loss
-    }
+  for (const CpuStage& stage : CpuStages(plan)) {
+    layers.push_back(MakeLayer(stage, spec.init, config));
   }
   return std::unique_ptr<Model>(
       std::make_unique<Sequential>(std::move(layers), config, spec.loss, plan.outputs));
+}
+
+StatusOr<std::uint64_t> ActivationBytes(const ModelSpec& spec, const ModelConfig& config) {
+  if (config.max_batch < 1) {
+    return InvalidArgument("model max_batch must be positive, got " +
+                           std::to_string(config.max_batch));
+  }
+  ASSIGN_OR_RETURN(const LayerPlan plan, PlanLayers(spec));
+  const std::vector<CpuStage> stages = CpuStages(plan);
+  std::vector<std::size_t> out_sizes;
+  std::uint64_t bytes = 0;
+  for (const CpuStage& stage : stages) {
+    out_sizes.push_back(stage.out.size());
+    bytes += StageBufferBytes(stage, config.max_batch);
+  }
+  const SequentialBuffers sizes = SequentialBufferSizes(out_sizes, plan.outputs, config.max_batch);
+  std::uint64_t floats = 2 * std::uint64_t{sizes.gradient};
+  for (const std::size_t size : sizes.activations) floats += size;
+  return bytes + floats * sizeof(float);
 }
 
 }  // namespace ringtrain::model

@@ -66,6 +66,10 @@ class Model {
   // What ForwardBackward reports to on_ready, each exactly once per call, in offset order;
   // together they tile params(). Whole layers, or slices of them (ModelConfig::max_grad_slice).
   virtual const std::vector<ParamRange>& grad_ranges() const = 0;
+  // The bytes of every buffer the model holds besides params() and grads(), as allocated: each
+  // layer's output for max_batch samples, the two gradient buffers backward alternates
+  // between, and the layers' own (Layer::buffer_bytes). For a spec, ActivationBytes's figure.
+  virtual std::uint64_t buffer_bytes() const = 0;
 
   // x: n×C×H×W floats, y: n labels in [0, classes). Overwrites grads() with the gradient of the
   // mean loss over the n samples and returns that mean loss. n ≤ max_batch.
@@ -86,5 +90,13 @@ class Model {
   // dropout.
   virtual void SeedDropout(std::uint64_t seed) { (void)seed; }
 };
+
+// The bytes Model::Create(spec, config) allocates besides the parameters and their gradients,
+// for batches of up to config.max_batch samples (Model::buffer_bytes of the model it builds):
+// each layer's output, kept for backward; the two gradient buffers backward alternates between;
+// the max pools' argmax, the dropout masks and the fused conv-relu-pool's ReLU outputs, all per
+// batch; a convolution's im2col columns, per sample. Computed from the layer plan and the layers'
+// own sizing, without allocating. InvalidArgument as Create(spec, config).
+StatusOr<std::uint64_t> ActivationBytes(const ModelSpec& spec, const ModelConfig& config);
 
 }  // namespace ringtrain::model

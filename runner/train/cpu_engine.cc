@@ -8,6 +8,43 @@
 #include "runner/train/model_data.h"
 
 namespace ringtrain::train {
+namespace {
+
+// The evaluation's batch of `batch_size` samples of `shape`: the inputs, the labels or the
+// regression targets, and the indices gathered.
+struct EvalSizes {
+  std::size_t x = 0;
+  std::size_t y = 0;
+  std::size_t targets = 0;
+  std::size_t idx = 0;
+};
+EvalSizes EvalSizesOf(int batch_size, const DataShape& shape) {
+  const auto bs = static_cast<std::size_t>(batch_size);
+  EvalSizes s;
+  s.x = bs * shape.input.size();
+  if (shape.regression) {
+    s.targets = bs * static_cast<std::size_t>(shape.outputs);
+  } else {
+    s.y = bs;
+  }
+  s.idx = bs;
+  return s;
+}
+
+// What a rank allocates for its batches besides the model's activations: the loader's slots
+// (data::PrefetchLoader::SlotBytes, as OpenInput creates it) and the evaluation's batch.
+std::uint64_t InputBufferBytes(const TrainConfig& config, const DataShape& shape) {
+  data::LoaderOptions lo;
+  lo.batch_size = config.batch_size;
+  lo.prefetch = config.prefetch;
+  const std::size_t targets = shape.regression ? static_cast<std::size_t>(shape.outputs) : 0;
+  const EvalSizes e = EvalSizesOf(config.batch_size, shape);
+  return data::PrefetchLoader::SlotBytes(lo, shape.input.size(), targets) +
+         (e.x + e.targets) * sizeof(float) + e.y * sizeof(std::int32_t) +
+         e.idx * sizeof(std::size_t);
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config, EngineDeps deps) {
   if (deps.comm == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
@@ -41,30 +78,31 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
       GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
   mc.dropout_seed = DropoutSeed(config.seed, deps.comm->rank(), 0, 0);
   // A model this process cannot hold is a permanent error naming its size, not a std::bad_alloc
-  // that a restart repeats: refused before allocating when it exceeds this process's memory;
-  // its allocation failing anyway (overcommit refused, other processes' memory) is the same.
+  // (or an OOM kill) that a restart repeats: refused before allocating when its training state
+  // and what its batches take (activations, prefetched and evaluation batches) exceed this
+  // process's memory; its allocation failing anyway (overcommit refused, other processes'
+  // memory) is the same.
   ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
+  ASSIGN_OR_RETURN(const std::uint64_t activations, model::ActivationBytes(spec, mc));
+  const BatchMemory batch{config.batch_size, activations + InputBufferBytes(config, shape)};
   const std::string& optimizer = config.optimizer.name;
   // Rank 0 also holds the copy a checkpoint is written from (TrainingLoop::Checkpoint).
   const bool checkpoint_copy = deps.comm->rank() == 0 && !config.checkpoint_dir.empty();
   RETURN_IF_ERROR(
-      CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes(), checkpoint_copy));
+      CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes(), checkpoint_copy, batch));
+  const EvalSizes eval = EvalSizesOf(config.batch_size, shape);
   try {
     ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
     ASSIGN_OR_RETURN(e->optimizer_,
                      model::Optimizer::Create(config.optimizer, e->model_->params().size()));
+    e->eval_x_.resize(eval.x);
+    e->eval_targets_.resize(eval.targets);
+    e->eval_y_.resize(eval.y);
+    e->eval_idx_.resize(eval.idx);
   } catch (const std::bad_alloc&) {
-    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed");
+    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed", false, batch);
   }
   RETURN_IF_ERROR(e->Rebind(deps.comm));
-  const auto bs = static_cast<std::size_t>(config.batch_size);
-  e->eval_x_.resize(bs * shape.input.size());
-  if (e->regression_) {
-    e->eval_targets_.resize(bs * static_cast<std::size_t>(shape.outputs));
-  } else {
-    e->eval_y_.resize(bs);
-  }
-  e->eval_idx_.resize(bs);
   return e;
 }
 

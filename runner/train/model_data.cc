@@ -167,32 +167,58 @@ std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimize
   return params * (2 + state_floats + copy_floats) * sizeof(float);
 }
 
-Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
-                               std::string_view why, bool checkpoint_copy) {
-  char bytes[32];
-  const double b = static_cast<double>(TrainingStateBytes(params, optimizer, checkpoint_copy));
+namespace {
+
+// "625.2 MB", "69.6 GB".
+std::string Megabytes(std::uint64_t bytes) {
+  char out[32];
+  const auto b = static_cast<double>(bytes);
   if (b >= 1e9) {
-    std::snprintf(bytes, sizeof(bytes), "%.1f GB", b / 1e9);
+    std::snprintf(out, sizeof(out), "%.1f GB", b / 1e9);
   } else {
-    std::snprintf(bytes, sizeof(bytes), "%.1f MB", b / 1e6);
+    std::snprintf(out, sizeof(out), "%.1f MB", b / 1e6);
   }
-  return InvalidArgument("model.layers: " + Grouped(params) + " parameters need " + bytes +
-                         " for weights, gradients and optimizer state (" + std::string(optimizer) +
-                         ")" +
-                         (checkpoint_copy ? " and rank 0's copy of them for a checkpoint" : "") +
-                         "; " + std::string(why));
+  return out;
+}
+
+Status DoesNotFit(std::uint64_t params, std::string_view optimizer, std::string_view why,
+                  bool checkpoint_copy, BatchMemory batch, bool name_batch) {
+  std::string need = "model.layers: " + Grouped(params) + " parameters need " +
+                     Megabytes(TrainingStateBytes(params, optimizer, checkpoint_copy)) +
+                     " for weights, gradients and optimizer state (" + std::string(optimizer) + ")";
+  if (checkpoint_copy) need += " and rank 0's copy of them for a checkpoint";
+  if (name_batch) {
+    need += std::string(checkpoint_copy ? "," : "") + " and " + Megabytes(batch.bytes) +
+            " for the activations and input buffers of a batch of " +
+            std::to_string(batch.batch_size) + " (batchSizePerReplica)";
+  }
+  return InvalidArgument(need + "; " + std::string(why));
+}
+
+// Whether a batch's bytes are worth naming beside the state's: a tenth of them or more.
+bool BatchIsLarge(std::uint64_t state_bytes, BatchMemory batch) {
+  return batch.bytes > 0 && batch.bytes >= state_bytes / 10;
+}
+
+}  // namespace
+
+Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
+                               std::string_view why, bool checkpoint_copy, BatchMemory batch) {
+  const std::uint64_t state = TrainingStateBytes(params, optimizer, checkpoint_copy);
+  return DoesNotFit(params, optimizer, why, checkpoint_copy, batch, BatchIsLarge(state, batch));
 }
 
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
-                              std::uint64_t memory_bytes, bool checkpoint_copy) {
-  if (memory_bytes == 0 || TrainingStateBytes(params, optimizer, checkpoint_copy) <= memory_bytes) {
+                              std::uint64_t memory_bytes, bool checkpoint_copy, BatchMemory batch) {
+  const std::uint64_t state = TrainingStateBytes(params, optimizer, checkpoint_copy);
+  if (memory_bytes == 0 || (state <= memory_bytes && batch.bytes <= memory_bytes - state)) {
     return Status::Ok();
   }
   char memory[32];
   std::snprintf(memory, sizeof(memory), "%.1f GB", static_cast<double>(memory_bytes) / 1e9);
-  return TrainingStateDoesNotFit(params, optimizer,
-                                 std::string("this process may use ") + memory + " in all",
-                                 checkpoint_copy);
+  // The batch is named when it is large, or when without it the state would fit.
+  return DoesNotFit(params, optimizer, std::string("this process may use ") + memory + " in all",
+                    checkpoint_copy, batch, BatchIsLarge(state, batch) || state <= memory_bytes);
 }
 
 std::uint64_t MemoryLimitBytes() {

@@ -66,20 +66,34 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
 // The bytes a CPU rank's training state takes: weights, gradients and the optimizer's state
 // (adam: two moments, sgd: a momentum buffer), one float each; with `checkpoint_copy` (rank 0
 // with a checkpoint dir), also the copy of the weights and optimizer state a checkpoint is
-// written from. Activations are not counted.
+// written from. What a batch takes is not counted here: see BatchMemory.
 std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer,
                                  bool checkpoint_copy = false);
 
-// A model whose training state cannot be held: InvalidArgument, permanent (a restarted pod gets
-// the same memory), naming the parameters and the bytes: "model.layers: 4,347,133,962 parameters
-// need 69.6 GB for weights, gradients and optimizer state (adam); <why>".
-Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
-                               std::string_view why, bool checkpoint_copy = false);
+// What a CPU rank allocates, besides its training state, for batches of batch_size samples
+// (config.batch_size, the job's batchSizePerReplica): the model's activations and backward
+// buffers (model::ActivationBytes), the loader's prefetched batches and the evaluation's batch.
+struct BatchMemory {
+  int batch_size = 0;
+  std::uint64_t bytes = 0;
+};
 
-// Refuses, before anything is allocated, a training state larger than `memory_bytes` (this
-// process's memory, MemoryLimitBytes; 0 = unknown: nothing is refused).
+// A model whose training state, with what its batches take, cannot be held: InvalidArgument,
+// permanent (a restarted pod gets the same memory), naming the parameters and the bytes:
+// "model.layers: 4,347,133,962 parameters need 69.6 GB for weights, gradients and optimizer state
+// (adam); <why>". The batch's bytes are named beside the state's when they are at least a tenth
+// of them: "... (adam) and 3.3 GB for the activations and input buffers of a batch of 4096
+// (batchSizePerReplica); <why>".
+Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
+                               std::string_view why, bool checkpoint_copy = false,
+                               BatchMemory batch = {});
+
+// Refuses, before anything is allocated, a training state that, with `batch`'s bytes, is larger
+// than `memory_bytes` (this process's memory, MemoryLimitBytes; 0 = unknown: nothing is
+// refused). The message names the batch also when the state alone would fit.
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
-                              std::uint64_t memory_bytes, bool checkpoint_copy = false);
+                              std::uint64_t memory_bytes, bool checkpoint_copy = false,
+                              BatchMemory batch = {});
 
 // The memory this process may use: the smaller of the machine's and its cgroup's limit (a pod's
 // resources.limits.memory); 0 when neither is known.

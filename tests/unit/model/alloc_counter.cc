@@ -8,10 +8,14 @@
 namespace {
 thread_local bool counting = false;
 thread_local long count = 0;
+thread_local std::size_t bytes = 0;
 }  // namespace
 
 void* operator new(std::size_t size) {
-  if (counting) ++count;
+  if (counting) {
+    ++count;
+    bytes += size;
+  }
   if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
   throw std::bad_alloc();
 }
@@ -22,6 +26,7 @@ namespace ringtrain::model {
 
 void StartCountingAllocations() {
   count = 0;
+  bytes = 0;
   counting = true;
 }
 
@@ -29,5 +34,7 @@ long StopCountingAllocations() {
   counting = false;
   return count;
 }
+
+std::size_t CountedAllocationBytes() { return bytes; }
 
 }  // namespace ringtrain::model

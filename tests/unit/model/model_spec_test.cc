@@ -14,6 +14,7 @@
 #include "runner/model/gemm.h"
 #include "runner/model/layers.h"
 #include "runner/model/model.h"
+#include "tests/unit/model/alloc_counter.h"
 #include "tests/unit/model/grad_check.h"
 
 namespace ringtrain::model {
@@ -557,6 +558,87 @@ TEST_F(ModelSpecTest, ModelWithDropoutEvaluatesDeterministicallyAndTrainsStochas
   // Same dropout seed, same masks.
   auto twin = MustCreate(spec, 4);
   EXPECT_EQ(twin->ForwardBackward(x.data(), y.data(), 4, {}), l1);
+}
+
+// ActivationBytes is what Create(spec) allocates besides the parameters and gradients, for every
+// CPU layer (the fused conv-relu-pool, convolutions with and without a stride, both pools, max
+// and average, dropout, the activations) at batch 1 and 64: the model's own account of the
+// buffers it holds, and the bytes operator new handed Create, which grow with the batch by
+// exactly what ActivationBytes grows by (the parameters, per-sample buffers and bookkeeping do
+// not depend on the batch).
+TEST_F(ModelSpecTest, ActivationBytesAreWhatCreateAllocates) {
+  const char* const specs[] = {
+      // An MLP.
+      R"({"input": [1, 28, 28], "layers": ["flatten", {"dense": {"units": 256}}, "relu",
+          {"dense": {"units": 10}}]})",
+      // The Keras CNN of manifests/examples: two fused conv-relu-pools, dropout.
+      R"({"input": [1, 28, 28], "layers": [{"conv2d": {"filters": 32, "kernel": 3,
+          "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}}, {"conv2d": {"filters": 64,
+          "kernel": 3, "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}}, "flatten",
+          {"dropout": {"rate": 0.25}}, {"dense": {"units": 128}}, "relu",
+          {"dropout": {"rate": 0.5}}, {"dense": {"units": 10}}, "softmax"]})",
+      // Everything else: a strided "same" conv, an unfused symmetric one, a 2x2 max pool after
+      // a tanh, overlapping max and average pools, sigmoid, gelu, dropout, a regression loss.
+      R"({"input": [3, 13, 11], "layers": [{"conv2d": {"filters": 4, "kernel": 4, "stride": 2,
+          "padding": "same"}}, "gelu", {"conv2d": {"filters": 5, "kernel": 3}}, "tanh",
+          {"max_pool2d": {"pool": 2}}, {"conv2d": {"filters": 6, "kernel": 1}}, "relu",
+          {"avg_pool2d": {"pool": 2, "stride": 1}}, "sigmoid", {"dropout": {"rate": 0.3}},
+          "flatten", {"dense": {"units": 7}}, "relu", {"dropout": {"rate": 0.1}},
+          {"dense": {"units": 3}}], "loss": "mse"})",
+      R"({"input": [2, 9, 9], "layers": [{"max_pool2d": {"pool": 3, "stride": 1}},
+          {"conv2d": {"filters": 3, "kernel": 3, "padding": "same"}}, "relu",
+          {"max_pool2d": {"pool": 2}}, "flatten", {"dense": {"units": 4}}]})",
+  };
+  for (const char* json : specs) {
+    const ModelSpec spec = MustParse(json);
+    std::uint64_t expected[2] = {0, 0};
+    std::size_t allocated[2] = {0, 0};
+    for (const int i : {0, 1}) {
+      ModelConfig config;
+      config.max_batch = i == 0 ? 1 : 64;
+      auto bytes = ActivationBytes(spec, config);
+      ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+      expected[i] = *bytes;
+      StartCountingAllocations();
+      auto model = Model::Create(spec, config);
+      StopCountingAllocations();
+      allocated[i] = CountedAllocationBytes();
+      ASSERT_TRUE(model.ok()) << model.status().ToString();
+      EXPECT_EQ((*model)->buffer_bytes(), *bytes) << json << " at batch " << config.max_batch;
+      // Nothing else Create allocates comes near them: the parameters, their gradients and
+      // the layers' bookkeeping.
+      EXPECT_GE(allocated[i], *bytes + 2 * (*model)->params().size_bytes()) << json;
+    }
+    EXPECT_GT(expected[1], expected[0]) << json;
+    EXPECT_EQ(allocated[1] - allocated[0], expected[1] - expected[0]) << json;
+  }
+}
+
+// The Keras CNN's buffers counted by hand, per sample: outputs 6272 + 3136 + 3136 (dropout) + 128
+// + 128 + 128 (dropout) + 10; the two gradient buffers at the widest output, 2 × 6272; the fused
+// layers' argmax 6272 + 3136 and ReLU outputs 32·28·28 + 64·14·14; the dropout masks 3136 + 128.
+// Once, whatever the batch: the columns 1·9·28·28 + 32·9·14·14 and a sample's gradients at the
+// convolutions' outputs, 32·28·28 + 64·14·14. Four bytes each.
+TEST_F(ModelSpecTest, ActivationBytesOfTheKerasCnnCountedByHand) {
+  const ModelSpec spec = MustParse(
+      R"({"input": [1, 28, 28], "layers": [{"conv2d": {"filters": 32, "kernel": 3,
+          "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}}, {"conv2d": {"filters": 64,
+          "kernel": 3, "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}}, "flatten",
+          {"dropout": {"rate": 0.25}}, {"dense": {"units": 128}}, "relu",
+          {"dropout": {"rate": 0.5}}, {"dense": {"units": 10}}, "softmax"]})");
+  const std::uint64_t per_sample = (6272 + 3136 + 3136 + 128 + 128 + 128 + 10) + 2 * 6272 +
+                                   (6272 + 3136) + (25088 + 12544) + (3136 + 128);
+  const std::uint64_t once = (7056 + 56448) + (25088 + 12544);
+  for (const int batch : {1, 64, 4096}) {
+    ModelConfig config;
+    config.max_batch = batch;
+    auto bytes = ActivationBytes(spec, config);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    EXPECT_EQ(*bytes, (per_sample * batch + once) * 4) << batch;
+  }
+  ModelConfig config;
+  config.max_batch = 0;
+  EXPECT_FALSE(ActivationBytes(spec, config).ok());
 }
 
 TEST_F(ModelSpecTest, CreateRefusesWhatTheLossCannotTake) {

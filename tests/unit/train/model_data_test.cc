@@ -195,5 +195,54 @@ TEST(TrainingState, AModelLargerThanTheMemoryIsAPermanentErrorNamingItsSize) {
   EXPECT_GT(MemoryLimitBytes(), 0u);  // /proc and sysconf on every Linux
 }
 
+// The state fits but a batch's activations do not (a CNN at batch 4096): refused as a permanent
+// error naming the batch size and the activations' bytes beside the state's, not left to an OOM
+// kill that a restart repeats.
+TEST(TrainingState, ABatchWhoseActivationsDoNotFitIsAPermanentErrorNamingTheBatch) {
+  const BatchMemory batch{4096, 3'300'000'000};
+  EXPECT_TRUE(CheckTrainingStateFits(1'234'567, "adam", 2'000'000'000).ok());
+  const Status st = CheckTrainingStateFits(1'234'567, "adam", 2'000'000'000, false, batch);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "model.layers: 1,234,567 parameters need 19.8 MB for weights, gradients and optimizer "
+            "state (adam) and 3.3 GB for the activations and input buffers of a batch of 4096 "
+            "(batchSizePerReplica); this process may use 2.0 GB in all");
+  const int code = ExitCodeFor(st);
+  EXPECT_TRUE(code >= 1 && code <= 127) << code;
+  EXPECT_EQ(CheckTrainingStateFits(1'234'567, "sgd", 2'000'000'000, true, batch).message(),
+            "model.layers: 1,234,567 parameters need 24.7 MB for weights, gradients and optimizer "
+            "state (sgd) and rank 0's copy of them for a checkpoint, and 3.3 GB for the "
+            "activations and input buffers of a batch of 4096 (batchSizePerReplica); this "
+            "process may use 2.0 GB in all");
+  // The state and the batch are counted together: each fits alone, not both.
+  const std::uint64_t state = TrainingStateBytes(1'234'567, "adam");
+  EXPECT_TRUE(CheckTrainingStateFits(1'234'567, "adam", state + 1000, false, {64, 1000}).ok());
+  EXPECT_FALSE(CheckTrainingStateFits(1'234'567, "adam", state + 1000, false, {64, 1001}).ok());
+  // A small batch beside a state that cannot fit alone is not named: the message is the state's.
+  EXPECT_EQ(
+      CheckTrainingStateFits(1'000'000'000, "adam", 10'000'000'000, false, {64, 1'000'000'000})
+          .message(),
+      "model.layers: 1,000,000,000 parameters need 16.0 GB for weights, gradients and "
+      "optimizer state (adam); this process may use 10.0 GB in all");
+  // ... but it is when the state alone would fit: it is what does not.
+  EXPECT_EQ(
+      CheckTrainingStateFits(1'000'000'000, "adam", 17'000'000'000, false, {64, 1'000'000'001})
+          .message(),
+      "model.layers: 1,000,000,000 parameters need 16.0 GB for weights, gradients and "
+      "optimizer state (adam) and 1.0 GB for the activations and input buffers of a batch "
+      "of 64 (batchSizePerReplica); this process may use 17.0 GB in all");
+  // An allocation that failed names a large batch too.
+  EXPECT_EQ(
+      TrainingStateDoesNotFit(1'234'567, "adam", "the allocation failed", false, batch).message(),
+      "model.layers: 1,234,567 parameters need 19.8 MB for weights, gradients and optimizer "
+      "state (adam) and 3.3 GB for the activations and input buffers of a batch of 4096 "
+      "(batchSizePerReplica); the allocation failed");
+  EXPECT_EQ(
+      TrainingStateDoesNotFit(52'101'130, "sgd", "the allocation failed", false, {64, 1'000'000})
+          .message(),
+      "model.layers: 52,101,130 parameters need 625.2 MB for weights, gradients and "
+      "optimizer state (sgd); the allocation failed");
+}
+
 }  // namespace
 }  // namespace ringtrain::train

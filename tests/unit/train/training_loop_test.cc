@@ -457,5 +457,57 @@ TEST(CpuEngineDeathTest, AFailedAllocationIsAPermanentErrorNamingTheModelsSize) 
               "gradients and optimizer state .adam.; the allocation failed");
 }
 
+// A batch whose activations this process cannot hold (a convolution of 32 channels at 28x28 keeps
+// 100 KB of ReLU outputs per sample) is refused before anything is allocated, naming the batch,
+// though the model's 63,050 parameters fit many times over: not an OOM kill (exit 137, retried up
+// to backoffLimit). The child runs under an address-space limit, so a check that missed it could
+// not allocate either: it would fail naming only the parameters.
+TEST(CpuEngineDeathTest, ABatchWhoseActivationsDoNotFitIsAPermanentErrorNamingTheBatch) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  data::Dataset ds;
+  ds.count = 16;
+  ds.rows = 28;
+  ds.cols = 28;
+  ds.images.assign(ds.count * 28 * 28, 7);
+  ds.labels.assign(ds.count, 3);
+  auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": [{"conv2d":
+      {"filters": 32, "kernel": 3, "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}},
+      "flatten", {"dense": {"units": 10}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  TrainConfig config = LoopConfig();
+  config.model_spec = *spec;
+  model::ModelConfig one;
+  one.max_batch = 1;
+  auto per_sample = model::ActivationBytes(*spec, one);
+  ASSERT_TRUE(per_sample.ok()) << per_sample.status().ToString();
+  const std::uint64_t memory = MemoryLimitBytes();
+  ASSERT_GT(memory, 0u);
+  // The activations alone are about twice this process's memory.
+  config.batch_size = static_cast<int>(2 * memory / *per_sample + 1);
+  const auto create_under_limit = [&] {
+    SoloComm comm;
+    EngineDeps deps;
+    deps.comm = &comm;
+    deps.train = &ds;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    // What is mapped now and 64 MiB more (the sanitizers' allocators ignore the limit).
+    long pages = 0;
+    std::ifstream("/proc/self/statm") >> pages;
+    const auto limit = static_cast<rlim_t>(pages) * ::sysconf(_SC_PAGESIZE) + (64 << 20);
+    const rlimit as{limit, limit};
+    if (::setrlimit(RLIMIT_AS, &as) != 0) std::_Exit(2);
+#endif
+    auto engine = CpuEngine::Create(config, deps);
+    std::fprintf(stderr, "%s\n", engine.ok() ? "created" : engine.status().ToString().c_str());
+    std::_Exit(!engine.ok() && engine.status().code() == StatusCode::kInvalidArgument ? 0 : 1);
+  };
+  EXPECT_EXIT(create_under_limit(), ::testing::ExitedWithCode(0),
+              "INVALID_ARGUMENT: model.layers: 63,050 parameters need 1.8 MB for weights, "
+              "gradients and optimizer state .adam. and rank 0's copy of them for a checkpoint, "
+              "and [0-9.]+ GB for the activations and input buffers of a batch of " +
+                  std::to_string(config.batch_size) +
+                  " .batchSizePerReplica.; this process may use [0-9.]+ GB in all");
+}
+
 }  // namespace
 }  // namespace ringtrain::train
