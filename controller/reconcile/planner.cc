@@ -1053,7 +1053,16 @@ Plan Planner::Run() {
   if (st().phase == "Suspended") Resume();
 
   if (spec_.run_policy.active_deadline_seconds) {
-    auto start = ParseRfc3339(st().start_time).value_or(in_.now);
+    WallTime start = in_.now;
+    // status.startTime is written to the second (FormatRfc3339 truncates, as metav1.Time does):
+    // the job started within that second. Counted from its end, the deadline is never early, at
+    // most 1 s late. (Kubernetes' Job controller counts from the truncated time it reads back,
+    // so its deadline may come up to 1 s early.)
+    if (auto stored = ParseRfc3339(st().start_time)) {
+      start = *stored;
+      if (std::chrono::floor<std::chrono::seconds>(start) == start)
+        start += std::chrono::seconds(1);
+    }
     const WallTime deadline = AfterSeconds(start, *spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
       std::string message = "job ran longer than activeDeadlineSeconds (" +

@@ -376,11 +376,38 @@ TEST(Planner, ActiveDeadlineFailsTheJob) {
   Plan before = PlanAt(job, running, At(30));
   EXPECT_EQ(before.status.phase, "Running");
   ASSERT_TRUE(before.requeue_after.has_value());
-  EXPECT_EQ(*before.requeue_after, std::chrono::seconds(30));
-  Plan after = PlanAt(job, running, At(60));
+  // The stored start is a whole second: counted from that second's end.
+  EXPECT_EQ(*before.requeue_after, std::chrono::seconds(31));
+  EXPECT_EQ(PlanAt(job, running, At(60)).status.phase, "Running");
+  Plan after = PlanAt(job, running, At(61));
   EXPECT_EQ(after.status.phase, "Failed");
   EXPECT_EQ(Cond(after.status, "Failed")->reason, "DeadlineExceeded");
   EXPECT_EQ(Count(after, Kind::kDeleteReplica), 2);
+}
+
+// status.startTime keeps whole seconds: a job created 0.9 s into a second is stored as started
+// at the second's beginning. Its activeDeadlineSeconds never ends it before it ran that long
+// (at most 1 s after).
+TEST(Planner, ActiveDeadlineIsNeverEarlyForAStartTimeStoredToTheSecond) {
+  auto job = Job(2);
+  job.spec.run_policy.active_deadline_seconds = 10;
+  const WallTime created = At(0) + std::chrono::milliseconds(900);
+  job.status = PlanAt(job, {}, created).status;
+  ASSERT_EQ(job.status.start_time, "2026-11-21T10:00:00Z");
+  const std::vector<ObservedReplica> running = {Replica(0, 0, ReplicaPhase::kRunning),
+                                                Replica(1, 0, ReplicaPhase::kRunning)};
+  job.status = PlanAt(job, running, At(1)).status;
+  ASSERT_EQ(job.status.phase, "Running");
+  // 9.6 s after the job was created.
+  Plan early = PlanAt(job, running, At(10) + std::chrono::milliseconds(500));
+  EXPECT_EQ(early.status.phase, "Running") << "ran 9.6 s of its 10";
+  EXPECT_EQ(Count(early, Kind::kDeleteReplica), 0);
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_EQ(*early.requeue_after, std::chrono::milliseconds(500));
+  Plan late = PlanAt(job, running, At(11));
+  EXPECT_EQ(late.status.phase, "Failed") << "10.1 s: the deadline is at most 1 s late";
+  ASSERT_NE(Cond(late.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(late.status, "Failed")->reason, "DeadlineExceeded");
 }
 
 TEST(Planner, SuspendDeletesAndResumeRecreates) {
@@ -1406,7 +1433,7 @@ TEST(Placement, NoSchedulingTimeoutMeansWaitingAsLongAsTheJobMayRun) {
   Plan still = PlanAt(job, waiting, At(3000));
   EXPECT_EQ(still.status.phase, "Pending");
   job.status = still.status;
-  Plan end = PlanAt(job, waiting, At(3600));
+  Plan end = PlanAt(job, waiting, At(3601));
   EXPECT_EQ(end.status.phase, "Failed");
   const api::Condition* failed = Cond(end.status, "Failed");
   ASSERT_NE(failed, nullptr);
