@@ -408,15 +408,18 @@ class Planner {
   void RestartForUpgrade(const ObservedReplica& other, const std::string& instead, bool counts);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
   // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
-  // that the executor did not delete (PlanMemory::deleted). Told from the pod and that record
-  // alone, not from having seen it before: a freshly started executor first sees such a pod
-  // already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it and
-  // was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's own).
+  // that the executor did not delete (PlanMemory::deleted, or, durable across a restart of the
+  // executor, its mark on the pod: ObservedReplica::deleted_by_executor). Told from the pod and
+  // those alone, not from having seen it before: a freshly started executor first sees such a
+  // pod already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it
+  // and was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's
+  // own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
     const bool of_the_deletion =
         r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
-    return r.terminating && of_the_deletion && !in_.memory.deleted.contains(r.name);
+    return r.terminating && of_the_deletion && !r.deleted_by_executor &&
+           !in_.memory.deleted.contains(r.name);
   }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);

@@ -2296,6 +2296,45 @@ TEST(Planner, APodDeletedBeforeAFreshExecutorSawItRunIsNotCounted) {
   }
 }
 
+// The executor released a partial gang (the API refused rank 1: ResourceQuota) and the operator
+// restarted (a leader change, an upgrade) while rank 0, waiting at the gang gate, answered the
+// release's SIGTERM. The fresh executor's memory is empty; the pod carries the executor's mark
+// (ObservedReplica::deleted_by_executor, set before the delete): it sees what the old executor
+// saw, the executor's own delete, not a pod deleted by someone else (PodDeleted).
+TEST(Planner, AFreshExecutorTellsItsPredecessorsReleaseFromADeletionByOthers) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  SetJobCondition(&job.status, kReplicaFailureCondition, true, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1", "2026-11-21T10:00:01Z");
+  ObservedReplica released = GatedRunning(0, 0);
+  released.phase = ReplicaPhase::kFailed;
+  released.exit_code = 143;
+  released.reason = "Error";
+  released.terminating = true;
+  released.message = "CANCELLED: stopped by SIGTERM at the gang gate";
+  released.finished_at = At(2);
+  released.deleted_by_executor = true;
+  PlanMemory old;
+  RecordReplicaDeleted(&old, released.name);
+  const Plan before = PlanWith(job, {released}, At(3), old);
+  const Plan fresh = PlanWith(job, {released}, At(3), PlanMemory{});
+  EXPECT_EQ(fresh.status, before.status);
+  EXPECT_EQ(fresh.status.attempt, before.status.attempt);
+  EXPECT_EQ(fresh.status.restarts, before.status.restarts);
+  const api::Condition* restarting = Cond(fresh.status, "Restarting");
+  if (restarting != nullptr) {
+    EXPECT_NE(restarting->reason, "PodDeleted");
+  }
+  for (const auto& e : fresh.events) {
+    EXPECT_EQ(e.message.find("not by the operator"), std::string::npos) << e.message;
+  }
+  // Without the mark (deleted by someone else), the same pod is such a deletion.
+  released.deleted_by_executor = false;
+  const Plan other = PlanWith(job, {released}, At(3), PlanMemory{});
+  ASSERT_NE(Cond(other.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(other.status, "Restarting")->reason, "PodDeleted");
+}
+
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
