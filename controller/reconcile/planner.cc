@@ -494,9 +494,59 @@ bool Planner::HandleResize() {
   return false;
 }
 
-// Both images known and not the same.
+// An image reference "[registry/]path[:tag][@digest]" as far as SameImage compares it: the
+// registry is dropped (a mirror serves the same image under another host), Docker Hub's short
+// names are made whole ("runner" is "library/runner"), and no tag or digest means ":latest".
+struct ImageRef {
+  std::string path;
+  std::string tag;
+  std::string digest;
+};
+
+ImageRef ParseImageRef(std::string_view ref) {
+  ImageRef r;
+  if (const auto at = ref.find('@'); at != std::string_view::npos) {
+    r.digest = ref.substr(at + 1);
+    ref = ref.substr(0, at);
+  }
+  const auto colon = ref.rfind(':');
+  const auto slash = ref.rfind('/');
+  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) {
+    r.tag = ref.substr(colon + 1);
+    ref = ref.substr(0, colon);
+  }
+  if (const auto first = ref.find('/'); first != std::string_view::npos) {
+    const std::string_view host = ref.substr(0, first);
+    if (host.find_first_of(".:") != std::string_view::npos || host == "localhost") {
+      ref = ref.substr(first + 1);
+    }
+  }
+  r.path =
+      ref.find('/') == std::string_view::npos ? "library/" + std::string(ref) : std::string(ref);
+  if (r.tag.empty() && r.digest.empty()) r.tag = "latest";
+  return r;
+}
+
+// Whether two references name the same image, allowing for what an admission webhook does to a
+// pod's image (a registry mirror's host or path prefix, a digest pinned beside the tag): the
+// same digest when both have one, else the same repository (one path a '/'-suffix of the other)
+// and the same tag (a reference by digest alone has none to compare).
+bool SameImage(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  const ImageRef x = ParseImageRef(a);
+  const ImageRef y = ParseImageRef(b);
+  if (!x.digest.empty() && !y.digest.empty()) return x.digest == y.digest;
+  auto suffix = [](const std::string& longer, const std::string& shorter) {
+    return longer.size() > shorter.size() && longer.ends_with(shorter) &&
+           longer[longer.size() - shorter.size() - 1] == '/';
+  };
+  if (x.path != y.path && !suffix(x.path, y.path) && !suffix(y.path, x.path)) return false;
+  return x.tag.empty() || y.tag.empty() || x.tag == y.tag;
+}
+
+// Both images known and not the same (SameImage).
 bool OtherImage(const std::string& a, const std::string& b) {
-  return !a.empty() && !b.empty() && a != b;
+  return !a.empty() && !b.empty() && !SameImage(a, b);
 }
 
 const ObservedReplica* Planner::BuiltOtherwise(
@@ -507,7 +557,8 @@ const ObservedReplica* Planner::BuiltOtherwise(
         (r->phase != ReplicaPhase::kRunning && r->phase != ReplicaPhase::kPending)) {
       continue;
     }
-    // Without a stamp (an older operator's pod) only a runner image of its own tells.
+    // Without a stamp (an older operator's pod) only a runner image of its own tells: its
+    // pod's spec, which a webhook may have rewritten (OtherImage allows for that).
     const bool other = r->options_hash.empty() ? OtherImage(r->image, in_.image)
                                                : r->options_hash != in_.options_hash;
     if (other) return r;

@@ -999,6 +999,65 @@ TEST(PlannerUpgrade, SurvivorsOfThisConfigurationOrOfUnknownBuildAreJoinedInPlac
   EXPECT_EQ(PlanReconcile(unstamped).status.in_place_recoveries, 1);
 }
 
+// An admission webhook may rewrite a pod's spec.containers[].image (a registry mirror, a digest
+// pinned by a policy engine); the operator reads the pod's spec, never the kubelet's resolved
+// status.containerStatuses[].image. A stamped pod is judged by its stamp alone. An unstamped one
+// (an older operator's) by its image: one rewritten to the same repository and tag elsewhere is
+// the same runner build, not an upgrade; another tag (or digest) still is.
+TEST(PlannerUpgrade, AnImageAWebhookRewroteIsTheSameBuild) {
+  const auto job = InPlaceJob(2);
+  auto lost = [](ObservedReplica r) {
+    r.phase = ReplicaPhase::kFailed;
+    r.exit_code = 143;
+    r.reason = "Error";
+    r.terminating = true;
+    return r;
+  };
+  auto with_image = [](PlanInput in, const std::string& image) {
+    in.image = image;
+    return in;
+  };
+  const std::string configured = "ghcr.io/ringtrain/runner:0.3";
+  const std::string digest =
+      "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  for (const std::string& rewritten :
+       {std::string("mirror.example.com/ghcr.io/ringtrain/runner:0.3"),
+        std::string("harbor.example.com:8443/ghcr-proxy/ringtrain/runner:0.3"),
+        std::string("mirror.example.com/ringtrain/runner:0.3" + digest),
+        std::string("ghcr.io/ringtrain/runner:0.3" + digest)}) {
+    for (const char* stamp : {"", "new-options"}) {
+      Plan p = PlanReconcile(with_image(
+          UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), stamp, rewritten),
+                              lost(Replica(1, 0, {}))}),
+          configured));
+      EXPECT_EQ(p.status.attempt, 0) << rewritten << " stamp '" << stamp << "'";
+      EXPECT_EQ(p.status.in_place_recoveries, 1) << rewritten << " stamp '" << stamp << "'";
+    }
+  }
+  // Docker Hub's short names are the long ones.
+  EXPECT_EQ(
+      PlanReconcile(with_image(UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning),
+                                                           "", "docker.io/library/runner:2"),
+                                                   lost(Replica(1, 0, {}))}),
+                               "runner:2"))
+          .status.in_place_recoveries,
+      1);
+  // Another tag, another repository, another digest: another build.
+  for (const std::string& other :
+       {std::string("mirror.example.com/ghcr.io/ringtrain/runner:0.2"),
+        std::string("ghcr.io/someone/runner:0.3"), std::string("ghcr.io/ringtrain/runner"),
+        std::string("ghcr.io/ringtrain/runner@sha256:"
+                    "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff")}) {
+    Plan p = PlanReconcile(
+        with_image(UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", other),
+                                       lost(Replica(1, 0, {}))}),
+                   std::string(configured + digest)));
+    EXPECT_EQ(p.status.attempt, 1) << other;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr) << other;
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded") << other;
+  }
+}
+
 TEST(PlannerUpgrade, AGangThatLosesNoRankRunsOn) {
   const auto job = InPlaceJob(2);
   Plan p = PlanReconcile(
