@@ -137,11 +137,12 @@ int Validate(const std::vector<std::string>& args) {
     std::printf("note: `ringtrain run` will refuse this job: %s\n",
                 container.status().message().c_str());
   }
-  if (!job->spec.train.model_json.empty() && !api::DeclaredDataShape(job->spec.train)) {
+  if (const api::DataShape declared = api::DeclaredDataShape(job->spec.train);
+      !job->spec.train.model_json.empty() && !declared.input) {
     // The operator reads the job from the API server and never the dataset.
     api::TrainSpec strict = job->spec.train;
     strict.model_spec.reset();
-    if (auto st = api::ResolveModel(&strict, std::nullopt); !st.ok()) {
+    if (auto st = api::ResolveModel(&strict, declared); !st.ok()) {
       std::printf("note: the operator will refuse this job: %s\n", st.status().message().c_str());
     }
   }

@@ -111,17 +111,19 @@ std::string ModelSpecJson(const model::ModelSpec& spec) {
       .dump();
 }
 
-std::optional<DataShape> DeclaredDataShape(const TrainSpec& t) {
-  if (!t.dataset_spec) return std::nullopt;
-  const data::DatasetSpec& d = *t.dataset_spec;
+DataShape DeclaredDataShape(const TrainSpec& t) {
+  // The task is always known from the spec, as the runner takes it: a directory is IDX
+  // (classification), an object says it or defaults to classification. So the loss is checked
+  // against it even when neither the sample shape nor the classes are declared.
   DataShape shape;
+  shape.task = model::Task::kClassification;
+  if (!t.dataset_spec) return shape;
+  const data::DatasetSpec& d = *t.dataset_spec;
   const std::vector<int>& dims = d.input_shape;
   if (dims.size() == 1) shape.input = model::Shape{dims[0], 1, 1};
   if (dims.size() == 3) shape.input = model::Shape{dims[0], dims[1], dims[2]};
   if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
-  if (!shape.input && shape.outputs == 0) return std::nullopt;
-  shape.task = d.task == data::Task::Kind::kClassification ? model::Task::kClassification
-                                                           : model::Task::kRegression;
+  if (d.task != data::Task::Kind::kClassification) shape.task = model::Task::kRegression;
   return shape;
 }
 

@@ -275,9 +275,10 @@ std::optional<Duration> ParseCollectiveTimeout(const std::string& value);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 
-// What spec.train.dataset declares without being read: its inputShape and classes (a
-// classification's; nullopt when it declares neither).
-std::optional<DataShape> DeclaredDataShape(const TrainSpec& t);
+// What spec.train.dataset declares without being read: its task (always known: a directory is
+// IDX, a classification; an object's task defaults to classification), and its inputShape and
+// classes (a classification's) when it states them.
+DataShape DeclaredDataShape(const TrainSpec& t);
 
 // The layer list as the runner's --model-spec JSON, every default written out:
 // ParseModelSpec(ModelSpecJson(s)) describes the same architecture as s.

@@ -87,14 +87,15 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   RETURN_IF_ERROR(ReadEnum(f, "lrSchedule", &t->lr_schedule));
   RETURN_IF_ERROR(f.Int("seed", 0, INT64_MAX, &t->seed));
   RETURN_IF_ERROR(f.NoUnknown());
-  const std::optional<DataShape> declared = DeclaredDataShape(*t);
+  const DataShape declared = DeclaredDataShape(*t);
   bool has_input = false;
   if (!t->model_json.empty()) {
     const json doc = json::parse(t->model_json);
     has_input = doc.contains("input") && !doc["input"].is_null();
   }
-  if (t->model_json.empty() ? declared.has_value()
-                            : (strict || has_input || (declared && declared->input))) {
+  // A preset is checked against the declared task (a regression needs a layer list); a layer
+  // list once its input is known.
+  if (t->model_json.empty() || strict || has_input || declared.input) {
     RETURN_IF_ERROR(ResolveModel(t, declared).status());
   }
   return Status::Ok();

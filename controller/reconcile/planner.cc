@@ -408,15 +408,18 @@ class Planner {
   void RestartForUpgrade(const ObservedReplica& other, const std::string& instead, bool counts);
   // Whether the replica's pod was deleted by someone other than this executor: one that vanished
   // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
-  // that the executor did not delete (PlanMemory::deleted). Told from the pod and that record
-  // alone, not from having seen it before: a freshly started executor first sees such a pod
-  // already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it and
-  // was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's own).
+  // that the executor did not delete (PlanMemory::deleted, or, durable across a restart of the
+  // executor, its mark on the pod: ObservedReplica::deleted_by_executor). Told from the pod and
+  // those alone, not from having seen it before: a freshly started executor first sees such a
+  // pod already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it
+  // and was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's
+  // own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
     const bool of_the_deletion =
         r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
-    return r.terminating && of_the_deletion && !in_.memory.deleted.contains(r.name);
+    return r.terminating && of_the_deletion && !r.deleted_by_executor &&
+           !in_.memory.deleted.contains(r.name);
   }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
@@ -491,9 +494,59 @@ bool Planner::HandleResize() {
   return false;
 }
 
-// Both images known and not the same.
+// An image reference "[registry/]path[:tag][@digest]" as far as SameImage compares it: the
+// registry is dropped (a mirror serves the same image under another host), Docker Hub's short
+// names are made whole ("runner" is "library/runner"), and no tag or digest means ":latest".
+struct ImageRef {
+  std::string path;
+  std::string tag;
+  std::string digest;
+};
+
+ImageRef ParseImageRef(std::string_view ref) {
+  ImageRef r;
+  if (const auto at = ref.find('@'); at != std::string_view::npos) {
+    r.digest = ref.substr(at + 1);
+    ref = ref.substr(0, at);
+  }
+  const auto colon = ref.rfind(':');
+  const auto slash = ref.rfind('/');
+  if (colon != std::string_view::npos && (slash == std::string_view::npos || colon > slash)) {
+    r.tag = ref.substr(colon + 1);
+    ref = ref.substr(0, colon);
+  }
+  if (const auto first = ref.find('/'); first != std::string_view::npos) {
+    const std::string_view host = ref.substr(0, first);
+    if (host.find_first_of(".:") != std::string_view::npos || host == "localhost") {
+      ref = ref.substr(first + 1);
+    }
+  }
+  r.path =
+      ref.find('/') == std::string_view::npos ? "library/" + std::string(ref) : std::string(ref);
+  if (r.tag.empty() && r.digest.empty()) r.tag = "latest";
+  return r;
+}
+
+// Whether two references name the same image, allowing for what an admission webhook does to a
+// pod's image (a registry mirror's host or path prefix, a digest pinned beside the tag): the
+// same digest when both have one, else the same repository (one path a '/'-suffix of the other)
+// and the same tag (a reference by digest alone has none to compare).
+bool SameImage(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  const ImageRef x = ParseImageRef(a);
+  const ImageRef y = ParseImageRef(b);
+  if (!x.digest.empty() && !y.digest.empty()) return x.digest == y.digest;
+  auto suffix = [](const std::string& longer, const std::string& shorter) {
+    return longer.size() > shorter.size() && longer.ends_with(shorter) &&
+           longer[longer.size() - shorter.size() - 1] == '/';
+  };
+  if (x.path != y.path && !suffix(x.path, y.path) && !suffix(y.path, x.path)) return false;
+  return x.tag.empty() || y.tag.empty() || x.tag == y.tag;
+}
+
+// Both images known and not the same (SameImage).
 bool OtherImage(const std::string& a, const std::string& b) {
-  return !a.empty() && !b.empty() && a != b;
+  return !a.empty() && !b.empty() && !SameImage(a, b);
 }
 
 const ObservedReplica* Planner::BuiltOtherwise(
@@ -504,7 +557,8 @@ const ObservedReplica* Planner::BuiltOtherwise(
         (r->phase != ReplicaPhase::kRunning && r->phase != ReplicaPhase::kPending)) {
       continue;
     }
-    // Without a stamp (an older operator's pod) only a runner image of its own tells.
+    // Without a stamp (an older operator's pod) only a runner image of its own tells: its
+    // pod's spec, which a webhook may have rewritten (OtherImage allows for that).
     const bool other = r->options_hash.empty() ? OtherImage(r->image, in_.image)
                                                : r->options_hash != in_.options_hash;
     if (other) return r;
@@ -1053,7 +1107,16 @@ Plan Planner::Run() {
   if (st().phase == "Suspended") Resume();
 
   if (spec_.run_policy.active_deadline_seconds) {
-    auto start = ParseRfc3339(st().start_time).value_or(in_.now);
+    WallTime start = in_.now;
+    // status.startTime is written to the second (FormatRfc3339 truncates, as metav1.Time does):
+    // the job started within that second. Counted from its end, the deadline is never early, at
+    // most 1 s late. (Kubernetes' Job controller counts from the truncated time it reads back,
+    // so its deadline may come up to 1 s early.)
+    if (auto stored = ParseRfc3339(st().start_time)) {
+      start = *stored;
+      if (std::chrono::floor<std::chrono::seconds>(start) == start)
+        start += std::chrono::seconds(1);
+    }
     const WallTime deadline = AfterSeconds(start, *spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
       std::string message = "job ran longer than activeDeadlineSeconds (" +

@@ -34,6 +34,9 @@ struct ObservedReplica {
   bool disruption = false;        // pod condition DisruptionTarget (preemption, eviction)
   std::string disruption_reason;  // its reason (DeletionByTaintManager, PreemptionByScheduler, ...)
   bool terminating = false;       // deletion requested, not gone yet
+  // The executor marked it before deleting it (a released partial gang): its deletion is the
+  // executor's own, as PlanMemory::deleted says, but durable across an executor's restart.
+  bool deleted_by_executor = false;
   // Ended (succeeded or failed) while its pod still runs another container (a sidecar:
   // istio-proxy, one of spec.template's): the pod holds its node until it is deleted.
   bool pod_running = false;

@@ -750,6 +750,7 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
     r.spec_hash = StringAt(*ann, kSpecHashAnnotation);
     r.options_hash = StringAt(*ann, kOptionsHashAnnotation);
+    r.deleted_by_executor = ann->contains(kDeletedByOperatorAnnotation);
     const std::string generation = StringAt(*ann, kSpecGenerationAnnotation);
     if (!generation.empty() && generation.size() <= 18 &&
         generation.find_first_not_of("0123456789") == std::string::npos) {

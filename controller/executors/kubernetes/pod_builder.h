@@ -35,6 +35,12 @@ inline constexpr char kSpecGenerationAnnotation[] = "ringtrain.dev/spec-generati
 // in place by a pod of other options than its survivors: the planner restarts the gang
 // (OperatorUpgraded).
 inline constexpr char kOptionsHashAnnotation[] = "ringtrain.dev/options-hash";
+// Set by the operator on a pod of the current attempt just before it deletes it outside the
+// planner's own plan (a partial gang released after a refused create). Its runner then ends of
+// the deletion (143, or 137 at the end of the grace period): an operator started meanwhile, whose
+// memory is empty, reads the mark and takes that for the operator's own delete, as the one that
+// made it did, not for a pod deleted by someone else (reason PodDeleted).
+inline constexpr char kDeletedByOperatorAnnotation[] = "ringtrain.dev/deleted-by-operator";
 inline constexpr char kContainerName[] = "runner";
 inline constexpr char kTokenKey[] = "token";
 inline constexpr int kMasterPort = contract::kMasterPort;

@@ -407,10 +407,24 @@ Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std
   // replacement is retried after the backoff; the wait shows as PodsReady False FailedCreate
   // and is bounded by runPolicy.schedulingTimeoutSeconds and by the survivors' own recovery
   // timeout, after which they fail and the gang restarts.
+  // Each is marked as the operator's before it is deleted: its runner ends of the deletion while
+  // it terminates, and an operator that starts meanwhile has none of this memory.
   if (!replacement) {
     for (const auto& pod : pass.gang) {
-      reconcile::RecordReplicaDeleted(&memory, MetaString(pod, "name"));
-      if (!Deleting(pod)) RETURN_IF_ERROR(DeletePod(key, pod));
+      const std::string pod_name = MetaString(pod, "name");
+      reconcile::RecordReplicaDeleted(&memory, pod_name);
+      if (Deleting(pod)) continue;
+      // The uid: only the pod observed, not a namesake created since (the API refuses it).
+      const Json mark = {{"metadata",
+                          {{"uid", MetaString(pod, "uid")},
+                           {"annotations", {{kDeletedByOperatorAnnotation, "released"}}}}}};
+      auto marked = client_->Patch(kube::kPods, pass.ns, pod_name, mark, kube::PatchType::kMerge);
+      if (!marked.ok()) {
+        const StatusCode code = marked.status().code();
+        if (code == StatusCode::kNotFound || code == StatusCode::kAborted) continue;
+        return marked.status().WithContext("mark pod " + pod_name + " before releasing it");
+      }
+      RETURN_IF_ERROR(DeletePod(key, pod));
     }
   }
   reconcile::RecordFailedCreate(

@@ -32,9 +32,11 @@ std::string Grouped(std::size_t n) {
 }  // namespace
 
 StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
-  const std::optional<api::DataShape> declared = api::DeclaredDataShape(t);
+  const api::DataShape declared = api::DeclaredDataShape(t);
   const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
-  LocalDataShape out{declared, declared ? "spec.train.dataset (declared)" : ""};
+  // Files not here: what the spec declares (its task at least).
+  LocalDataShape out{declared,
+                     declared.input || declared.outputs > 0 ? "spec.train.dataset (declared)" : ""};
   data::Task task;
   task.kind = spec.task;
   task.classes = spec.classes;

@@ -15,12 +15,12 @@
 namespace ringtrain::executors {
 
 struct LocalDataShape {
-  std::optional<api::DataShape> shape;  // nullopt: not here and nothing declared
+  std::optional<api::DataShape> shape;  // files not here: what the spec declares (the task)
   std::string source;                   // where it came from, for the summary
 };
 
 // Reads what the files give (a corrupt file is an error naming it); files that are not on this
-// machine fall back to the declared inputShape/classes.
+// machine fall back to what the spec declares (api::DeclaredDataShape).
 StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t);
 
 // Resolves and checks spec.train.model against ReadLocalDataShape (api::ResolveModel) and

@@ -898,6 +898,60 @@ TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
   EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
 }
 
+// The released pod is marked as the operator's before it is deleted: its runner ends of the
+// deletion while the pod terminates, and an operator started meanwhile (a leader change) reads
+// the mark where the first one had its memory. Without it the new one took the release for a
+// pod deleted by someone else: a PodDeleted restart that also restarted the placement wait.
+TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  ASSERT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  std::vector<std::string> order;
+  for (const auto& w : client_.Writes()) {
+    if (w.plural == "pods" && w.name == "mnist-a0-0") order.push_back(w.verb);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"create", "patch", "delete"}));
+  // The pod as the kubelet shows it while it terminates: marked, its runner ended by SIGTERM.
+  auto job = api::ParseJobJson(client_.Get(kube::kTrainingJobs, "default", "mnist")->dump());
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  Json pod = BuildPod(*job, 0, 0, PodOptions{});
+  pod["metadata"]["uid"] = "released-0";
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  pod["status"] = {{"phase", "Failed"},
+                   {"containerStatuses",
+                    {{{"name", "runner"},
+                      {"state",
+                       {{"terminated",
+                         {{"exitCode", 143},
+                          {"reason", "Error"},
+                          {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}}}};
+  for (const bool marked : {true, false}) {
+    if (marked) pod["metadata"]["annotations"][kDeletedByOperatorAnnotation] = "released";
+    if (!marked) pod["metadata"]["annotations"].erase(kDeletedByOperatorAnnotation);
+    client_.Set(kube::kPods, "default", pod);
+    cache_.CatchUp(client_);
+    ReconcilerOptions options;
+    options.expectations_timeout = std::chrono::hours(1);
+    options.create_retry_base = std::chrono::hours(1);
+    Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                     [](const std::string&, int, Duration) { return std::nullopt; });
+    const Json before = Status();
+    ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+    const Json restarting = Condition(Status(), "Restarting");
+    if (marked) {
+      EXPECT_TRUE(!restarting.is_object() || restarting["reason"] != "PodDeleted")
+          << Status().dump();
+    } else {
+      ASSERT_TRUE(restarting.is_object()) << Status().dump();
+      EXPECT_EQ(restarting["reason"], "PodDeleted") << "deleted by someone else";
+    }
+    // Back to the status the release left, for the other case.
+    Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+    job["status"] = before;
+    client_.Set(kube::kTrainingJobs, "default", job);
+  }
+}
+
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
 // gang's state, the job says why it waits (PodsReady False FailedCreate, the API's words), and

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/runner_env.h"
@@ -738,6 +739,57 @@ TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {
                                         "classification dataset"),
             std::string::npos)
       << job.status().message();
+}
+
+// Without inputShape (nor classes) the dataset still says its task (an object's, classification
+// by default; a directory is IDX): a loss that does not fit it, or a preset over a regression, is
+// refused by the operator naming the field, not by every rank of a created gang (a permanent
+// failure). As the operator reads the object (ParseJobJson) and as `ringtrain run` reads a
+// manifest whose files are not here.
+TEST(DatasetObject, TheDeclaredTaskChecksTheLossWithoutAnInputShape) {
+  const std::string regression = R"({"format":"csv","train":"/d/r.csv","test":"/d/t.csv",)"
+                                 R"("label":"y","task":"regression"})";
+  const std::string classification = R"({"format":"csv","train":"/d/c.csv","test":"/d/t.csv"})";
+  const std::string cross_entropy = R"({"input":[6],"layers":[{"dense":{"units":3}}]})";
+  const std::string mse = R"({"input":[6],"layers":[{"dense":{"units":1}}],"loss":"mse"})";
+  for (const auto& [model, dataset, expected] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {cross_entropy, regression,
+            "spec.train.model.loss: softmax_cross_entropy does not fit a regression dataset"},
+           {R"("mlp")", regression,
+            "spec.train.model: the preset mlp classifies, and the dataset is a regression one"},
+           {mse, classification, "spec.train.model.loss: mse does not fit a classification"},
+           {mse, R"("/data/fashion-mnist")",
+            "spec.train.model.loss: mse does not fit a classification"}}) {
+    const std::string doc =
+        R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+        R"("spec":{"train":{"model":)" +
+        model + R"(,"dataset":)" + dataset + "}}}";
+    auto job = ParseJobJson(doc);
+    ASSERT_FALSE(job.ok()) << doc;
+    EXPECT_NE(job.status().message().find(expected), std::string::npos) << job.status().message();
+  }
+  // What fits is accepted.
+  for (const auto& [model, dataset] : std::vector<std::pair<std::string, std::string>>{
+           {mse, regression}, {cross_entropy, classification}, {R"("mlp")", classification}}) {
+    const std::string doc =
+        R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
+        R"("spec":{"train":{"model":)" +
+        model + R"(,"dataset":)" + dataset + "}}}";
+    auto job = ParseJobJson(doc);
+    EXPECT_TRUE(job.ok()) << doc << ": " << job.status().ToString();
+  }
+  // A local manifest: refused when parsed, before any file is read.
+  auto local = ParseManifestYaml(
+      WithSpec("  train:\n    model:\n      input: [6]\n      layers: [{dense: {units: 3}}]\n"
+               "    dataset: {format: npy, trainX: /x.npy, trainY: /y.npy, testFraction: 0.2, "
+               "task: regression}\n"),
+      "r.yaml");
+  ASSERT_FALSE(local.ok());
+  EXPECT_NE(local.status().message().find("r.yaml: spec.train.model.loss: softmax_cross_entropy "
+                                          "does not fit a regression dataset"),
+            std::string::npos)
+      << local.status().message();
 }
 
 }  // namespace

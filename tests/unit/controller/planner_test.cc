@@ -376,11 +376,38 @@ TEST(Planner, ActiveDeadlineFailsTheJob) {
   Plan before = PlanAt(job, running, At(30));
   EXPECT_EQ(before.status.phase, "Running");
   ASSERT_TRUE(before.requeue_after.has_value());
-  EXPECT_EQ(*before.requeue_after, std::chrono::seconds(30));
-  Plan after = PlanAt(job, running, At(60));
+  // The stored start is a whole second: counted from that second's end.
+  EXPECT_EQ(*before.requeue_after, std::chrono::seconds(31));
+  EXPECT_EQ(PlanAt(job, running, At(60)).status.phase, "Running");
+  Plan after = PlanAt(job, running, At(61));
   EXPECT_EQ(after.status.phase, "Failed");
   EXPECT_EQ(Cond(after.status, "Failed")->reason, "DeadlineExceeded");
   EXPECT_EQ(Count(after, Kind::kDeleteReplica), 2);
+}
+
+// status.startTime keeps whole seconds: a job created 0.9 s into a second is stored as started
+// at the second's beginning. Its activeDeadlineSeconds never ends it before it ran that long
+// (at most 1 s after).
+TEST(Planner, ActiveDeadlineIsNeverEarlyForAStartTimeStoredToTheSecond) {
+  auto job = Job(2);
+  job.spec.run_policy.active_deadline_seconds = 10;
+  const WallTime created = At(0) + std::chrono::milliseconds(900);
+  job.status = PlanAt(job, {}, created).status;
+  ASSERT_EQ(job.status.start_time, "2026-11-21T10:00:00Z");
+  const std::vector<ObservedReplica> running = {Replica(0, 0, ReplicaPhase::kRunning),
+                                                Replica(1, 0, ReplicaPhase::kRunning)};
+  job.status = PlanAt(job, running, At(1)).status;
+  ASSERT_EQ(job.status.phase, "Running");
+  // 9.6 s after the job was created.
+  Plan early = PlanAt(job, running, At(10) + std::chrono::milliseconds(500));
+  EXPECT_EQ(early.status.phase, "Running") << "ran 9.6 s of its 10";
+  EXPECT_EQ(Count(early, Kind::kDeleteReplica), 0);
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_EQ(*early.requeue_after, std::chrono::milliseconds(500));
+  Plan late = PlanAt(job, running, At(11));
+  EXPECT_EQ(late.status.phase, "Failed") << "10.1 s: the deadline is at most 1 s late";
+  ASSERT_NE(Cond(late.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(late.status, "Failed")->reason, "DeadlineExceeded");
 }
 
 TEST(Planner, SuspendDeletesAndResumeRecreates) {
@@ -972,6 +999,65 @@ TEST(PlannerUpgrade, SurvivorsOfThisConfigurationOrOfUnknownBuildAreJoinedInPlac
   EXPECT_EQ(PlanReconcile(unstamped).status.in_place_recoveries, 1);
 }
 
+// An admission webhook may rewrite a pod's spec.containers[].image (a registry mirror, a digest
+// pinned by a policy engine); the operator reads the pod's spec, never the kubelet's resolved
+// status.containerStatuses[].image. A stamped pod is judged by its stamp alone. An unstamped one
+// (an older operator's) by its image: one rewritten to the same repository and tag elsewhere is
+// the same runner build, not an upgrade; another tag (or digest) still is.
+TEST(PlannerUpgrade, AnImageAWebhookRewroteIsTheSameBuild) {
+  const auto job = InPlaceJob(2);
+  auto lost = [](ObservedReplica r) {
+    r.phase = ReplicaPhase::kFailed;
+    r.exit_code = 143;
+    r.reason = "Error";
+    r.terminating = true;
+    return r;
+  };
+  auto with_image = [](PlanInput in, const std::string& image) {
+    in.image = image;
+    return in;
+  };
+  const std::string configured = "ghcr.io/ringtrain/runner:0.3";
+  const std::string digest =
+      "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+  for (const std::string& rewritten :
+       {std::string("mirror.example.com/ghcr.io/ringtrain/runner:0.3"),
+        std::string("harbor.example.com:8443/ghcr-proxy/ringtrain/runner:0.3"),
+        std::string("mirror.example.com/ringtrain/runner:0.3" + digest),
+        std::string("ghcr.io/ringtrain/runner:0.3" + digest)}) {
+    for (const char* stamp : {"", "new-options"}) {
+      Plan p = PlanReconcile(with_image(
+          UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), stamp, rewritten),
+                              lost(Replica(1, 0, {}))}),
+          configured));
+      EXPECT_EQ(p.status.attempt, 0) << rewritten << " stamp '" << stamp << "'";
+      EXPECT_EQ(p.status.in_place_recoveries, 1) << rewritten << " stamp '" << stamp << "'";
+    }
+  }
+  // Docker Hub's short names are the long ones.
+  EXPECT_EQ(
+      PlanReconcile(with_image(UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning),
+                                                           "", "docker.io/library/runner:2"),
+                                                   lost(Replica(1, 0, {}))}),
+                               "runner:2"))
+          .status.in_place_recoveries,
+      1);
+  // Another tag, another repository, another digest: another build.
+  for (const std::string& other :
+       {std::string("mirror.example.com/ghcr.io/ringtrain/runner:0.2"),
+        std::string("ghcr.io/someone/runner:0.3"), std::string("ghcr.io/ringtrain/runner"),
+        std::string("ghcr.io/ringtrain/runner@sha256:"
+                    "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff")}) {
+    Plan p = PlanReconcile(
+        with_image(UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", other),
+                                       lost(Replica(1, 0, {}))}),
+                   std::string(configured + digest)));
+    EXPECT_EQ(p.status.attempt, 1) << other;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr) << other;
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded") << other;
+  }
+}
+
 TEST(PlannerUpgrade, AGangThatLosesNoRankRunsOn) {
   const auto job = InPlaceJob(2);
   Plan p = PlanReconcile(
@@ -1406,7 +1492,7 @@ TEST(Placement, NoSchedulingTimeoutMeansWaitingAsLongAsTheJobMayRun) {
   Plan still = PlanAt(job, waiting, At(3000));
   EXPECT_EQ(still.status.phase, "Pending");
   job.status = still.status;
-  Plan end = PlanAt(job, waiting, At(3600));
+  Plan end = PlanAt(job, waiting, At(3601));
   EXPECT_EQ(end.status.phase, "Failed");
   const api::Condition* failed = Cond(end.status, "Failed");
   ASSERT_NE(failed, nullptr);
@@ -2267,6 +2353,45 @@ TEST(Planner, APodDeletedBeforeAFreshExecutorSawItRunIsNotCounted) {
           << what;
     }
   }
+}
+
+// The executor released a partial gang (the API refused rank 1: ResourceQuota) and the operator
+// restarted (a leader change, an upgrade) while rank 0, waiting at the gang gate, answered the
+// release's SIGTERM. The fresh executor's memory is empty; the pod carries the executor's mark
+// (ObservedReplica::deleted_by_executor, set before the delete): it sees what the old executor
+// saw, the executor's own delete, not a pod deleted by someone else (PodDeleted).
+TEST(Planner, AFreshExecutorTellsItsPredecessorsReleaseFromADeletionByOthers) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  SetJobCondition(&job.status, kReplicaFailureCondition, true, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: pods-1", "2026-11-21T10:00:01Z");
+  ObservedReplica released = GatedRunning(0, 0);
+  released.phase = ReplicaPhase::kFailed;
+  released.exit_code = 143;
+  released.reason = "Error";
+  released.terminating = true;
+  released.message = "CANCELLED: stopped by SIGTERM at the gang gate";
+  released.finished_at = At(2);
+  released.deleted_by_executor = true;
+  PlanMemory old;
+  RecordReplicaDeleted(&old, released.name);
+  const Plan before = PlanWith(job, {released}, At(3), old);
+  const Plan fresh = PlanWith(job, {released}, At(3), PlanMemory{});
+  EXPECT_EQ(fresh.status, before.status);
+  EXPECT_EQ(fresh.status.attempt, before.status.attempt);
+  EXPECT_EQ(fresh.status.restarts, before.status.restarts);
+  const api::Condition* restarting = Cond(fresh.status, "Restarting");
+  if (restarting != nullptr) {
+    EXPECT_NE(restarting->reason, "PodDeleted");
+  }
+  for (const auto& e : fresh.events) {
+    EXPECT_EQ(e.message.find("not by the operator"), std::string::npos) << e.message;
+  }
+  // Without the mark (deleted by someone else), the same pod is such a deletion.
+  released.deleted_by_executor = false;
+  const Plan other = PlanWith(job, {released}, At(3), PlanMemory{});
+  ASSERT_NE(Cond(other.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(other.status, "Restarting")->reason, "PodDeleted");
 }
 
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {

@@ -438,6 +438,11 @@ TEST(PodBuilderTest, ObservesExitCodesDisruptionsAndDeletion) {
   EXPECT_EQ(r.message, "oom");
   EXPECT_TRUE(r.disruption);
   EXPECT_TRUE(r.terminating);
+  EXPECT_FALSE(r.deleted_by_executor);
+  // The operator's mark before its own delete (a released partial gang), in the cache too.
+  pod["metadata"]["annotations"] = {{kDeletedByOperatorAnnotation, "released"}};
+  EXPECT_TRUE(ObserveReplica(pod).deleted_by_executor);
+  EXPECT_TRUE(ObserveReplica(TrimPodForCache(pod)).deleted_by_executor);
   pod["status"] = {{"phase", "Failed"}, {"reason", "Evicted"}, {"message", "low memory"}};
   r = ObserveReplica(pod);
   EXPECT_EQ(r.reason, "Evicted");
