@@ -73,9 +73,18 @@ class FakeKubeClient final : public KubeClient {
   StatusOr<Json> Patch(const Resource& r, const std::string& ns, const std::string& name,
                        const Json& patch, PatchType, bool status) override {
     std::lock_guard<std::mutex> lock(mu_);
+    RETURN_IF_ERROR(Fail("patch", r, ns, name));
     auto it = objects_.find(Key(r, ns, name));
     if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
     Json p = status ? Json{{"status", patch.value("status", Json::object())}} : patch;
+    // Another uid is a change of an immutable field, as the real API server answers it (422).
+    if (const auto meta = p.find("metadata"); meta != p.end() && meta->is_object()) {
+      const std::string uid = meta->value("uid", "");
+      if (!uid.empty() && uid != it->second["metadata"].value("uid", "")) {
+        return InvalidArgument(name + ": metadata.uid: Invalid value: \"" + uid +
+                               "\": field is immutable");
+      }
+    }
     it->second.merge_patch(p);
     it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
     writes_.push_back({"patch", r.plural, ns, name});

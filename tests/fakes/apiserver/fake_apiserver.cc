@@ -1976,6 +1976,22 @@ Result FakeApiServer::Impl::Patch(const HttpRequest& req, const Route& route) {
                     "application/apply-patch+yaml",
                     nullptr};
   }
+  // A uid in the patch is no precondition answered 409 (as DELETE's is): the patched object
+  // would change metadata.uid, which the real server refuses as immutable (an empty one is
+  // filled in), with the cause given twice (transcripts/t4-02-pod-merge-patch-uid.txt; the
+  // same for a ConfigMap and a TrainingJob).
+  if (const std::string uid = MetaString(next, "uid");
+      !uid.empty() && uid != MetaString(it->second, "uid")) {
+    const std::string message = "Invalid value: " + json(uid).dump() + ": field is immutable";
+    ojson details = Details(route.name, t, false);
+    ojson cause = {
+        {"reason", "FieldValueInvalid"}, {"message", message}, {"field", "metadata.uid"}};
+    details["causes"] = ojson::array({cause, cause});
+    return ApiError{
+        422, "Invalid",
+        t.qualified_kind() + " \"" + route.name + "\" is invalid: metadata.uid: " + message,
+        details};
+  }
   std::string precondition = MetaString(next, "resourceVersion");
   if (precondition != MetaString(it->second, "resourceVersion")) {
     return ConflictError(t, route.name);

@@ -652,6 +652,42 @@ TEST_F(WireFormatTest, PodsDefaultsDeletesAndStrategicMerge) {
   EXPECT_EQ(r.code, 404);
 }
 
+// A merge patch that carries metadata.uid (how the operator marks a pod it is about to delete,
+// so the mark never lands on a namesake created since): the pod's own uid writes it; another is
+// 422 Invalid, nothing written, byte for byte as t4-02-pod-merge-patch-uid.txt recorded.
+TEST_F(WireFormatTest, AMergePatchWithAnotherUidIsInvalidNotAConflict) {
+  auto r = conn_->Do("POST", kPods, Pod("demo-worker-0").dump());
+  ASSERT_EQ(r.code, 201);
+  const std::string uid = json::parse(r.body)["metadata"]["uid"];
+  const std::string path = std::string(kPods) + "/demo-worker-0";
+  r = conn_->Do(
+      "PATCH", path,
+      R"({"metadata":{"uid":"00000000-0000-0000-0000-000000000001","annotations":{"ringtrain.dev/deleted-by-operator":"released"}}})",
+      "application/merge-patch+json");
+  EXPECT_EQ(r.code, 422);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Pod \"demo-worker-0\" is invalid: metadata.uid: Invalid value: \"00000000-0000-0000-0000-000000000001\": field is immutable","reason":"Invalid","details":{"name":"demo-worker-0","kind":"Pod","causes":[{"reason":"FieldValueInvalid","message":"Invalid value: \"00000000-0000-0000-0000-000000000001\": field is immutable","field":"metadata.uid"},{"reason":"FieldValueInvalid","message":"Invalid value: \"00000000-0000-0000-0000-000000000001\": field is immutable","field":"metadata.uid"}]},"code":422})"
+      "\n");
+  r = conn_->Do("GET", path);
+  ASSERT_EQ(r.code, 200);
+  EXPECT_FALSE(json::parse(r.body)["metadata"].contains("annotations")) << r.body;
+
+  r = conn_->Do(
+      "PATCH", path,
+      json{{"metadata",
+            {{"uid", uid}, {"annotations", {{"ringtrain.dev/deleted-by-operator", "released"}}}}}}
+          .dump(),
+      "application/merge-patch+json");
+  ASSERT_EQ(r.code, 200) << r.body;
+  json pod = json::parse(r.body);
+  EXPECT_EQ(pod["metadata"]["uid"], uid);
+  EXPECT_EQ(pod["metadata"]["annotations"]["ringtrain.dev/deleted-by-operator"], "released");
+  r = conn_->Do("PATCH", std::string(kPods) + "/demo-worker-9",
+                json{{"metadata", {{"uid", uid}}}}.dump(), "application/merge-patch+json");
+  EXPECT_EQ(r.code, 404);
+}
+
 TEST_F(WireFormatTest, HooksRestartAndInjectedFailures) {
   ASSERT_EQ(conn_->Do("POST", kPods, Pod("keep-me").dump()).code, 201);
   std::int64_t rv = server_->CurrentResourceVersion();

@@ -952,6 +952,27 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
   }
 }
 
+// A mark the API refuses does not keep the partial gang holding its quota: a 422 (the real
+// server's answer to a uid that is no longer the pod's, t4-02, or a policy that refuses the
+// annotation) leaves the decision to the delete's own uid precondition, and the pod is released
+// unmarked (a namesake would answer that delete 409, and be left alone); an API outage is
+// retried with the pass.
+TEST_F(FailedCreateTest, AMarkTheApiRefusesStillReleasesThePod) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  client_.FailNext("patch", "pods",
+                   InvalidArgument("Pod \"mnist-a0-0\" is invalid: metadata.uid: Invalid value: "
+                                   "\"00000000-0000-0000-0000-000000000001\": field is immutable"),
+                   1);
+  ASSERT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  std::vector<std::string> order;
+  for (const auto& w : client_.Writes()) {
+    if (w.plural == "pods" && w.name == "mnist-a0-0") order.push_back(w.verb);
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{"create", "delete"}));
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "rank 0 holds quota";
+}
+
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
 // gang's state, the job says why it waits (PodsReady False FailedCreate, the API's words), and
