@@ -414,6 +414,17 @@ class Planner {
   // pod already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it
   // and was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's
   // own).
+  // Whether the replica is part of a partial gang the executor released itself (the API refused
+  // to create the rest of it): deleted by the executor (its memory, or its mark on the pod for
+  // an executor started since), of the current attempt and no rank replaced in place. Its end
+  // while it terminates is the release, not a failure of the job: the gang is created again
+  // whole once it is gone, within the same placement wait and attempt.
+  bool Released(const ObservedReplica& r) const {
+    const auto& replaced = plan_.status.replaced_pods;
+    return r.terminating && r.attempt == plan_.status.attempt &&
+           (r.deleted_by_executor || in_.memory.deleted.contains(r.name)) &&
+           std::find(replaced.begin(), replaced.end(), r.name) == replaced.end();
+  }
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
     const bool of_the_deletion =
@@ -654,6 +665,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
                                               r->phase == ReplicaPhase::kRunning));
       continue;
     }
+    if (Released(*r)) continue;
     if (r->finished_at && (!first_end || *r->finished_at < *first_end)) first_end = r->finished_at;
     if (pick == nullptr || better(*r, *pick)) pick = r;
   }

@@ -2213,10 +2213,10 @@ TEST(Planner, PodsDeletedBySomeoneRestartTheGangUncounted) {
   }
 }
 
-// What stays counted: a crash or an OOM kill beside a deleted pod, and a pod that exited 143
-// because the executor itself deleted it (a partial gang released after a refused create):
-// the executor forgets what it deletes.
-TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
+// What stays counted: a crash or an OOM kill beside a deleted pod. A pod that exited 143
+// because the executor itself deleted it (a partial gang released after a refused create) is
+// no failure at all: the release is the executor's, and the gang is created again whole.
+TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesAreNone) {
   auto job = RunningJob(2);
   Plan seen =
       PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
@@ -2232,8 +2232,10 @@ TEST(Planner, ADeletionHidesNoFailureAndTheExecutorsOwnDeletesCount) {
   Plan own = PlanWith(
       job, {DeletedBySigterm(0, ReplicaPhase::kFailed), DeletedBySigterm(1, ReplicaPhase::kFailed)},
       At(14), released);
-  EXPECT_EQ(own.status.attempt, 1);
-  EXPECT_EQ(own.status.restarts, 1) << "not deleted by someone else";
+  EXPECT_EQ(own.status.attempt, 0) << "the executor's release, not a failure";
+  EXPECT_EQ(own.status.restarts, 0);
+  EXPECT_FALSE(own.status.last_failure.has_value());
+  EXPECT_EQ(Count(own, Kind::kCreateReplica), 0) << "not beside the pods still going";
 
   // A rank that exited 143 with no deletion (its own doing) counts too.
   Plan alone = PlanWith(
@@ -2286,12 +2288,15 @@ TEST(Planner, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNotCounted)
     EXPECT_EQ(oom.status.phase, "Failed") << in_place;
     ASSERT_NE(Cond(oom.status, "Failed"), nullptr) << in_place;
     EXPECT_EQ(Cond(oom.status, "Failed")->reason, "BackoffLimitExceeded") << in_place;
-    // So is a 137 of a pod this executor deleted.
+    // A 137 of a pod this executor deleted itself (only a release of a partial gang deletes a
+    // rank of the attempt that did not fail) is the release: no failure, nothing counted.
     PlanMemory own = deleting.memory;
     RecordReplicaDeleted(&own, "job-a0-1");
     Plan ours = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), KilledAtGraceEnd(1, "Error")},
                          At(40), own);
-    EXPECT_EQ(ours.status.phase, "Failed") << in_place;
+    EXPECT_NE(ours.status.phase, "Failed") << in_place;
+    EXPECT_EQ(ours.status.restarts, 2) << in_place;
+    EXPECT_EQ(ours.status.attempt, 0) << in_place;
   }
 }
 
@@ -2392,6 +2397,54 @@ TEST(Planner, AFreshExecutorTellsItsPredecessorsReleaseFromADeletionByOthers) {
   const Plan other = PlanWith(job, {released}, At(3), PlanMemory{});
   ASSERT_NE(Cond(other.status, "Restarting"), nullptr);
   EXPECT_EQ(Cond(other.status, "Restarting")->reason, "PodDeleted");
+}
+
+// A quota that admits one rank of two (on the real cluster: each retry of the create started a
+// new attempt, a GangRestart Warning blamed on "rank 0 failed with exit code 137 (SIGKILL),
+// reason ContainerStatusUnknown", 6 attempts in 2 minutes). The released rank's end, while its
+// pod terminates, is the release: no failure, no new attempt; once it is gone and the create
+// backoff has passed, the same attempt is created again whole, and the placement wait goes on.
+TEST(Planner, AReleasedPartialGangIsCreatedAgainWholeInTheSameAttempt) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 120;
+  job.status = PlanAt(job, {}, kT0).status;
+  SetJobCondition(&job.status, kReplicaFailureCondition, true, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: cpu", "2026-11-21T10:00:01Z");
+  for (const int exit_code : {143, 137}) {
+    ObservedReplica released = GatedRunning(0, 0);
+    released.phase = ReplicaPhase::kFailed;
+    released.exit_code = exit_code;
+    released.reason = exit_code == 137 ? "ContainerStatusUnknown" : "Error";
+    released.terminating = true;
+    released.finished_at = At(2);
+    for (const bool fresh : {false, true}) {
+      PlanMemory memory;
+      if (fresh) {
+        released.deleted_by_executor = true;  // the mark, read by an executor started since
+      } else {
+        RecordReplicaDeleted(&memory, released.name);
+      }
+      const SteadyTime t0{};
+      memory.failed_creates = 1;
+      memory.create_retry_at = t0 + std::chrono::seconds(4);
+      const Plan ending = PlanWith(job, {released}, At(3), memory, t0 + std::chrono::seconds(1));
+      EXPECT_EQ(ending.status.attempt, 0) << exit_code << fresh;
+      EXPECT_EQ(ending.status.restarts, 0);
+      EXPECT_FALSE(ending.status.last_failure.has_value());
+      EXPECT_EQ(CountEvents(ending, "GangRestart"), 0);
+      EXPECT_EQ(Count(ending, Kind::kCreateReplica), 0) << "not beside the pod still going";
+      EXPECT_NE(ending.status.phase, "Failed");
+      ASSERT_NE(Cond(ending.status, kPodsReadyCondition), nullptr);
+      EXPECT_EQ(Cond(ending.status, kPodsReadyCondition)->reason, "FailedCreate")
+          << "the wait's reason stays the refused create";
+      // Gone, and the backoff over: the whole gang of the same attempt.
+      const Plan gone = PlanWith(job, {}, At(6), ending.memory, t0 + std::chrono::seconds(5));
+      EXPECT_EQ(gone.status.attempt, 0);
+      EXPECT_EQ(gone.status.restarts, 0);
+      ASSERT_EQ(Count(gone, Kind::kCreateReplica), 2) << exit_code << fresh;
+      for (const auto& a : gone.actions) EXPECT_EQ(a.attempt, 0);
+    }
+  }
 }
 
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
