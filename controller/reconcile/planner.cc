@@ -766,6 +766,20 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
             false);
     return true;
   }
+  // The in-place recovery of a loss already counted (when its rank was replaced) failed, and no
+  // placement bound took it for its own above: the failure picked is that replaced rank's own,
+  // or a survivor's consequence of it while the replacement has not run yet (the survivors
+  // waited for it in vain: an old pod that would not go, a replacement refused with no
+  // scheduling timeout). The same loss is not counted twice.
+  const auto& replaced = st().replaced_pods;
+  if (std::find(replaced.begin(), replaced.end(), pick->name) != replaced.end() ||
+      (IsConsequence(*pick) && !replaced.empty())) {
+    Restart("RecoveryFailed",
+            what + " (the in-place recovery of a loss already counted against backoffLimit " +
+                "failed: not counted again)",
+            false);
+    return true;
+  }
   if (st().restarts < spec_.run_policy.backoff_limit) {
     Restart("RetryableFailure", what, true);
     return true;

@@ -1431,7 +1431,8 @@ TEST(Placement, TheEndOfTheWaitCreatesNoMissingRank) {
 
 // The survivors of an in-place recovery whose replacement the API kept refusing give up after
 // their recovery timeout: the gang restarts as NotPlaced, uncounted while the scheduling
-// timeout bounds the wait (which goes on), counted like any failure when nothing bounds it.
+// timeout bounds the wait (which goes on); with nothing to bound it, as RecoveryFailed, not
+// counted either: the loss was counted when its rank was replaced.
 TEST(Placement, SurvivorsThatWaitedForARefusedReplacementRestartTheGangAsNotPlaced) {
   for (const int timeout_s : {600, 0}) {
     auto job = InPlaceJob(2);
@@ -1451,7 +1452,9 @@ TEST(Placement, SurvivorsThatWaitedForARefusedReplacementRestartTheGangAsNotPlac
     Plan p = PlanAt(job, {survivor}, At(121));
     EXPECT_EQ(p.status.attempt, 1) << timeout_s;
     if (timeout_s == 0) {
-      EXPECT_EQ(p.status.restarts, 1) << "unbounded: counted";
+      EXPECT_EQ(p.status.restarts, 0) << "unbounded: counted once, at the replacement";
+      ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+      EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RecoveryFailed");
       continue;
     }
     EXPECT_EQ(p.status.restarts, 0);
@@ -2443,6 +2446,42 @@ TEST(Planner, AReleasedPartialGangIsCreatedAgainWholeInTheSameAttempt) {
       EXPECT_EQ(gone.status.restarts, 0);
       ASSERT_EQ(Count(gone, Kind::kCreateReplica), 2) << exit_code << fresh;
       for (const auto& a : gone.actions) EXPECT_EQ(a.attempt, 0);
+    }
+  }
+}
+
+// On the real cluster: rank 1 SIGKILLed (counted, replaced in place), its old pod held in
+// Terminating (a sidecar that ignored SIGTERM, a 600 s grace), so its replacement could not be
+// created; rank 0's recovery timed out, and the gang restart counted rank 1's SIGKILL a second
+// time (restarts 2 for one loss). Counted once now; a survivor's own crash still counts.
+TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
+  for (const bool own_crash : {false, true}) {
+    auto job = InPlaceJob(2);
+    job.status.phase = "Restarting";
+    job.status.restarts = 1;  // rank 1's SIGKILL, counted when it was replaced
+    job.status.replaced_pods = {"job-a0-1"};
+    auto lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+    lost.terminating = true;
+    lost.message = "last log line: tcp communicator ready: rank 1/2 (attempt 0)";
+    lost.finished_at = At(1);
+    auto survivor = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+    survivor.message = own_crash ? "INTERNAL: checkpoint write failed: disk full"
+                                 : "caused by rank 1: UNAVAILABLE: lost peer rank 1; in-place "
+                                   "recovery failed: DEADLINE_EXCEEDED: rendezvous timed out "
+                                   "after 119.999s";
+    survivor.finished_at = At(121);
+    PlanMemory memory;
+    RecordReplicaDeleted(&memory, lost.name);
+    const Plan p = PlanWith(job, {survivor, lost}, At(122), memory);
+    EXPECT_EQ(p.status.attempt, 1) << own_crash;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    if (own_crash) {
+      EXPECT_EQ(p.status.restarts, 2) << "a new failure of its own";
+      EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RetryableFailure");
+    } else {
+      EXPECT_EQ(p.status.restarts, 1) << Cond(p.status, "Restarting")->message;
+      EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RecoveryFailed");
+      EXPECT_NE(Cond(p.status, "Restarting")->message.find("not counted again"), std::string::npos);
     }
   }
 }
