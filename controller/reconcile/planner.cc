@@ -633,6 +633,19 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
       replaced.push_back(r->name);
     }
   }
+  // The replacement takes the lost pod's name, so it is created only once that pod is gone:
+  // until then PodsReady (kubectl get tj's PODS) says so, not the AllPodsRunning of before the
+  // loss. The placement wait of the replacement starts when it is created (HandleWait).
+  std::string names;
+  for (const auto* r : lost) names += (names.empty() ? "" : ", ") + r->name;
+  int running = 0;
+  for (const auto* r : current) {
+    running += r->phase == ReplicaPhase::kRunning && !r->terminating ? 1 : 0;
+  }
+  RecordCondition(kPodsReadyCondition, false, kOldPodsTerminatingReason,
+                  "the replacement of " + names + " is created once the lost pod is gone (" +
+                      std::to_string(running) + " of " + std::to_string(spec_.replicas) +
+                      " replicas running)");
   if (news) {
     if (!free) ++st().restarts;
     ++st().in_place_recoveries;

@@ -229,7 +229,8 @@ inline constexpr char kPodsReadyCondition[] = "PodsReady";
 // PodsReady's reason while replicas start normally (no reason from the cluster yet).
 inline constexpr char kPodsStartingReason[] = "PodsStarting";
 // PodsReady's reason from a new attempt (a gang restart, a resume) until its gang is created:
-// the pods of earlier attempts terminate first. Its placement wait starts at that creation.
+// the pods of earlier attempts terminate first; and while a rank replaced in place waits for
+// its lost pod to go. Its placement wait starts at that creation.
 inline constexpr char kOldPodsTerminatingReason[] = "OldPodsTerminating";
 inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // True while the gang waits at a queue's scheduling gate (Kueue); False ("Admitted") once it

@@ -2486,6 +2486,48 @@ TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
   }
 }
 
+// On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
+// took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
+TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
+  auto job = InPlaceJob(2);
+  job.status.conditions.push_back({kPodsReadyCondition, "True", "AllPodsRunning",
+                                   "all 2 replicas are running", "2026-11-21T10:00:00Z"});
+  const Plan seen =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(5), PlanMemory{});
+  auto lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+  lost.finished_at = At(9);
+  const Plan replaced =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), lost}, At(10), seen.memory);
+  ASSERT_EQ(replaced.status.in_place_recoveries, 1);
+  const api::Condition* pods = Cond(replaced.status, kPodsReadyCondition);
+  ASSERT_NE(pods, nullptr);
+  EXPECT_EQ(pods->status, "False");
+  EXPECT_EQ(pods->reason, kOldPodsTerminatingReason);
+  EXPECT_NE(pods->message.find("job-a0-1"), std::string::npos) << pods->message;
+  EXPECT_NE(pods->message.find("1 of 2 replicas running"), std::string::npos) << pods->message;
+  // Still there, terminating: the same, and no replacement yet.
+  job.status = replaced.status;
+  lost.terminating = true;
+  PlanMemory deleting = replaced.memory;
+  RecordReplicaDeleted(&deleting, lost.name);
+  const Plan holding =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), lost}, At(70), deleting);
+  ASSERT_NE(Cond(holding.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(holding.status, kPodsReadyCondition)->reason, kOldPodsTerminatingReason);
+  EXPECT_EQ(Count(holding, Kind::kCreateReplica), 0);
+  // Gone: the replacement is created, and once both run, PODS says so again.
+  job.status = holding.status;
+  const Plan gone = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning)}, At(71), deleting);
+  EXPECT_EQ(Count(gone, Kind::kCreateReplica), 1);
+  job.status = gone.status;
+  const Plan back =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+               At(80), gone.memory);
+  ASSERT_NE(Cond(back.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(back.status, kPodsReadyCondition)->status, "True");
+}
+
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
