@@ -168,9 +168,18 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
     // Unknown outputs: the output is checked for being flat only; an unknown task, the loss not.
     const model::Task loss_task =
         spec.loss == model::Loss::kMse ? model::Task::kRegression : model::Task::kClassification;
-    report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input),
-                                        data->task.value_or(loss_task),
-                                        data->outputs > 0 ? data->outputs : report->output.c);
+    const model::Task task = data->task.value_or(loss_task);
+    if (data->outputs == 0 && task == model::Task::kClassification && report->output.c < 2 &&
+        report->output.h == 1 && report->output.w == 1 && spec.loss != model::Loss::kMse) {
+      // The dataset's classes are not declared: the model's own width is what falls short.
+      report = InvalidArgument(
+          "loss: softmax_cross_entropy needs at least 2 classes, the model "
+          "outputs " +
+          std::to_string(report->output.c) + " unit(s)");
+    } else {
+      report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input), task,
+                                          data->outputs > 0 ? data->outputs : report->output.c);
+    }
   }
   if (!report.ok()) return in_field(report.status());
   t->model_spec = std::move(spec);

@@ -422,15 +422,24 @@ class Planner {
   bool Released(const ObservedReplica& r) const {
     const auto& replaced = plan_.status.replaced_pods;
     return r.terminating && r.attempt == plan_.status.attempt &&
-           (r.deleted_by_executor || in_.memory.deleted.contains(r.name)) &&
+           (MarkedReleased(r) || in_.memory.deleted.contains(r.name)) &&
            std::find(replaced.begin(), replaced.end(), r.name) == replaced.end();
   }
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
     const bool of_the_deletion =
         r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
-    return r.terminating && of_the_deletion && !r.deleted_by_executor &&
+    return r.terminating && of_the_deletion && !MarkedReleased(r) &&
            !in_.memory.deleted.contains(r.name);
+  }
+  // The executor's mark of a release on the pod, taken while a release can be under way: the API
+  // refused to create a replica (ReplicaFailure True, until the whole gang is created). A mark
+  // left on a pod whose delete then failed, in a gang created whole since, is not trusted: a
+  // later deletion of that pod by someone else is told as one.
+  bool MarkedReleased(const ObservedReplica& r) const {
+    if (!r.deleted_by_executor) return false;
+    const Condition* refused = FindCondition(kReplicaFailureCondition);
+    return refused != nullptr && refused->status == "True";
   }
   // A replica that failed for a cause of its node: the next attempts stay off that node.
   void AvoidNodeOf(const ObservedReplica& r);
@@ -541,12 +550,15 @@ ImageRef ParseImageRef(std::string_view ref) {
 // Whether two references name the same image, allowing for what an admission webhook does to a
 // pod's image (a registry mirror's host or path prefix, a digest pinned beside the tag): the
 // same digest when both have one, else the same repository (one path a '/'-suffix of the other)
-// and the same tag (a reference by digest alone has none to compare).
+// and the same tag. A reference by digest alone against one by tag alone cannot be told the
+// same (a policy webhook that pins tags to digests, an operator now configured by digest): it
+// is taken for another image, so the gang restarts rather than mixing two runner builds.
 bool SameImage(const std::string& a, const std::string& b) {
   if (a == b) return true;
   const ImageRef x = ParseImageRef(a);
   const ImageRef y = ParseImageRef(b);
   if (!x.digest.empty() && !y.digest.empty()) return x.digest == y.digest;
+  if ((x.tag.empty() && y.digest.empty()) || (y.tag.empty() && x.digest.empty())) return false;
   auto suffix = [](const std::string& longer, const std::string& shorter) {
     return longer.size() > shorter.size() && longer.ends_with(shorter) &&
            longer[longer.size() - shorter.size() - 1] == '/';

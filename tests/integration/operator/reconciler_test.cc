@@ -957,13 +957,17 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
 // annotation) leaves the decision to the delete's own uid precondition, and the pod is released
 // unmarked (a namesake would answer that delete 409, and be left alone); an API outage is
 // retried with the pass.
-TEST_F(FailedCreateTest, AMarkTheApiRefusesStillReleasesThePod) {
+class MarkRefusedTest : public FailedCreateTest,
+                        public ::testing::WithParamInterface<StatusCode> {};
+
+TEST_P(MarkRefusedTest, AMarkTheApiRefusesStillReleasesThePod) {
+  const std::string why = GetParam() == StatusCode::kInvalidArgument
+                              ? "Pod \"mnist-a0-0\" is invalid: metadata.uid: Invalid value: "
+                                "\"00000000-0000-0000-0000-000000000001\": field is immutable"
+                              : "refused";
   CreateJob(Job(2));
   client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
-  client_.FailNext("patch", "pods",
-                   InvalidArgument("Pod \"mnist-a0-0\" is invalid: metadata.uid: Invalid value: "
-                                   "\"00000000-0000-0000-0000-000000000001\": field is immutable"),
-                   1);
+  client_.FailNext("patch", "pods", ringtrain::Status(GetParam(), why), 1);
   ASSERT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
   std::vector<std::string> order;
   for (const auto& w : client_.Writes()) {
@@ -971,7 +975,19 @@ TEST_F(FailedCreateTest, AMarkTheApiRefusesStillReleasesThePod) {
   }
   EXPECT_EQ(order, (std::vector<std::string>{"create", "delete"}));
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "rank 0 holds quota";
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate");
 }
+
+// The real server's 422 for a uid no longer the pod's (t4-02), a policy's 403 (Gatekeeper), an
+// outage.
+INSTANTIATE_TEST_SUITE_P(Refusals, MarkRefusedTest,
+                         ::testing::Values(StatusCode::kInvalidArgument,
+                                           StatusCode::kPermissionDenied, StatusCode::kUnavailable),
+                         [](const ::testing::TestParamInfo<StatusCode>& info) {
+                           return info.param == StatusCode::kInvalidArgument    ? "Invalid422"
+                                  : info.param == StatusCode::kPermissionDenied ? "Forbidden403"
+                                                                                : "Unavailable503";
+                         });
 
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the

@@ -760,7 +760,11 @@ TEST(DatasetObject, TheDeclaredTaskChecksTheLossWithoutAnInputShape) {
             "spec.train.model: the preset mlp classifies, and the dataset is a regression one"},
            {mse, classification, "spec.train.model.loss: mse does not fit a classification"},
            {mse, R"("/data/fashion-mnist")",
-            "spec.train.model.loss: mse does not fit a classification"}}) {
+            "spec.train.model.loss: mse does not fit a classification"},
+           // No classes declared: the model's own width falls short, not the dataset's.
+           {R"({"input":[6],"layers":[{"dense":{"units":1}}]})", classification,
+            "spec.train.model.loss: softmax_cross_entropy needs at least 2 classes, the model "
+            "outputs 1 unit(s)"}}) {
     const std::string doc =
         R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
         R"("spec":{"train":{"model":)" +

@@ -1056,6 +1056,21 @@ TEST(PlannerUpgrade, AnImageAWebhookRewroteIsTheSameBuild) {
     ASSERT_NE(Cond(p.status, "Restarting"), nullptr) << other;
     EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded") << other;
   }
+  // A reference by digest alone against one by tag alone (a policy webhook that pins tags to
+  // digests, an operator configured by digest): nothing tells them the same, so another build.
+  const std::string ffff =
+      "@sha256:ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff";
+  for (const auto& [pod_image, operator_image] : std::vector<std::pair<std::string, std::string>>{
+           {"ghcr.io/ringtrain/runner" + ffff, "ghcr.io/ringtrain/runner:0.4"},
+           {"ghcr.io/ringtrain/runner:0.3", "ghcr.io/ringtrain/runner" + ffff}}) {
+    Plan p = PlanReconcile(with_image(
+        UpgradedInput(job, {BuiltBy(Replica(0, 0, ReplicaPhase::kRunning), "", pod_image),
+                            lost(Replica(1, 0, {}))}),
+        operator_image));
+    EXPECT_EQ(p.status.attempt, 1) << pod_image << " vs " << operator_image;
+    ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
+  }
 }
 
 TEST(PlannerUpgrade, AGangThatLosesNoRankRunsOn) {
@@ -2395,6 +2410,14 @@ TEST(Planner, AFreshExecutorTellsItsPredecessorsReleaseFromADeletionByOthers) {
   for (const auto& e : fresh.events) {
     EXPECT_EQ(e.message.find("not by the operator"), std::string::npos) << e.message;
   }
+  // A mark left on a pod whose delete failed, in a gang created whole since (ReplicaFailure
+  // False): a later deletion of it by someone else is such a deletion.
+  auto whole = job;
+  SetJobCondition(&whole.status, kReplicaFailureCondition, false, "Created", "all replicas created",
+                  "2026-11-21T10:00:02Z");
+  const Plan stale = PlanWith(whole, {released}, At(3), PlanMemory{});
+  ASSERT_NE(Cond(stale.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(stale.status, "Restarting")->reason, "PodDeleted");
   // Without the mark (deleted by someone else), the same pod is such a deletion.
   released.deleted_by_executor = false;
   const Plan other = PlanWith(job, {released}, At(3), PlanMemory{});
