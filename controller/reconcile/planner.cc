@@ -240,7 +240,8 @@ class Planner {
           ++c.succeeded;
           break;
         case ReplicaPhase::kFailed:
-          ++c.failed;
+          // A released pod's end (Released) is the release, no failed replica.
+          if (!Released(*r)) ++c.failed;
           break;
       }
     }
@@ -1279,6 +1280,12 @@ Plan Planner::Run() {
     }
   }
 
+  // Every rank has a pod again (none of them going): the refused create is over, and what the
+  // gang waits for now is its pods' own reason (Unschedulable, an image pull), not the refusal
+  // HandleWait would otherwise keep naming until the whole gang runs.
+  if (!releasing && std::all_of(present.begin(), present.end(), [](bool p) { return p; })) {
+    SetCondition(kReplicaFailureCondition, false, "Created", "all replicas created");
+  }
   if (st().replicas.running + st().replicas.succeeded == pods) {
     SetPhase("Running", "Running", "all " + std::to_string(pods) + " replicas running");
     SetCondition("Running", true, "Running", "all replicas running");

@@ -2460,6 +2460,7 @@ TEST(Planner, AReleasedPartialGangIsCreatedAgainWholeInTheSameAttempt) {
       EXPECT_EQ(CountEvents(ending, "GangRestart"), 0);
       EXPECT_EQ(Count(ending, Kind::kCreateReplica), 0) << "not beside the pod still going";
       EXPECT_NE(ending.status.phase, "Failed");
+      EXPECT_EQ(ending.status.replicas.failed, 0) << "the release, not a failed replica";
       ASSERT_NE(Cond(ending.status, kPodsReadyCondition), nullptr);
       EXPECT_EQ(Cond(ending.status, kPodsReadyCondition)->reason, "FailedCreate")
           << "the wait's reason stays the refused create";
@@ -2549,6 +2550,37 @@ TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
                At(80), gone.memory);
   ASSERT_NE(Cond(back.status, kPodsReadyCondition), nullptr);
   EXPECT_EQ(Cond(back.status, kPodsReadyCondition)->status, "True");
+}
+
+// On the real cluster: the quota was raised, both pods were created, and rank 1 waited for
+// CPU (Unschedulable); for the whole minute PodsReady still named the quota's refusal, and the
+// scheduling timeout blamed it. Once every rank has a pod, the refusal is over.
+TEST(Planner, ARefusedCreateIsOverOnceEveryRankHasAPod) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 120;
+  job.status = PlanAt(job, {}, kT0).status;
+  SetJobCondition(&job.status, kReplicaFailureCondition, true, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: cpu", "2026-11-21T10:00:01Z");
+  SetJobCondition(&job.status, kPodsReadyCondition, false, kFailedCreateReason,
+                  "pods \"job-a0-1\" is forbidden: exceeded quota: cpu (2 of 2 replicas not "
+                  "running)",
+                  "2026-11-21T10:00:01Z");
+  auto waiting = Replica(1, 0, ReplicaPhase::kPending);
+  waiting.wait_reason = "Unschedulable";
+  waiting.wait_message = "0/1 nodes are available: 1 Insufficient cpu.";
+  const Plan p = PlanAt(job, {GatedRunning(0, 0), waiting}, At(60));
+  const api::Condition* refused = Cond(p.status, kReplicaFailureCondition);
+  ASSERT_NE(refused, nullptr);
+  EXPECT_EQ(refused->status, "False");
+  const api::Condition* pods = Cond(p.status, kPodsReadyCondition);
+  ASSERT_NE(pods, nullptr);
+  EXPECT_EQ(pods->reason, "Unschedulable") << pods->message;
+  EXPECT_EQ(pods->last_transition_time, Cond(job.status, kPodsReadyCondition)->last_transition_time)
+      << "the placement wait goes on";
+  // One rank still without a pod: the refusal stands.
+  const Plan partial = PlanAt(job, {GatedRunning(0, 0)}, At(60));
+  ASSERT_NE(Cond(partial.status, kReplicaFailureCondition), nullptr);
+  EXPECT_EQ(Cond(partial.status, kReplicaFailureCondition)->status, "True");
 }
 
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
