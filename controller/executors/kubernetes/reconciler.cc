@@ -81,6 +81,7 @@ struct Reconciler::Pass {
   // and how many this pass created.
   std::vector<Json> gang;
   int created = 0;
+  bool refused = false;  // the API refused a create, and FailedCreate handled it
 };
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
@@ -390,7 +391,7 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
                      StringField(*controller, "uid") + "): deleted, created again next time");
 }
 
-Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std::string& what,
+Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::string& what,
                                 bool replacement) {
   const std::string& key = pass.key;
   const std::string& api_message = error.message();
@@ -452,6 +453,7 @@ Status Reconciler::FailedCreate(const Pass& pass, const Status& error, const std
                    written.status().ToString());
     }
   }
+  pass.refused = true;
   return error.WithContext("create " + what);
 }
 
@@ -681,10 +683,21 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
   bool creates = false;
   for (const auto& a : plan.actions) {
     switch (a.kind) {
-      case Action::Kind::kCreateReplica:
+      case Action::Kind::kCreateReplica: {
         creates = true;
-        RETURN_IF_ERROR(CreateReplica(pass, a));
+        Status created = CreateReplica(pass, a);
+        if (!created.ok() && pass.refused) {
+          // A refusal the job waits on (FailedCreate said it): retried after the backoff.
+          const SteadyTime retry = pass.memory->plan.create_retry_at;
+          const SteadyTime now = clock_->SteadyNow();
+          ReconcileResult waiting;
+          waiting.requeue_after =
+              retry > now ? std::chrono::duration_cast<Duration>(retry - now) : Duration(0);
+          return waiting;
+        }
+        RETURN_IF_ERROR(created);
         break;
+      }
       case Action::Kind::kDeleteReplica: {
         reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);
         auto it = pass.pod_by_name.find(a.name);

@@ -158,11 +158,13 @@ class Reconciler {
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
   // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to
-  // the planner's create-retry gate. Returns the error, so the work queue backs off too.
+  // the planner's create-retry gate. Returns the error and sets pass.refused: the pass ends
+  // there, and Act retries after the planner's backoff, as a wait of the job (its status says
+  // so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total, whose alert
+  // speaks of the controller's own trouble). A failure of the release itself is returned alone.
   // `replacement`: the create was of a pod replaced in place (status.replacedPods); the
   // survivors hold the gang's state and are kept while the create is retried (see the .cc).
-  Status FailedCreate(const Pass& pass, const Status& error, const std::string& what,
-                      bool replacement);
+  Status FailedCreate(Pass& pass, const Status& error, const std::string& what, bool replacement);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
   Status DeletePod(const std::string& key, const Json& pod);
