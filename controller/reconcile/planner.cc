@@ -407,14 +407,6 @@ class Planner {
   // that asked for the replacement counts against backoffLimit (a crash, an OOM kill); the upgrade
   // itself never does.
   void RestartForUpgrade(const ObservedReplica& other, const std::string& instead, bool counts);
-  // Whether the replica's pod was deleted by someone other than this executor: one that vanished
-  // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
-  // that the executor did not delete (PlanMemory::deleted, or, durable across a restart of the
-  // executor, its mark on the pod: ObservedReplica::deleted_by_executor). Told from the pod and
-  // those alone, not from having seen it before: a freshly started executor first sees such a
-  // pod already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it
-  // and was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's
-  // own).
   // Whether the replica is part of a partial gang the executor released itself (the API refused
   // to create the rest of it): deleted by the executor (its memory, or its mark on the pod for
   // an executor started since), of the current attempt and no rank replaced in place. Its end
@@ -426,6 +418,14 @@ class Planner {
            (MarkedReleased(r) || in_.memory.deleted.contains(r.name)) &&
            std::find(replaced.begin(), replaced.end(), r.name) == replaced.end();
   }
+  // Whether the replica's pod was deleted by someone other than this executor: one that vanished
+  // (WithVanished: reason Deleted), or one that ended of the deletion while it terminates and
+  // that the executor did not delete (PlanMemory::deleted, or, durable across a restart of the
+  // executor, its mark on the pod: ObservedReplica::deleted_by_executor). Told from the pod and
+  // those alone, not from having seen it before: a freshly started executor first sees such a
+  // pod already terminating. Ended of the deletion: it answered the SIGTERM (143), or ignored it
+  // and was killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's
+  // own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
     const bool of_the_deletion =
