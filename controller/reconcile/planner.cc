@@ -258,7 +258,8 @@ class Planner {
     for (const auto& r : in_.replicas) {
       if (r.attempt != st().attempt) continue;
       if (r.phase == ReplicaPhase::kSucceeded) ++succeeded;
-      if (r.phase == ReplicaPhase::kFailed) ++failed;
+      // One the executor deleted itself (a release at the scheduling timeout) did not fail.
+      if (r.phase == ReplicaPhase::kFailed && !Released(r)) ++failed;
       if (r.terminating) continue;
       if (r.phase == ReplicaPhase::kPending) ++c.pending;
       if (r.phase == ReplicaPhase::kRunning) ++c.running;

@@ -2583,6 +2583,33 @@ TEST(Planner, ARefusedCreateIsOverOnceEveryRankHasAPod) {
   EXPECT_EQ(Cond(partial.status, kReplicaFailureCondition)->status, "True");
 }
 
+// On the real cluster the job that reached its scheduling timeout ended with
+// status.replicas.failed 1: the placed rank the timeout released ended 143 as its pod went.
+// The executor's own delete is no failed replica.
+TEST(Placement, ARankReleasedAtTheSchedulingTimeoutIsNoFailedReplica) {
+  auto job = Job(2);
+  job.spec.run_policy.scheduling_timeout_seconds = 60;
+  job.status = PlanAt(job, {}, kT0).status;
+  const Plan end =
+      PlanAt(job,
+             {GatedRunning(0, 0),
+              Waiting(1, 0, "Unschedulable", "0/1 nodes are available: 1 Insufficient cpu.")},
+             At(61));
+  ASSERT_EQ(end.status.phase, "Failed");
+  ASSERT_EQ(Count(end, Kind::kDeleteReplica), 2);
+  PlanMemory memory = end.memory;
+  for (const auto& a : end.actions) RecordReplicaDeleted(&memory, a.name);
+  job.status = end.status;
+  auto released = GatedRunning(0, 0);
+  released.phase = ReplicaPhase::kFailed;
+  released.exit_code = 143;
+  released.reason = "Error";
+  released.terminating = true;
+  const Plan after = PlanWith(job, {released}, At(63), memory);
+  EXPECT_EQ(after.status.phase, "Failed");
+  EXPECT_EQ(after.status.replicas.failed, 0);
+}
+
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
   const auto job = RunningJob(2);
   const std::vector<ObservedReplica> both = {Replica(0, 0, ReplicaPhase::kRunning),
