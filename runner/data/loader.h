@@ -66,6 +66,16 @@ class PrefetchLoader {
   // target floats: what Create allocates, computed without creating one.
   static std::uint64_t SlotBytes(const LoaderOptions& options, std::size_t sample_floats,
                                  std::size_t target_floats);
+  // The elements of each of a slot's buffers (a batch of `batch_size` samples: inputs, labels or
+  // targets, indices), as the constructor sizes them; what a caller holding a batch of its own
+  // (the evaluation's) sizes it by.
+  struct SlotSizes {
+    std::size_t x = 0;
+    std::size_t y = 0;
+    std::size_t targets = 0;
+    std::size_t idx = 0;  // reserved
+  };
+  static SlotSizes SizesOf(int batch_size, std::size_t sample_floats, std::size_t target_floats);
   PrefetchLoader& operator=(const PrefetchLoader&) = delete;
 
   // Steps of a whole epoch; the first epoch of a resumed run may have fewer.
@@ -79,15 +89,6 @@ class PrefetchLoader {
   double wait_seconds() const { return wait_seconds_; }
 
  private:
-  // The elements of each of a slot's buffers.
-  struct SlotSizes {
-    std::size_t x = 0;
-    std::size_t y = 0;
-    std::size_t targets = 0;
-    std::size_t idx = 0;  // reserved
-  };
-  static SlotSizes SizesOf(int batch_size, std::size_t sample_floats, std::size_t target_floats);
-
   struct Slot {
     std::vector<float> x;
     std::vector<std::int32_t> y;

@@ -10,38 +10,19 @@
 namespace ringtrain::train {
 namespace {
 
-// The evaluation's batch of `batch_size` samples of `shape`: the inputs, the labels or the
-// regression targets, and the indices gathered.
-struct EvalSizes {
-  std::size_t x = 0;
-  std::size_t y = 0;
-  std::size_t targets = 0;
-  std::size_t idx = 0;
-};
-EvalSizes EvalSizesOf(int batch_size, const DataShape& shape) {
-  const auto bs = static_cast<std::size_t>(batch_size);
-  EvalSizes s;
-  s.x = bs * shape.input.size();
-  if (shape.regression) {
-    s.targets = bs * static_cast<std::size_t>(shape.outputs);
-  } else {
-    s.y = bs;
-  }
-  s.idx = bs;
-  return s;
+// The target floats of a sample: a regression's outputs, else none (a label).
+std::size_t TargetFloats(const DataShape& shape) {
+  return shape.regression ? static_cast<std::size_t>(shape.outputs) : 0;
 }
 
 // What a rank allocates for its batches besides the model's activations: the loader's slots
-// (data::PrefetchLoader::SlotBytes, as OpenInput creates it) and the evaluation's batch.
+// (data::PrefetchLoader::SlotBytes, as OpenInput creates it) and one more of the same sizes,
+// the evaluation's batch.
 std::uint64_t InputBufferBytes(const TrainConfig& config, const DataShape& shape) {
   data::LoaderOptions lo;
   lo.batch_size = config.batch_size;
-  lo.prefetch = config.prefetch;
-  const std::size_t targets = shape.regression ? static_cast<std::size_t>(shape.outputs) : 0;
-  const EvalSizes e = EvalSizesOf(config.batch_size, shape);
-  return data::PrefetchLoader::SlotBytes(lo, shape.input.size(), targets) +
-         (e.x + e.targets) * sizeof(float) + e.y * sizeof(std::int32_t) +
-         e.idx * sizeof(std::size_t);
+  lo.prefetch = config.prefetch + 1;
+  return data::PrefetchLoader::SlotBytes(lo, shape.input.size(), TargetFloats(shape));
 }
 
 }  // namespace
@@ -90,7 +71,8 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   const bool checkpoint_copy = deps.comm->rank() == 0 && !config.checkpoint_dir.empty();
   RETURN_IF_ERROR(
       CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes(), checkpoint_copy, batch));
-  const EvalSizes eval = EvalSizesOf(config.batch_size, shape);
+  const auto eval =
+      data::PrefetchLoader::SizesOf(config.batch_size, shape.input.size(), TargetFloats(shape));
   try {
     ASSIGN_OR_RETURN(e->model_, model::Model::Create(spec, mc));
     ASSIGN_OR_RETURN(e->optimizer_,
