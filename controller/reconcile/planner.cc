@@ -25,6 +25,16 @@ std::string Headline(const std::string& message) {
   return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
 }
 
+// A time the status stores (metav1.Time: to the second, truncated), read as the start of a wait:
+// what it records happened within that second, so a wait counted from its end is never early and
+// at most 1 s late. (Kubernetes' own controllers count from the truncated time they read back,
+// so theirs may end up to 1 s early.)
+std::optional<WallTime> StoredSecondEnd(const std::string& stored) {
+  auto t = ParseRfc3339(stored);
+  if (t) *t += std::chrono::seconds(1);
+  return t;
+}
+
 // t + `seconds`, saturated at the clock's ends: a spec that did not come through the parser (which
 // bounds each duration by api::kMaxPolicySeconds) must not wrap around into the past.
 WallTime AfterSeconds(WallTime t, std::int64_t seconds) {
@@ -878,8 +888,8 @@ bool Planner::RelaxAvoidance(const std::string& wait_reason, const std::string& 
     return false;
   }
   const Condition* waiting = FindCondition(kPodsReadyCondition);
-  const auto since =
-      waiting != nullptr ? ParseRfc3339(waiting->last_transition_time) : std::optional<WallTime>();
+  const auto since = waiting != nullptr ? StoredSecondEnd(waiting->last_transition_time)
+                                        : std::optional<WallTime>();
   if (!since) return false;
   if (in_.now < *since + kAvoidanceRelaxAfter) {
     Requeue(*since + kAvoidanceRelaxAfter);
@@ -954,11 +964,11 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   const std::int64_t timeout_s = spec_.run_policy.scheduling_timeout_seconds;
   const Condition* waiting = FindCondition(kPodsReadyCondition);
   if (timeout_s <= 0 || waiting == nullptr) return false;
-  auto since = ParseRfc3339(waiting->last_transition_time);
+  auto since = StoredSecondEnd(waiting->last_transition_time);
   if (!since) return false;
   // Time in a queue does not count: the wait starts again when the queue admits the gang.
   if (const Condition* q = FindCondition(kQueuedCondition); q != nullptr && q->status == "False") {
-    if (auto admitted = ParseRfc3339(q->last_transition_time); admitted && *admitted > *since) {
+    if (auto admitted = StoredSecondEnd(q->last_transition_time); admitted && *admitted > *since) {
       since = admitted;
     }
   }
@@ -1014,7 +1024,7 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
                                   ? in_.collective_timeout
                                   : api::CollectiveTimeoutFor(spec_);
   std::optional<WallTime> last_step;
-  if (st().progress) last_step = ParseRfc3339(st().progress->updated_at);
+  if (st().progress) last_step = StoredSecondEnd(st().progress->updated_at);
   const bool collective_first = !deadline || last_step.value_or(in_.now) + collective < *deadline;
   if (collective_first) {
     msg += "a collective that waits on a hung peer fails within the collective timeout (" +
@@ -1071,11 +1081,11 @@ bool Planner::HandleStall() {
   }
   std::optional<WallTime> since;
   if (st().progress && !st().progress->updated_at.empty()) {
-    since = ParseRfc3339(st().progress->updated_at);
+    since = StoredSecondEnd(st().progress->updated_at);
   }
   if (const Condition* running = FindCondition("Running");
       running != nullptr && running->status == "True") {
-    auto t = ParseRfc3339(running->last_transition_time);
+    auto t = StoredSecondEnd(running->last_transition_time);
     if (t && (!since || *t > *since)) since = t;
   }
   if (const auto& idle = in_.memory.last_idle; idle && (!since || *idle > *since)) since = idle;
@@ -1160,16 +1170,8 @@ Plan Planner::Run() {
   if (st().phase == "Suspended") Resume();
 
   if (spec_.run_policy.active_deadline_seconds) {
-    WallTime start = in_.now;
-    // status.startTime is written to the second (FormatRfc3339 truncates, as metav1.Time does):
-    // the job started within that second. Counted from its end, the deadline is never early, at
-    // most 1 s late. (Kubernetes' Job controller counts from the truncated time it reads back,
-    // so its deadline may come up to 1 s early.)
-    if (auto stored = ParseRfc3339(st().start_time)) {
-      start = *stored;
-      if (std::chrono::floor<std::chrono::seconds>(start) == start)
-        start += std::chrono::seconds(1);
-    }
+    // status.startTime is stored to the second: counted from its end (StoredSecondEnd).
+    const WallTime start = StoredSecondEnd(st().start_time).value_or(in_.now);
     const WallTime deadline = AfterSeconds(start, *spec_.run_policy.active_deadline_seconds);
     if (in_.now >= deadline) {
       std::string message = "job ran longer than activeDeadlineSeconds (" +

@@ -229,8 +229,8 @@ TEST(Planner, APodsColumnSaysTheOldPodsTerminateDuringARestart) {
   job.status = created.status;
   const std::vector<ObservedReplica> pending = {Replica(0, 1, ReplicaPhase::kPending),
                                                 Replica(1, 1, ReplicaPhase::kPending)};
-  EXPECT_EQ(PlanAt(job, pending, At(139)).status.phase, "Restarting");
-  EXPECT_EQ(PlanAt(job, pending, At(140)).status.phase, "Failed");
+  EXPECT_EQ(PlanAt(job, pending, At(140)).status.phase, "Restarting");
+  EXPECT_EQ(PlanAt(job, pending, At(141)).status.phase, "Failed");
   // A job that ends meanwhile says its pods no longer run.
   job.status = terminating.status;
   job.spec.run_policy.active_deadline_seconds = 25;
@@ -1386,9 +1386,10 @@ TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted)
   }
   EXPECT_EQ(Count(p, Kind::kOpenGate), 0) << "rank 0 must not start its rendezvous clock";
   EXPECT_TRUE(p.actions.empty());
-  // The wait started when the gang was created (t0), not when the reason appeared.
+  // The wait started when the gang was created (within t0's second, counted from its end), not
+  // when the reason appeared.
   ASSERT_TRUE(p.requeue_after.has_value());
-  EXPECT_EQ(*p.requeue_after, std::chrono::seconds(598));
+  EXPECT_EQ(*p.requeue_after, std::chrono::seconds(599));
 
   // Minutes later: still waiting, nothing spent, no second event.
   job.status = p.status;
@@ -1436,7 +1437,7 @@ TEST(Placement, TheEndOfTheWaitCreatesNoMissingRank) {
   ASSERT_NE(Cond(waiting.status, kPodsReadyCondition), nullptr);
   EXPECT_EQ(Cond(waiting.status, kPodsReadyCondition)->reason, kFailedCreateReason);
   job.status = waiting.status;
-  Plan end = PlanAt(job, survivor, At(60));
+  Plan end = PlanAt(job, survivor, At(61));
   EXPECT_EQ(end.status.phase, "Failed");
   ASSERT_NE(Cond(end.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(end.status, "Failed")->reason, kSchedulingTimeoutReason);
@@ -1616,8 +1617,8 @@ TEST(Placement, TimeInAQueueDoesNotCountAgainstTheSchedulingTimeout) {
   EXPECT_EQ(after.status.phase, "Pending");
   EXPECT_EQ(Cond(after.status, kQueuedCondition)->status, "False");
   job.status = after.status;
-  EXPECT_EQ(PlanAt(job, admitted, At(5599)).status.phase, "Pending");
-  EXPECT_EQ(PlanAt(job, admitted, At(5600)).status.phase, "Failed");
+  EXPECT_EQ(PlanAt(job, admitted, At(5600)).status.phase, "Pending");
+  EXPECT_EQ(PlanAt(job, admitted, At(5601)).status.phase, "Failed");
 }
 
 TEST(Placement, AForeignSchedulingGateIsAWaitLikeAnyOther) {
@@ -1628,7 +1629,8 @@ TEST(Placement, AForeignSchedulingGateIsAWaitLikeAnyOther) {
                                         Waiting(1, 0, "SchedulingGated", "gated")};
   job.status = PlanAt(job, gated, At(1)).status;
   EXPECT_EQ(Cond(job.status, kQueuedCondition), nullptr);
-  EXPECT_EQ(PlanAt(job, gated, At(60)).status.phase, "Failed");
+  EXPECT_EQ(PlanAt(job, gated, At(60)).status.phase, "Pending");
+  EXPECT_EQ(PlanAt(job, gated, At(61)).status.phase, "Failed");
 }
 
 TEST(Placement, AResumedJobWaitsAFreshSchedulingTimeout) {
@@ -1647,7 +1649,7 @@ TEST(Placement, AResumedJobWaitsAFreshSchedulingTimeout) {
   std::vector<ObservedReplica> again = {GatedRunning(0, 1),
                                         Waiting(1, 1, "Unschedulable", kInsufficientCpu)};
   EXPECT_EQ(PlanAt(job, again, At(3700)).status.phase, "Pending");
-  EXPECT_EQ(PlanAt(job, again, At(4200)).status.phase, "Failed");
+  EXPECT_EQ(PlanAt(job, again, At(4201)).status.phase, "Failed");
 }
 
 TEST(Placement, ARefusedReplicaIsTheReasonOfTheWait) {
@@ -1947,6 +1949,58 @@ TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   EXPECT_TRUE(IsRetryable(arch));
 }
 
+// The other waits count from times the status stores to the second too: each from the end of
+// that second, never early. A wait that starts 0.9 s into a second is not over 0.6 s early.
+TEST(Planner, EveryWaitIsNeverEarlyForATimeStoredToTheSecond) {
+  const auto ms = [](int n) { return std::chrono::milliseconds(n); };
+  {  // runPolicy.schedulingTimeoutSeconds, from PodsReady's lastTransitionTime
+    auto job = Job(2);
+    job.spec.run_policy.scheduling_timeout_seconds = 10;
+    const std::vector<ObservedReplica> waiting = {Waiting(0, 0, "Unschedulable", kInsufficientCpu),
+                                                  Waiting(1, 0, "Unschedulable", kInsufficientCpu)};
+    job.status = PlanAt(job, {}, At(0) + ms(900)).status;
+    job.status = PlanAt(job, waiting, At(0) + ms(900)).status;
+    ASSERT_EQ(Cond(job.status, kPodsReadyCondition)->last_transition_time, "2026-11-21T10:00:00Z");
+    Plan early = PlanAt(job, waiting, At(10) + ms(500));
+    EXPECT_EQ(early.status.phase, "Pending") << "waited 9.6 s of its 10";
+    ASSERT_TRUE(early.requeue_after.has_value());
+    EXPECT_EQ(*early.requeue_after, ms(500));
+    EXPECT_EQ(PlanAt(job, waiting, At(11)).status.phase, "Failed");
+  }
+  {  // runPolicy.progressDeadlineSeconds, from status.progress.updatedAt
+    auto job = Job(2);
+    job.spec.run_policy.progress_deadline_seconds = 60;
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+    PlanInput in;
+    in.job = &job;
+    in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
+    in.progress = ObservedProgress{10, 0, 100, 1.5};
+    in.now = At(30) + ms(900);
+    job.status = PlanReconcile(in).status;
+    ASSERT_EQ(job.status.progress->updated_at, "2026-11-21T10:00:30Z");
+    in.now = At(90) + ms(500);  // 59.6 s after the step was seen
+    EXPECT_EQ(PlanReconcile(in).status.phase, "Running");
+    in.now = At(91);
+    EXPECT_EQ(PlanReconcile(in).status.phase, "Restarting");
+  }
+  {  // the relaxation of a required node avoidance, from PodsReady's lastTransitionTime
+    auto job = Job(2);
+    job.status = PlanAt(job, {}, At(0) + ms(900)).status;
+    job.status.attempt = 1;
+    job.status.avoided_nodes = {{"node-0", "Evicted", 0, true}};
+    const std::string affinity =
+        "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector. "
+        "preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling..";
+    const std::vector<ObservedReplica> stuck = {Waiting(0, 1, "Unschedulable", affinity),
+                                                Waiting(1, 1, "Unschedulable", affinity)};
+    job.status = PlanAt(job, stuck, At(10)).status;
+    ASSERT_EQ(Cond(job.status, kPodsReadyCondition)->last_transition_time, "2026-11-21T10:00:00Z");
+    EXPECT_EQ(PlanAt(job, stuck, At(60) + ms(500)).status.attempt, 1) << "59.6 s of 60";
+    EXPECT_EQ(PlanAt(job, stuck, At(61)).status.attempt, 2);
+  }
+}
+
 TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
   auto job = Job(2);
   job.status = PlanAt(job, {}, kT0).status;
@@ -1962,7 +2016,9 @@ TEST(Avoidance, RequiredAvoidanceThatLeavesNoNodeIsRelaxedToPreferred) {
   job.status = early.status;
   const auto since = ParseRfc3339(Cond(early.status, kPodsReadyCondition)->last_transition_time);
   ASSERT_TRUE(since.has_value());
-  Plan relaxed = PlanAt(job, stuck, *since + kAvoidanceRelaxAfter);
+  // Counted from the end of the stored second.
+  EXPECT_EQ(PlanAt(job, stuck, *since + kAvoidanceRelaxAfter).status.attempt, 1);
+  Plan relaxed = PlanAt(job, stuck, *since + kAvoidanceRelaxAfter + std::chrono::seconds(1));
   EXPECT_EQ(relaxed.status.attempt, 2);
   EXPECT_EQ(relaxed.status.restarts, 0) << "not the job's fault";
   ASSERT_EQ(relaxed.status.avoided_nodes.size(), 1u);
@@ -3177,7 +3233,7 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
             "rank 0 reports no completed step since step 5628 (2026-11-21T10:00:05Z): a peer hung "
             "in a collective, or a starved input; a collective that waits on a hung peer fails "
             "within the collective timeout (60s), else the gang restarts at the progress deadline "
-            "(2026-11-21T10:05:05Z) unless it trains again");
+            "(2026-11-21T10:05:06Z) unless it trains again");
   ASSERT_EQ(CountEvents(p, "RankStalled"), 1);
   {
     // The next pass: the same words (no status write), no second event; a pass that read
@@ -3287,18 +3343,18 @@ TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
   };
   EXPECT_EQ(said(300, ""),
             "a collective that waits on a hung peer fails within the collective timeout (60s), "
-            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:06Z) unless it "
             "trains again");
   EXPECT_EQ(said(300, "120"),
             "a collective that waits on a hung peer fails within the collective timeout (120s), "
-            "else the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it "
+            "else the gang restarts at the progress deadline (2026-11-21T10:05:06Z) unless it "
             "trains again");
   // The deadline first: the collective timeout would end nothing before it.
   EXPECT_EQ(said(300, "600"),
-            "the gang restarts at the progress deadline (2026-11-21T10:05:05Z) unless it trains "
+            "the gang restarts at the progress deadline (2026-11-21T10:05:06Z) unless it trains "
             "again");
   EXPECT_EQ(said(40, ""),
-            "the gang restarts at the progress deadline (2026-11-21T10:00:45Z) unless it trains "
+            "the gang restarts at the progress deadline (2026-11-21T10:00:46Z) unless it trains "
             "again");
   {
     // `ringtrain run`'s ranks inherit its environment: its executor says what they run with.
@@ -3314,7 +3370,7 @@ TEST(PlannerProgress, ARankStalledNamesWhatEndsTheStallFirst) {
     const Event* e = FindEvent(plan, "RankStalled");
     ASSERT_NE(e, nullptr);
     EXPECT_NE(e->message.find("fails within the collective timeout (300s), else the gang restarts "
-                              "at the progress deadline (2026-11-21T10:15:05Z)"),
+                              "at the progress deadline (2026-11-21T10:15:06Z)"),
               std::string::npos)
         << e->message;
   }
