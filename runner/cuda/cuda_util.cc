@@ -1,6 +1,8 @@
 #include "runner/cuda/cuda_util.h"
 
+#include <atomic>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 namespace ringtrain::gpu {
@@ -11,7 +13,7 @@ Status CudaStatus(cudaError_t err, std::string_view what) {
       std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
   switch (err) {
     case cudaErrorMemoryAllocation:
-      return Status(StatusCode::kResourceExhausted, "GPU out of memory: " + m);
+      return DeviceOutOfMemory(m, 0);
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
     case cudaErrorInvalidDevice:
@@ -33,6 +35,64 @@ Status CudaStatus(cudaError_t err, std::string_view what) {
     default:
       return Internal(m);
   }
+}
+
+namespace {
+
+std::atomic<std::size_t> device_bytes_held{0};
+
+// "625.2 MB", "79.1 GB".
+std::string Megabytes(std::size_t bytes) {
+  char out[32];
+  const auto b = static_cast<double>(bytes);
+  std::snprintf(out, sizeof(out), b >= 1e9 ? "%.1f GB" : "%.1f MB", b >= 1e9 ? b / 1e9 : b / 1e6);
+  return out;
+}
+
+}  // namespace
+
+namespace internal {
+void CountDeviceBytes(std::size_t bytes, bool allocated) {
+  if (allocated) {
+    device_bytes_held.fetch_add(bytes, std::memory_order_relaxed);
+  } else {
+    device_bytes_held.fetch_sub(bytes, std::memory_order_relaxed);
+  }
+}
+}  // namespace internal
+
+std::size_t DeviceBytesHeld() { return device_bytes_held.load(std::memory_order_relaxed); }
+
+Status ClassifyDeviceOutOfMemory(std::string_view what, std::size_t requested, std::size_t held,
+                                 std::size_t free, std::size_t total) {
+  const std::string asked = requested > 0 ? " and asked " + Megabytes(requested) + " more" : "";
+  const std::string m = "GPU out of memory: " + std::string(what) + ": this process holds " +
+                        Megabytes(held) + " in device buffers" + asked;
+  // Saturating: held + requested past the address space outgrows any device too.
+  const bool outgrows = total > 0 && (requested > std::numeric_limits<std::size_t>::max() - held ||
+                                      held + requested > total);
+  if (outgrows) {
+    return InvalidArgument(m + ", more than the GPU's " + Megabytes(total) +
+                           " in all: the model (model.layers), its optimizer state and a batch "
+                           "of batchSizePerReplica do not fit this GPU, and no restart can make "
+                           "them fit");
+  }
+  const std::string device =
+      total > 0 ? "; the GPU has " + Megabytes(free) + " free of " + Megabytes(total) : "";
+  return Status(StatusCode::kResourceExhausted,
+                m + device +
+                    ": other processes, or the CUDA context and libraries, hold the rest (a "
+                    "restart may find it free)");
+}
+
+Status DeviceOutOfMemory(std::string_view what, std::size_t requested) {
+  std::size_t free = 0;
+  std::size_t total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    free = total = 0;
+  }
+  return ClassifyDeviceOutOfMemory(what, requested, DeviceBytesHeld(), free, total);
 }
 
 int VisibleDeviceCount() {

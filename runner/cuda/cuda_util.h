@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,10 +18,26 @@
 namespace ringtrain::gpu {
 
 // Ok for cudaSuccess; otherwise a Status naming `what` and CUDA's error string. Out of memory
-// is kResourceExhausted; a missing device or driver kFailedPrecondition (both permanent);
-// sticky device faults (illegal address, ECC, launch failure, Xid) kUnavailable, so the gang
-// restarts (possibly on another node); everything else kInternal.
+// is DeviceOutOfMemory's answer (retryable unless this process alone outgrows the device); a
+// missing device or driver kFailedPrecondition (permanent); sticky device faults (illegal
+// address, ECC, launch failure, Xid) kUnavailable, so the gang restarts (possibly on another
+// node); everything else kInternal.
 Status CudaStatus(cudaError_t err, std::string_view what);
+
+// Bytes this process holds in DeviceBuffers now.
+std::size_t DeviceBytesHeld();
+
+// A device allocation of `requested` bytes failed (0: a library's own, of a size it did not say)
+// while this process held `held` bytes in device buffers, on a device with `total` bytes of which
+// `free` were free (total 0: unknown). When held + requested exceed the whole device, no restart
+// can make the job fit: a permanent error that names what to change (the model's layers, the
+// batch). Otherwise other processes (or the CUDA context and libraries) hold the rest, and a
+// restart may find it free: kResourceExhausted, retryable.
+Status ClassifyDeviceOutOfMemory(std::string_view what, std::size_t requested, std::size_t held,
+                                 std::size_t free, std::size_t total);
+// ClassifyDeviceOutOfMemory with this process's DeviceBytesHeld() and the current device's
+// cudaMemGetInfo (unknown when that fails too).
+Status DeviceOutOfMemory(std::string_view what, std::size_t requested);
 
 #define RT_CUDA_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(::ringtrain::gpu::CudaStatus((expr), #expr))
 // After a kernel launch: checks the launch error (bad configuration), not the execution.
@@ -31,6 +48,11 @@ Status CudaStatus(cudaError_t err, std::string_view what);
 int VisibleDeviceCount();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)" or the error text.
 std::string DeviceDescription(int device);
+
+namespace internal {
+// DeviceBuffer's count of the bytes it holds (DeviceBytesHeld).
+void CountDeviceBytes(std::size_t bytes, bool allocated);
+}  // namespace internal
 
 // Owns cudaMalloc'd memory for n elements of T.
 template <typename T>
@@ -54,15 +76,29 @@ class DeviceBuffer {
   Status Allocate(std::size_t n) {
     Reset();
     if (n == 0) return Status::Ok();
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
+      return InvalidArgument("a device buffer of " + std::to_string(n) + " elements of " +
+                             std::to_string(sizeof(T)) + " bytes is more than memory can address");
+    }
+    const std::size_t want = n * sizeof(T);
+    const std::string what = "cudaMalloc of " + std::to_string(want) + " bytes";
     void* p = nullptr;
-    RETURN_IF_ERROR(CudaStatus(cudaMalloc(&p, n * sizeof(T)),
-                               "cudaMalloc of " + std::to_string(n * sizeof(T)) + " bytes"));
+    const cudaError_t err = cudaMalloc(&p, want);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();  // not sticky: clear it for the calls that follow
+      return DeviceOutOfMemory(what, want);
+    }
+    RETURN_IF_ERROR(CudaStatus(err, what));
     ptr_ = static_cast<T*>(p);
     size_ = n;
+    internal::CountDeviceBytes(want, true);
     return Status::Ok();
   }
   void Reset() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) {
+      cudaFree(ptr_);
+      internal::CountDeviceBytes(bytes(), false);
+    }
     ptr_ = nullptr;
     size_ = 0;
   }
@@ -97,9 +133,19 @@ class PinnedBuffer {
   Status Allocate(std::size_t n) {
     Reset();
     if (n == 0) return Status::Ok();
+    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
+      return InvalidArgument("a pinned buffer of " + std::to_string(n) + " elements of " +
+                             std::to_string(sizeof(T)) + " bytes is more than memory can address");
+    }
+    const std::string what = "cudaMallocHost of " + std::to_string(n * sizeof(T)) + " bytes";
     void* p = nullptr;
-    RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&p, n * sizeof(T)),
-                               "cudaMallocHost of " + std::to_string(n * sizeof(T)) + " bytes"));
+    const cudaError_t err = cudaMallocHost(&p, n * sizeof(T));
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      // Host memory, pinned: the process's memory limit, or the node's, not the GPU's.
+      return Status(StatusCode::kResourceExhausted, "out of pinned host memory: " + what);
+    }
+    RETURN_IF_ERROR(CudaStatus(err, what));
     ptr_ = static_cast<T*>(p);
     size_ = n;
     return Status::Ok();

@@ -53,7 +53,7 @@ Status CublasStatus(cublasStatus_t s, std::string_view what) {
       std::string(what) + ": " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")";
   switch (s) {
     case CUBLAS_STATUS_ALLOC_FAILED:
-      return Status(StatusCode::kResourceExhausted, "GPU out of memory: " + m);
+      return DeviceOutOfMemory(m, 0);
     case CUBLAS_STATUS_NOT_INITIALIZED:
     case CUBLAS_STATUS_ARCH_MISMATCH:
     case CUBLAS_STATUS_NOT_SUPPORTED:
@@ -71,9 +71,9 @@ Status CudnnStatus(cudnnStatus_t s, std::string_view what) {
   char detail[512] = {};
   cudnnGetLastErrorString(detail, sizeof(detail));
   if (detail[0] != '\0') m += std::string(" (") + detail + ")";
-  if (s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED ||
-      s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED) {
-    return Status(StatusCode::kResourceExhausted, "GPU out of memory: " + m);
+  if (s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED) return DeviceOutOfMemory(m, 0);
+  if (s == CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED) {
+    return Status(StatusCode::kResourceExhausted, "out of host memory: " + m);
   }
   switch (CUDNN_STATUS_CATEGORY(s)) {
     case 1000:  // uncategorized: not initialized, version mismatch, sublibrary loading
