@@ -24,13 +24,6 @@ using nlohmann::json;
 const ResourceId kPods{"", "pods"};
 const ResourceId kSecrets{"", "secrets"};
 
-int FreePort() {
-  auto s = net::Listen("127.0.0.1", 0);
-  if (!s.ok()) return 0;
-  auto port = net::LocalPort(*s);
-  return port.ok() ? *port : 0;
-}
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -52,7 +45,7 @@ std::string Meta(const json& obj, const char* key) {
 }  // namespace
 
 FakeKubelet::FakeKubelet(FakeApiServer* server, FakeKubeletOptions options)
-    : server_(server), options_(std::move(options)) {}
+    : server_(server), options_(std::move(options)), ports_(options_.port_probe) {}
 
 FakeKubelet::~FakeKubelet() { Stop(); }
 
@@ -175,14 +168,20 @@ void FakeKubelet::StartPod(const json& pod) {
       }
     }
   }
+  // 0 (any port) when none is left: the runner then fails to be reached, as a misconfigured
+  // pod would.
+  auto pick_port = [this] {
+    auto port = ports_.Pick();
+    return port.ok() ? *port : 0;
+  };
   const std::string port_key = ns + "/" + job + "/" + attempt;
   int master_port;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!master_ports_.count(port_key)) master_ports_[port_key] = FreePort();
+    if (!master_ports_.count(port_key)) master_ports_[port_key] = pick_port();
     master_port = master_ports_[port_key];
   }
-  const int metrics_port = FreePort();
+  const int metrics_port = pick_port();
   env[contract::kEnvTorchMasterAddr] = env[contract::kEnvMasterAddr] = "127.0.0.1";
   env[contract::kEnvTorchMasterPort] = env[contract::kEnvMasterPort] = std::to_string(master_port);
   env[contract::kEnvMetricsPort] = std::to_string(metrics_port);

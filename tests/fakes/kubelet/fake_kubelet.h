@@ -7,7 +7,8 @@
 //  - env: values as given; secretKeyRef resolved from the Secret; fieldRef status.podIP →
 //    127.0.0.1, metadata.name/namespace; MASTER_ADDR/RINGTRAIN_MASTER_ADDR → 127.0.0.1;
 //    MASTER_PORT/RINGTRAIN_MASTER_PORT → a free port per (namespace, job, attempt);
-//    RINGTRAIN_METRICS_PORT → a free port per pod, written back to the pod's annotation
+//    RINGTRAIN_METRICS_PORT → a free port per pod (no port is handed out twice:
+//    common/port_picker.h), written back to the pod's annotation
 //    ringtrain.dev/metrics-port, which is where the operator reads rank 0's /status
 //    (podIP 127.0.0.1); RINGTRAIN_TERMINATION_LOG → a file in options.workdir.
 //  - a pod whose Secret is missing waits (as CreateContainerConfigError would).
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/port_picker.h"
 #include "common/process.h"
 #include "tests/fakes/apiserver/fake_apiserver.h"
 
@@ -34,6 +36,8 @@ struct FakeKubeletOptions {
   std::string runner_path;  // $RINGTRAIN_BUILD_DIR/bin/ringtrain-runner
   std::string workdir;      // logs and termination logs
   std::chrono::milliseconds poll{50};
+  // Where free ports come from: the kernel's bind(0); tests script a kernel that repeats one.
+  net::PortPicker::Probe port_probe = &net::PortPicker::BindAndRelease;
 };
 
 class FakeKubelet {
@@ -76,6 +80,7 @@ class FakeKubelet {
 
   FakeApiServer* server_;
   const FakeKubeletOptions options_;
+  net::PortPicker ports_;
   mutable std::mutex mu_;
   std::map<std::string, Proc> procs_;  // by pod uid
   std::map<std::string, int> master_ports_;

@@ -6,11 +6,13 @@
 #include <signal.h>
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "common/port_picker.h"
 #include "controller/executors/kubernetes/operator.h"
 #include "controller/kube/kube_config.h"
 #include "tests/fakes/kubelet/fake_kubelet.h"
@@ -314,6 +316,37 @@ TEST_F(OperatorTest, TwoReplicaFashionMnistSucceedsWithTruthfulStatus) {
   EXPECT_TRUE(Eventually([&] {
     return metrics_[0]->RenderText().find(R"(job="mnist")") == std::string::npos;
   })) << metrics_[0]->RenderText();
+}
+
+// The flake this once was: the kubelet found the rendezvous port by binding port 0 and letting
+// go, and the kernel handed that same port to the next bind(0), for rank 1's metrics port.
+// Rank 1's metrics server took it first; rank 0 failed twice with "port ... is already in use"
+// and rank 1, connecting to its own metrics server, with "handshake: recv: connection closed
+// by peer", past backoffLimit. Here the kernel is scripted to repeat itself that way.
+TEST_F(OperatorTest, RendezvousPortTheKernelHandsOutAgainGoesToNoMetricsServer) {
+  auto first = net::PortPicker::BindAndRelease();
+  auto second = net::PortPicker::BindAndRelease();
+  ASSERT_TRUE(first.ok() && second.ok());
+  kubelet_->Stop();
+  fake::FakeKubeletOptions kopts;
+  kopts.runner_path = std::string(RINGTRAIN_BUILD_DIR) + "/bin/ringtrain-runner";
+  kopts.workdir = workdir_.string();
+  // The rendezvous port, rank 0's metrics port, then the rendezvous port again for rank 1's.
+  kopts.port_probe = [script =
+                          std::deque<int>{*first, *second, *first}]() mutable -> StatusOr<int> {
+    if (script.empty()) return net::PortPicker::BindAndRelease();
+    const int port = script.front();
+    script.pop_front();
+    return port;
+  };
+  kubelet_ = std::make_unique<fake::FakeKubelet>(server_.get(), kopts);
+  kubelet_->Start();
+  StartController("c1");
+  Create(TrainingJob("repeat"));
+  ASSERT_TRUE(WaitPhase("repeat", "Succeeded", std::chrono::seconds(300)));
+  Json st = Status("repeat");
+  EXPECT_EQ(st["restarts"], 0) << st.dump();
+  EXPECT_EQ(kubelet_->Started(), (std::set<std::string>{"repeat-a0-0", "repeat-a0-1"}));
 }
 
 TEST_F(OperatorTest, KilledRankRestartsTheGangWhichThenSucceeds) {
