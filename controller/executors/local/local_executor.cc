@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/net.h"
+#include "common/port_picker.h"
 #include "common/process.h"
 #include "common/random.h"
 #include "common/runner_env.h"
@@ -49,29 +49,6 @@ struct Process {
   int world_size = 0;
   int nproc_per_node = 0;
 };
-
-StatusOr<int> FreePort() {
-  ASSIGN_OR_RETURN(net::Socket s, net::Listen("127.0.0.1", 0));
-  return net::LocalPort(s);
-}
-
-// The first of `n` consecutive free ports: the local launcher gives local rank i base + i.
-StatusOr<int> FreePorts(int n) {
-  if (n <= 1) return FreePort();
-  for (int attempt = 0; attempt < 32; ++attempt) {
-    ASSIGN_OR_RETURN(net::Socket first, net::Listen("127.0.0.1", 0));
-    ASSIGN_OR_RETURN(const int base, net::LocalPort(first));
-    if (base + n - 1 > 65535) continue;
-    std::vector<net::Socket> held;  // held until all are known free
-    for (int i = 1; i < n; ++i) {
-      auto s = net::Listen("127.0.0.1", base + i);
-      if (!s.ok()) break;
-      held.push_back(std::move(*s));
-    }
-    if (static_cast<int>(held.size()) == n - 1) return base;
-  }
-  return Unavailable("no " + std::to_string(n) + " consecutive free ports on 127.0.0.1");
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -200,6 +177,9 @@ class LocalRun {
   // ever gone after the planner's delete, so its vanished-replica policy never fires here).
   reconcile::PlanMemory memory_;
   std::map<std::string, Process> procs_;
+  // Every rank binds 127.0.0.1: a port goes to one process only, the rendezvous port of one
+  // attempt never to a metrics server as well (port_picker.h).
+  net::PortPicker ports_;
   std::map<int, int> master_port_;      // per attempt
   std::map<std::string, int> spawned_;  // processes started under each name (in-place replacements)
   std::string token_ = RandomToken();
@@ -263,10 +243,10 @@ void LocalRun::AnnounceResume(std::int64_t step, bool ended) {
 Status LocalRun::Spawn(int rank, int attempt) {
   const api::JobSpec& spec = job_.spec;
   if (!master_port_.count(attempt)) {
-    ASSIGN_OR_RETURN(master_port_[attempt], FreePort());
+    ASSIGN_OR_RETURN(master_port_[attempt], ports_.Pick());
   }
   const int gpus = spec.gpus_per_replica > 1 ? spec.gpus_per_replica : 1;
-  ASSIGN_OR_RETURN(int metrics_port, FreePorts(gpus));
+  ASSIGN_OR_RETURN(int metrics_port, ports_.PickRange(gpus));
   Process p;
   p.name = reconcile::ReplicaName(job_.metadata.name, attempt, rank);
   p.rank = rank;
