@@ -82,8 +82,9 @@ struct TcpStoreClientOptions {
   std::string host;
   int port = 0;
   std::string token;
-  // DNS and connect are retried with jittered backoff for this long: the rendezvous timeout,
-  // since rank 0 may start after the others.
+  // DNS and connect, and a handshake the store closes before it is through, are retried with
+  // jittered backoff for this long: the rendezvous timeout, since rank 0 may start after the
+  // others.
   Duration connect_timeout = kDefaultStoreTimeout;
   Duration op_timeout = kDefaultStoreOpTimeout;
   // One connect attempt waits this long for an answer (net::ConnectWithRetry doubles it on a

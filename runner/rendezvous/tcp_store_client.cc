@@ -1,8 +1,12 @@
 // TcpStoreClient (tcp_store.h): blocking requests over one authenticated connection.
 #include "runner/rendezvous/tcp_store.h"
 
+#include <spdlog/spdlog.h>
+
 #include <utility>
 
+#include "common/backoff.h"
+#include "common/stop.h"
 #include "runner/rendezvous/store_auth.h"
 #include "runner/rendezvous/store_codec.h"
 
@@ -28,16 +32,30 @@ StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Create(
 Status TcpStoreClient::ConnectLocked(SteadyTime deadline, bool retry) {
   std::string where = "rendezvous store " + options_.host + ":" + std::to_string(options_.port);
   const Duration attempt = Clamp(options_.connect_attempt_timeout);
-  auto sock = retry ? net::ConnectWithRetry(options_.host, options_.port, deadline, attempt)
-                    : net::ConnectAttempt(options_.host, options_.port, deadline, attempt);
-  if (!sock.ok()) return sock.status().WithContext(where);
-  // On first connect the handshake gets its own op budget: a connect that took the whole
-  // rendezvous timeout (rank 0 started late) must not leave nothing for the token exchange. A
-  // reconnect inside a call stays within that call's deadline.
-  SteadyTime hs_deadline = retry ? DeadlineAfter(Clamp(options_.op_timeout)) : deadline;
-  RETURN_IF_ERROR(auth::ClientHandshake(*sock, options_.token, hs_deadline, where));
-  socket_ = std::move(sock).value();
-  return Status::Ok();
+  Backoff backoff;
+  for (int tries = 1;; ++tries) {
+    auto sock = retry ? net::ConnectWithRetry(options_.host, options_.port, deadline, attempt)
+                      : net::ConnectAttempt(options_.host, options_.port, deadline, attempt);
+    if (!sock.ok()) return sock.status().WithContext(where);
+    // On first connect the handshake gets its own op budget: a connect that took the whole
+    // rendezvous timeout (rank 0 started late) must not leave nothing for the token exchange.
+    // A reconnect inside a call stays within that call's deadline.
+    SteadyTime hs_deadline = retry ? DeadlineAfter(Clamp(options_.op_timeout)) : deadline;
+    Status hs = auth::ClientHandshake(*sock, options_.token, hs_deadline, where);
+    if (hs.ok()) {
+      socket_ = std::move(sock).value();
+      return Status::Ok();
+    }
+    // A store may close a connection before it is through the handshake (evicted as the
+    // oldest unproved one from its address, its host going away): a first connect tries
+    // again within the rendezvous timeout, as a refused one does. A wrong token or a silent
+    // server is no better on the next try.
+    if (!retry || hs.code() != StatusCode::kUnavailable) return hs;
+    const Duration wait = backoff.Next();
+    if (std::chrono::steady_clock::now() + wait >= deadline) return hs;
+    if (tries == 1) spdlog::warn("{}; retrying until the rendezvous timeout", hs.ToString());
+    if (!SleepOrStop(wait)) return StoppedStatus(where + ": handshake");
+  }
 }
 
 StatusOr<std::string> TcpStoreClient::Call(const std::string& request, SteadyTime deadline) {

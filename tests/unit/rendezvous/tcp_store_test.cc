@@ -183,6 +183,27 @@ TEST(TcpStoreTest, ClientRetriesUntilTheServerStarts) {
   EXPECT_TRUE((*client)->Set("k", "v").ok());
 }
 
+// A store that closes a connection before its hello (a rank's handshake evicted as the oldest
+// unproved connection from its address, the store's host going away and coming back): the
+// first connect tries again within its timeout instead of failing the rank.
+TEST(TcpStoreTest, AFirstConnectRetriesAStoreThatClosedItBeforeItsHello) {
+  auto closer = net::Listen("127.0.0.1", 0);
+  ASSERT_TRUE(closer.ok());
+  const int port = *net::LocalPort(*closer);
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread store([&] {
+    auto first = net::Accept(*closer, DeadlineAfter(20s));
+    EXPECT_TRUE(first.ok()) << first.status().ToString();
+    if (first.ok()) first->Close();  // no hello
+    closer->Close();
+    server = StartServer(port);
+  });
+  auto client = Connect(port, kToken, 20s);
+  store.join();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->Set("k", "v").ok());
+}
+
 TEST(TcpStoreTest, ClientGivesUpAfterConnectTimeout) {
   int port;
   {
