@@ -15,6 +15,12 @@ namespace ringtrain::contract {
 //   with the first failure's exit code when it knows it (else 138), so a gang whose rank 0 pod
 //   is gone still reports the root cause. Readers prefer a message without the prefix.
 inline constexpr std::string_view kCausedByPrefix = "caused by rank ";
+// - a rank whose in-place recovery failed (the peers it waited for never joined the next round
+//   within the recovery timeout) writes its loss, this marker and why the round failed, e.g.
+//   "caused by rank 1: ... timed out ...; in-place recovery failed: rendezvous timed out after
+//   120s waiting for rank 1". The operator then restarts the gang rather than replace this rank:
+//   a peer it waited for, though its pod runs, is no survivor to recover beside (a hung one).
+inline constexpr std::string_view kRecoveryFailedMarker = "; in-place recovery failed: ";
 
 // On success (exit 0) rank 0 writes its final /status JSON object as the termination message,
 // so the final step, epoch and samples/s are known even when /status can no longer be read.

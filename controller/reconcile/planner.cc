@@ -35,6 +35,12 @@ std::optional<WallTime> StoredSecondEnd(const std::string& stored) {
   return t;
 }
 
+// A replica that ended of a deletion: it answered the SIGTERM (143), or ignored it and was
+// killed when the grace period ended (137 without OOMKilled; an OOM kill is the job's own).
+bool EndedOfADeletion(const ObservedReplica& r) {
+  return r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
+}
+
 // t + `seconds`, saturated at the clock's ends: a spec that did not come through the parser (which
 // bounds each duration by api::kMaxPolicySeconds) must not wrap around into the past.
 WallTime AfterSeconds(WallTime t, std::int64_t seconds) {
@@ -265,11 +271,17 @@ class Planner {
     c.pending = c.running = 0;
     int succeeded = 0;
     int failed = 0;
+    const auto completed = ParseRfc3339(st().completion_time);
     for (const auto& r : in_.replicas) {
       if (r.attempt != st().attempt) continue;
       if (r.phase == ReplicaPhase::kSucceeded) ++succeeded;
-      // One the executor deleted itself (a release at the scheduling timeout) did not fail.
-      if (r.phase == ReplicaPhase::kFailed && !Released(r)) ++failed;
+      // One the executor deleted itself (a release at the scheduling timeout) did not fail. Nor
+      // did one that ended of its deletion once the job had ended (the end's own release: the
+      // scheduling timeout, the deadline, cleanPodPolicy), told by its end time, which outlives
+      // the executor's memory of its deletes (that ends with the job) and the executor itself.
+      const bool ended_by_the_end = r.terminating && EndedOfADeletion(r) && r.finished_at &&
+                                    completed && *r.finished_at >= *completed;
+      if (r.phase == ReplicaPhase::kFailed && !Released(r) && !ended_by_the_end) ++failed;
       if (r.terminating) continue;
       if (r.phase == ReplicaPhase::kPending) ++c.pending;
       if (r.phase == ReplicaPhase::kRunning) ++c.running;
@@ -439,9 +451,7 @@ class Planner {
   // own).
   bool DeletedByOthers(const ObservedReplica& r) const {
     if (r.reason == "Deleted") return true;
-    const bool of_the_deletion =
-        r.exit_code == 128 + 15 || (r.exit_code == 128 + 9 && r.reason != "OOMKilled");
-    return r.terminating && of_the_deletion && !MarkedReleased(r) &&
+    return r.terminating && EndedOfADeletion(r) && !MarkedReleased(r) &&
            !in_.memory.deleted.contains(r.name);
   }
   // The executor's mark of a release on the pod, taken while a release can be under way: the API
@@ -622,6 +632,11 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
   std::vector<const ObservedReplica*> lost;
   for (const auto* r : current) {
     if (r->phase == ReplicaPhase::kFailed) {
+      // A rank whose own in-place recovery failed waited in vain for peers that may still run
+      // (a hung one, SIGSTOPped or deadlocked, keeps its pod Running): they are no survivors to
+      // recover beside, and replacing the rank that waited would keep the hung one and wait
+      // again. The gang restarts from the checkpoint, as a failed recovery does.
+      if (r->message.find(contract::kRecoveryFailedMarker) != std::string::npos) return false;
       lost.push_back(r);
     } else if (r->phase == ReplicaPhase::kRunning && !r->terminating) {
       survivor = true;

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/runner_contract.h"
 #include "common/stop.h"
 #include "common/version.h"
 
@@ -289,8 +290,8 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       // Recovery itself failed: the original loss is the cause, the gang restarts. Reported to
       // the round that lost the peer, where its first failure is recorded: the attempt's own
       // key space (round 0) may hold an older failure, long recovered from.
-      Status s(lost.code(),
-               lost.message() + "; in-place recovery failed: " + round.status().message());
+      Status s(lost.code(), lost.message() + std::string(contract::kRecoveryFailedMarker) +
+                                round.status().message());
       if (deps.report_failure) {
         deps.report_failure(*rendezvous::RoundStore(*deps.store, *failed_round), s);
       }

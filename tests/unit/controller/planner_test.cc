@@ -1311,17 +1311,23 @@ TEST(Planner, CountsAfterFailedAreNotStale) {
   ASSERT_EQ(failed.status.phase, "Failed");
   EXPECT_EQ(Count(failed, Kind::kDeleteReplica), 1);  // cleanPodPolicy Running
   job.status = failed.status;
-  // Rank 0 stops on the delete.
+  // Rank 0 stops on the delete: stopped by the job's end, it did not fail (nor does a 137 of
+  // one that ignored the SIGTERM); an OOM kill after the end is its own.
   auto r0 = Failed(0, 143, "", 2);
   r0.terminating = true;
   Plan later = PlanAt(job, {r0, Failed(1, 1, "", 1)}, At(3));
   EXPECT_EQ(later.status.replicas.running, 0);
   EXPECT_EQ(later.status.replicas.pending, 0);
-  EXPECT_EQ(later.status.replicas.failed, 2);
+  EXPECT_EQ(later.status.replicas.failed, 1);
+  auto killed = Failed(0, 137, "", 2);
+  killed.terminating = true;
+  EXPECT_EQ(PlanAt(job, {killed, Failed(1, 1, "", 1)}, At(3)).status.replicas.failed, 1);
+  killed.reason = "OOMKilled";
+  EXPECT_EQ(PlanAt(job, {killed, Failed(1, 1, "", 1)}, At(3)).status.replicas.failed, 2);
   // And once the pods are gone, what ended stays counted.
   job.status = later.status;
   Plan gone = PlanAt(job, {}, At(4));
-  EXPECT_EQ(gone.status.replicas.failed, 2);
+  EXPECT_EQ(gone.status.replicas.failed, 1);
   EXPECT_EQ(gone.status.replicas.running, 0);
 }
 
@@ -2566,6 +2572,36 @@ TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
   }
 }
 
+// On the real cluster: rank 1 SIGSTOPped (its pod Running), rank 0's collective timed out, its
+// in-place recovery waited 120 s for rank 1 in vain and it exited. The operator replaced rank 0
+// alone beside the hung rank 1 (counted), whose replacement then waited in vain too, until
+// backoffLimit, the hung rank never blamed nor restarted. A failed recovery restarts the gang.
+TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
+  auto job = InPlaceJob(2);
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 6238: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1; in-place recovery failed: rendezvous timed out after 119.999s "
+      "waiting for rank 1 (world size 2)";
+  waited.finished_at = At(130);
+  const Plan p =
+      PlanWith(job, {waited, Replica(1, 0, ReplicaPhase::kRunning)}, At(131), PlanMemory{});
+  EXPECT_EQ(p.status.in_place_recoveries, 0);
+  EXPECT_EQ(p.status.attempt, 1) << "the whole gang, the hung rank with it";
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  EXPECT_EQ(p.status.restarts, 1) << "the hang is a loss, counted once";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RetryableFailure");
+  EXPECT_NE(Cond(p.status, "Restarting")->message.find("waiting for rank 1"), std::string::npos);
+  // A loss without a failed recovery beside a running peer is still recovered in place.
+  auto crashed = waited;
+  crashed.message = "DEADLINE_EXCEEDED: step 6238: gradient all-reduce: timed out";
+  const Plan in_place =
+      PlanWith(job, {crashed, Replica(1, 0, ReplicaPhase::kRunning)}, At(131), PlanMemory{});
+  EXPECT_EQ(in_place.status.in_place_recoveries, 1);
+  EXPECT_EQ(in_place.status.attempt, 0);
+}
+
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
 // took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
 TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
@@ -2661,9 +2697,17 @@ TEST(Placement, ARankReleasedAtTheSchedulingTimeoutIsNoFailedReplica) {
   released.exit_code = 143;
   released.reason = "Error";
   released.terminating = true;
+  released.finished_at = At(62);
   const Plan after = PlanWith(job, {released}, At(63), memory);
   EXPECT_EQ(after.status.phase, "Failed");
   EXPECT_EQ(after.status.replicas.failed, 0);
+  // The memory of the executor's deletes ends with the job (the pass after the end forgot
+  // them, as on the real cluster, where failed went 0 then 1 within 0.15 s), and a fresh
+  // executor has none: the pod's end after the job's still tells the release.
+  job.status = after.status;
+  EXPECT_TRUE(after.memory.deleted.empty());
+  EXPECT_EQ(PlanWith(job, {released}, At(64), after.memory).status.replicas.failed, 0);
+  EXPECT_EQ(PlanWith(job, {released}, At(64), PlanMemory{}).status.replicas.failed, 0);
 }
 
 TEST(Planner, AVanishedReplicaTheExecutorDeletedIsJustMissing) {
