@@ -827,8 +827,8 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   if (std::find(replaced.begin(), replaced.end(), pick->name) != replaced.end() ||
       (IsConsequence(*pick) && !replaced.empty())) {
     Restart("RecoveryFailed",
-            what + " (the in-place recovery of a loss already counted against backoffLimit " +
-                "failed: not counted again)",
+            what + " (the in-place recovery of a loss already answered when its rank was " +
+                "replaced, and counted then unless it cost nothing, failed: not counted again)",
             false);
     return true;
   }

@@ -687,12 +687,18 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         creates = true;
         Status created = CreateReplica(pass, a);
         if (!created.ok() && pass.refused) {
-          // A refusal the job waits on (FailedCreate said it): retried after the backoff.
+          // A refusal the job waits on (FailedCreate said it): retried after the backoff, or
+          // sooner when the plan asks (a deadline, the scheduling timeout, /status polls of
+          // the survivors): nothing else may wake the job meanwhile.
           const SteadyTime retry = pass.memory->plan.create_retry_at;
           const SteadyTime now = clock_->SteadyNow();
           ReconcileResult waiting;
-          waiting.requeue_after =
-              retry > now ? std::chrono::duration_cast<Duration>(retry - now) : Duration(0);
+          waiting.requeue_after = Earliest(
+              plan.requeue_after,
+              retry > now ? std::chrono::duration_cast<Duration>(retry - now) : Duration(0));
+          if (pass.any_running && !api::IsTerminal(plan.status.phase)) {
+            waiting.requeue_after = Earliest(waiting.requeue_after, options_.progress_interval);
+          }
           return waiting;
         }
         RETURN_IF_ERROR(created);

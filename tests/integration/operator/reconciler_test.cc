@@ -837,6 +837,21 @@ TEST_F(FailedCreateTest, AChildWithNoControllerIsUsed) {
   EXPECT_EQ(client_.CountWrites("create", "pods"), 2);
 }
 
+// A refused create comes back at the end of its backoff, or sooner when the plan asks (a
+// deadline, the scheduling timeout): the create backoff (up to 60 s, an hour here) must not
+// make activeDeadlineSeconds late. Before, the pass returned the create retry alone.
+TEST_F(FailedCreateTest, ARefusedCreateStillWakesForTheJobsDeadline) {
+  Json job = Job(2);
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 30;
+  CreateJob(job);
+  client_.FailNext("create", "pods", Forbidden(kPodSecurity403), 100);
+  auto r = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->requeue_after.has_value());
+  EXPECT_LE(*r->requeue_after, std::chrono::seconds(31)) << "the deadline, not the create backoff";
+  EXPECT_GT(*r->requeue_after, Duration(0));
+}
+
 // Issue 9 item 5: a refused pod is a Warning event and a condition, with the API's words.
 TEST_F(FailedCreateTest, PodSecurityRefusalIsVisibleOnTheJob) {
   CreateJob(Job(2));
