@@ -702,10 +702,16 @@ bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
 bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) {
   // The root cause first: a replica's own failure over another's consequence ("caused by rank
   // N", "lost peer"); then a permanent failure, which dooms the job whatever else failed; then
-  // the lowest rank.
-  auto better = [](const ObservedReplica& a, const ObservedReplica& b) {
+  // a new loss over a lost pod already replaced in place (its end was answered then: a new crash
+  // beside it must not pass for that loss's failed recovery); then the lowest rank.
+  const auto& answered = st().replaced_pods;
+  auto was_replaced = [&answered](const ObservedReplica& r) {
+    return std::find(answered.begin(), answered.end(), r.name) != answered.end();
+  };
+  auto better = [&was_replaced](const ObservedReplica& a, const ObservedReplica& b) {
     if (IsConsequence(a) != IsConsequence(b)) return !IsConsequence(a);
     if (IsRetryable(a) != IsRetryable(b)) return !IsRetryable(a);
+    if (was_replaced(a) != was_replaced(b)) return !was_replaced(a);
     return a.rank < b.rank;
   };
   const ObservedReplica* pick = nullptr;

@@ -2572,6 +2572,32 @@ TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
   }
 }
 
+// A review found: rank 0 replaced in place (counted), its old pod still terminating, then rank 1
+// crashes on its own (SIGSEGV). Both are failures of their own; the lower rank won the tie, so
+// the new crash passed for the replaced rank's failed recovery (not counted, blamed on rank 0).
+TEST(Planner, ANewCrashBesideAReplacedRankIsCountedAndNamed) {
+  auto job = InPlaceJob(2);
+  job.status.phase = "Restarting";
+  job.status.restarts = 1;  // rank 0's SIGKILL, counted when it was replaced
+  job.status.replaced_pods = {"job-a0-0"};
+  auto old = Replica(0, 0, ReplicaPhase::kFailed, 137, "Error");
+  old.terminating = true;
+  old.finished_at = At(1);
+  auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
+  crashed.message = "last log line: step 12";
+  crashed.finished_at = At(5);
+  PlanMemory memory;
+  RecordReplicaDeleted(&memory, old.name);
+  const Plan p = PlanWith(job, {old, crashed}, At(6), memory);
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 2) << "a new loss of its own";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RetryableFailure");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->exit_code, 139);
+}
+
 // On the real cluster: rank 1 SIGSTOPped (its pod Running), rank 0's collective timed out, its
 // in-place recovery waited 120 s for rank 1 in vain and it exited. The operator replaced rank 0
 // alone beside the hung rank 1 (counted), whose replacement then waited in vain too, until
