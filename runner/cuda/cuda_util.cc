@@ -5,6 +5,8 @@
 #include <limits>
 #include <thread>
 
+#include "common/byte_format.h"
+
 namespace ringtrain::gpu {
 
 Status CudaStatus(cudaError_t err, std::string_view what) {
@@ -41,14 +43,6 @@ namespace {
 
 std::atomic<std::size_t> device_bytes_held{0};
 
-// "625.2 MB", "79.1 GB".
-std::string Megabytes(std::size_t bytes) {
-  char out[32];
-  const auto b = static_cast<double>(bytes);
-  std::snprintf(out, sizeof(out), b >= 1e9 ? "%.1f GB" : "%.1f MB", b >= 1e9 ? b / 1e9 : b / 1e6);
-  return out;
-}
-
 }  // namespace
 
 namespace internal {
@@ -65,20 +59,22 @@ std::size_t DeviceBytesHeld() { return device_bytes_held.load(std::memory_order_
 
 Status ClassifyDeviceOutOfMemory(std::string_view what, std::size_t requested, std::size_t held,
                                  std::size_t free, std::size_t total) {
-  const std::string asked = requested > 0 ? " and asked " + Megabytes(requested) + " more" : "";
+  const std::string asked =
+      requested > 0 ? " and asked " + FormatMegabytes(requested) + " more" : "";
   const std::string m = "GPU out of memory: " + std::string(what) + ": this process holds " +
-                        Megabytes(held) + " in device buffers" + asked;
+                        FormatMegabytes(held) + " in device buffers" + asked;
   // Saturating: held + requested past the address space outgrows any device too.
   const bool outgrows = total > 0 && (requested > std::numeric_limits<std::size_t>::max() - held ||
                                       held + requested > total);
   if (outgrows) {
-    return InvalidArgument(m + ", more than the GPU's " + Megabytes(total) +
+    return InvalidArgument(m + ", more than the GPU's " + FormatMegabytes(total) +
                            " in all: the model (model.layers), its optimizer state and a batch "
                            "of batchSizePerReplica do not fit this GPU, and no restart can make "
                            "them fit");
   }
   const std::string device =
-      total > 0 ? "; the GPU has " + Megabytes(free) + " free of " + Megabytes(total) : "";
+      total > 0 ? "; the GPU has " + FormatMegabytes(free) + " free of " + FormatMegabytes(total)
+                : "";
   return Status(StatusCode::kResourceExhausted,
                 m + device +
                     ": other processes, or the CUDA context and libraries, hold the rest (a "

@@ -52,6 +52,15 @@ std::string DeviceDescription(int device);
 namespace internal {
 // DeviceBuffer's count of the bytes it holds (DeviceBytesHeld).
 void CountDeviceBytes(std::size_t bytes, bool allocated);
+// n × element bytes, or InvalidArgument naming `kind` ("a device", "a pinned") buffer when the
+// product is more than memory can address.
+inline StatusOr<std::size_t> BufferBytes(std::size_t n, std::size_t element, const char* kind) {
+  if (n > std::numeric_limits<std::size_t>::max() / element) {
+    return InvalidArgument(std::string(kind) + " buffer of " + std::to_string(n) + " elements of " +
+                           std::to_string(element) + " bytes is more than memory can address");
+  }
+  return n * element;
+}
 }  // namespace internal
 
 // Owns cudaMalloc'd memory for n elements of T.
@@ -76,11 +85,7 @@ class DeviceBuffer {
   Status Allocate(std::size_t n) {
     Reset();
     if (n == 0) return Status::Ok();
-    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
-      return InvalidArgument("a device buffer of " + std::to_string(n) + " elements of " +
-                             std::to_string(sizeof(T)) + " bytes is more than memory can address");
-    }
-    const std::size_t want = n * sizeof(T);
+    ASSIGN_OR_RETURN(const std::size_t want, internal::BufferBytes(n, sizeof(T), "a device"));
     const std::string what = "cudaMalloc of " + std::to_string(want) + " bytes";
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, want);
@@ -133,13 +138,10 @@ class PinnedBuffer {
   Status Allocate(std::size_t n) {
     Reset();
     if (n == 0) return Status::Ok();
-    if (n > std::numeric_limits<std::size_t>::max() / sizeof(T)) {
-      return InvalidArgument("a pinned buffer of " + std::to_string(n) + " elements of " +
-                             std::to_string(sizeof(T)) + " bytes is more than memory can address");
-    }
-    const std::string what = "cudaMallocHost of " + std::to_string(n * sizeof(T)) + " bytes";
+    ASSIGN_OR_RETURN(const std::size_t want, internal::BufferBytes(n, sizeof(T), "a pinned"));
+    const std::string what = "cudaMallocHost of " + std::to_string(want) + " bytes";
     void* p = nullptr;
-    const cudaError_t err = cudaMallocHost(&p, n * sizeof(T));
+    const cudaError_t err = cudaMallocHost(&p, want);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       // Host memory, pinned: the process's memory limit, or the node's, not the GPU's.

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/byte_format.h"
 #include "runner/data/csv.h"
 #include "runner/data/npy.h"
 
@@ -169,26 +170,14 @@ std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimize
 
 namespace {
 
-// "625.2 MB", "69.6 GB".
-std::string Megabytes(std::uint64_t bytes) {
-  char out[32];
-  const auto b = static_cast<double>(bytes);
-  if (b >= 1e9) {
-    std::snprintf(out, sizeof(out), "%.1f GB", b / 1e9);
-  } else {
-    std::snprintf(out, sizeof(out), "%.1f MB", b / 1e6);
-  }
-  return out;
-}
-
 Status DoesNotFit(std::uint64_t params, std::string_view optimizer, std::string_view why,
                   bool checkpoint_copy, BatchMemory batch, bool name_batch) {
   std::string need = "model.layers: " + Grouped(params) + " parameters need " +
-                     Megabytes(TrainingStateBytes(params, optimizer, checkpoint_copy)) +
+                     FormatMegabytes(TrainingStateBytes(params, optimizer, checkpoint_copy)) +
                      " for weights, gradients and optimizer state (" + std::string(optimizer) + ")";
   if (checkpoint_copy) need += " and rank 0's copy of them for a checkpoint";
   if (name_batch) {
-    need += std::string(checkpoint_copy ? "," : "") + " and " + Megabytes(batch.bytes) +
+    need += std::string(checkpoint_copy ? "," : "") + " and " + FormatMegabytes(batch.bytes) +
             " for the activations and input buffers of a batch of " +
             std::to_string(batch.batch_size) + " (batchSizePerReplica)";
   }

@@ -692,13 +692,10 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
           // the survivors): nothing else may wake the job meanwhile.
           const SteadyTime retry = pass.memory->plan.create_retry_at;
           const SteadyTime now = clock_->SteadyNow();
-          ReconcileResult waiting;
+          ReconcileResult waiting = Requeue(pass);
           waiting.requeue_after = Earliest(
-              plan.requeue_after,
+              waiting.requeue_after,
               retry > now ? std::chrono::duration_cast<Duration>(retry - now) : Duration(0));
-          if (pass.any_running && !api::IsTerminal(plan.status.phase)) {
-            waiting.requeue_after = Earliest(waiting.requeue_after, options_.progress_interval);
-          }
           return waiting;
         }
         RETURN_IF_ERROR(created);
@@ -731,9 +728,13 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
   NotePodsReady(pass);
   if (creates) reconcile::RecordGangCreated(&pass.memory->plan);
 
+  return Requeue(pass);
+}
+
+ReconcileResult Reconciler::Requeue(const Pass& pass) const {
   ReconcileResult result;
-  result.requeue_after = plan.requeue_after;
-  if (pass.any_running && !api::IsTerminal(plan.status.phase)) {
+  result.requeue_after = pass.plan.requeue_after;
+  if (pass.any_running && !api::IsTerminal(pass.plan.status.phase)) {
     result.requeue_after = Earliest(result.requeue_after, options_.progress_interval);
   }
   return result;

@@ -119,6 +119,9 @@ class Reconciler {
   void PlanPass(Pass& pass);
   std::optional<StatusOr<ReconcileResult>> WriteStatus(Pass& pass);
   StatusOr<ReconcileResult> Act(Pass& pass);
+  // When the pass comes back: when the plan asks, and at the /status poll interval while a
+  // replica of a job that has not ended runs.
+  ReconcileResult Requeue(const Pass& pass) const;
   // Act's steps: one replica's pod (and what it needs first), the job itself (ttl), and the
   // pods-ready metric once the whole gang exists.
   Status CreateReplica(Pass& pass, const reconcile::Action& a);

@@ -521,15 +521,22 @@ TEST(Planner, StalledGangIsRestarted) {
 // Issue 10.4: a /status that cannot be read is not "no progress". A healthy gang whose
 // endpoint is unreachable past the deadline is reported (Stalled=Unknown), never restarted;
 // a gang that really stalls is still restarted on the next read that succeeds.
-TEST(Planner, UnreachableStatusIsReportedNotRestarted) {
-  auto job = Job(2);
-  job.spec.run_policy.progress_deadline_seconds = 60;
-  job.status.phase = "Running";
-  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+// A 2-replica job Running since 10:00:00 with a 60 s progress deadline, and a pass that reads
+// rank 0 at step 10 (in.now to set).
+PlanInput RunningAtStep10(api::TrainingJob* job) {
+  job->spec.run_policy.progress_deadline_seconds = 60;
+  job->status.phase = "Running";
+  job->status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
   PlanInput in;
-  in.job = &job;
+  in.job = job;
   in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
   in.progress = ObservedProgress{10, 0, 100, 1.5};
+  return in;
+}
+
+TEST(Planner, UnreachableStatusIsReportedNotRestarted) {
+  auto job = Job(2);
+  PlanInput in = RunningAtStep10(&job);
   in.now = At(30);
   job.status = PlanReconcile(in).status;
   ObservedProgress unreachable;
@@ -1975,13 +1982,7 @@ TEST(Planner, EveryWaitIsNeverEarlyForATimeStoredToTheSecond) {
   }
   {  // runPolicy.progressDeadlineSeconds, from status.progress.updatedAt
     auto job = Job(2);
-    job.spec.run_policy.progress_deadline_seconds = 60;
-    job.status.phase = "Running";
-    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
-    PlanInput in;
-    in.job = &job;
-    in.replicas = {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)};
-    in.progress = ObservedProgress{10, 0, 100, 1.5};
+    PlanInput in = RunningAtStep10(&job);
     in.now = At(30) + ms(900);
     job.status = PlanReconcile(in).status;
     ASSERT_EQ(job.status.progress->updated_at, "2026-11-21T10:00:30Z");
@@ -2536,20 +2537,31 @@ TEST(Planner, AReleasedPartialGangIsCreatedAgainWholeInTheSameAttempt) {
   }
 }
 
+// A 2-replica InPlace job whose rank `rank` was SIGKILLed and replaced in place (counted), and
+// that rank's old pod, still terminating.
+api::TrainingJob ReplacedInPlace(int rank) {
+  auto job = InPlaceJob(2);
+  job.status.phase = "Restarting";
+  job.status.restarts = 1;
+  job.status.replaced_pods = {ReplicaName("job", 0, rank)};
+  return job;
+}
+ObservedReplica OldPodOf(int rank) {
+  auto old = Replica(rank, 0, ReplicaPhase::kFailed, 137, "Error");
+  old.terminating = true;
+  old.finished_at = At(1);
+  return old;
+}
+
 // On the real cluster: rank 1 SIGKILLed (counted, replaced in place), its old pod held in
 // Terminating (a sidecar that ignored SIGTERM, a 600 s grace), so its replacement could not be
 // created; rank 0's recovery timed out, and the gang restart counted rank 1's SIGKILL a second
 // time (restarts 2 for one loss). Counted once now; a survivor's own crash still counts.
 TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
   for (const bool own_crash : {false, true}) {
-    auto job = InPlaceJob(2);
-    job.status.phase = "Restarting";
-    job.status.restarts = 1;  // rank 1's SIGKILL, counted when it was replaced
-    job.status.replaced_pods = {"job-a0-1"};
-    auto lost = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
-    lost.terminating = true;
+    auto job = ReplacedInPlace(1);  // rank 1's SIGKILL, counted when it was replaced
+    auto lost = OldPodOf(1);
     lost.message = "last log line: tcp communicator ready: rank 1/2 (attempt 0)";
-    lost.finished_at = At(1);
     auto survivor = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
     survivor.message = own_crash ? "INTERNAL: checkpoint write failed: disk full"
                                  : "caused by rank 1: UNAVAILABLE: lost peer rank 1; in-place "
@@ -2576,13 +2588,8 @@ TEST(Planner, AFailedInPlaceRecoveryDoesNotCountTheSameLossTwice) {
 // crashes on its own (SIGSEGV). Both are failures of their own; the lower rank won the tie, so
 // the new crash passed for the replaced rank's failed recovery (not counted, blamed on rank 0).
 TEST(Planner, ANewCrashBesideAReplacedRankIsCountedAndNamed) {
-  auto job = InPlaceJob(2);
-  job.status.phase = "Restarting";
-  job.status.restarts = 1;  // rank 0's SIGKILL, counted when it was replaced
-  job.status.replaced_pods = {"job-a0-0"};
-  auto old = Replica(0, 0, ReplicaPhase::kFailed, 137, "Error");
-  old.terminating = true;
-  old.finished_at = At(1);
+  auto job = ReplacedInPlace(0);  // rank 0's SIGKILL, counted when it was replaced
+  const auto old = OldPodOf(0);
   auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
   crashed.message = "last log line: step 12";
   crashed.finished_at = At(5);
