@@ -36,5 +36,9 @@ inline constexpr std::string_view kStatusRecoveries = "recoveries";
 inline constexpr std::string_view kStatusRecoveryStepsLost = "recoveryStepsLost";
 inline constexpr std::string_view kStatusRecoverySeconds = "recoverySeconds";
 inline constexpr std::string_view kStatusLastRecoveryStep = "lastRecoveryStep";
+// While rank 0's state is "recovering": the loss it recovers from, one line as the rank logged
+// it (e.g. "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank
+// 1"), so a job whose pods all run says why it does not train. Absent otherwise.
+inline constexpr std::string_view kStatusRecoveryCause = "recoveryCause";
 
 }  // namespace ringtrain::contract

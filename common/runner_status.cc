@@ -60,7 +60,13 @@ Status ReadString(const json& obj, std::string_view key, std::string* out) {
     return InvalidArgument("/status: " + std::string(key) + ": must be a string");
   // Goes into the job's status and events: one bounded line.
   constexpr std::size_t kMaxText = 1024;
-  std::string s = v->get<std::string>().substr(0, kMaxText);
+  std::string s = v->get<std::string>();
+  if (s.size() > kMaxText) {
+    // Cut between characters: the parse took valid UTF-8 only, and the job's status must stay so.
+    std::size_t cut = kMaxText;
+    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+    s.resize(cut);
+  }
   for (char& c : s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
@@ -107,6 +113,7 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
   RETURN_IF_ERROR(ReadInt(j, kStatusRecoveryStepsLost, kMaxInt64, &r.recovery_steps_lost));
   RETURN_IF_ERROR(ReadNumber(j, kStatusRecoverySeconds, &r.recovery_seconds, true));
   RETURN_IF_ERROR(ReadInt(j, kStatusLastRecoveryStep, kMaxInt64, &r.last_recovery_step));
+  RETURN_IF_ERROR(ReadString(j, kStatusRecoveryCause, &r.recovery_cause));
   return r;
 }
 

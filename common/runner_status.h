@@ -34,6 +34,9 @@ struct RunnerStatus {
   std::int64_t recovery_steps_lost = 0;
   double recovery_seconds = 0;
   std::int64_t last_recovery_step = -1;
+  // While "recovering": the loss rank 0 recovers from (contract::kStatusRecoveryCause); "" if
+  // absent.
+  std::string recovery_cause;
 };
 
 // Largest /status body read; the runner's is a few hundred bytes.

@@ -418,6 +418,7 @@ class Planner {
                       const ObservedReplica& pick, const std::string& what);
   bool HandleStall();
   void NoteRankStalled(std::optional<WallTime> deadline);
+  void NoteRankRecovering();
   // The Stalled condition from this pass's successful read of rank 0's /status.
   void NoteProgressRead(std::optional<WallTime> deadline);
   // " since step N (its time)": the job's last step seen; "" when none was.
@@ -1060,6 +1061,39 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
   if (!already) plan_.events.push_back({"Warning", "RankStalled", msg});
 }
 
+// Rank 0 says "recovering": it lost a peer and waits, keeping its state, for the gang to train
+// again in place. Stalled=False (reason Recovering) says so with the loss in rank 0's words and
+// how long it waits. A loss the operator answered itself (a lost pod replaced in place, the
+// Restarting condition's last transition no older than the last step seen) had its event then;
+// any other (a peer hung in a collective, the network cut between running pods: every pod still
+// runs) gets one Warning event RankRecovering when the condition turns Recovering, or nothing
+// on the job would say why it does not train until the recovery ends or fails.
+void Planner::NoteRankRecovering() {
+  const ObservedProgress& p = *in_.progress;
+  std::string msg = "rank 0 recovers a lost peer in place";
+  if (!p.recovery_cause.empty()) msg += " (" + p.recovery_cause + ")";
+  msg += ": no completed step" + SinceLastStep();
+  if (const Duration wait = api::RecoveryTimeoutFor(spec_); wait > Duration::zero()) {
+    msg += "; it waits up to " +
+           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
+           "s for the gang to form again, else the gang restarts";
+  }
+  const Condition* before = FindCondition("Stalled");
+  const bool already = before != nullptr && before->reason == "Recovering";
+  // Written even when rank 0 never stalled (a collective timeout shorter than its stall
+  // threshold): the condition is where a person looks.
+  RecordCondition("Stalled", false, "Recovering", msg);
+  if (already) return;
+  bool answered = false;
+  if (const Condition* restarting = FindCondition("Restarting"); restarting != nullptr) {
+    const auto restarted = ParseRfc3339(restarting->last_transition_time);
+    const auto last_step =
+        st().progress ? ParseRfc3339(st().progress->updated_at) : std::optional<WallTime>();
+    answered = restarted && last_step && *restarted >= *last_step;
+  }
+  if (!answered) plan_.events.push_back({"Warning", "RankRecovering", msg});
+}
+
 // Rank 0's read says what the Stalled condition says, before any deadline: "stalled" is
 // RankStalled (NoteRankStalled); a rank 0 that does not train (starting, recovering a lost peer
 // in place) is neither a stall (the progress deadline waits for it) nor progress, and the
@@ -1073,11 +1107,12 @@ void Planner::NoteProgressRead(std::optional<WallTime> deadline) {
     return;
   }
   if (p.idle) {
-    const bool recovering = p.state == "recovering";
-    SetCondition("Stalled", false, recovering ? "Recovering" : "Starting",
-                 (recovering ? std::string("rank 0 recovers a lost peer in place")
-                             : std::string("rank 0 is starting (a new process)")) +
-                     ": no completed step" + SinceLastStep());
+    if (p.state == "recovering") {
+      NoteRankRecovering();
+      return;
+    }
+    SetCondition("Stalled", false, "Starting",
+                 "rank 0 is starting (a new process): no completed step" + SinceLastStep());
     return;
   }
   const Condition* c = FindCondition("Stalled");

@@ -96,6 +96,8 @@ struct ObservedProgress {
   std::int64_t recovery_steps_lost = 0;
   double recovery_seconds = 0;
   std::int64_t last_recovery_step = -1;
+  // While "recovering": the loss rank 0 recovers from, in its words (one line); "" unknown.
+  std::string recovery_cause;
 };
 
 struct Action {

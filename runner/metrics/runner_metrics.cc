@@ -29,6 +29,18 @@ prometheus::Histogram::BucketBoundaries TimeBuckets() {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// The operator keeps 1024 bytes of a /status text (common/runner_status.cc).
+constexpr std::size_t kMaxRecoveryCauseBytes = 1024;
+
+// `text` as one line of at most `max` bytes (a cut through a character is replaced when the
+// JSON is written).
+std::string OneLine(std::string_view text, std::size_t max) {
+  std::string s(text.substr(0, max));
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  std::replace(s.begin(), s.end(), '\r', ' ');
+  return s;
+}
+
 prometheus::Family<prometheus::Gauge>* GaugeFamily(prometheus::Registry& r, const char* name,
                                                    const char* help) {
   return &prometheus::BuildGauge().Name(name).Help(help).Register(r);
@@ -280,10 +292,11 @@ void RunnerMetrics::EndWorkBetweenSteps() {
   progressed_at_ = clock_->SteadyNow();
 }
 
-void RunnerMetrics::BeginRecovery(SteadyTime since) {
+void RunnerMetrics::BeginRecovery(SteadyTime since, std::string_view cause) {
   samples_per_second_->Set(0);
   std::lock_guard<std::mutex> lock(mu_);
   progress_.state = "recovering";
+  progress_.recovery_cause = OneLine(cause, kMaxRecoveryCauseBytes);
   progress_.samples_per_second = 0;
   between_steps_ = false;  // the failure ended that work
   if (recovering_) return;
@@ -420,6 +433,9 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
   }
   if (!p.resume_warning.empty()) {
     j[std::string(contract::kStatusResumeWarning)] = p.resume_warning;
+  }
+  if (p.state == "recovering" && !p.recovery_cause.empty()) {
+    j[std::string(contract::kStatusRecoveryCause)] = p.recovery_cause;
   }
   return j;
 }

@@ -62,6 +62,8 @@ struct Progress {
   double recovery_seconds = 0;
   long long recovery_steps_lost = 0;
   long long last_recovery_step = -1;
+  // While "recovering": the loss this rank recovers from (contract::kStatusRecoveryCause).
+  std::string recovery_cause;
 };
 
 class RunnerMetrics {
@@ -106,11 +108,12 @@ class RunnerMetrics {
   void IncCheckpoints();
   // This rank lost a peer, its outage beginning at `since` (its last progress before it noticed),
   // and waits, keeping its state, for the
-  // gang to train again in place: /status says "recovering" with 0 samples/s, the samples/s
+  // gang to train again in place: /status says "recovering" with 0 samples/s and `cause` (the
+  // loss, one line; the latest loss of the outage), the samples/s
   // gauge reads 0, and ringtrain_recovery_seconds_total accrues from `since` until
   // ObserveRecovery (brought up to date at every read of /metrics, so its rate() is the fraction
   // of time lost at any moment). A second call during the same outage keeps the first `since`.
-  void BeginRecovery(SteadyTime since);
+  void BeginRecovery(SteadyTime since, std::string_view cause = {});
   // An in-place recovery completed: the gang trains again `seconds_without_training` after it
   // lost a peer (its own account: from the earliest last progress of any rank), and threw away
   // `steps_lost`

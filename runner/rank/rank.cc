@@ -383,7 +383,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
         "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for the "
         "gang to form again (the lost rank's replacement, or the rank itself if it lives)",
         *round, s.message(), FormatDuration(env.recovery_timeout));
-    trainer->BeginRecovery();
+    trainer->BeginRecovery(s.message());
     lost = s;
     failed_round = *round;
   }

@@ -84,7 +84,7 @@ class Trainer {
   Status Rejoin(comm::Communicator* comm) { return loop_.Rejoin(comm); }
   // After Run failed on a lost rank, before waiting for the next round
   // (TrainingLoop::BeginRecovery).
-  void BeginRecovery() { loop_.BeginRecovery(); }
+  void BeginRecovery(std::string_view cause) { loop_.BeginRecovery(cause); }
   train::StepEngine& engine() { return *engine_; }
 
  private:

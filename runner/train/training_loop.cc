@@ -123,10 +123,10 @@ Status TrainingLoop::Rejoin(comm::Communicator* comm) {
   return Status::Ok();
 }
 
-void TrainingLoop::BeginRecovery() {
+void TrainingLoop::BeginRecovery(std::string_view cause) {
   // Only a first Run that failed before the gang agreed on its start has no failure time.
   if (deps_.metrics) {
-    deps_.metrics->BeginRecovery(failed_at_.value_or(std::chrono::steady_clock::now()));
+    deps_.metrics->BeginRecovery(failed_at_.value_or(std::chrono::steady_clock::now()), cause);
   }
 }
 

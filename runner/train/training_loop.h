@@ -105,9 +105,9 @@ class TrainingLoop {
   Status Rejoin(comm::Communicator* comm);
   // After Run failed because the gang lost a rank, when this rank is to wait for the next round
   // (in-place recovery): until the gang trains again, its metrics say so (state "recovering",
-  // 0 samples/s) and count the time from its last progress before the failure
-  // (metrics::RunnerMetrics::BeginRecovery).
-  void BeginRecovery();
+  // 0 samples/s, and `cause`, the loss, for the operator to show) and count the time from its
+  // last progress before the failure (metrics::RunnerMetrics::BeginRecovery).
+  void BeginRecovery(std::string_view cause = {});
 
  private:
   // Where this rank stands after its last completed step.

@@ -340,6 +340,8 @@ TEST_F(RecoveryTest, ASurvivorSaysRecoveringAndCountsTheOutageWhileItWaits) {
   EXPECT_EQ(during.state, "recovering") << "rank 0's /status while it waited for the replacement";
   EXPECT_EQ(during.samples_per_second, 0);
   EXPECT_GT(during.step, 0) << "the last step it reported";
+  // The loss in its words, for the operator to show while every pod may still run.
+  EXPECT_NE(during.recovery_cause.find("rank 1"), std::string::npos) << during.recovery_cause;
   EXPECT_EQ(gauge_during, 0);
   EXPECT_GT(counter_first, 0) << "the counter accrues from the failure on";
   EXPECT_GT(counter_later, counter_first) << "the counter accrues while the outage lasts";
@@ -351,6 +353,7 @@ TEST_F(RecoveryTest, ASurvivorSaysRecoveringAndCountsTheOutageWhileItWaits) {
   auto end = contract::ParseRunnerStatus(survivor.RenderStatusJson());
   ASSERT_TRUE(end.ok());
   EXPECT_EQ(end->state, "succeeded");
+  EXPECT_EQ(end->recovery_cause, "") << "said only while it recovers";
   EXPECT_EQ(end->recovery_seconds, r[0]->recovery_seconds) << "/status: the gang's account";
 }
 

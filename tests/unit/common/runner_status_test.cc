@@ -133,5 +133,22 @@ TEST(RunnerStatus, FetchSaysUnavailableOrMalformed) {
             StatusCode::kUnavailable);
 }
 
+// A text field is kept to 1024 bytes, cut between characters: it goes into the job's status and
+// events, which must stay valid UTF-8 (the status's JSON dump throws on a cut character: every
+// pass of the job would fail).
+TEST(RunnerStatus, ALongTextIsCutBetweenCharacters) {
+  std::string cause = "x";  // one byte, then two-byte characters: byte 1024 is inside one
+  for (int i = 0; i < 600; ++i) cause += "\u00e9";
+  auto s =
+      ParseRunnerStatus(R"({"step":1,"state":"recovering","recoveryCause":")" + cause + R"("})");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->recovery_cause.size(), 1023u);
+  EXPECT_EQ(s->recovery_cause.substr(0, 3), "x\u00e9");
+  EXPECT_EQ(s->recovery_cause.substr(s->recovery_cause.size() - 2), "\u00e9");
+  auto wrong = ParseRunnerStatus(R"({"step":1,"recoveryCause":7})");
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("recoveryCause"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ringtrain::contract

@@ -3517,5 +3517,78 @@ TEST(PlannerProgress, ARankZeroRecoveringInPlaceIsNotSaidToMakeProgress) {
   }
 }
 
+// Recorded on the real cluster (s37, job hang3): rank 1's runner SIGSTOPped, its pod Running;
+// rank 0's all-reduce timed out after 10 s and it waited 120 s to recover in place, saying
+// "recovering" with 0 samples/s, while the job said nothing: phase Running, AllPodsRunning, no
+// Stalled condition (it had never stalled), no event, for two minutes, then a gang restart. A
+// recovery from a loss the operator did not see (every pod runs) is said once, as a Warning,
+// with the loss in rank 0's words and the wait; the condition Stalled=False (reason Recovering)
+// says it while it lasts, and the next reads add no event.
+TEST(PlannerProgress, ARecoveryFromALossNoPodShowsIsSaidWithItsCause) {
+  auto job = InPlaceJob(2);
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{20516, 3, 44646.8, 0.31, "2026-11-21T10:00:55Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  contract::RunnerStatus r;
+  r.state = "recovering";
+  r.step = 20516;
+  r.start_step = 0;
+  r.recovery_cause =
+      "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1";
+  const std::string said =
+      "rank 0 recovers a lost peer in place (step 20625: gradient all-reduce: all-reduce: timed "
+      "out after 10s waiting for rank 1): no completed step since step 20516 "
+      "(2026-11-21T10:00:55Z); it waits up to 120s for the gang to form again, else the gang "
+      "restarts";
+  Plan first = PlanWithProgress(job, gang, At(66), ObserveRunnerStatus(r));
+  EXPECT_EQ(first.status.phase, "Running");
+  const api::Condition* c = Cond(first.status, "Stalled");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "False");
+  EXPECT_EQ(c->reason, "Recovering");
+  EXPECT_EQ(c->message, said);
+  const Event* e = FindEvent(first, "RankRecovering");
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->type, "Warning");
+  EXPECT_EQ(e->message, said);
+  job.status = first.status;
+  Plan next = PlanWithProgress(job, gang, At(70), ObserveRunnerStatus(r));
+  EXPECT_EQ(FindEvent(next, "RankRecovering"), nullptr);
+  EXPECT_EQ(Cond(next.status, "Stalled")->message, said);
+
+  // A loss the operator answered itself (rank 1's pod lost and replaced in place: Restarting
+  // turned True, and back to False after the last step seen once the replacement ran) had its
+  // InPlaceRecovery event: rank 0 still recovering then adds none.
+  auto answered = InPlaceJob(2);
+  answered.status.progress = job.status.progress;
+  answered.status.conditions = {
+      {"Running", "True", "Running", "", "2026-11-21T10:00:00Z"},
+      {"Restarting", "False", "Running", "gang running", "2026-11-21T10:01:02Z"}};
+  r.recovery_cause =
+      "step 20601: gradient all-reduce: all-reduce: recv from rank 1: connection reset by peer";
+  Plan replaced = PlanWithProgress(answered, gang, At(64), ObserveRunnerStatus(r));
+  EXPECT_EQ(Cond(replaced.status, "Stalled")->reason, "Recovering");
+  EXPECT_EQ(FindEvent(replaced, "RankRecovering"), nullptr);
+  // ... but a restart before the last step seen answered an earlier loss, not this one.
+  answered.status.conditions[1].last_transition_time = "2026-11-21T10:00:30Z";
+  EXPECT_NE(
+      FindEvent(PlanWithProgress(answered, gang, At(64), ObserveRunnerStatus(r)), "RankRecovering"),
+      nullptr);
+
+  // A /status without the cause (an older runner) still gets the condition and the event.
+  r.recovery_cause.clear();
+  auto fresh = InPlaceJob(2);
+  fresh.status.progress = job.status.progress;
+  fresh.status.conditions = {{"Running", "True", "Running", "", "2026-11-21T10:00:00Z"}};
+  Plan older = PlanWithProgress(fresh, gang, At(66), ObserveRunnerStatus(r));
+  ASSERT_NE(FindEvent(older, "RankRecovering"), nullptr);
+  EXPECT_EQ(FindEvent(older, "RankRecovering")
+                ->message.rfind("rank 0 recovers a lost peer in place: no completed step since "
+                                "step 20516",
+                                0),
+            0u);
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile

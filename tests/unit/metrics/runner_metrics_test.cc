@@ -320,5 +320,32 @@ TEST(RunnerMetricsTest, ARegressionJobGetsATestMseSeriesAndNoAccuracy) {
   EXPECT_THAT(text, Not(HasSubstr("ringtrain_test_accuracy_ratio")));
 }
 
+// The operator shows why a job whose pods all run does not train (a hung peer): /status carries
+// the loss rank 0 recovers from, one line, while it recovers, and not once it trains again.
+TEST_F(RunnerMetricsRecoveryTest, StatusCarriesTheLossWhileItRecovers) {
+  Progress p;
+  p.state = "running";
+  p.step = 20516;
+  m_.UpdateProgress(p);
+  EXPECT_EQ(Status(m_).recovery_cause, "");
+  m_.BeginRecovery(clock_.SteadyNow(),
+                   "step 20625: gradient all-reduce:\nall-reduce: timed out after 10s waiting "
+                   "for rank 1");
+  EXPECT_EQ(Status(m_).recovery_cause,
+            "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1");
+  // The replacement was lost too: the latest loss is the one waited on.
+  m_.BeginRecovery(clock_.SteadyNow(), "rendezvous: rank 1 left");
+  EXPECT_EQ(Status(m_).recovery_cause, "rendezvous: rank 1 left");
+  // A cause of any length stays within what the operator reads.
+  m_.BeginRecovery(clock_.SteadyNow(), std::string(100000, 'x'));
+  EXPECT_EQ(Status(m_).recovery_cause.size(), 1024u);
+  p.step = 20517;
+  m_.UpdateProgress(p);
+  m_.ObserveRecovery(12, 109);
+  EXPECT_EQ(Status(m_).state, "running");
+  EXPECT_EQ(Status(m_).recovery_cause, "");
+  EXPECT_THAT(m_.RenderStatusJson(), Not(HasSubstr("recoveryCause")));
+}
+
 }  // namespace
 }  // namespace ringtrain::metrics
