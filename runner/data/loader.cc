@@ -1,6 +1,7 @@
 #include "runner/data/loader.h"
 
 #include <algorithm>
+#include <atomic>
 
 namespace ringtrain::data {
 
@@ -26,6 +27,9 @@ StatusOr<std::unique_ptr<PrefetchLoader>> PrefetchLoader::Create(const Table& ta
 }
 
 namespace {
+
+std::atomic<int> live_loaders{0};
+std::atomic<int> peak_live_loaders{0};
 
 // The global sample position a loader starts at (not negative).
 std::int64_t StartSamples(const LoaderOptions& o) {
@@ -74,7 +78,15 @@ PrefetchLoader::PrefetchLoader(const Dataset* dataset, const Table* table,
     s.idx.reserve(sizes.idx);
   }
   for (int w = 0; w < options.workers; ++w) threads_.emplace_back([this, w] { Work(w); });
+  const int live = live_loaders.fetch_add(1) + 1;
+  int peak = peak_live_loaders.load();
+  while (live > peak && !peak_live_loaders.compare_exchange_weak(peak, live)) {
+  }
 }
+
+int PrefetchLoader::PeakLive() { return peak_live_loaders.load(); }
+
+void PrefetchLoader::ResetPeakLive() { peak_live_loaders.store(live_loaders.load()); }
 
 PrefetchLoader::SlotSizes PrefetchLoader::SizesOf(int batch_size, std::size_t sample_floats,
                                                   std::size_t target_floats) {
@@ -110,6 +122,7 @@ PrefetchLoader::~PrefetchLoader() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  live_loaders.fetch_sub(1);
 }
 
 const std::vector<std::size_t>& PrefetchLoader::EpochIndices(int epoch) {

@@ -78,6 +78,11 @@ class PrefetchLoader {
   static SlotSizes SizesOf(int batch_size, std::size_t sample_floats, std::size_t target_floats);
   PrefetchLoader& operator=(const PrefetchLoader&) = delete;
 
+  // Loaders of this process alive at once, most since ResetPeakLive(): a caller that replaces
+  // its loader holds one set of slots (what the memory check counts), never two.
+  static int PeakLive();
+  static void ResetPeakLive();
+
   // Steps of a whole epoch; the first epoch of a resumed run may have fewer.
   std::int64_t steps_per_epoch() const { return steps_per_epoch_; }
   // The start position after clamping: (epoch, samples of it consumed).

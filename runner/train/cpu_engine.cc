@@ -152,6 +152,8 @@ StatusOr<InputStart> CpuEngine::OpenInput(int epoch, std::int64_t epoch_samples)
   lo.start_epoch = epoch;
   lo.start_samples = epoch_samples;
   lo.end_epoch = config_.epochs;
+  // The old loader goes first: the memory check counted one loader's slots (its workers stop).
+  loader_.reset();
   if (deps_.train != nullptr) {
     ASSIGN_OR_RETURN(loader_, data::PrefetchLoader::Create(*deps_.train, lo));
   } else {
@@ -161,6 +163,7 @@ StatusOr<InputStart> CpuEngine::OpenInput(int epoch, std::int64_t epoch_samples)
 }
 
 StatusOr<std::optional<EngineBatch>> CpuEngine::NextBatch() {
+  if (loader_ == nullptr) return FailedPrecondition("CPU engine: no input opened");
   auto batch = loader_->Next();
   if (!batch.ok()) {
     if (batch.status().code() == StatusCode::kNotFound) return std::optional<EngineBatch>();

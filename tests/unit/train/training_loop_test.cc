@@ -407,6 +407,35 @@ TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
   EXPECT_EQ(r->steps, 8);
 }
 
+// The memory check counts one loader's prefetch slots: a new pass (an in-place recovery, a
+// second Run) must not build its loader while the old one still holds its slots (a batch of a
+// large input holds gigabytes), and an engine with no input open says so instead of crashing.
+TEST(TrainingLoop, CpuEngineHoldsOneLoaderAtATime) {
+  data::Dataset ds;
+  ds.count = 32;
+  ds.rows = 28;
+  ds.cols = 28;
+  ds.images.assign(ds.count * 28 * 28, 7);
+  ds.labels.assign(ds.count, 3);
+  SoloComm comm;
+  EngineDeps deps;
+  deps.comm = &comm;
+  deps.train = &ds;
+  auto engine = CpuEngine::Create(LoopConfig(), deps);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  auto none = (*engine)->NextBatch();
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  data::PrefetchLoader::ResetPeakLive();
+  ASSERT_TRUE((*engine)->OpenInput(0, 0).ok());
+  auto first = (*engine)->NextBatch();
+  ASSERT_TRUE(first.ok() && first->has_value()) << first.status().ToString();
+  ASSERT_TRUE((*engine)->OpenInput(0, 16).ok());
+  EXPECT_EQ(data::PrefetchLoader::PeakLive(), 1) << "two loaders' slots held at once";
+  auto resumed = (*engine)->NextBatch();
+  ASSERT_TRUE(resumed.ok() && resumed->has_value()) << resumed.status().ToString();
+}
+
 // The CPU engine's allocation failing is a permanent error naming the model's size, not a
 // std::bad_alloc that ends the rank with SIGABRT (exit 134: retried up to backoffLimit). The
 // child runs under an address-space limit, so nothing is really allocated.
