@@ -171,6 +171,17 @@ std::map<std::string, double> Scrape(const metrics::RunnerMetrics& m) {
   return out;
 }
 
+// `count` 28x28 images of one value, all of label 3.
+data::Dataset Uniform28x28(int count) {
+  data::Dataset ds;
+  ds.count = count;
+  ds.rows = 28;
+  ds.cols = 28;
+  ds.images.assign(ds.count * 28 * 28, 7);
+  ds.labels.assign(ds.count, 3);
+  return ds;
+}
+
 TrainConfig LoopConfig() {
   TrainConfig c;
   c.epochs = 2;
@@ -411,12 +422,7 @@ TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
 // second Run) must not build its loader while the old one still holds its slots (a batch of a
 // large input holds gigabytes), and an engine with no input open says so instead of crashing.
 TEST(TrainingLoop, CpuEngineHoldsOneLoaderAtATime) {
-  data::Dataset ds;
-  ds.count = 32;
-  ds.rows = 28;
-  ds.cols = 28;
-  ds.images.assign(ds.count * 28 * 28, 7);
-  ds.labels.assign(ds.count, 3);
+  const data::Dataset ds = Uniform28x28(32);
   SoloComm comm;
   EngineDeps deps;
   deps.comm = &comm;
@@ -453,12 +459,7 @@ TEST(CpuEngineDeathTest, AFailedAllocationIsAPermanentErrorNamingTheModelsSize) 
     GTEST_SKIP() << "less than 2 GiB of memory: the size check refuses the model first";
   }
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  data::Dataset ds;
-  ds.count = 16;
-  ds.rows = 28;
-  ds.cols = 28;
-  ds.images.assign(ds.count * 28 * 28, 7);
-  ds.labels.assign(ds.count, 3);
+  const data::Dataset ds = Uniform28x28(16);
   // 784 x 65536 + 65536 x 10 weights and their biases: 52,101,130 parameters, 208 MB of weights.
   auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": ["flatten",
       {"dense": {"units": 65536}}, {"dense": {"units": 10}}]})");
@@ -493,12 +494,7 @@ TEST(CpuEngineDeathTest, AFailedAllocationIsAPermanentErrorNamingTheModelsSize) 
 // not allocate either: it would fail naming only the parameters.
 TEST(CpuEngineDeathTest, ABatchWhoseActivationsDoNotFitIsAPermanentErrorNamingTheBatch) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  data::Dataset ds;
-  ds.count = 16;
-  ds.rows = 28;
-  ds.cols = 28;
-  ds.images.assign(ds.count * 28 * 28, 7);
-  ds.labels.assign(ds.count, 3);
+  const data::Dataset ds = Uniform28x28(16);
   auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": [{"conv2d":
       {"filters": 32, "kernel": 3, "padding": "same"}}, "relu", {"max_pool2d": {"pool": 2}},
       "flatten", {"dense": {"units": 10}}]})");
