@@ -81,4 +81,35 @@ kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "ringtrain run exited $RC after Ctrl-C, expected 130"
 ! grep -Eq 'restarts [1-9]|GangRestart|Restarting' "$WORK/hang.log" || fail "the job restarted"
+
+# A hang that outlasts the ranks' collective timeout (5 s here, inherited from this shell): rank
+# 0's all-reduce fails and it recovers in place while every rank's process still runs, so the
+# operator saw no loss of its own: a RankRecovering Warning names the loss in rank 0's words and
+# how long it waits. The peer resumed, the gang trains again in place, and nothing restarted.
+cat >"$WORK/hang2.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: hang2}
+spec:
+  replicas: 2
+  train: {model: mlp, dataset: $DATA, epochs: 200, batchSizePerReplica: 64}
+YAML
+RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=5 "$BIN/ringtrain" run "$WORK/hang2.yaml" \
+  --workdir "$WORK/hang2" >"$WORK/hang2.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+trains2() { grep -Eq '\| [1-9][0-9]* samples/s \|' "$WORK/hang2.log"; }
+wait_until 120 "the job hang2 training" trains2
+rank1=$(run_rank_pid "$WORK/hang2" 0 1 || true)
+[ -n "$rank1" ] || fail "no rank 1 process of the job hang2"
+PIDS+=($rank1)
+kill -STOP "$rank1"
+wait_until 90 "a RankRecovering warning" grep -Eq "RankRecovering: rank 0 recovers a lost peer in place \(.*waiting for rank 1.*\): no completed step since step [0-9]+ .*; it waits up to 120s for the gang to form again, else the gang restarts" "$WORK/hang2.log"
+kill -CONT "$rank1"
+wait_until 120 "the gang recovered in place" grep -q "RecoveredInPlace: the gang trains again" "$WORK/hang2.log"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "ringtrain run exited $RC after Ctrl-C, expected 130"
+[ "$(grep -c 'RankRecovering:' "$WORK/hang2.log")" = 1 ] || fail "not one RankRecovering warning"
+! grep -Eq 'GangRestart|InPlaceRecovery' "$WORK/hang2.log" || fail "the job restarted"
 echo PASS
