@@ -183,15 +183,21 @@ void Linear::Forward(const float* x, float* y, int n) {
   Sgemm(Transpose::kNo, Transpose::kYes, n, out_, in_, 1.0f, x, in_, w_, in_, 1.0f, y, out_);
 }
 
-int Linear::RowsPerSlice(std::size_t max_slice) const {
-  const std::size_t weights = static_cast<std::size_t>(out_) * in_;
-  if (max_slice == 0 || weights <= max_slice) return out_;
+int Linear::RowsPerSlice(int in_features, int out_features, std::size_t max_slice) {
+  const std::size_t weights = static_cast<std::size_t>(out_features) * in_features;
+  if (max_slice == 0 || weights <= max_slice) return out_features;
   const std::size_t slices = (weights + max_slice - 1) / max_slice;
-  return static_cast<int>((static_cast<std::size_t>(out_) + slices - 1) / slices);
+  return static_cast<int>((static_cast<std::size_t>(out_features) + slices - 1) / slices);
+}
+
+std::size_t Linear::SliceCount(int in_features, int out_features, std::size_t max_slice) {
+  if (out_features <= 0) return 0;
+  const auto rows = static_cast<std::size_t>(RowsPerSlice(in_features, out_features, max_slice));
+  return (static_cast<std::size_t>(out_features) + rows - 1) / rows;
 }
 
 std::vector<ParamRange> Linear::GradSlices(std::size_t max_slice) const {
-  const int rows = RowsPerSlice(max_slice);
+  const int rows = RowsPerSlice(in_, out_, max_slice);
   std::vector<ParamRange> slices;
   for (int r = 0; r < out_; r += rows) {
     const int end = std::min(out_, r + rows);
@@ -215,7 +221,7 @@ void Linear::BackwardSliced(const float* x, const float* dy, float* dx, int n,
   }
   // dW[r0:r1, :] = dy[:, r0:r1]ᵀ · x, one row block at a time from the last, each reported as
   // soon as it is written so its all-reduce overlaps the blocks still to come.
-  const int rows = RowsPerSlice(max_slice);
+  const int rows = RowsPerSlice(in_, out_, max_slice);
   const int last_begin = ((out_ - 1) / rows) * rows;
   for (int r0 = last_begin; r0 >= 0; r0 -= rows) {
     const int r1 = std::min(out_, r0 + rows);

@@ -72,9 +72,11 @@ class Linear final : public Layer {
   std::vector<ParamRange> GradSlices(std::size_t max_slice) const override;
   void BackwardSliced(const float* x, const float* dy, float* dx, int n, std::size_t max_slice,
                       const SliceReadyFn& ready) override;
+  // GradSlices(max_slice).size() of a Linear(in_features, out_features), without building one.
+  static std::size_t SliceCount(int in_features, int out_features, std::size_t max_slice);
 
  private:
-  int RowsPerSlice(std::size_t max_slice) const;
+  static int RowsPerSlice(int in_features, int out_features, std::size_t max_slice);
 
   int in_;
   int out_;

@@ -434,4 +434,18 @@ StatusOr<std::uint64_t> ActivationBytes(const ModelSpec& spec, const ModelConfig
   return bytes + floats * sizeof(float);
 }
 
+StatusOr<std::uint64_t> GradRangeCount(const ModelSpec& spec, const ModelConfig& config) {
+  ASSIGN_OR_RETURN(const LayerPlan plan, PlanLayers(spec));
+  std::uint64_t ranges = 0;
+  for (const CpuStage& stage : CpuStages(plan)) {
+    const PlannedLayer& p = *stage.p;
+    if (p.num_params == 0) continue;
+    // Layer::GradSlices: the whole layer, but a dense one's row blocks (Linear::GradSlices).
+    ranges += stage.type == CpuLayerType::kLinear
+                  ? Linear::SliceCount(p.in.c, p.out.c, config.max_grad_slice)
+                  : 1;
+  }
+  return ranges;
+}
+
 }  // namespace ringtrain::model

@@ -99,4 +99,10 @@ class Model {
 // own sizing, without allocating. InvalidArgument as Create(spec, config).
 StatusOr<std::uint64_t> ActivationBytes(const ModelSpec& spec, const ModelConfig& config);
 
+// How many ranges Model::Create(spec, config)'s grad_ranges() holds: one per parameterized layer,
+// a dense layer's in slices of config.max_grad_slice. Computed from the layer plan without
+// allocating; what a step engine's gradient buckets are planned from. InvalidArgument as
+// Create(spec, config).
+StatusOr<std::uint64_t> GradRangeCount(const ModelSpec& spec, const ModelConfig& config);
+
 }  // namespace ringtrain::model

@@ -3,12 +3,17 @@
 #include <algorithm>
 #include <string>
 
+#include "common/saturating.h"
+
 namespace ringtrain::train {
 
 StatusOr<BucketPlan> BucketPlan::Create(const std::vector<model::ParamRange>& ranges,
                                         std::size_t cap_floats, bool overlap) {
   if (ranges.empty()) return InvalidArgument("model has no parameters to reduce");
   BucketPlan plan;
+  // Exactly one entry per range (BytesFor's count), not push_back's doubling.
+  plan.offsets_.reserve(ranges.size());
+  plan.counts_.reserve(ranges.size());
   std::size_t next = 0;
   for (const auto& r : ranges) {
     if (r.offset != next || r.count == 0) {
@@ -42,6 +47,15 @@ StatusOr<BucketPlan> BucketPlan::Create(const std::vector<model::ParamRange>& ra
   plan.pending_.resize(plan.buckets_.size());
   plan.Reset();
   return plan;
+}
+
+std::uint64_t BucketPlan::BytesFor(std::uint64_t ranges, std::uint64_t buckets) {
+  constexpr std::uint64_t kPerRange =
+      sizeof(decltype(offsets_)::value_type) + sizeof(decltype(counts_)::value_type) +
+      sizeof(decltype(bucket_of_)::value_type) + sizeof(decltype(reported_)::value_type);
+  constexpr std::uint64_t kPerBucket =
+      sizeof(decltype(buckets_)::value_type) + sizeof(decltype(pending_)::value_type);
+  return SaturatingAdd(SaturatingMul(ranges, kPerRange), SaturatingMul(buckets, kPerBucket));
 }
 
 void BucketPlan::Reset() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -54,6 +55,10 @@ class BucketPlan {
   bool complete() const { return next_launch_ == buckets_.size(); }
   // Starts a new step.
   void Reset();
+
+  // The bytes a plan of `ranges` ranges in `buckets` buckets holds (its per-range and per-bucket
+  // bookkeeping; a bucket is a span of the gradient buffer, not a copy), saturating.
+  static std::uint64_t BytesFor(std::uint64_t ranges, std::uint64_t buckets);
 
  private:
   std::vector<GradBucket> buckets_;

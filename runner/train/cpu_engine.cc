@@ -4,6 +4,7 @@
 #include <new>
 
 #include "common/clock.h"
+#include "common/saturating.h"
 #include "runner/train/bucket_plan.h"
 #include "runner/train/model_data.h"
 
@@ -23,6 +24,14 @@ std::uint64_t InputBufferBytes(const TrainConfig& config, const DataShape& shape
   lo.batch_size = config.batch_size;
   lo.prefetch = config.prefetch + 1;
   return data::PrefetchLoader::SlotBytes(lo, shape.input.size(), TargetFloats(shape));
+}
+
+// The reducer's options that shape its buckets (the rest are Rebind's).
+ReducerOptions ReducerOptionsOf(const TrainConfig& config) {
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = config.bucket_cap_bytes;
+  ro.overlap = config.overlap;
+  return ro;
 }
 
 }  // namespace
@@ -59,18 +68,25 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
       GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
   mc.dropout_seed = DropoutSeed(config.seed, deps.comm->rank(), 0, 0);
   // A model this process cannot hold is a permanent error naming its size, not a std::bad_alloc
-  // (or an OOM kill) that a restart repeats: refused before allocating when its training state
-  // and what its batches take (activations, prefetched and evaluation batches) exceed this
-  // process's memory; its allocation failing anyway (overcommit refused, other processes'
-  // memory) is the same.
+  // (or an OOM kill) that a restart repeats: refused before allocating when its training state,
+  // what its batches take (activations, prefetched and evaluation batches) and the gradient
+  // reducer's bookkeeping exceed what this process's memory leaves once what is in use and
+  // cannot be reclaimed (the datasets, loaded before, and other processes under the same limit)
+  // is taken away; its allocation failing anyway (overcommit refused, other processes' memory)
+  // is the same.
   ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
   ASSIGN_OR_RETURN(const std::uint64_t activations, model::ActivationBytes(spec, mc));
-  const BatchMemory batch{config.batch_size, activations + InputBufferBytes(config, shape)};
+  const BatchMemory batch{config.batch_size,
+                          SaturatingAdd(activations, InputBufferBytes(config, shape))};
+  ASSIGN_OR_RETURN(const std::uint64_t ranges, model::GradRangeCount(spec, mc));
+  const ReducerMemory reducer{ranges, GradReducer::MemoryBytes(ranges, ReducerOptionsOf(config))};
   const std::string& optimizer = config.optimizer.name;
   // Rank 0 also holds the copy a checkpoint is written from (TrainingLoop::Checkpoint).
   const bool checkpoint_copy = deps.comm->rank() == 0 && !config.checkpoint_dir.empty();
-  RETURN_IF_ERROR(
-      CheckTrainingStateFits(report.params, optimizer, MemoryLimitBytes(), checkpoint_copy, batch));
+  RETURN_IF_ERROR(CheckTrainingStateFits(
+      report.params, optimizer,
+      ReadMemoryBudget(deps.memory_probe != nullptr ? *deps.memory_probe : MemoryProbe{}),
+      checkpoint_copy, batch, reducer));
   const auto eval =
       data::PrefetchLoader::SizesOf(config.batch_size, shape.input.size(), TargetFloats(shape));
   try {
@@ -82,7 +98,8 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
     e->eval_y_.resize(eval.y);
     e->eval_idx_.resize(eval.idx);
   } catch (const std::bad_alloc&) {
-    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed", false, batch);
+    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed", false, batch,
+                                   reducer);
   }
   RETURN_IF_ERROR(e->Rebind(deps.comm));
   return e;
@@ -98,9 +115,7 @@ Status CpuEngine::Rebind(comm::Communicator* comm) {
   loader_.reset();
   reducer_.reset();
   deps_.comm = comm;
-  ReducerOptions ro;
-  ro.bucket_cap_bytes = config_.bucket_cap_bytes;
-  ro.overlap = config_.overlap;
+  ReducerOptions ro = ReducerOptionsOf(config_);
   ro.finish_timeout = 2 * deps_.collective_timeout + std::chrono::seconds(10);
   ro.on_allreduce = [this](double s, std::size_t bytes) {
     step_allreduce_seconds_ += s;

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/saturating.h"
 
 namespace ringtrain::train {
 
@@ -20,6 +21,15 @@ StatusOr<std::unique_ptr<GradReducer>> GradReducer::Create(
   std::unique_ptr<GradReducer> r(new GradReducer(comm, grads, std::move(plan), std::move(options)));
   r->thread_ = std::thread([p = r.get()] { p->Loop(); });
   return r;
+}
+
+std::uint64_t GradReducer::MemoryBytes(std::uint64_t ranges, const ReducerOptions& options) {
+  const std::uint64_t buckets = options.overlap ? ranges : std::min<std::uint64_t>(ranges, 1);
+  constexpr std::uint64_t kPerRange = sizeof(model::ParamRange);  // Model::grad_ranges()
+  constexpr std::uint64_t kPerBucket = sizeof(decltype(queue_)::value_type);
+  return SaturatingAdd(
+      BucketPlan::BytesFor(ranges, buckets),
+      SaturatingAdd(SaturatingMul(ranges, kPerRange), SaturatingMul(buckets, kPerBucket)));
 }
 
 GradReducer::GradReducer(comm::Communicator* comm, std::span<float> grads, BucketPlan plan,

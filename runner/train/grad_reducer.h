@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -46,6 +47,11 @@ class GradReducer {
   // Waits until every bucket of this step is averaged across ranks; resets for the next step.
   Status Finish();
   std::size_t num_buckets() const { return plan_.buckets().size(); }
+  // The bytes a reducer over `ranges` gradient ranges (model::GradRangeCount) holds besides the
+  // gradients, which it reduces in place: its plan's bookkeeping (BucketPlan::BytesFor) with a
+  // bucket per range at most (one in all without overlap), its queue of buckets to reduce and
+  // the model's list of the ranges. Saturating; a bound known before the model is built.
+  static std::uint64_t MemoryBytes(std::uint64_t ranges, const ReducerOptions& options);
   const BucketPlan& plan() const { return plan_; }
 
  private:

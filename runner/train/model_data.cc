@@ -2,12 +2,17 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "common/byte_format.h"
+#include "common/saturating.h"
 #include "runner/data/csv.h"
 #include "runner/data/npy.h"
 
@@ -165,68 +170,189 @@ std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimize
                                  bool checkpoint_copy) {
   const std::uint64_t state_floats = optimizer == "adam" ? 2 : 1;
   const std::uint64_t copy_floats = checkpoint_copy ? 1 + state_floats : 0;
-  return params * (2 + state_floats + copy_floats) * sizeof(float);
+  return SaturatingMul(params, (2 + state_floats + copy_floats) * sizeof(float));
 }
 
 namespace {
 
+// Whether bytes are worth naming beside the state's: a tenth of them or more.
+bool IsLarge(std::uint64_t state_bytes, std::uint64_t bytes) {
+  return bytes > 0 && bytes >= state_bytes / 10;
+}
+
 Status DoesNotFit(std::uint64_t params, std::string_view optimizer, std::string_view why,
-                  bool checkpoint_copy, BatchMemory batch, bool name_batch) {
+                  bool checkpoint_copy, BatchMemory batch, bool name_batch, ReducerMemory reducer,
+                  bool name_reducer) {
   std::string need = "model.layers: " + Grouped(params) + " parameters need " +
                      FormatMegabytes(TrainingStateBytes(params, optimizer, checkpoint_copy)) +
                      " for weights, gradients and optimizer state (" + std::string(optimizer) + ")";
-  if (checkpoint_copy) need += " and rank 0's copy of them for a checkpoint";
+  bool named = false;  // an "and" so far: the next one follows a comma
+  if (checkpoint_copy) {
+    need += " and rank 0's copy of them for a checkpoint";
+    named = true;
+  }
   if (name_batch) {
-    need += std::string(checkpoint_copy ? "," : "") + " and " + FormatMegabytes(batch.bytes) +
+    need += std::string(named ? "," : "") + " and " + FormatMegabytes(batch.bytes) +
             " for the activations and input buffers of a batch of " +
             std::to_string(batch.batch_size) + " (batchSizePerReplica)";
+    named = true;
+  }
+  if (name_reducer) {
+    need += std::string(named ? "," : "") + " and " + FormatMegabytes(reducer.bytes) +
+            " for the gradient reducer's bookkeeping of " + Grouped(reducer.ranges) +
+            " ranges (--bucket-cap-bytes)";
   }
   return InvalidArgument(need + "; " + std::string(why));
 }
 
-// Whether a batch's bytes are worth naming beside the state's: a tenth of them or more.
-bool BatchIsLarge(std::uint64_t state_bytes, BatchMemory batch) {
-  return batch.bytes > 0 && batch.bytes >= state_bytes / 10;
+// A decimal number and nothing else: no sign, no fraction, no unit, not past 64 bits.
+std::optional<std::uint64_t> NumberOf(std::string_view word) {
+  std::uint64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+  if (word.empty() || ec != std::errc() || ptr != word.data() + word.size()) return std::nullopt;
+  return value;
+}
+
+// The first line of `text` that starts with `key` and a blank: the number its next word is.
+// None for anything else.
+std::optional<std::uint64_t> FieldOf(std::string_view text, std::string_view key) {
+  while (!text.empty()) {
+    const std::size_t eol = text.find('\n');
+    std::string_view line = text.substr(0, eol);
+    text = eol == std::string_view::npos ? std::string_view() : text.substr(eol + 1);
+    if (line.size() <= key.size() || line.substr(0, key.size()) != key ||
+        (line[key.size()] != ' ' && line[key.size()] != '\t')) {
+      continue;
+    }
+    line.remove_prefix(key.size());
+    const std::size_t first = line.find_first_not_of(" \t");
+    if (first == std::string_view::npos) return std::nullopt;
+    line.remove_prefix(first);
+    return NumberOf(line.substr(0, line.find_first_of(" \t\r")));
+  }
+  return std::nullopt;
+}
+
+// A small file of the kernel's, whole (at most 1 MiB: these are a few KB); empty if unreadable.
+std::string ReadSmallFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text(std::size_t{1} << 20, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  return text;
+}
+
+// A file holding one number and a newline (memory.max, memory.limit_in_bytes); none for "max".
+std::optional<std::uint64_t> NumberIn(const std::filesystem::path& path) {
+  const std::string text = ReadSmallFile(path);
+  std::string_view number(text);
+  const std::size_t end = number.find_last_not_of(" \t\r\n");
+  number = number.substr(0, end == std::string_view::npos ? 0 : end + 1);
+  return NumberOf(number.substr(std::min(number.find_first_not_of(" \t"), number.size())));
+}
+
+// Adds field `b` of a stat file, when present, to field `a`, which must be.
+std::optional<std::uint64_t> SumOf(std::string_view stat, std::string_view a, std::string_view b) {
+  const std::optional<std::uint64_t> first = FieldOf(stat, a);
+  if (!first) return std::nullopt;
+  return SaturatingAdd(*first, FieldOf(stat, b).value_or(0));
 }
 
 }  // namespace
 
 Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
-                               std::string_view why, bool checkpoint_copy, BatchMemory batch) {
+                               std::string_view why, bool checkpoint_copy, BatchMemory batch,
+                               ReducerMemory reducer) {
   const std::uint64_t state = TrainingStateBytes(params, optimizer, checkpoint_copy);
-  return DoesNotFit(params, optimizer, why, checkpoint_copy, batch, BatchIsLarge(state, batch));
+  return DoesNotFit(params, optimizer, why, checkpoint_copy, batch, IsLarge(state, batch.bytes),
+                    reducer, IsLarge(state, reducer.bytes));
+}
+
+Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, MemoryBudget memory,
+                              bool checkpoint_copy, BatchMemory batch, ReducerMemory reducer) {
+  if (memory.limit == 0) return Status::Ok();
+  const std::uint64_t in_use = memory.in_use < memory.limit ? memory.in_use : 0;
+  const std::uint64_t available = memory.limit - in_use;
+  const std::uint64_t state = TrainingStateBytes(params, optimizer, checkpoint_copy);
+  const std::uint64_t with_batch = SaturatingAdd(state, batch.bytes);
+  const std::uint64_t need = SaturatingAdd(with_batch, reducer.bytes);
+  if (need <= available) return Status::Ok();
+  std::string why = "this process may use " + FormatMegabytes(memory.limit) + " in all";
+  // What is in use is named when it is why: without it, all would fit.
+  if (in_use > 0 && need <= memory.limit) {
+    why +=
+        ", " + FormatMegabytes(in_use) + " of it already in use (the datasets and other processes)";
+  }
+  // The batch and the reducer are named when large, or when what comes before them would fit.
+  return DoesNotFit(
+      params, optimizer, why, checkpoint_copy, batch,
+      IsLarge(state, batch.bytes) || state <= available, reducer,
+      IsLarge(state, reducer.bytes) || (reducer.bytes > 0 && with_batch <= available));
 }
 
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
-                              std::uint64_t memory_bytes, bool checkpoint_copy, BatchMemory batch) {
-  const std::uint64_t state = TrainingStateBytes(params, optimizer, checkpoint_copy);
-  if (memory_bytes == 0 || (state <= memory_bytes && batch.bytes <= memory_bytes - state)) {
-    return Status::Ok();
-  }
-  char memory[32];
-  std::snprintf(memory, sizeof(memory), "%.1f GB", static_cast<double>(memory_bytes) / 1e9);
-  // The batch is named when it is large, or when without it the state would fit.
-  return DoesNotFit(params, optimizer, std::string("this process may use ") + memory + " in all",
-                    checkpoint_copy, batch, BatchIsLarge(state, batch) || state <= memory_bytes);
+                              std::uint64_t memory_bytes, bool checkpoint_copy, BatchMemory batch,
+                              ReducerMemory reducer) {
+  return CheckTrainingStateFits(params, optimizer, MemoryBudget{memory_bytes, 0}, checkpoint_copy,
+                                batch, reducer);
 }
 
-std::uint64_t MemoryLimitBytes() {
-  std::uint64_t limit = 0;
-  const long pages = ::sysconf(_SC_PHYS_PAGES);
-  const long page = ::sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) limit = static_cast<std::uint64_t>(pages) * page;
-  // cgroup v2, then v1 ("max" or an absurd v1 value: no limit).
-  for (const char* path :
-       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
-    std::ifstream in(path);
-    std::uint64_t cgroup = 0;
-    if (in >> cgroup && cgroup > 0 && (limit == 0 || cgroup < limit)) {
-      limit = cgroup;
-      break;
+MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
+  MemoryBudget out;
+  out.limit = probe.physical_bytes;
+  if (out.limit == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES);
+    const long page = ::sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) {
+      out.limit =
+          SaturatingMul(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page));
     }
   }
-  return limit;
+  const std::filesystem::path root(probe.root);
+  const std::filesystem::path cgroup = root / "sys/fs/cgroup";
+  // The cgroup whose limit is below the machine's: v2, then v1 ("max", or v1's absurd value for
+  // none, is no limit). Its memory.stat tells what of it is in use.
+  struct Source {
+    std::filesystem::path limit;
+    std::filesystem::path stat;
+    std::string_view anon;
+    std::string_view shmem;
+  };
+  const Source sources[] = {
+      {cgroup / "memory.max", cgroup / "memory.stat", "anon", "shmem"},
+      {cgroup / "memory/memory.limit_in_bytes", cgroup / "memory/memory.stat", "total_rss",
+       "total_shmem"},
+  };
+  std::optional<std::uint64_t> in_use;
+  bool cgroup_limit = false;
+  for (const Source& source : sources) {
+    const std::optional<std::uint64_t> limit = NumberIn(source.limit);
+    if (!limit || *limit == 0 || (out.limit != 0 && *limit >= out.limit)) continue;
+    out.limit = *limit;
+    cgroup_limit = true;
+    const std::string stat = ReadSmallFile(source.stat);
+    in_use = SumOf(stat, source.anon, source.shmem);
+    // cgroup v1 without hierarchy accounting: the cgroup's own.
+    if (!in_use && source.anon == "total_rss") in_use = SumOf(stat, "rss", "shmem");
+    break;
+  }
+  if (!cgroup_limit) {
+    // The machine's memory is the limit: what reclaim cannot free of it (MemAvailable counts the
+    // page cache and reclaimable slab as free).
+    const std::string meminfo = ReadSmallFile(root / "proc/meminfo");
+    const std::optional<std::uint64_t> total = FieldOf(meminfo, "MemTotal:");
+    const std::optional<std::uint64_t> available = FieldOf(meminfo, "MemAvailable:");
+    if (total && available && *available <= *total) {
+      const std::uint64_t kib = *total - *available;
+      if (kib <= std::numeric_limits<std::uint64_t>::max() / 1024) in_use = kib * 1024;
+    }
+  }
+  // A reading that leaves this running process nothing is no reading.
+  if (in_use && *in_use < out.limit) out.in_use = *in_use;
+  return out;
 }
+
+std::uint64_t MemoryLimitBytes() { return ReadMemoryBudget().limit; }
 
 bool IsPreset(const TrainConfig& config, const DataShape& shape, const model::ModelSpec& spec) {
   if (shape.regression) return false;

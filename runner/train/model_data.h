@@ -66,7 +66,8 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
 // The bytes a CPU rank's training state takes: weights, gradients and the optimizer's state
 // (adam: two moments, sgd: a momentum buffer), one float each; with `checkpoint_copy` (rank 0
 // with a checkpoint dir), also the copy of the weights and optimizer state a checkpoint is
-// written from. What a batch takes is not counted here: see BatchMemory.
+// written from. What a batch takes is not counted here: see BatchMemory. Saturating: a count no
+// memory holds is UINT64_MAX bytes, never a small wrapped number.
 std::uint64_t TrainingStateBytes(std::uint64_t params, std::string_view optimizer,
                                  bool checkpoint_copy = false);
 
@@ -78,25 +79,64 @@ struct BatchMemory {
   std::uint64_t bytes = 0;
 };
 
+// What the gradient reducer holds besides the gradients it reduces in place: the bookkeeping of
+// its `ranges` gradient ranges and their buckets (GradReducer::MemoryBytes), which the bucket
+// cap (--bucket-cap-bytes) and the slicing of big layers decide.
+struct ReducerMemory {
+  std::uint64_t ranges = 0;
+  std::uint64_t bytes = 0;
+};
+
+// What this process may use (`limit`, MemoryLimitBytes; 0 = unknown) and how much of it is
+// already in use and cannot be reclaimed when a model is checked (`in_use`, less than `limit`):
+// the datasets loaded before it, and the other processes that share the limit.
+struct MemoryBudget {
+  std::uint64_t limit = 0;
+  std::uint64_t in_use = 0;
+};
+
+// Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/... and proc/meminfo ("/" but in a
+// test); `physical_bytes` is the machine's memory (0: sysconf's).
+struct MemoryProbe {
+  std::string root = "/";
+  std::uint64_t physical_bytes = 0;
+};
+
+// This process's MemoryBudget: the limit is the smaller of the machine's memory and its cgroup's
+// (cgroup v2 memory.max, else v1 memory.limit_in_bytes: a pod's resources.limits.memory); what
+// is in use is what reclaim cannot free, of the same scope as the limit: the cgroup's anonymous
+// and shared memory (v2 memory.stat anon + shmem, v1 total_rss + total_shmem), or, when the
+// machine's memory is the limit, MemTotal - MemAvailable of /proc/meminfo. A file missing or
+// unreadable, a value that is no number, or one that leaves nothing of the limit counts nothing
+// in use: a job is never refused on a guess.
+MemoryBudget ReadMemoryBudget(const MemoryProbe& probe = {});
+
 // A model whose training state, with what its batches take, cannot be held: InvalidArgument,
 // permanent (a restarted pod gets the same memory), naming the parameters and the bytes:
 // "model.layers: 4,347,133,962 parameters need 69.6 GB for weights, gradients and optimizer state
 // (adam); <why>". The batch's bytes are named beside the state's when they are at least a tenth
 // of them: "... (adam) and 3.3 GB for the activations and input buffers of a batch of 4096
-// (batchSizePerReplica); <why>".
+// (batchSizePerReplica); <why>"; the reducer's likewise: "... and 1.1 GB for the gradient
+// reducer's bookkeeping of 20,000,000 ranges (--bucket-cap-bytes)".
 Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
                                std::string_view why, bool checkpoint_copy = false,
-                               BatchMemory batch = {});
+                               BatchMemory batch = {}, ReducerMemory reducer = {});
 
-// Refuses, before anything is allocated, a training state that, with `batch`'s bytes, is larger
-// than `memory_bytes` (this process's memory, MemoryLimitBytes; 0 = unknown: nothing is
-// refused). The message names the batch also when the state alone would fit.
+// Refuses, before anything is allocated, a training state that, with `batch`'s and `reducer`'s
+// bytes, is larger than what `memory` leaves of its limit (a limit of 0: nothing is refused; an
+// in-use figure not below the limit is no reading: the limit alone counts). Sums saturate.
+// The message names the batch (and the reducer) also when the state alone would fit, and what
+// is already in use when without it all would fit: "...; this process may use 2.0 GB in all,
+// 1.2 GB of it already in use (the datasets and other processes)".
+Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, MemoryBudget memory,
+                              bool checkpoint_copy = false, BatchMemory batch = {},
+                              ReducerMemory reducer = {});
+// The same against `memory_bytes` with nothing of it in use.
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
                               std::uint64_t memory_bytes, bool checkpoint_copy = false,
-                              BatchMemory batch = {});
+                              BatchMemory batch = {}, ReducerMemory reducer = {});
 
-// The memory this process may use: the smaller of the machine's and its cgroup's limit (a pod's
-// resources.limits.memory); 0 when neither is known.
+// The memory this process may use: ReadMemoryBudget().limit; 0 when unknown.
 std::uint64_t MemoryLimitBytes();
 
 // Whether `spec` is the preset config.model.name for data of `shape` (same architecture and

@@ -22,6 +22,8 @@
 
 namespace ringtrain::train {
 
+struct MemoryProbe;  // model_data.h
+
 // What one rank's engine and loop are given, whatever the engine: one struct for both (the
 // loop uses comm, metrics, stop and attempt; the engine everything but stop and attempt).
 struct EngineDeps {
@@ -41,6 +43,9 @@ struct EngineDeps {
   Duration collective_timeout = comm::kDefaultCollectiveTimeout;
   // How long rank 0's checkpoint read or write may take while the others wait for it.
   Duration checkpoint_timeout = contract::kCheckpointTimeout;
+  // Where the CPU engine reads what memory it may use and what of it is in use
+  // (ReadMemoryBudget); null: this process's own. A test's fake cgroup.
+  const MemoryProbe* memory_probe = nullptr;
 };
 
 // Where a batch sits in the data, counted in this world's steps.

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "runner/model/model.h"
+#include "runner/train/bucket_plan.h"
+#include "runner/train/grad_reducer.h"
 #include "tests/unit/data/idx_writer.h"
 #include "tests/unit/data/npy_writer.h"
 
@@ -242,6 +245,258 @@ TEST(TrainingState, ABatchWhoseActivationsDoNotFitIsAPermanentErrorNamingTheBatc
           .message(),
       "model.layers: 52,101,130 parameters need 625.2 MB for weights, gradients and "
       "optimizer state (sgd); the allocation failed");
+}
+
+// A fake root for ReadMemoryBudget: sys/fs/cgroup/... and proc/meminfo as a test writes them.
+class MemoryBudgetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    probe_.root = (std::filesystem::temp_directory_path() /
+                   ("memory_budget_test_" + std::to_string(::getpid()) + "_" +
+                    ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                      .string();
+    std::filesystem::remove_all(probe_.root);
+    std::filesystem::create_directories(probe_.root);
+  }
+  void TearDown() override { std::filesystem::remove_all(probe_.root); }
+
+  void Write(const std::string& path, const std::string& text) {
+    const std::filesystem::path file = std::filesystem::path(probe_.root) / path;
+    std::filesystem::create_directories(file.parent_path());
+    std::ofstream(file, std::ios::binary) << text;
+  }
+  void Clear() {
+    std::filesystem::remove_all(probe_.root);
+    std::filesystem::create_directories(probe_.root);
+  }
+
+  MemoryProbe probe_;
+};
+
+// 1,234,567 adam parameters (19.8 MB) and a batch of 1.0 GB fit a 2.0 GB limit, not the 0.8 GB
+// that 1.2 GB already in use leave.
+constexpr std::uint64_t kParams = 1'234'567;
+constexpr BatchMemory kBatch{4096, 1'000'000'000};
+constexpr char kRefusedWithInUse[] =
+    "model.layers: 1,234,567 parameters need 19.8 MB for weights, gradients and optimizer state "
+    "(adam) and 1.0 GB for the activations and input buffers of a batch of 4096 "
+    "(batchSizePerReplica); this process may use 2.0 GB in all, 1.2 GB of it already in use (the "
+    "datasets and other processes)";
+
+// A pod's cgroup v2 limit of 2 GB, 1.1 GB of it anonymous memory (the datasets, a sidecar) and
+// 0.1 GB shmem: a model that fits the bare limit is refused, naming what is in use. The page
+// cache (file), which reclaim frees, is not counted, nor is the machine's /proc/meminfo.
+TEST_F(MemoryBudgetTest, InUseMemoryOfTheCgroupV2RefusesAModelThatFitsTheBareLimit) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("sys/fs/cgroup/memory.max", "2000000000\n");
+  Write("sys/fs/cgroup/memory.stat",
+        "anon 1100000000\nfile 800000000\nkernel_stack 16384\nshmem 100000000\n"
+        "file_mapped 4096\nanon_thp 0\n");
+  Write("proc/meminfo", "MemTotal:       62500000 kB\nMemAvailable:   62000000 kB\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 2'000'000'000u);
+  EXPECT_EQ(budget.in_use, 1'200'000'000u);
+  EXPECT_TRUE(
+      CheckTrainingStateFits(kParams, "adam", std::uint64_t{2'000'000'000}, false, kBatch).ok());
+  const Status st = CheckTrainingStateFits(kParams, "adam", budget, false, kBatch);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), kRefusedWithInUse);
+  // What the limit leaves is still there to use.
+  EXPECT_TRUE(CheckTrainingStateFits(kParams, "adam", budget, false, {64, 700'000'000}).ok());
+}
+
+// cgroup v1: total_rss and total_shmem of the hierarchy (not the cgroup's own rss, not the
+// cache) are in use.
+TEST_F(MemoryBudgetTest, InUseMemoryOfTheCgroupV1RefusesAModelThatFitsTheBareLimit) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "2000000000\n");
+  Write("sys/fs/cgroup/memory/memory.stat",
+        "cache 900000000\nrss 300000000\nrss_huge 0\nshmem 0\nmapped_file 0\n"
+        "hierarchical_memory_limit 2000000000\ntotal_cache 900000000\ntotal_rss 1150000000\n"
+        "total_rss_huge 0\ntotal_shmem 50000000\n");
+  MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 2'000'000'000u);
+  EXPECT_EQ(budget.in_use, 1'200'000'000u);
+  EXPECT_TRUE(
+      CheckTrainingStateFits(kParams, "adam", std::uint64_t{2'000'000'000}, false, kBatch).ok());
+  EXPECT_EQ(CheckTrainingStateFits(kParams, "adam", budget, false, kBatch).message(),
+            kRefusedWithInUse);
+  // A kernel without the hierarchy's totals: the cgroup's own rss and shmem.
+  Write("sys/fs/cgroup/memory/memory.stat", "cache 900000000\nrss 1150000000\nshmem 50000000\n");
+  budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.in_use, 1'200'000'000u);
+  EXPECT_EQ(CheckTrainingStateFits(kParams, "adam", budget, false, kBatch).message(),
+            kRefusedWithInUse);
+}
+
+// No cgroup limit below the machine's (v2 "max", v1's absurd "no limit"): the machine is the
+// limit, and what MemAvailable does not count as free (other ranks, everything else) is in use.
+TEST_F(MemoryBudgetTest, WithoutACgroupLimitTheMachinesMemInfoTellsWhatIsInUse) {
+  probe_.physical_bytes = 16'000'000'000;
+  Write("sys/fs/cgroup/memory.max", "max\n");
+  Write("sys/fs/cgroup/memory.stat", "anon 1\n");
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  Write("proc/meminfo",
+        "MemTotal:       15625000 kB\nMemFree:          100000 kB\nMemAvailable:    3906250 kB\n"
+        "Buffers:           1000 kB\nCached:          3000000 kB\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 16'000'000'000u);
+  EXPECT_EQ(budget.in_use, 12'000'000'000u);
+  // 300,000,000 adam parameters: 4.8 GB of 16 GB, but only 4 GB are left.
+  EXPECT_TRUE(CheckTrainingStateFits(300'000'000, "adam", std::uint64_t{16'000'000'000}).ok());
+  EXPECT_EQ(CheckTrainingStateFits(300'000'000, "adam", budget, false, {64, 1'000'000}).message(),
+            "model.layers: 300,000,000 parameters need 4.8 GB for weights, gradients and "
+            "optimizer state (adam); this process may use 16.0 GB in all, 12.0 GB of it already "
+            "in use (the datasets and other processes)");
+  // What is in use is not named when the limit itself is too small.
+  EXPECT_EQ(CheckTrainingStateFits(1'100'000'000, "adam", budget).message(),
+            "model.layers: 1,100,000,000 parameters need 17.6 GB for weights, gradients and "
+            "optimizer state (adam); this process may use 16.0 GB in all");
+}
+
+// What the files hold is read as hostile: garbage, signs, numbers past 64 bits, sums that would
+// wrap, a reading larger than the limit, missing lines. None crashes or refuses a model on a
+// guess: each counts nothing in use, and a limit that is no number is no limit.
+TEST_F(MemoryBudgetTest, GarbageInTheFilesCountsNothingInUse) {
+  constexpr std::uint64_t kPhysical = 16'000'000'000;
+  constexpr std::uint64_t kCgroup = 2'000'000'000;
+  probe_.physical_bytes = kPhysical;
+  // Each time: the limit expected, nothing in use, and a model of half the limit fits.
+  const auto expect_nothing_in_use = [&](std::uint64_t limit, const std::string& what) {
+    const MemoryBudget budget = ReadMemoryBudget(probe_);
+    EXPECT_EQ(budget.limit, limit) << what;
+    EXPECT_EQ(budget.in_use, 0u) << what;
+    EXPECT_TRUE(CheckTrainingStateFits(limit / 2 / 16, "adam", budget).ok()) << what;
+  };
+  // A memory.max that is no number is no limit: the machine's (and an empty meminfo).
+  for (const char* max : {"garbage\n", "-1\n", "99999999999999999999999\n", "2000000000 kB\n", "",
+                          "\x7f\xff\xfe\x01 2000000000\n"}) {
+    Clear();
+    Write("sys/fs/cgroup/memory.max", max);
+    Write("sys/fs/cgroup/memory.stat", "anon 1200000000\n");
+    Write("proc/meminfo", "");
+    expect_nothing_in_use(kPhysical, std::string("memory.max ") + max);
+  }
+  // Under a limit of 2 GB, a memory.stat missing, empty, garbled, past 64 bits, summing past 64
+  // bits (would wrap to 1.2 GB), without anon, or claiming the limit or more (this process could
+  // not be running).
+  Clear();
+  Write("sys/fs/cgroup/memory.max", "2000000000\n");
+  expect_nothing_in_use(kCgroup, "no memory.stat");
+  for (const char* stat :
+       {"", "anon -1200000000\n", "anon 1200000000abc\n", "anon 1.2e9\n",
+        "anon \xff\xfe"
+        "1200000000\n",
+        "anon 99999999999999999999\nshmem 1200000000\n", "anon\nshmem 1200000000\n",
+        "shmem 1200000000\n", "anonymous 1200000000\nanon_thp 1200000000\n",
+        "anon 18446744073709551615\nshmem 1200000001\n", "anon 2000000000\n",
+        "anon 5000000000\n"}) {
+    Write("sys/fs/cgroup/memory.stat", stat);
+    expect_nothing_in_use(kCgroup, std::string("memory.stat ") + stat);
+  }
+  // No cgroup: a /proc/meminfo whose kB are past 64 bits as bytes (2^54 + 11,718,750 kB would
+  // wrap to 12 GB), with more available than there is, or missing or garbled lines.
+  Clear();
+  for (const char* meminfo :
+       {"MemTotal: 18014398509481984 kB\nMemAvailable: 0 kB\n",
+        "MemTotal: 18014398521200734 kB\nMemAvailable: 0 kB\n",
+        "MemTotal: 3906250 kB\nMemAvailable: 15625000 kB\n", "MemTotal: 15625000 kB\n",
+        "MemTotal: lots kB\nMemAvailable: 3906250 kB\n",
+        "MemTotal:15625000 kB\nMemAvailable:3906250 kB\n",
+        "MemTotal: 15625000 kB\nMemAvailable: -3906250 kB\n", "\n\n\n"}) {
+    Write("proc/meminfo", meminfo);
+    expect_nothing_in_use(kPhysical, std::string("meminfo ") + meminfo);
+  }
+  // An in-use figure as large as the limit, however it came, leaves the check to the limit.
+  EXPECT_TRUE(CheckTrainingStateFits(1'000'000, "adam", MemoryBudget{kCgroup, kCgroup}).ok());
+  EXPECT_TRUE(CheckTrainingStateFits(1'000'000, "adam", MemoryBudget{kCgroup, ~0ULL}).ok());
+  // Nothing there at all: the physical memory, nothing in use.
+  std::filesystem::remove_all(probe_.root);
+  expect_nothing_in_use(kPhysical, "no files");
+}
+
+// The sums saturate: 2^62 parameters need 2^66 bytes, which wrapped would be 0 and pass any
+// limit; a batch or a reducer near 2^64 bytes beside a small state likewise.
+TEST(TrainingState, SumsPastSixtyFourBitsAreRefusedNotWrapped) {
+  constexpr std::uint64_t kMax = ~0ULL;
+  constexpr std::uint64_t kHuge = std::uint64_t{1} << 62;
+  EXPECT_EQ(TrainingStateBytes(kHuge, "adam"), kMax);
+  EXPECT_EQ(TrainingStateBytes(kHuge, "sgd", true), kMax);
+  EXPECT_EQ(TrainingStateBytes(kHuge / 16, "adam"), std::uint64_t{1} << 62);
+  const Status st = CheckTrainingStateFits(kHuge, "adam", std::uint64_t{16} << 30);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("model.layers: 4,611,686,018,427,387,904 parameters need ", 0), 0u)
+      << st.message();
+  EXPECT_FALSE(CheckTrainingStateFits(kHuge + 1, "sgd", kMax - 1).ok());
+  // 16 MB of state and a batch of 2^64 - 8 MB: 8 MB in all, wrapped.
+  EXPECT_FALSE(
+      CheckTrainingStateFits(1'000'000, "adam", 16'000'000'000, false, {64, kMax - 8'000'000})
+          .ok());
+  EXPECT_FALSE(CheckTrainingStateFits(1'000'000, "adam", 16'000'000'000, false, {64, 1'000'000},
+                                      {1, kMax - 10'000'000})
+                   .ok());
+  EXPECT_EQ(BucketPlan::BytesFor(kMax / 2, 1), kMax);
+  EXPECT_EQ(BucketPlan::BytesFor(1, kMax / 2), kMax);
+  EXPECT_EQ(GradReducer::MemoryBytes(kMax / 8, ReducerOptions{}), kMax);
+}
+
+// Dense layers of 65,536 units on one input (and back to one), with the smallest bucket cap (4
+// bytes) and sliced gradients: backward reports each row alone, 262,150 ranges, each a bucket of
+// its own, whose bookkeeping (20.2 MB) outweighs the 851,976 parameters' state (13.6 MB). A limit
+// that holds the state and the batch but not the reducer's bookkeeping refuses the model, naming
+// it.
+TEST(TrainingState, TheReducersBucketsAreCounted) {
+  auto spec = model::ParseModelSpec(R"({"input": [2], "layers": [
+      {"dense": {"units": 65536}}, {"dense": {"units": 1}}, {"dense": {"units": 65536}},
+      {"dense": {"units": 1}}, {"dense": {"units": 65536}}, {"dense": {"units": 1}},
+      {"dense": {"units": 65536}}, {"dense": {"units": 1}}, {"dense": {"units": 2}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  model::ModelConfig mc;
+  mc.max_batch = 1;
+  mc.max_grad_slice = GradSliceFloats(4, true);
+  auto ranges = model::GradRangeCount(*spec, mc);
+  ASSERT_TRUE(ranges.ok()) << ranges.status().ToString();
+  EXPECT_EQ(*ranges, 4 * 65'536u + 4 + 2);
+  // The count is the model's and the plan's.
+  {
+    auto model = model::Model::Create(*spec, mc);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    EXPECT_EQ((*model)->params().size(), 851'976u);
+    EXPECT_EQ((*model)->grad_ranges().size(), *ranges);
+    auto plan = BucketPlan::Create((*model)->grad_ranges(), 1, true);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_EQ(plan->buckets().size(), *ranges);
+    auto whole = model::GradRangeCount(*spec, model::ModelConfig{});
+    ASSERT_TRUE(whole.ok());
+    EXPECT_EQ(*whole, 9u);  // unsliced: one range per layer
+  }
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = 4;
+  // x86-64: per range the plan's 25 bytes, a ParamRange and a queue entry; per bucket 28 bytes.
+  const ReducerMemory reducer{*ranges, GradReducer::MemoryBytes(*ranges, ro)};
+  EXPECT_EQ(reducer.bytes, 262'150u * (25 + 16 + 8 + 28));
+  ro.overlap = false;  // one bucket
+  EXPECT_EQ(GradReducer::MemoryBytes(*ranges, ro), 262'150u * (25 + 16) + 28 + 8);
+  const std::uint64_t params = 851'976;
+  const std::uint64_t state = TrainingStateBytes(params, "adam");
+  const BatchMemory batch{8, 10'000'000};
+  const std::uint64_t limit = state + batch.bytes + reducer.bytes - 1;
+  EXPECT_TRUE(CheckTrainingStateFits(params, "adam", limit, false, batch).ok());
+  EXPECT_TRUE(CheckTrainingStateFits(params, "adam", limit + 1, false, batch, reducer).ok());
+  const Status st = CheckTrainingStateFits(params, "adam", limit, false, batch, reducer);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "model.layers: 851,976 parameters need 13.6 MB for weights, gradients and optimizer "
+            "state (adam) and 10.0 MB for the activations and input buffers of a batch of 8 "
+            "(batchSizePerReplica), and 20.2 MB for the gradient reducer's bookkeeping of "
+            "262,150 ranges (--bucket-cap-bytes); this process may use 43.8 MB in all");
+  // A failed allocation names it too.
+  EXPECT_EQ(
+      TrainingStateDoesNotFit(params, "adam", "the allocation failed", false, {8, 1000}, reducer)
+          .message(),
+      "model.layers: 851,976 parameters need 13.6 MB for weights, gradients and optimizer "
+      "state (adam) and 20.2 MB for the gradient reducer's bookkeeping of 262,150 ranges "
+      "(--bucket-cap-bytes); the allocation failed");
 }
 
 }  // namespace

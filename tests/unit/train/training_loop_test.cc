@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -25,7 +26,9 @@
 #include "runner/metrics/runner_metrics.h"
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/memory_store.h"
+#include "runner/train/bucket_plan.h"
 #include "runner/train/cpu_engine.h"
+#include "runner/train/grad_reducer.h"
 #include "runner/train/model_data.h"
 #include "tests/fakes/fake_clock.h"
 
@@ -453,10 +456,11 @@ TEST(CpuEngineDeathTest, AFailedAllocationIsAPermanentErrorNamingTheModelsSize) 
   GTEST_SKIP() << "the sanitizers' allocators do not throw std::bad_alloc under RLIMIT_AS";
 #endif
 #endif
-  // Where this process may use less than the model needs, the engine refuses it before it
-  // allocates (another message, tested in model_data_test).
-  if (MemoryLimitBytes() < (std::uint64_t{2} << 30)) {
-    GTEST_SKIP() << "less than 2 GiB of memory: the size check refuses the model first";
+  // Where this process may use less than the model needs, or what is in use leaves less, the
+  // engine refuses it before it allocates (another message, tested in model_data_test).
+  const MemoryBudget memory = ReadMemoryBudget();
+  if (memory.limit - memory.in_use < (std::uint64_t{2} << 30)) {
+    GTEST_SKIP() << "less than 2 GiB of memory free: the size check refuses the model first";
   }
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const data::Dataset ds = Uniform28x28(16);
@@ -532,6 +536,105 @@ TEST(CpuEngineDeathTest, ABatchWhoseActivationsDoNotFitIsAPermanentErrorNamingTh
               "and [0-9.]+ GB for the activations and input buffers of a batch of " +
                   std::to_string(config.batch_size) +
                   " .batchSizePerReplica.; this process may use [0-9.]+ GB in all");
+}
+
+// A fake machine for the CPU engine's memory check (EngineDeps::memory_probe): `physical` bytes,
+// no cgroup limit, and /proc/meminfo saying `in_use` of them are in use.
+class CpuEngineMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    probe_.root = ::testing::TempDir() + "cpu_engine_memory_" + std::to_string(::getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::create_directories(probe_.root + "/proc");
+    ds_.count = 16;
+    ds_.rows = 28;
+    ds_.cols = 28;
+    ds_.images.assign(ds_.count * 28 * 28, 7);
+    ds_.labels.assign(ds_.count, 3);
+    config_ = LoopConfig();
+    config_.checkpoint_dir.clear();  // no checkpoint copy
+  }
+  void TearDown() override { std::filesystem::remove_all(probe_.root); }
+
+  void Machine(std::uint64_t physical, std::uint64_t in_use) {
+    probe_.physical_bytes = physical;
+    std::ofstream(probe_.root + "/proc/meminfo")
+        << "MemTotal: " << physical / 1024 << " kB\nMemAvailable: " << (physical - in_use) / 1024
+        << " kB\n";
+  }
+  StatusOr<std::unique_ptr<CpuEngine>> Create() {
+    EngineDeps deps;
+    deps.comm = &comm_;
+    deps.train = &ds_;
+    deps.memory_probe = &probe_;
+    return CpuEngine::Create(config_, deps);
+  }
+  // Why Create refused, a permanent InvalidArgument; "created" when it did not.
+  std::string Refusal() {
+    auto engine = Create();
+    if (engine.ok()) return "created";
+    EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
+    return engine.status().message();
+  }
+
+  MemoryProbe probe_;
+  SoloComm comm_;
+  data::Dataset ds_;
+  TrainConfig config_;
+};
+
+// What is in use when the engine is created (here /proc/meminfo's: other ranks, everything else)
+// is not the engine's: a model that fits the machine but not what it has left is refused before
+// anything is allocated, naming what is in use.
+TEST_F(CpuEngineMemoryTest, WhatIsAlreadyInUseIsNotTheModels) {
+  // The preset MLP: 203,530 parameters, a few MB in all.
+  Machine(1'024'000'000, 0);
+  auto fits = Create();
+  ASSERT_TRUE(fits.ok()) << fits.status().ToString();
+  Machine(1'024'000'000, 1'023'000'000);
+  const std::string refused = Refusal();
+  EXPECT_NE(refused.find("; this process may use 1.0 GB in all, 1.0 GB of it already in use (the "
+                         "datasets and other processes)"),
+            std::string::npos)
+      << refused;
+}
+
+// The gradient reducer's bookkeeping is counted with the rest: with the smallest bucket cap and
+// sliced gradients, each of the 196,622 rows of these dense layers is a range and a bucket of its
+// own (15 MB), more than the 590,632 parameters' state (9.5 MB). A machine that holds the state
+// and the batches with half of that to spare refuses the model, naming the reducer.
+TEST_F(CpuEngineMemoryTest, TheReducersBucketsAreCounted) {
+  auto spec = model::ParseModelSpec(R"({"input": [1, 28, 28], "layers": ["flatten",
+      {"dense": {"units": 1}}, {"dense": {"units": 65536}}, {"dense": {"units": 1}},
+      {"dense": {"units": 65536}}, {"dense": {"units": 1}}, {"dense": {"units": 65536}},
+      {"dense": {"units": 1}}, {"dense": {"units": 10}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  config_.model_spec = *spec;
+  config_.bucket_cap_bytes = 4;
+  model::ModelConfig mc;
+  mc.max_batch = config_.batch_size;
+  mc.max_grad_slice = GradSliceFloats(config_.bucket_cap_bytes, true);
+  auto report = model::InferShapes(*spec);
+  auto activations = model::ActivationBytes(*spec, mc);
+  auto ranges = model::GradRangeCount(*spec, mc);
+  ASSERT_TRUE(report.ok() && activations.ok() && ranges.ok());
+  EXPECT_EQ(report->params, 590'632u);
+  EXPECT_EQ(*ranges, 3 * 65'536u + 4 + 10);
+  ReducerOptions ro;
+  ro.bucket_cap_bytes = config_.bucket_cap_bytes;
+  const std::uint64_t reducer = GradReducer::MemoryBytes(*ranges, ro);
+  // The input buffers of batches of 8 images take well under 1 MB.
+  const std::uint64_t state_and_batches =
+      TrainingStateBytes(report->params, "adam") + *activations + 1'000'000;
+  Machine(state_and_batches + reducer / 2 + 1'000'000, 0);
+  const std::string refused = Refusal();
+  EXPECT_NE(refused.find("15.1 MB for the gradient reducer's bookkeeping of 196,622 ranges "
+                         "(--bucket-cap-bytes); this process may use "),
+            std::string::npos)
+      << refused;
+  Machine(state_and_batches + reducer + 1'000'000, 0);
+  auto fits = Create();
+  EXPECT_TRUE(fits.ok()) << fits.status().ToString();
 }
 
 }  // namespace
