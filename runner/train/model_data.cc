@@ -279,15 +279,22 @@ Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, 
   if (need <= available) return Status::Ok();
   std::string why = "this process may use " + FormatMegabytes(memory.limit) + " in all";
   // What is in use is named when it is why: without it, all would fit.
-  if (in_use > 0 && need <= memory.limit) {
+  const bool for_in_use = in_use > 0 && need <= memory.limit;
+  if (for_in_use) {
     why +=
         ", " + FormatMegabytes(in_use) + " of it already in use (the datasets and other processes)";
+    // Other processes of the machine may free it: a later try may fit.
+    if (memory.machine_wide) why += "; retried, as other processes may free it";
   }
   // The batch and the reducer are named when large, or when what comes before them would fit.
-  return DoesNotFit(
-      params, optimizer, why, checkpoint_copy, batch,
-      IsLarge(state, batch.bytes) || state <= available, reducer,
-      IsLarge(state, reducer.bytes) || (reducer.bytes > 0 && with_batch <= available));
+  const Status refused =
+      DoesNotFit(params, optimizer, why, checkpoint_copy, batch,
+                 IsLarge(state, batch.bytes) || state <= available, reducer,
+                 IsLarge(state, reducer.bytes) || (reducer.bytes > 0 && with_batch <= available));
+  if (for_in_use && memory.machine_wide) {
+    return Status(StatusCode::kResourceExhausted, refused.message());
+  }
+  return refused;
 }
 
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
@@ -346,6 +353,7 @@ MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
       const std::uint64_t kib = *total - *available;
       if (kib <= std::numeric_limits<std::uint64_t>::max() / 1024) in_use = kib * 1024;
     }
+    out.machine_wide = true;
   }
   // A reading that leaves this running process nothing is no reading.
   if (in_use && *in_use < out.limit) out.in_use = *in_use;

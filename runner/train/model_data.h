@@ -93,6 +93,10 @@ struct ReducerMemory {
 struct MemoryBudget {
   std::uint64_t limit = 0;
   std::uint64_t in_use = 0;
+  // `in_use` is the machine's (no limit of this process's own: `ringtrain run`, a pod without
+  // resources.limits.memory): other processes hold it, and may free it. A model refused only
+  // for it is a retryable error, not a permanent one.
+  bool machine_wide = false;
 };
 
 // Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/... and proc/meminfo ("/" but in a
@@ -127,7 +131,9 @@ Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
 // in-use figure not below the limit is no reading: the limit alone counts). Sums saturate.
 // The message names the batch (and the reducer) also when the state alone would fit, and what
 // is already in use when without it all would fit: "...; this process may use 2.0 GB in all,
-// 1.2 GB of it already in use (the datasets and other processes)".
+// 1.2 GB of it already in use (the datasets and other processes)". That refusal is permanent
+// (InvalidArgument) within a limit of the process's own (its cgroup holds its datasets, which a
+// restart loads again), and retryable (ResourceExhausted) when what is in use is the machine's.
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, MemoryBudget memory,
                               bool checkpoint_copy = false, BatchMemory batch = {},
                               ReducerMemory reducer = {});

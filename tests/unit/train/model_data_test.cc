@@ -298,8 +298,10 @@ TEST_F(MemoryBudgetTest, InUseMemoryOfTheCgroupV2RefusesAModelThatFitsTheBareLim
   EXPECT_EQ(budget.in_use, 1'200'000'000u);
   EXPECT_TRUE(
       CheckTrainingStateFits(kParams, "adam", std::uint64_t{2'000'000'000}, false, kBatch).ok());
+  EXPECT_FALSE(budget.machine_wide);
   const Status st = CheckTrainingStateFits(kParams, "adam", budget, false, kBatch);
-  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument)
+      << "the cgroup's own: a restart loads it again";
   EXPECT_EQ(st.message(), kRefusedWithInUse);
   // What the limit leaves is still there to use.
   EXPECT_TRUE(CheckTrainingStateFits(kParams, "adam", budget, false, {64, 700'000'000}).ok());
@@ -342,14 +344,22 @@ TEST_F(MemoryBudgetTest, WithoutACgroupLimitTheMachinesMemInfoTellsWhatIsInUse) 
   const MemoryBudget budget = ReadMemoryBudget(probe_);
   EXPECT_EQ(budget.limit, 16'000'000'000u);
   EXPECT_EQ(budget.in_use, 12'000'000'000u);
-  // 300,000,000 adam parameters: 4.8 GB of 16 GB, but only 4 GB are left.
+  EXPECT_TRUE(budget.machine_wide);
+  // 300,000,000 adam parameters: 4.8 GB of 16 GB, but only 4 GB are left. Other processes of
+  // the machine hold them and may free them: retryable (a restart may fit), not permanent.
   EXPECT_TRUE(CheckTrainingStateFits(300'000'000, "adam", std::uint64_t{16'000'000'000}).ok());
-  EXPECT_EQ(CheckTrainingStateFits(300'000'000, "adam", budget, false, {64, 1'000'000}).message(),
+  const Status for_others =
+      CheckTrainingStateFits(300'000'000, "adam", budget, false, {64, 1'000'000});
+  EXPECT_EQ(for_others.code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(for_others.retryable());
+  EXPECT_EQ(for_others.message(),
             "model.layers: 300,000,000 parameters need 4.8 GB for weights, gradients and "
             "optimizer state (adam); this process may use 16.0 GB in all, 12.0 GB of it already "
-            "in use (the datasets and other processes)");
-  // What is in use is not named when the limit itself is too small.
-  EXPECT_EQ(CheckTrainingStateFits(1'100'000'000, "adam", budget).message(),
+            "in use (the datasets and other processes); retried, as other processes may free it");
+  // What is in use is not named when the limit itself is too small: permanent.
+  const Status too_big = CheckTrainingStateFits(1'100'000'000, "adam", budget);
+  EXPECT_EQ(too_big.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_big.message(),
             "model.layers: 1,100,000,000 parameters need 17.6 GB for weights, gradients and "
             "optimizer state (adam); this process may use 16.0 GB in all");
 }
