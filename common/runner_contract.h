@@ -40,5 +40,9 @@ inline constexpr std::string_view kStatusLastRecoveryStep = "lastRecoveryStep";
 // it (e.g. "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank
 // 1"), so a job whose pods all run says why it does not train. Absent otherwise.
 inline constexpr std::string_view kStatusRecoveryCause = "recoveryCause";
+// While "recovering": the seconds since the outage began (rank 0's last progress before the
+// loss), so the operator tells a loss it answered itself (it made the gang whole after that)
+// from one it never saw.
+inline constexpr std::string_view kStatusRecoveringSeconds = "recoveringSeconds";
 
 }  // namespace ringtrain::contract

@@ -6,6 +6,7 @@
 
 #include "common/http.h"
 #include "common/runner_contract.h"
+#include "common/utf8.h"
 
 namespace ringtrain::contract {
 namespace {
@@ -61,12 +62,8 @@ Status ReadString(const json& obj, std::string_view key, std::string* out) {
   // Goes into the job's status and events: one bounded line.
   constexpr std::size_t kMaxText = 1024;
   std::string s = v->get<std::string>();
-  if (s.size() > kMaxText) {
-    // Cut between characters: the parse took valid UTF-8 only, and the job's status must stay so.
-    std::size_t cut = kMaxText;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-    s.resize(cut);
-  }
+  // Cut between characters: the parse took valid UTF-8 only, and the job's status must stay so.
+  s.resize(Utf8Cut(s, kMaxText));
   for (char& c : s) {
     if (c == '\n' || c == '\r') c = ' ';
   }
@@ -114,6 +111,7 @@ StatusOr<RunnerStatus> ParseRunnerStatus(std::string_view body) {
   RETURN_IF_ERROR(ReadNumber(j, kStatusRecoverySeconds, &r.recovery_seconds, true));
   RETURN_IF_ERROR(ReadInt(j, kStatusLastRecoveryStep, kMaxInt64, &r.last_recovery_step));
   RETURN_IF_ERROR(ReadString(j, kStatusRecoveryCause, &r.recovery_cause));
+  RETURN_IF_ERROR(ReadNumber(j, kStatusRecoveringSeconds, &r.recovering_seconds, true));
   return r;
 }
 

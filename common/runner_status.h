@@ -37,6 +37,9 @@ struct RunnerStatus {
   // While "recovering": the loss rank 0 recovers from (contract::kStatusRecoveryCause); "" if
   // absent.
   std::string recovery_cause;
+  // While "recovering": seconds since the outage began (contract::kStatusRecoveringSeconds);
+  // -1 absent.
+  double recovering_seconds = -1;
 };
 
 // Largest /status body read; the runner's is a few hundred bytes.

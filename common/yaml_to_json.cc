@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/utf8.h"
 #include "common/yaml_guard.h"
 
 namespace ringtrain {
@@ -155,9 +156,7 @@ class YamlConverter {
 
 std::string BoundedText(const std::string& text, std::size_t max) {
   if (text.size() <= max) return text;
-  std::size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return text.substr(0, cut) + "...";
+  return text.substr(0, Utf8Cut(text, max)) + "...";
 }
 
 StatusOr<json> YamlToJson(const std::string& yaml, const std::string& source,

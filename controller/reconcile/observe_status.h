@@ -33,7 +33,10 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.recovery_steps_lost = read->recovery_steps_lost;
   p.recovery_seconds = std::max(0.0, read->recovery_seconds);
   p.last_recovery_step = read->last_recovery_step;
-  if (p.state == "recovering") p.recovery_cause = read->recovery_cause;
+  if (p.state == "recovering") {
+    p.recovery_cause = read->recovery_cause;
+    p.recovering_seconds = read->recovering_seconds;
+  }
   return p;
 }
 

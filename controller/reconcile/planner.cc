@@ -7,6 +7,7 @@
 
 #include "common/runner_contract.h"
 #include "common/time_format.h"
+#include "common/utf8.h"
 #include "controller/reconcile/observe_status.h"
 
 namespace ringtrain::reconcile {
@@ -1063,35 +1064,52 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
 
 // Rank 0 says "recovering": it lost a peer and waits, keeping its state, for the gang to train
 // again in place. Stalled=False (reason Recovering) says so with the loss in rank 0's words and
-// how long it waits. A loss the operator answered itself (a lost pod replaced in place, the
-// Restarting condition's last transition no older than the last step seen) had its event then;
-// any other (a peer hung in a collective, the network cut between running pods: every pod still
-// runs) gets one Warning event RankRecovering when the condition turns Recovering, or nothing
-// on the job would say why it does not train until the recovery ends or fails.
+// how long it waits. A loss the operator answered itself (a lost pod replaced in place: the
+// Restarting condition turned False, the gang whole again, after the outage began) had its
+// event then; any other (a peer hung in a collective, the network cut between running pods:
+// every pod still runs) gets one Warning event RankRecovering per outage, or nothing on the job
+// would say why it does not train until the recovery ends or fails. A young outage is given
+// kUnseenLossGrace first: a pod's end reaches the operator a moment after its peers notice it.
 void Planner::NoteRankRecovering() {
   const ObservedProgress& p = *in_.progress;
   std::string msg = "rank 0 recovers a lost peer in place";
-  if (!p.recovery_cause.empty()) msg += " (" + p.recovery_cause + ")";
+  if (!p.recovery_cause.empty()) {
+    // Bounded, so that the wait after it survives an Event's 1024 bytes.
+    constexpr std::size_t kMaxCause = 512;
+    const std::size_t cut = Utf8Cut(p.recovery_cause, kMaxCause);
+    msg += " (" + p.recovery_cause.substr(0, cut) + (cut < p.recovery_cause.size() ? "...)" : ")");
+  }
   msg += ": no completed step" + SinceLastStep();
   if (const Duration wait = api::RecoveryTimeoutFor(spec_); wait > Duration::zero()) {
     msg += "; it waits up to " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
-           "s for the gang to form again, else the gang restarts";
+           "s for the gang to form again, else " +
+           (st().restarts >= spec_.run_policy.backoff_limit
+                ? "the job fails (backoffLimit " + std::to_string(spec_.run_policy.backoff_limit) +
+                      " spent)"
+                : std::string("the gang restarts"));
   }
-  const Condition* before = FindCondition("Stalled");
-  const bool already = before != nullptr && before->reason == "Recovering";
   // Written even when rank 0 never stalled (a collective timeout shorter than its stall
   // threshold): the condition is where a person looks.
   RecordCondition("Stalled", false, "Recovering", msg);
-  if (already) return;
-  bool answered = false;
-  if (const Condition* restarting = FindCondition("Restarting"); restarting != nullptr) {
-    const auto restarted = ParseRfc3339(restarting->last_transition_time);
-    const auto last_step =
-        st().progress ? ParseRfc3339(st().progress->updated_at) : std::optional<WallTime>();
-    answered = restarted && last_step && *restarted >= *last_step;
+  const std::pair<int, int> outage{st().attempt, p.recoveries};
+  if (in_.memory.recovery_said == outage) return;
+  // When the outage began: rank 0's own account, else (an older runner) the last step seen.
+  std::optional<WallTime> began;
+  if (p.recovering_seconds >= 0) {
+    const auto age =
+        std::chrono::duration_cast<Duration>(std::chrono::duration<double>(p.recovering_seconds));
+    if (age < kUnseenLossGrace) return;
+    began = in_.now - age;
+  } else if (st().progress) {
+    began = ParseRfc3339(st().progress->updated_at);
   }
-  if (!answered) plan_.events.push_back({"Warning", "RankRecovering", msg});
+  bool answered = false;
+  if (const Condition* restarting = FindCondition("Restarting"); restarting != nullptr && began) {
+    const auto whole = StoredSecondEnd(restarting->last_transition_time);
+    answered = whole && *whole >= *began;
+  }
+  if (!answered) plan_.events.push_back({"Warning", kRankRecoveringReason, msg});
 }
 
 // Rank 0's read says what the Stalled condition says, before any deadline: "stalled" is
@@ -1580,14 +1598,19 @@ void GateCreates(const PlanInput& in, Plan* plan) {
   if (!plan->requeue_after || wait < *plan->requeue_after) plan->requeue_after = wait;
 }
 
-// A RankStalled condition speaks of rank 0 of a running gang: once the job is no longer
+// A RankStalled condition, and a False one saying what rank 0 does (Recovering, Starting,
+// Resumed), speak of rank 0 of a running gang: once the job is no longer
 // Running (it finished, restarts, recovers a rank in place, is suspended), it ends, whatever
 // path left Running.
 void EndRankStalled(const PlanInput& in, Plan* plan) {
   const std::string& phase = plan->status.phase;
   if (phase == "Running") return;
   for (const auto& c : plan->status.conditions) {
-    if (c.type != "Stalled" || c.status != "True" || c.reason != "RankStalled") continue;
+    const bool of_rank0 =
+        (c.status == "True" && c.reason == "RankStalled") ||
+        (c.status == "False" &&
+         (c.reason == "Recovering" || c.reason == "Starting" || c.reason == "Resumed"));
+    if (c.type != "Stalled" || !of_rank0) continue;
     const std::string reason = api::IsTerminal(phase) ? "JobFinished"
                                : phase == "Suspended" ? "Suspended"
                                                       : "NotTraining";
@@ -1614,6 +1637,11 @@ Plan PlanReconcile(const PlanInput& in) {
     }
   }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
+  for (const Event& e : plan.events) {
+    if (e.reason == kRankRecoveringReason && in.progress) {
+      memory.recovery_said = std::pair<int, int>{plan.status.attempt, in.progress->recoveries};
+    }
+  }
   plan.memory = std::move(memory);
   return plan;
 }

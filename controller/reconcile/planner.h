@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/backoff.h"
@@ -96,8 +97,10 @@ struct ObservedProgress {
   std::int64_t recovery_steps_lost = 0;
   double recovery_seconds = 0;
   std::int64_t last_recovery_step = -1;
-  // While "recovering": the loss rank 0 recovers from, in its words (one line); "" unknown.
+  // While "recovering": the loss rank 0 recovers from, in its words (one line); "" unknown; and
+  // the seconds since that outage began (-1 unknown: an older runner).
   std::string recovery_cause;
+  double recovering_seconds = -1;
 };
 
 struct Action {
@@ -145,6 +148,9 @@ struct PlanMemory {
   // counts from then at the earliest, as from a step (a rank 0 that trains again after a long
   // recovery has had no time to step yet).
   std::optional<WallTime> last_idle;
+  // The outage a RankRecovering event was said for: (attempt, rank 0's completed in-place
+  // recoveries of it), so an outage is said once and the next one again.
+  std::optional<std::pair<int, int>> recovery_said;
 };
 
 struct Plan {
@@ -238,6 +244,11 @@ inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 // True while the gang waits at a queue's scheduling gate (Kueue); False ("Admitted") once it
 // passed, which restarts the scheduling wait: time in line is the queue's to bound.
 inline constexpr char kQueuedCondition[] = "Queued";
+
+// A Warning event: rank 0 recovers in place from a loss the operator did not see (a hung peer,
+// a network cut: every pod runs); once per outage, after kUnseenLossGrace of it.
+inline constexpr char kRankRecoveringReason[] = "RankRecovering";
+inline constexpr Duration kUnseenLossGrace = std::chrono::seconds(10);
 
 // True while the checkpoints die with rank 0's replica (PlanInput::checkpoints_ephemeral).
 inline constexpr char kCheckpointsEphemeralCondition[] = "CheckpointsEphemeral";

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "common/time_format.h"
+#include "common/utf8.h"
 
 namespace ringtrain::op {
 
@@ -24,7 +25,9 @@ void EventRecorder::Record(const nlohmann::json& object, const std::string& type
   const auto& meta = object.value("metadata", nlohmann::json::object());
   const auto now = std::chrono::system_clock::now();
   const std::string ts = FormatRfc3339(now);
-  const std::string text = message.size() > 1024 ? message.substr(0, 1021) + "..." : message;
+  // Cut between characters: the request's JSON dump throws on a broken one (the event is lost).
+  const std::string text =
+      message.size() > 1024 ? message.substr(0, Utf8Cut(message, 1021)) + "..." : message;
   const std::string key = meta.value("namespace", "") + "\x1f" + meta.value("name", "") + "\x1f" +
                           meta.value("uid", "") + "\x1f" + type + "\x1f" + reason + "\x1f" + text;
   std::lock_guard<std::mutex> lock(mu_);

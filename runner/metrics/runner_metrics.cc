@@ -301,6 +301,7 @@ void RunnerMetrics::BeginRecovery(SteadyTime since, std::string_view cause) {
   between_steps_ = false;  // the failure ended that work
   if (recovering_) return;
   recovering_ = true;
+  recovering_since_ = since;
   outage_accrued_ = 0;
   accrued_to_ = since;
 }
@@ -376,6 +377,10 @@ void RunnerMetrics::UpdateProgress(const Progress& p) {
 Progress RunnerMetrics::progress() const {
   std::lock_guard<std::mutex> lock(mu_);
   Progress p = progress_;
+  if (p.state == "recovering" && recovering_) {
+    p.recovering_seconds = std::max(
+        0.0, std::chrono::duration<double>(clock_->SteadyNow() - recovering_since_).count());
+  }
   if (StalledLocked()) {
     const double since =
         std::chrono::duration<double>(clock_->SteadyNow() - progressed_at_).count();
@@ -434,8 +439,10 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
   if (!p.resume_warning.empty()) {
     j[std::string(contract::kStatusResumeWarning)] = p.resume_warning;
   }
-  if (p.state == "recovering" && !p.recovery_cause.empty()) {
-    j[std::string(contract::kStatusRecoveryCause)] = p.recovery_cause;
+  if (p.state == "recovering") {
+    if (!p.recovery_cause.empty())
+      j[std::string(contract::kStatusRecoveryCause)] = p.recovery_cause;
+    j[std::string(contract::kStatusRecoveringSeconds)] = p.recovering_seconds;
   }
   return j;
 }

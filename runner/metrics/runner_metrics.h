@@ -62,8 +62,10 @@ struct Progress {
   double recovery_seconds = 0;
   long long recovery_steps_lost = 0;
   long long last_recovery_step = -1;
-  // While "recovering": the loss this rank recovers from (contract::kStatusRecoveryCause).
+  // While "recovering": the loss this rank recovers from (contract::kStatusRecoveryCause), and
+  // the seconds since the outage began (contract::kStatusRecoveringSeconds; set by progress()).
   std::string recovery_cause;
+  double recovering_seconds = 0;
 };
 
 class RunnerMetrics {
@@ -207,6 +209,7 @@ class RunnerMetrics {
   // The outage in progress (BeginRecovery until ObserveRecovery), under mu_: the seconds
   // accrued to ringtrain_recovery_seconds_total for it, and up to when.
   bool recovering_ = false;
+  SteadyTime recovering_since_{};  // the outage's start, while recovering_
   mutable double outage_accrued_ = 0;
   mutable SteadyTime accrued_to_;
   // The stall clock, under mu_: when the rank last made progress (a completed step, a start of

@@ -148,6 +148,11 @@ TEST(RunnerStatus, ALongTextIsCutBetweenCharacters) {
   auto wrong = ParseRunnerStatus(R"({"step":1,"recoveryCause":7})");
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("recoveryCause"), std::string::npos);
+  auto age = ParseRunnerStatus(R"({"step":1,"state":"recovering","recoveringSeconds":12.5})");
+  ASSERT_TRUE(age.ok()) << age.status().ToString();
+  EXPECT_EQ(age->recovering_seconds, 12.5);
+  EXPECT_EQ(s->recovering_seconds, -1) << "absent";
+  EXPECT_FALSE(ParseRunnerStatus(R"({"step":1,"recoveringSeconds":-3})").ok());
 }
 
 }  // namespace

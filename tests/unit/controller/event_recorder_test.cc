@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace ringtrain::op {
 namespace {
@@ -42,6 +43,12 @@ class BlockingClient final : public kube::KubeClient {
   StatusOr<Json> Create(const kube::Resource&, const std::string&, const Json& object) override {
     std::unique_lock<std::mutex> lock(mu_);
     ++creates_;
+    // The request body, as the real client writes it: a strict dump (throws on broken UTF-8).
+    try {
+      bodies_.push_back(object.dump());
+    } catch (const std::exception& e) {
+      bodies_.push_back(std::string("dump threw: ") + e.what());
+    }
     cv_.notify_all();
     cv_.wait(lock, [this] { return !blocked_; });
     return object;
@@ -66,6 +73,11 @@ class BlockingClient final : public kube::KubeClient {
     return Unavailable("no watches");
   }
 
+  std::vector<std::string> Bodies() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return bodies_;
+  }
+
   // Waits (with a generous hang guard) until `n` Creates have begun.
   bool WaitForCreates(int n) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -77,6 +89,7 @@ class BlockingClient final : public kube::KubeClient {
   std::condition_variable cv_;
   bool blocked_ = true;
   int creates_ = 0;
+  std::vector<std::string> bodies_;
 };
 
 Json Job(const std::string& name) {
@@ -121,6 +134,23 @@ TEST(EventRecorderTest, FlushWritesWhatIsQueuedWhenTheServerAnswers) {
   recorder.Flush();
   EXPECT_EQ(client.Creates(), 5);
   EXPECT_EQ(recorder.QueuedForTest(), 0u);
+}
+
+// An Event's message is kept to 1024 bytes, cut between characters: a cut through one made the
+// request's JSON dump throw, and the event (a RankRecovering naming a long cause) was lost.
+TEST(EventRecorderTest, ALongMessageIsCutBetweenCharacters) {
+  BlockingClient client;
+  client.Unblock();
+  EventRecorder recorder(&client, "ringtrain-controller", "test");
+  std::string message(1020, 'x');  // then two-byte characters: byte 1021 is inside one
+  for (int i = 0; i < 10; ++i) message += "\u00e9";
+  recorder.Record(Job("j0"), "Warning", "RankRecovering", message);
+  recorder.Flush();
+  const std::vector<std::string> bodies = client.Bodies();
+  ASSERT_EQ(bodies.size(), 1u);
+  ASSERT_EQ(bodies[0].rfind("dump threw", 0), std::string::npos) << bodies[0];
+  const Json event = Json::parse(bodies[0]);
+  EXPECT_EQ(event["message"].get<std::string>(), std::string(1020, 'x') + "...");
 }
 
 }  // namespace

@@ -3521,27 +3521,55 @@ TEST(PlannerProgress, ARankZeroRecoveringInPlaceIsNotSaidToMakeProgress) {
 // rank 0's all-reduce timed out after 10 s and it waited 120 s to recover in place, saying
 // "recovering" with 0 samples/s, while the job said nothing: phase Running, AllPodsRunning, no
 // Stalled condition (it had never stalled), no event, for two minutes, then a gang restart. A
-// recovery from a loss the operator did not see (every pod runs) is said once, as a Warning,
-// with the loss in rank 0's words and the wait; the condition Stalled=False (reason Recovering)
-// says it while it lasts, and the next reads add no event.
-TEST(PlannerProgress, ARecoveryFromALossNoPodShowsIsSaidWithItsCause) {
-  auto job = InPlaceJob(2);
-  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
-  job.status.progress = api::Progress{20516, 3, 44646.8, 0.31, "2026-11-21T10:00:55Z"};
-  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
-                                             Replica(1, 0, ReplicaPhase::kRunning)};
-  contract::RunnerStatus r;
-  r.state = "recovering";
-  r.step = 20516;
-  r.start_step = 0;
-  r.recovery_cause =
-      "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1";
+// recovery from a loss the operator did not see (every pod runs) is said once per outage, as a
+// Warning, with the loss in rank 0's words and the wait; the condition Stalled=False (reason
+// Recovering) says it while it lasts.
+class PlannerRecovering : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    job_ = InPlaceJob(2);
+    job_.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+    job_.status.progress = api::Progress{20516, 3, 44646.8, 0.31, "2026-11-21T10:00:55Z"};
+    read_.state = "recovering";
+    read_.step = 20516;
+    read_.start_step = 0;
+    read_.recovery_cause =
+        "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1";
+    read_.recovering_seconds = 10.4;  // from the last step before the loss
+  }
+  // One pass at `at` seconds that reads read_, with the executor's memory of the last one.
+  Plan Pass(int at) {
+    PlanInput in;
+    in.job = &job_;
+    in.replicas = gang_;
+    in.now = At(at);
+    in.progress = ObserveRunnerStatus(read_);
+    in.memory = memory_;
+    Plan plan = PlanReconcile(in);
+    memory_ = plan.memory;
+    job_.status = plan.status;
+    return plan;
+  }
+  static int Said(const Plan& plan) {
+    int n = 0;
+    for (const Event& e : plan.events) n += e.reason == "RankRecovering" ? 1 : 0;
+    return n;
+  }
+
+  api::TrainingJob job_;
+  std::vector<ObservedReplica> gang_ = {Replica(0, 0, ReplicaPhase::kRunning),
+                                        Replica(1, 0, ReplicaPhase::kRunning)};
+  contract::RunnerStatus read_;
+  PlanMemory memory_;
+};
+
+TEST_F(PlannerRecovering, ALossNoPodShowsIsSaidOncePerOutageWithItsCause) {
   const std::string said =
       "rank 0 recovers a lost peer in place (step 20625: gradient all-reduce: all-reduce: timed "
       "out after 10s waiting for rank 1): no completed step since step 20516 "
       "(2026-11-21T10:00:55Z); it waits up to 120s for the gang to form again, else the gang "
       "restarts";
-  Plan first = PlanWithProgress(job, gang, At(66), ObserveRunnerStatus(r));
+  Plan first = Pass(66);
   EXPECT_EQ(first.status.phase, "Running");
   const api::Condition* c = Cond(first.status, "Stalled");
   ASSERT_NE(c, nullptr);
@@ -3552,42 +3580,102 @@ TEST(PlannerProgress, ARecoveryFromALossNoPodShowsIsSaidWithItsCause) {
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->type, "Warning");
   EXPECT_EQ(e->message, said);
-  job.status = first.status;
-  Plan next = PlanWithProgress(job, gang, At(70), ObserveRunnerStatus(r));
-  EXPECT_EQ(FindEvent(next, "RankRecovering"), nullptr);
+  read_.recovering_seconds = 15.4;
+  Plan next = Pass(71);
+  EXPECT_EQ(Said(next), 0) << "the same outage";
   EXPECT_EQ(Cond(next.status, "Stalled")->message, said);
+  // It recovered (1 recovery), and before any read saw it train, a second outage: said again.
+  read_.recoveries = 1;
+  read_.last_recovery_step = 20625;
+  read_.recovering_seconds = 12;
+  read_.recovery_cause = "step 20700: all-reduce: timed out after 10s waiting for rank 1";
+  Plan second = Pass(90);
+  EXPECT_EQ(Said(second), 1);
+  EXPECT_NE(FindEvent(second, "RankRecovering")->message.find("step 20700"), std::string::npos);
+  EXPECT_EQ(Said(Pass(95)), 0);
+}
 
-  // A loss the operator answered itself (rank 1's pod lost and replaced in place: Restarting
-  // turned True, and back to False after the last step seen once the replacement ran) had its
-  // InPlaceRecovery event: rank 0 still recovering then adds none.
-  auto answered = InPlaceJob(2);
-  answered.status.progress = job.status.progress;
-  answered.status.conditions = {
-      {"Running", "True", "Running", "", "2026-11-21T10:00:00Z"},
-      {"Restarting", "False", "Running", "gang running", "2026-11-21T10:01:02Z"}};
-  r.recovery_cause =
-      "step 20601: gradient all-reduce: all-reduce: recv from rank 1: connection reset by peer";
-  Plan replaced = PlanWithProgress(answered, gang, At(64), ObserveRunnerStatus(r));
-  EXPECT_EQ(Cond(replaced.status, "Stalled")->reason, "Recovering");
-  EXPECT_EQ(FindEvent(replaced, "RankRecovering"), nullptr);
-  // ... but a restart before the last step seen answered an earlier loss, not this one.
-  answered.status.conditions[1].last_transition_time = "2026-11-21T10:00:30Z";
-  EXPECT_NE(
-      FindEvent(PlanWithProgress(answered, gang, At(64), ObserveRunnerStatus(r)), "RankRecovering"),
-      nullptr);
+// A pod's end reaches the operator a moment after its peers notice it (the kubelet reports it,
+// then the watch): an outage younger than kUnseenLossGrace gets the condition, not yet the
+// event; the operator then answers the loss itself (InPlaceRecovery; the Restarting condition
+// turns False again when the replacement runs, after the outage began), and no RankRecovering
+// follows for it.
+TEST_F(PlannerRecovering, ALossTheOperatorAnswersItselfGetsNoRankRecovering) {
+  read_.recovery_cause =
+      "step 20601: gradient all-reduce: all-reduce: lost peer rank 1 (connection reset)";
+  read_.recovering_seconds = 0.5;
+  Plan young = Pass(56);
+  EXPECT_EQ(Cond(young.status, "Stalled")->reason, "Recovering");
+  EXPECT_EQ(Said(young), 0) << "the operator may not have seen the pod's end yet";
+  // The replacement ran at 10:01:02; rank 0 still recovers (the new rank joins).
+  job_.status.conditions.push_back(
+      {"Restarting", "False", "Running", "gang running", "2026-11-21T10:01:02Z"});
+  read_.recovering_seconds = 12;
+  EXPECT_EQ(Said(Pass(67)), 0);
+  // A gang made whole before this outage began answered an earlier loss, not this one.
+  for (auto& cond : job_.status.conditions) {
+    if (cond.type == "Restarting") cond.last_transition_time = "2026-11-21T10:00:30Z";
+  }
+  EXPECT_EQ(Said(Pass(70)), 1);
+}
 
-  // A /status without the cause (an older runner) still gets the condition and the event.
-  r.recovery_cause.clear();
-  auto fresh = InPlaceJob(2);
-  fresh.status.progress = job.status.progress;
-  fresh.status.conditions = {{"Running", "True", "Running", "", "2026-11-21T10:00:00Z"}};
-  Plan older = PlanWithProgress(fresh, gang, At(66), ObserveRunnerStatus(r));
-  ASSERT_NE(FindEvent(older, "RankRecovering"), nullptr);
-  EXPECT_EQ(FindEvent(older, "RankRecovering")
-                ->message.rfind("rank 0 recovers a lost peer in place: no completed step since "
-                                "step 20516",
-                                0),
-            0u);
+// After a gang restart the last step seen is the old attempt's: an outage of the new attempt
+// before its first step is still one the operator did not see (the gang was whole before it).
+TEST_F(PlannerRecovering, AHangBeforeTheNewAttemptsFirstStepIsSaid) {
+  job_.status.attempt = 1;
+  job_.status.restarts = 1;
+  gang_ = {Replica(0, 1, ReplicaPhase::kRunning), Replica(1, 1, ReplicaPhase::kRunning)};
+  job_.status.conditions.push_back(
+      {"Restarting", "False", "Running", "gang running", "2026-11-21T10:02:00Z"});
+  read_.recovering_seconds = 40;  // the gang formed at 10:02:05, then hung
+  EXPECT_EQ(Said(Pass(165)), 1);
+}
+
+// With backoffLimit spent, a failed recovery fails the job: the message says that, not a
+// restart. An older runner (no recoveringSeconds) is judged by the last step seen.
+TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
+  job_.status.restarts = job_.spec.run_policy.backoff_limit;
+  read_.recovering_seconds = -1;
+  read_.recovery_cause.clear();
+  Plan plan = Pass(66);
+  ASSERT_EQ(Said(plan), 1);
+  EXPECT_EQ(FindEvent(plan, "RankRecovering")->message,
+            "rank 0 recovers a lost peer in place: no completed step since step 20516 "
+            "(2026-11-21T10:00:55Z); it waits up to 120s for the gang to form again, else the "
+            "job fails (backoffLimit 2 spent)");
+}
+
+// A cause too long for an Event keeps the wait after it: the cause is cut (between characters).
+TEST_F(PlannerRecovering, ALongCauseIsCutAndTheWaitKept) {
+  read_.recovery_cause = "x" + std::string(700, 'y');
+  const Plan plan = Pass(66);
+  ASSERT_EQ(Said(plan), 1);
+  const std::string& m = FindEvent(plan, "RankRecovering")->message;
+  EXPECT_LT(m.size(), 1024u);
+  EXPECT_NE(m.find("yyy...): no completed step"), std::string::npos) << m;
+  EXPECT_NE(m.find("else the gang restarts"), std::string::npos) << m;
+}
+
+// The condition speaks of a running gang's rank 0: once the job leaves Running (the failed
+// recovery restarts the gang) it no longer says rank 0 waits.
+TEST_F(PlannerRecovering, TheConditionEndsWhenTheJobLeavesRunning) {
+  Pass(66);
+  ASSERT_EQ(Cond(job_.status, "Stalled")->reason, "Recovering");
+  gang_[0] = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  gang_[0].message = "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for rank 1" +
+                     std::string(contract::kRecoveryFailedMarker) +
+                     "rendezvous timed out after 119.999s waiting for rank 1";
+  read_ = contract::RunnerStatus{};
+  PlanInput in;
+  in.job = &job_;
+  in.replicas = gang_;
+  in.now = At(190);
+  const Plan restarted = PlanReconcile(in);
+  EXPECT_EQ(restarted.status.phase, "Restarting");
+  const api::Condition* c = Cond(restarted.status, "Stalled");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->reason, "NotTraining");
+  EXPECT_EQ(c->message, "the job is Restarting: no gang of it trains now");
 }
 
 }  // namespace

@@ -333,9 +333,13 @@ TEST_F(RunnerMetricsRecoveryTest, StatusCarriesTheLossWhileItRecovers) {
                    "for rank 1");
   EXPECT_EQ(Status(m_).recovery_cause,
             "step 20625: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1");
+  EXPECT_EQ(Status(m_).recovering_seconds, 0);
+  Advance(3);
+  EXPECT_EQ(Status(m_).recovering_seconds, 3) << "the outage's age, for the operator";
   // The replacement was lost too: the latest loss is the one waited on.
   m_.BeginRecovery(clock_.SteadyNow(), "rendezvous: rank 1 left");
   EXPECT_EQ(Status(m_).recovery_cause, "rendezvous: rank 1 left");
+  EXPECT_EQ(Status(m_).recovering_seconds, 3) << "the same outage: its start is kept";
   // A cause of any length stays within what the operator reads.
   m_.BeginRecovery(clock_.SteadyNow(), std::string(100000, 'x'));
   EXPECT_EQ(Status(m_).recovery_cause.size(), 1024u);
@@ -345,6 +349,8 @@ TEST_F(RunnerMetricsRecoveryTest, StatusCarriesTheLossWhileItRecovers) {
   EXPECT_EQ(Status(m_).state, "running");
   EXPECT_EQ(Status(m_).recovery_cause, "");
   EXPECT_THAT(m_.RenderStatusJson(), Not(HasSubstr("recoveryCause")));
+  EXPECT_THAT(m_.RenderStatusJson(), Not(HasSubstr("recoveringSeconds")));
+  EXPECT_EQ(Status(m_).recovering_seconds, -1);
 }
 
 }  // namespace
