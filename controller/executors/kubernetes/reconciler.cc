@@ -115,18 +115,26 @@ void Reconciler::ForgetMemory(const std::string& key) {
   memory_.erase(key);
 }
 
-Status Reconciler::DeletePod(const std::string& key, const Json& pod) {
+Status Reconciler::DeletePod(const std::string& key, const Json& pod,
+                             reconcile::PlanMemory* record) {
   const std::string name = MetaString(pod, "name");
   kube::DeleteOptions opts;
   // Only ever delete the pod we observed, not a namesake created since.
   opts.precondition_uid = MetaString(pod, "uid");
   expectations_.ExpectDelete(key, name);
   Status st = client_->Delete(kube::kPods, MetaString(pod, "namespace"), name, opts);
-  if (st.ok()) return st;
-  expectations_.Lower(key, name);
-  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kAborted) {
-    return Status::Ok();  // gone already, or a different pod by now: nothing of ours to delete
+  if (st.ok()) {
+    if (record != nullptr) reconcile::RecordReplicaDeleted(record, name);
+    return st;
   }
+  expectations_.Lower(key, name);
+  if (st.code() == StatusCode::kNotFound) {
+    if (record != nullptr) reconcile::RecordReplicaDeleted(record, name);
+    return Status::Ok();  // gone already: nothing of ours to delete, and nothing lost
+  }
+  // A different pod by now (the uid precondition failed): nothing of ours to delete, and the
+  // namesake is no delete of ours to remember.
+  if (st.code() == StatusCode::kAborted) return Status::Ok();
   return st.WithContext("delete pod " + name);
 }
 
@@ -409,11 +417,14 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // and is bounded by runPolicy.schedulingTimeoutSeconds and by the survivors' own recovery
   // timeout, after which they fail and the gang restarts.
   // Each is marked as the operator's before it is deleted: its runner ends of the deletion while
-  // it terminates, and an operator that starts meanwhile has none of this memory.
+  // it terminates, and an operator that starts meanwhile has none of this memory. The memory of
+  // the release is written once the delete succeeded (DeletePod): a pod whose delete failed is
+  // not released, and a deletion of it by someone else until the next pass retries the release
+  // is theirs. One already terminating was released by an earlier pass (remembered then, or
+  // marked) or deleted by someone else: no delete of this pass, nothing to remember.
   if (!replacement) {
     for (const auto& pod : pass.gang) {
       const std::string pod_name = MetaString(pod, "name");
-      reconcile::RecordReplicaDeleted(&memory, pod_name);
       if (Deleting(pod)) continue;
       // The uid: only the pod observed, not a namesake created since. The API refuses another
       // uid as a change of an immutable field (422 Invalid, not a 409: t4-02 in the fake API
@@ -426,11 +437,14 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
                            {"annotations", {{kDeletedByOperatorAnnotation, "released"}}}}}};
       auto marked = client_->Patch(kube::kPods, pass.ns, pod_name, mark, kube::PatchType::kMerge);
       if (!marked.ok()) {
-        if (marked.status().code() == StatusCode::kNotFound) continue;
+        if (marked.status().code() == StatusCode::kNotFound) {
+          reconcile::RecordReplicaDeleted(&memory, pod_name);  // gone already
+          continue;
+        }
         spdlog::warn("job {}: pod {} released unmarked: {}", key, pod_name,
                      marked.status().ToString());
       }
-      RETURN_IF_ERROR(DeletePod(key, pod));
+      RETURN_IF_ERROR(DeletePod(key, pod, &memory));
     }
   }
   reconcile::RecordFailedCreate(
@@ -702,11 +716,15 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         break;
       }
       case Action::Kind::kDeleteReplica: {
-        reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);
         auto it = pass.pod_by_name.find(a.name);
-        if (it == pass.pod_by_name.end()) break;
+        if (it == pass.pod_by_name.end()) {
+          reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);  // gone already
+          break;
+        }
         spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
-        RETURN_IF_ERROR(DeletePod(pass.key, *it->second));
+        // Remembered once the delete succeeded (DeletePod): a failed one is retried by the next
+        // pass, and until then the pod's end is not ours.
+        RETURN_IF_ERROR(DeletePod(pass.key, *it->second, &pass.memory->plan));
         break;
       }
       case Action::Kind::kOpenGate: {

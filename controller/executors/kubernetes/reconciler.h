@@ -170,7 +170,12 @@ class Reconciler {
   Status FailedCreate(Pass& pass, const Status& error, const std::string& what, bool replacement);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
-  Status DeletePod(const std::string& key, const Json& pod);
+  // Deletes the pod observed (its uid), not a namesake. `record`: the planner's memory of the
+  // executor's own deletes (reconcile::RecordReplicaDeleted), written only once the delete
+  // succeeded or found the pod gone (404); a delete that failed is no release (the pod may still
+  // end of someone else's deletion, or run on), and a namesake (409 on the uid) none of ours.
+  Status DeletePod(const std::string& key, const Json& pod,
+                   reconcile::PlanMemory* record = nullptr);
   JobMemory& Memory(const std::string& key);
   void ForgetMemory(const std::string& key);
 

@@ -91,6 +91,23 @@ class ReconcilerTest : public ::testing::Test {
     }
     client_.Set(kube::kPods, "default", pod);
   }
+  // Someone deleted the pod (its deletionTimestamp, kept when it has one) and its runner ended
+  // now with `exit_code`: 143 when it answered the SIGTERM, 137 when the kubelet killed it at
+  // the end of its grace period.
+  void EndOfADeletion(const std::string& name, int exit_code) {
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    if (!pod["metadata"].contains("deletionTimestamp")) {
+      pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+    }
+    pod["status"]["phase"] = "Failed";
+    pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                           {"state",
+                                            {{"terminated",
+                                              {{"exitCode", exit_code},
+                                               {"reason", "Error"},
+                                               {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
 
   FakeKubeClient client_;
   SnapshotCache cache_;
@@ -325,6 +342,15 @@ Json Condition(const Json& status, const std::string& type) {
   return nullptr;
 }
 
+// A pod of a running GangRestart gang (attempt 0) deleted by someone else: a new attempt,
+// reason PodDeleted, nothing counted against backoffLimit.
+void ExpectAnUncountedPodDeletedRestart(const Json& status) {
+  EXPECT_EQ(status["phase"], "Restarting") << status.dump();
+  EXPECT_EQ(status["attempt"], 1);
+  EXPECT_EQ(status.value("restarts", 0), 0);
+  EXPECT_EQ(Condition(status, "Restarting")["reason"], "PodDeleted");
+}
+
 // Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training
 // gang. Both got a deletionTimestamp while Running; each runner answered the SIGTERM with exit
 // 143 (reason Error, its termination message), rank 1 first. No survivor: the gang restarts,
@@ -387,22 +413,11 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNo
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   clock_.Advance(std::chrono::seconds(30));
-  pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
-  pod["status"]["phase"] = "Failed";
-  pod["status"]["containerStatuses"] = {{{"name", "runner"},
-                                         {"state",
-                                          {{"terminated",
-                                            {{"exitCode", 137},
-                                             {"reason", "Error"},
-                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
-  client_.Set(kube::kPods, "default", pod);
+  EndOfADeletion("mnist-a0-1", 137);
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
-  EXPECT_EQ(Status()["attempt"], 1);
-  EXPECT_EQ(Status().value("restarts", 0), 0);
+  ExpectAnUncountedPodDeletedRestart(Status());
   EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
-  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
 // The operator restarts while someone deletes a pod of the running gang: the new one first sees
@@ -411,26 +426,14 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNo
 TEST_F(ReconcilerTest, APodDeletedBeforeAFreshOperatorSawItRunIsNotCounted) {
   ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
       Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
-  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
-  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
-  pod["status"]["phase"] = "Failed";
-  pod["status"]["containerStatuses"] = {{{"name", "runner"},
-                                         {"state",
-                                          {{"terminated",
-                                            {{"exitCode", 143},
-                                             {"reason", "Error"},
-                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
-  client_.Set(kube::kPods, "default", pod);
+  EndOfADeletion("mnist-a0-1", 143);
   cache_.CatchUp(client_);
   ReconcilerOptions options;
   options.expectations_timeout = std::chrono::hours(1);
   Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
                    [](const std::string&, int, Duration) { return std::nullopt; });
   ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
-  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
-  EXPECT_EQ(Status()["attempt"], 1);
-  EXPECT_EQ(Status().value("restarts", 0), 0);
-  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+  ExpectAnUncountedPodDeletedRestart(Status());
 }
 
 class FailedCreateTest : public ReconcilerTest {
@@ -1006,6 +1009,36 @@ INSTANTIATE_TEST_SUITE_P(Refusals, MarkRefusedTest,
                                   : info.param == StatusCode::kPermissionDenied ? "Forbidden403"
                                                                                 : "Unavailable503";
                          });
+
+// A release whose delete failed (an API error) is no release: the pod runs on, and the memory of
+// the operator's deletes must not claim it. The next pass finds the quota free and makes the
+// gang whole; once it runs, someone deletes that pod (its runner answers the SIGTERM): a
+// deletion by others (PodDeleted, not counted), not the release that never happened. It used to
+// be remembered before the delete, and its end was taken for the operator's own release.
+TEST_F(FailedCreateTest, APodWhoseReleaseFailedIsNoReleaseWhenOthersDeleteIt) {
+  CreateJob(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}}));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  client_.FailNext("delete", "pods", ringtrain::Status(StatusCode::kUnavailable, "etcd timeout"),
+                   1);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok()) << "the release is retried";
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  cache_.CatchUp(client_);
+  auto whole = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running") << Status().dump();
+  ASSERT_NE(Condition(Status(), "ReplicaFailure")["status"], "True") << "the mark is not trusted";
+
+  EndOfADeletion("mnist-a0-0", 143);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ExpectAnUncountedPodDeletedRestart(Status());
+}
 
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
