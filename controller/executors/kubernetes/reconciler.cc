@@ -409,7 +409,6 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
     events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);
   }
-  reconcile::PlanMemory& memory = pass.memory->plan;
   // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile. Except the
   // survivors of an in-place recovery: they hold the gang's state (releasing them would turn a
   // free recovery into a gang restart that a quota or a webhook refuses just the same). The
@@ -422,7 +421,39 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // not released, and a deletion of it by someone else until the next pass retries the release
   // is theirs. One already terminating was released by an earlier pass (remembered then, or
   // marked) or deleted by someone else: no delete of this pass, nothing to remember.
-  if (!replacement) {
+  const bool releases = !replacement && std::any_of(pass.gang.begin(), pass.gang.end(),
+                                                    [](const Json& pod) { return !Deleting(pod); });
+  // The condition ReplicaFailure first, as WriteStatus writes a restart before its deletes: a
+  // mark is trusted only while it is True (the planner's MarkedReleased), so it is on record
+  // before any pod is marked. An operator lost after the deletes leaves marks the next one
+  // trusts; written after them, a loss in between left marks it did not, and each release read
+  // as a pod deleted by someone else (a PodDeleted restart). Not written, nothing is released:
+  // the pass fails and is retried (a partial gang holds its quota only that long).
+  const api::JobStatus& status = pass.plan.status;
+  api::JobStatus next = status;
+  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
+                             reconcile::kFailedCreateReason, api_message,
+                             FormatRfc3339(clock_->Now()));
+  if (next != status) {
+    Json obj = pass.latest;
+    obj["status"] = Json::parse(api::StatusToJson(next));
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
+    if (written.ok()) {
+      expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+      pass.latest = *written;
+    } else if (written.status().code() == StatusCode::kNotFound) {
+      pass.refused = true;  // the job is gone: HandleGone deletes its pods
+      return error.WithContext("create " + what);
+    } else if (releases) {
+      return written.status().WithContext("update status of " + key +
+                                          " before releasing its partial gang");
+    } else {
+      spdlog::warn("job {}: condition {} not written: {}", key, reconcile::kReplicaFailureCondition,
+                   written.status().ToString());
+    }
+  }
+  reconcile::PlanMemory& memory = pass.memory->plan;
+  if (releases) {
     for (const auto& pod : pass.gang) {
       const std::string pod_name = MetaString(pod, "name");
       if (Deleting(pod)) continue;
@@ -451,22 +482,6 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
       &memory, clock_->SteadyNow(),
       BackoffOptions{options_.create_retry_base, options_.create_retry_max, 2.0});
 
-  const api::JobStatus& status = pass.plan.status;
-  api::JobStatus next = status;
-  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
-                             reconcile::kFailedCreateReason, api_message,
-                             FormatRfc3339(clock_->Now()));
-  if (next != status) {
-    Json obj = pass.latest;
-    obj["status"] = Json::parse(api::StatusToJson(next));
-    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
-    if (written.ok()) {
-      expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
-    } else {
-      spdlog::warn("job {}: condition {} not written: {}", key, reconcile::kReplicaFailureCondition,
-                   written.status().ToString());
-    }
-  }
   pass.refused = true;
   return error.WithContext("create " + what);
 }

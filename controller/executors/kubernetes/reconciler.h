@@ -160,11 +160,13 @@ class Reconciler {
                             const std::string& name);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
-  // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to
-  // the planner's create-retry gate. Returns the error and sets pass.refused: the pass ends
-  // there, and Act retries after the planner's backoff, as a wait of the job (its status says
-  // so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total, whose alert
-  // speaks of the controller's own trouble). A failure of the release itself is returned alone.
+  // ReplicaFailure condition, written before any pod is marked and released: a fresh operator
+  // trusts a mark only while it is True), release the partial gang (pass.gang) and report the
+  // refusal to the planner's create-retry gate. Returns the error and sets pass.refused: the
+  // pass ends there, and Act retries after the planner's backoff, as a wait of the job (its
+  // status says so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total,
+  // whose alert speaks of the controller's own trouble). A failure of the condition's write
+  // (when there is a pod to release) or of the release itself is returned alone.
   // `replacement`: the create was of a pod replaced in place (status.replacedPods); the
   // survivors hold the gang's state and are kept while the create is retried (see the .cc).
   Status FailedCreate(Pass& pass, const Status& error, const std::string& what, bool replacement);

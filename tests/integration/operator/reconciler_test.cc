@@ -440,21 +440,23 @@ class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {
     recorder_ = std::make_unique<EventRecorder>(&client_, "ringtrain-controller", "test");
+    // No retry unless the test says so.
+    reconciler_ = MakeReconciler(std::chrono::hours(1), recorder_.get());
+  }
+  std::unique_ptr<Reconciler> MakeReconciler(Duration create_retry_base, EventRecorder* events) {
     ReconcilerOptions options;
     options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = std::chrono::hours(1);  // no retry unless the test says so
-    reconciler_ = std::make_unique<Reconciler>(
-        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
+    options.create_retry_base = create_retry_base;
+    return std::make_unique<Reconciler>(
+        &client_, &cache_, &clock_, events, nullptr, options,
         [](const std::string&, int, Duration) { return std::nullopt; });
   }
   // A reconciler whose backoff after a refused create has already passed.
-  void RetryAtOnce() {
-    ReconcilerOptions options;
-    options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = Duration(0);
-    reconciler_ = std::make_unique<Reconciler>(
-        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
-        [](const std::string&, int, Duration) { return std::nullopt; });
+  void RetryAtOnce() { reconciler_ = MakeReconciler(Duration(0), recorder_.get()); }
+  // Another operator on the same API (a restart, a leader change), with none of this one's
+  // memory.
+  std::unique_ptr<Reconciler> NextOperator() {
+    return MakeReconciler(std::chrono::hours(1), nullptr);
   }
   std::vector<Json> Events() {
     recorder_->Flush();
@@ -951,13 +953,8 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
     if (!marked) pod["metadata"]["annotations"].erase(kDeletedByOperatorAnnotation);
     client_.Set(kube::kPods, "default", pod);
     cache_.CatchUp(client_);
-    ReconcilerOptions options;
-    options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = std::chrono::hours(1);
-    Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
-                     [](const std::string&, int, Duration) { return std::nullopt; });
     const Json before = Status();
-    ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+    ASSERT_TRUE(NextOperator()->Reconcile("default", "mnist").ok());
     const Json restarting = Condition(Status(), "Restarting");
     if (marked) {
       EXPECT_TRUE(!restarting.is_object() || restarting["reason"] != "PodDeleted")
@@ -971,6 +968,52 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
     job["status"] = before;
     client_.Set(kube::kTrainingJobs, "default", job);
   }
+}
+
+// The operator that released a partial gang is lost right after the delete (a crash, a leader
+// change): ReplicaFailure is on record before the mark and the delete, so the next operator,
+// with none of the first one's memory, trusts the mark on the terminating pod and reads its end
+// (143, the release's SIGTERM) as the release: no failure, no PodDeleted restart, the gang is
+// created again whole after the backoff. The condition used to be written after the delete: a
+// loss in between left a mark the next operator did not trust (a PodDeleted restart).
+TEST_F(FailedCreateTest, AnOperatorLostAfterAReleaseLeavesMarksTheNextOneTrusts) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  client_.GracefulPodDeletes();
+  client_.LoseAfter("delete", "pods");
+  (void)reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(client_.Lost()) << "the release reached the delete";
+  client_.Revive();  // the next operator's client
+  EndOfADeletion("mnist-a0-0", 143);
+  ASSERT_EQ(client_.Get(kube::kPods, "default", "mnist-a0-0")
+                ->at("metadata")
+                .at("annotations")
+                .value(kDeletedByOperatorAnnotation, ""),
+            "released");
+
+  cache_.CatchUp(client_);
+  auto r = NextOperator()->Reconcile("default", "mnist");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Json restarting = Condition(Status(), "Restarting");
+  EXPECT_TRUE(!restarting.is_object() || restarting["reason"] != "PodDeleted") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 0) << Status().dump();
+  EXPECT_EQ(Status()["replicas"].value("failed", 0), 0) << "the release is no failure";
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "True");
+}
+
+// ReplicaFailure that could not be written (an outage, a conflict): nothing is marked or
+// released before it is on record; the pass fails, and the next one releases the gang.
+TEST_F(FailedCreateTest, NoPodIsReleasedBeforeReplicaFailureIsOnRecord) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 2, /*skip=*/1);
+  client_.FailNext("update-status", "trainingjobs", Unavailable("apiserver down"), 1, /*skip=*/1);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("patch", "pods") + client_.CountWrites("delete", "pods"), 0);
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  cache_.CatchUp(client_);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "True");
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "released";
 }
 
 // A mark the API refuses does not keep the partial gang holding its quota: a 422 (the real
