@@ -42,6 +42,19 @@ bool Transient(const Status& st) {
          st.code() == StatusCode::kDeadlineExceeded;
 }
 
+// A refusal caused by the controller's own configuration, not by the job: the API's authorizer
+// (RBAC: "... is forbidden: User \"system:serviceaccount:...\" cannot create resource ...") or a
+// resource type the cluster does not serve (a create answered 404: a PodGroup CRD that is not
+// installed; not a namespace that is gone). The job waits on it like on any refusal, but only a
+// person fixing the controller's Role or the cluster ends the wait. A quota, PodSecurity, an
+// admission webhook's policy (403s of other words) or an invalid object (422) is the job's.
+bool ControllerMisconfigured(const Status& st) {
+  const std::string& m = st.message();
+  if (st.code() == StatusCode::kNotFound) return m.find("namespaces \"") == std::string::npos;
+  return st.code() == StatusCode::kPermissionDenied && m.find("User \"") != std::string::npos &&
+         m.find("\" cannot ") != std::string::npos;
+}
+
 int MetricsPort(const Json& pod) {
   auto m = pod.find("metadata");
   if (m != pod.end() && m->contains("annotations") && (*m)["annotations"].is_object()) {
@@ -331,10 +344,11 @@ Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobM
   if (!created.ok()) {
     const std::string api = (*group)["apiVersion"].get<std::string>();
     if (created.status().code() == StatusCode::kNotFound) {
-      return FailedPrecondition(
-          "runPolicy.podGroup: this cluster does not serve PodGroups of " + api + " (install " +
-          (volcano ? "Volcano" : "the scheduler-plugins coscheduling plugin") +
-          " and its CRD, or remove runPolicy.podGroup)");
+      // Still a 404: the controller's configuration (ControllerMisconfigured), not the job's.
+      return NotFound("runPolicy.podGroup: this cluster does not serve PodGroups of " + api +
+                      " (install " +
+                      (volcano ? "Volcano" : "the scheduler-plugins coscheduling plugin") +
+                      " and its CRD, or remove runPolicy.podGroup)");
     }
     return created.status().WithContext("PodGroup " + name + " (" + api + ")");
   }
@@ -403,8 +417,14 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
                                 bool replacement) {
   const std::string& key = pass.key;
   const std::string& api_message = error.message();
-  spdlog::warn("job {}: create {}: {}{}", key, what, api_message,
-               replacement ? " (an in-place replacement: the surviving pods are kept)" : "");
+  // Counted as a failed reconcile although the pass ends as the job's wait: the reconcile-errors
+  // alert is how a person hears of the controller's own trouble, and no job's wait ends before
+  // it is fixed.
+  const bool misconfigured = ControllerMisconfigured(error);
+  if (misconfigured && metrics_ != nullptr) metrics_->IncReconcileErrors();
+  spdlog::warn("job {}: create {}: {}{}{}", key, what, api_message,
+               replacement ? " (an in-place replacement: the surviving pods are kept)" : "",
+               misconfigured ? " (the controller's configuration: a reconcile error)" : "");
   if (events_ != nullptr) {
     events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);

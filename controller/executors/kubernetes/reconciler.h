@@ -165,7 +165,9 @@ class Reconciler {
   // refusal to the planner's create-retry gate. Returns the error and sets pass.refused: the
   // pass ends there, and Act retries after the planner's backoff, as a wait of the job (its
   // status says so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total,
-  // whose alert speaks of the controller's own trouble). A failure of the condition's write
+  // whose alert speaks of the controller's own trouble), unless the refusal is that trouble:
+  // RBAC, or a resource type the cluster does not serve (a PodGroup CRD), counted there though
+  // the job waits the same way. A failure of the condition's write
   // (when there is a pod to release) or of the release itself is returned alone.
   // `replacement`: the create was of a pod replaced in place (status.replacedPods); the
   // survivors hold the gang's state and are kept while the create is retried (see the .cc).

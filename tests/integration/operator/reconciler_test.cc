@@ -443,12 +443,13 @@ class FailedCreateTest : public ReconcilerTest {
     // No retry unless the test says so.
     reconciler_ = MakeReconciler(std::chrono::hours(1), recorder_.get());
   }
-  std::unique_ptr<Reconciler> MakeReconciler(Duration create_retry_base, EventRecorder* events) {
+  std::unique_ptr<Reconciler> MakeReconciler(Duration create_retry_base, EventRecorder* events,
+                                             ControllerMetrics* metrics = nullptr) {
     ReconcilerOptions options;
     options.expectations_timeout = std::chrono::hours(1);
     options.create_retry_base = create_retry_base;
     return std::make_unique<Reconciler>(
-        &client_, &cache_, &clock_, events, nullptr, options,
+        &client_, &cache_, &clock_, events, metrics, options,
         [](const std::string&, int, Duration) { return std::nullopt; });
   }
   // A reconciler whose backoff after a refused create has already passed.
@@ -1082,6 +1083,55 @@ TEST_F(FailedCreateTest, APodWhoseReleaseFailedIsNoReleaseWhenOthersDeleteIt) {
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   ExpectAnUncountedPodDeletedRestart(Status());
 }
+
+// A create refused for the controller's own configuration (its Role lacks a verb: the API's
+// authorizer's 403; a PodGroup CRD not installed: 404) is the job's wait as any refusal, and also
+// a reconcile error, so that RingtrainControllerReconcileErrors tells the cluster's admin; a
+// refusal about the job (a quota, PodSecurity, an invalid pod) is not, and an outage (503) ends
+// the pass in an error the work queue counts, not FailedCreate. Every refusal used to be
+// uncounted: an RBAC mistake left every job waiting with the alert silent.
+struct RefusalCase {
+  const char* name;
+  const char* plural;
+  StatusCode code;
+  const char* message;
+  bool misconfigured;
+};
+class RefusalCountTest : public FailedCreateTest,
+                         public ::testing::WithParamInterface<RefusalCase> {};
+
+TEST_P(RefusalCountTest, OnlyTheControllersConfigurationIsAReconcileError) {
+  const RefusalCase& c = GetParam();
+  ControllerMetrics metrics;
+  reconciler_ = MakeReconciler(std::chrono::hours(1), recorder_.get(), &metrics);
+  client_.FailNext("create", c.plural, ringtrain::Status(c.code, c.message), 1);
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"podGroup", {{"type", "coscheduling"}}}}}}}}));
+  auto r = reconciler_->Reconcile("default", "mnist");
+  if (c.code == StatusCode::kUnavailable) {
+    EXPECT_FALSE(r.ok()) << "retried by the work queue, which counts it";
+  } else {
+    ExpectARefusalWaits(r);
+    EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate");
+  }
+  const std::string counted =
+      std::string("ringtrain_controller_reconcile_errors_total ") + (c.misconfigured ? "1" : "0");
+  EXPECT_NE(metrics.RenderText().find(counted), std::string::npos) << metrics.RenderText();
+}
+
+// clang-format off
+INSTANTIATE_TEST_SUITE_P(
+    Refusals, RefusalCountTest,
+    ::testing::Values(
+        RefusalCase{"RbacPods", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: User \"system:serviceaccount:ringtrain:ringtrain-controller\" cannot create resource \"pods\" in API group \"\" in the namespace \"default\"", true},
+        RefusalCase{"RbacSecrets", "secrets", StatusCode::kPermissionDenied, "secrets is forbidden: User \"system:serviceaccount:ringtrain:ringtrain-controller\" cannot create resource \"secrets\" in API group \"\" in the namespace \"default\"", true},
+        RefusalCase{"PodGroupCrdMissing", "podgroups", StatusCode::kNotFound, "the server could not find the requested resource", true},
+        RefusalCase{"Quota", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1", false},
+        RefusalCase{"PodSecurity", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true", false},
+        RefusalCase{"NamespaceTerminating", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: unable to create new content in namespace default because it is being terminated", false},
+        RefusalCase{"Invalid", "pods", StatusCode::kInvalidArgument, "Pod \"mnist-a0-0\" is invalid: spec.containers[0].image: Required value", false},
+        RefusalCase{"Unavailable", "pods", StatusCode::kUnavailable, "etcdserver: request timed out", false}),
+    [](const ::testing::TestParamInfo<RefusalCase>& info) { return std::string(info.param.name); });
+// clang-format on
 
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
