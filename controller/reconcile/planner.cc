@@ -177,6 +177,7 @@ class Planner {
   // Gang restart: every replica of the attempt goes, attempt+1 starts from the checkpoint.
   void Restart(const std::string& reason, const std::string& message, bool counts) {
     if (counts) ++st().restarts;
+    const int was = GangSize(st().attempt);
     ++st().attempt;
     st().replaced_pods.clear();
     // What this restart costs is known when the new gang trains (AccountRecoveries). A restart
@@ -195,11 +196,33 @@ class Planner {
     SetPhase("Restarting", reason, message, true);
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
-    plan_.events.push_back({"Warning", "GangRestart",
-                            "restarting all " + std::to_string(spec_.replicas) +
-                                " replicas as attempt " + std::to_string(st().attempt) + ": " +
-                                message});
+    const std::size_t before = plan_.actions.size();
     for (const auto& r : in_.replicas) Delete(r, "gang restart");
+    const std::size_t deleting = plan_.actions.size() - before;
+    // A resize restarts as the new size and deletes the old gang's pods: the event names both
+    // sizes and the pods it deletes, never "all 1 replicas" while 2 pods go.
+    const std::string attempt = " as attempt " + std::to_string(st().attempt);
+    plan_.events.push_back({"Warning", "GangRestart",
+                            was == 0 || was == spec_.replicas
+                                ? "restarting all " + std::to_string(spec_.replicas) + " replicas" +
+                                      attempt + ": " + message
+                                : "restarting with " + std::to_string(spec_.replicas) +
+                                      " replica(s) (was " + std::to_string(was) + ")" + attempt +
+                                      ", deleting " + std::to_string(deleting) +
+                                      " pod(s): " + message});
+  }
+
+  // How many replicas the gang of `attempt` was started with, as its replicas say (the world
+  // they were started into, over their ranks per replica), else how many ranks of it are seen;
+  // 0 when none is.
+  int GangSize(int attempt) const {
+    std::set<int> ranks;
+    for (const auto& r : in_.replicas) {
+      if (r.attempt != attempt || r.rank < 0) continue;
+      if (r.world_size > 0 && r.nproc_per_node > 0) return r.world_size / r.nproc_per_node;
+      ranks.insert(r.rank);
+    }
+    return static_cast<int>(ranks.size());
   }
 
   // A fresh gang on resume, from the newest checkpoint; the deadline counts from the resume, as

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "controller/kube/kube_client.h"
@@ -26,6 +27,7 @@ class FakeKubeClient final : public KubeClient {
 
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (lost_) return LostClient();
     auto it = objects_.find(Key(r, ns, name));
     if (it == objects_.end()) return NotFound(r.plural + " \"" + name + "\" not found");
     return it->second;
@@ -34,6 +36,7 @@ class FakeKubeClient final : public KubeClient {
   StatusOr<Json> List(const Resource& r, const std::string& ns,
                       const ListOptions& options) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (lost_) return LostClient();
     Json items = Json::array();
     for (const auto& [k, obj] : objects_) {
       if (std::get<0>(k) != r.group + "/" + r.plural) continue;
@@ -59,6 +62,7 @@ class FakeKubeClient final : public KubeClient {
     obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
     objects_[key] = obj;
     writes_.push_back({"create", r.plural, ns, name});
+    Written("create", r);
     return obj;
   }
 
@@ -88,6 +92,7 @@ class FakeKubeClient final : public KubeClient {
     it->second.merge_patch(p);
     it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
     writes_.push_back({"patch", r.plural, ns, name});
+    Written("patch", r);
     return it->second;
   }
 
@@ -101,9 +106,16 @@ class FakeKubeClient final : public KubeClient {
         it->second["metadata"].value("uid", "") != options.precondition_uid) {
       return Aborted("precondition failed: uid");
     }
-    objects_.erase(it);
-    ++rv_;
+    if (graceful_pod_deletes_ && r.plural == "pods") {
+      Json& meta = it->second["metadata"];
+      if (!meta.contains("deletionTimestamp")) meta["deletionTimestamp"] = "2030-01-01T00:00:00Z";
+      meta["resourceVersion"] = std::to_string(++rv_);
+    } else {
+      objects_.erase(it);
+      ++rv_;
+    }
     writes_.push_back({"delete", r.plural, ns, name});
+    Written("delete", r);
     return Status::Ok();
   }
 
@@ -126,6 +138,28 @@ class FakeKubeClient final : public KubeClient {
                 int skip = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     failures_.push_back({verb, plural, std::move(status), count, skip});
+  }
+  // A pod's delete leaves it terminating (a deletionTimestamp) until the test removes it, as a
+  // kubelet still stopping its containers does, instead of removing it at once.
+  void GracefulPodDeletes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    graceful_pod_deletes_ = true;
+  }
+  // The client of an operator lost (killed, its lease gone) right after its next `verb` on
+  // `plural`: that write lands, and every call after it fails kUnavailable until Revive (the
+  // same API for the next operator).
+  void LoseAfter(const std::string& verb, const std::string& plural) {
+    std::lock_guard<std::mutex> lock(mu_);
+    lose_after_ = {verb, plural};
+  }
+  bool Lost() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lost_;
+  }
+  void Revive() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = false;
+    lose_after_ = {};
   }
   std::vector<Write> Writes() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -152,7 +186,13 @@ class FakeKubeClient final : public KubeClient {
     return {r.group + "/" + r.plural, r.namespaced ? ns : "", name};
   }
 
+  static Status LostClient() { return Unavailable("the operator is gone"); }
+  void Written(const std::string& verb, const Resource& r) {
+    if (lose_after_.first == verb && lose_after_.second == r.plural) lost_ = true;
+  }
+
   Status Fail(const std::string& verb, const Resource& r, const std::string&, const std::string&) {
+    if (lost_) return LostClient();
     for (auto it = failures_.begin(); it != failures_.end(); ++it) {
       if (it->verb == verb && it->plural == r.plural) {
         if (it->skip > 0) {
@@ -204,6 +244,7 @@ class FakeKubeClient final : public KubeClient {
     }
     it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
     writes_.push_back({status ? "update-status" : "update", r.plural, ns, name});
+    Written(status ? "update-status" : "update", r);
     return it->second;
   }
 
@@ -211,6 +252,9 @@ class FakeKubeClient final : public KubeClient {
   std::map<ObjKey, Json> objects_;
   std::vector<Write> writes_;
   std::vector<Failure> failures_;
+  bool graceful_pod_deletes_ = false;
+  std::pair<std::string, std::string> lose_after_;  // verb, plural
+  bool lost_ = false;
   std::int64_t rv_ = 100;
   std::int64_t uid_ = 0;
 };

@@ -30,7 +30,10 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                                          0.5, 1, 2.5, 5, 10});
   reconcile_errors_ = &prometheus::BuildCounter()
                            .Name("ringtrain_controller_reconcile_errors_total")
-                           .Help("Reconciles that ended in an error and were retried with backoff")
+                           .Help(
+                               "Reconciles that ended in an error (retried with backoff), and "
+                               "creates refused for the controller's configuration (RBAC, a "
+                               "missing CRD)")
                            .Register(r)
                            .Add({});
   auto& phases = prometheus::BuildGauge()

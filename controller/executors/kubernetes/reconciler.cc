@@ -42,6 +42,19 @@ bool Transient(const Status& st) {
          st.code() == StatusCode::kDeadlineExceeded;
 }
 
+// A refusal caused by the controller's own configuration, not by the job: the API's authorizer
+// (RBAC: "... is forbidden: User \"system:serviceaccount:...\" cannot create resource ...") or a
+// resource type the cluster does not serve (a create answered 404: a PodGroup CRD that is not
+// installed; not a namespace that is gone). The job waits on it like on any refusal, but only a
+// person fixing the controller's Role or the cluster ends the wait. A quota, PodSecurity, an
+// admission webhook's policy (403s of other words) or an invalid object (422) is the job's.
+bool ControllerMisconfigured(const Status& st) {
+  const std::string& m = st.message();
+  if (st.code() == StatusCode::kNotFound) return m.find("namespaces \"") == std::string::npos;
+  return st.code() == StatusCode::kPermissionDenied && m.find("User \"") != std::string::npos &&
+         m.find("\" cannot ") != std::string::npos;
+}
+
 int MetricsPort(const Json& pod) {
   auto m = pod.find("metadata");
   if (m != pod.end() && m->contains("annotations") && (*m)["annotations"].is_object()) {
@@ -115,18 +128,26 @@ void Reconciler::ForgetMemory(const std::string& key) {
   memory_.erase(key);
 }
 
-Status Reconciler::DeletePod(const std::string& key, const Json& pod) {
+Status Reconciler::DeletePod(const std::string& key, const Json& pod,
+                             reconcile::PlanMemory* record) {
   const std::string name = MetaString(pod, "name");
   kube::DeleteOptions opts;
   // Only ever delete the pod we observed, not a namesake created since.
   opts.precondition_uid = MetaString(pod, "uid");
   expectations_.ExpectDelete(key, name);
   Status st = client_->Delete(kube::kPods, MetaString(pod, "namespace"), name, opts);
-  if (st.ok()) return st;
-  expectations_.Lower(key, name);
-  if (st.code() == StatusCode::kNotFound || st.code() == StatusCode::kAborted) {
-    return Status::Ok();  // gone already, or a different pod by now: nothing of ours to delete
+  if (st.ok()) {
+    if (record != nullptr) reconcile::RecordReplicaDeleted(record, name);
+    return st;
   }
+  expectations_.Lower(key, name);
+  if (st.code() == StatusCode::kNotFound) {
+    if (record != nullptr) reconcile::RecordReplicaDeleted(record, name);
+    return Status::Ok();  // gone already: nothing of ours to delete, and nothing lost
+  }
+  // A different pod by now (the uid precondition failed): nothing of ours to delete, and the
+  // namesake is no delete of ours to remember.
+  if (st.code() == StatusCode::kAborted) return Status::Ok();
   return st.WithContext("delete pod " + name);
 }
 
@@ -323,10 +344,11 @@ Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobM
   if (!created.ok()) {
     const std::string api = (*group)["apiVersion"].get<std::string>();
     if (created.status().code() == StatusCode::kNotFound) {
-      return FailedPrecondition(
-          "runPolicy.podGroup: this cluster does not serve PodGroups of " + api + " (install " +
-          (volcano ? "Volcano" : "the scheduler-plugins coscheduling plugin") +
-          " and its CRD, or remove runPolicy.podGroup)");
+      // Still a 404: the controller's configuration (ControllerMisconfigured), not the job's.
+      return NotFound("runPolicy.podGroup: this cluster does not serve PodGroups of " + api +
+                      " (install " +
+                      (volcano ? "Volcano" : "the scheduler-plugins coscheduling plugin") +
+                      " and its CRD, or remove runPolicy.podGroup)");
     }
     return created.status().WithContext("PodGroup " + name + " (" + api + ")");
   }
@@ -395,13 +417,18 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
                                 bool replacement) {
   const std::string& key = pass.key;
   const std::string& api_message = error.message();
-  spdlog::warn("job {}: create {}: {}{}", key, what, api_message,
-               replacement ? " (an in-place replacement: the surviving pods are kept)" : "");
+  // Counted as a failed reconcile although the pass ends as the job's wait: the reconcile-errors
+  // alert is how a person hears of the controller's own trouble, and no job's wait ends before
+  // it is fixed.
+  const bool misconfigured = ControllerMisconfigured(error);
+  if (misconfigured && metrics_ != nullptr) metrics_->IncReconcileErrors();
+  spdlog::warn("job {}: create {}: {}{}{}", key, what, api_message,
+               replacement ? " (an in-place replacement: the surviving pods are kept)" : "",
+               misconfigured ? " (the controller's configuration: a reconcile error)" : "");
   if (events_ != nullptr) {
     events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);
   }
-  reconcile::PlanMemory& memory = pass.memory->plan;
   // Nothing of a gang that cannot be whole may hold quota, GPUs or nodes meanwhile. Except the
   // survivors of an in-place recovery: they hold the gang's state (releasing them would turn a
   // free recovery into a gang restart that a quota or a webhook refuses just the same). The
@@ -409,11 +436,46 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // and is bounded by runPolicy.schedulingTimeoutSeconds and by the survivors' own recovery
   // timeout, after which they fail and the gang restarts.
   // Each is marked as the operator's before it is deleted: its runner ends of the deletion while
-  // it terminates, and an operator that starts meanwhile has none of this memory.
-  if (!replacement) {
+  // it terminates, and an operator that starts meanwhile has none of this memory. The memory of
+  // the release is written once the delete succeeded (DeletePod): a pod whose delete failed is
+  // not released, and a deletion of it by someone else until the next pass retries the release
+  // is theirs. One already terminating was released by an earlier pass (remembered then, or
+  // marked) or deleted by someone else: no delete of this pass, nothing to remember.
+  const bool releases = !replacement && std::any_of(pass.gang.begin(), pass.gang.end(),
+                                                    [](const Json& pod) { return !Deleting(pod); });
+  // The condition ReplicaFailure first, as WriteStatus writes a restart before its deletes: a
+  // mark is trusted only while it is True (the planner's MarkedReleased), so it is on record
+  // before any pod is marked. An operator lost after the deletes leaves marks the next one
+  // trusts; written after them, a loss in between left marks it did not, and each release read
+  // as a pod deleted by someone else (a PodDeleted restart). Not written, nothing is released:
+  // the pass fails and is retried (a partial gang holds its quota only that long).
+  const api::JobStatus& status = pass.plan.status;
+  api::JobStatus next = status;
+  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
+                             reconcile::kFailedCreateReason, api_message,
+                             FormatRfc3339(clock_->Now()));
+  if (next != status) {
+    Json obj = pass.latest;
+    obj["status"] = Json::parse(api::StatusToJson(next));
+    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
+    if (written.ok()) {
+      expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
+      pass.latest = *written;
+    } else if (written.status().code() == StatusCode::kNotFound) {
+      pass.refused = true;  // the job is gone: HandleGone deletes its pods
+      return error.WithContext("create " + what);
+    } else if (releases) {
+      return written.status().WithContext("update status of " + key +
+                                          " before releasing its partial gang");
+    } else {
+      spdlog::warn("job {}: condition {} not written: {}", key, reconcile::kReplicaFailureCondition,
+                   written.status().ToString());
+    }
+  }
+  reconcile::PlanMemory& memory = pass.memory->plan;
+  if (releases) {
     for (const auto& pod : pass.gang) {
       const std::string pod_name = MetaString(pod, "name");
-      reconcile::RecordReplicaDeleted(&memory, pod_name);
       if (Deleting(pod)) continue;
       // The uid: only the pod observed, not a namesake created since. The API refuses another
       // uid as a change of an immutable field (422 Invalid, not a 409: t4-02 in the fake API
@@ -426,33 +488,20 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
                            {"annotations", {{kDeletedByOperatorAnnotation, "released"}}}}}};
       auto marked = client_->Patch(kube::kPods, pass.ns, pod_name, mark, kube::PatchType::kMerge);
       if (!marked.ok()) {
-        if (marked.status().code() == StatusCode::kNotFound) continue;
+        if (marked.status().code() == StatusCode::kNotFound) {
+          reconcile::RecordReplicaDeleted(&memory, pod_name);  // gone already
+          continue;
+        }
         spdlog::warn("job {}: pod {} released unmarked: {}", key, pod_name,
                      marked.status().ToString());
       }
-      RETURN_IF_ERROR(DeletePod(key, pod));
+      RETURN_IF_ERROR(DeletePod(key, pod, &memory));
     }
   }
   reconcile::RecordFailedCreate(
       &memory, clock_->SteadyNow(),
       BackoffOptions{options_.create_retry_base, options_.create_retry_max, 2.0});
 
-  const api::JobStatus& status = pass.plan.status;
-  api::JobStatus next = status;
-  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
-                             reconcile::kFailedCreateReason, api_message,
-                             FormatRfc3339(clock_->Now()));
-  if (next != status) {
-    Json obj = pass.latest;
-    obj["status"] = Json::parse(api::StatusToJson(next));
-    auto written = client_->UpdateStatus(kube::kTrainingJobs, pass.ns, obj);
-    if (written.ok()) {
-      expectations_.ExpectJobVersion(key, MetaString(*written, "resourceVersion"));
-    } else {
-      spdlog::warn("job {}: condition {} not written: {}", key, reconcile::kReplicaFailureCondition,
-                   written.status().ToString());
-    }
-  }
   pass.refused = true;
   return error.WithContext("create " + what);
 }
@@ -702,11 +751,15 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         break;
       }
       case Action::Kind::kDeleteReplica: {
-        reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);
         auto it = pass.pod_by_name.find(a.name);
-        if (it == pass.pod_by_name.end()) break;
+        if (it == pass.pod_by_name.end()) {
+          reconcile::RecordReplicaDeleted(&pass.memory->plan, a.name);  // gone already
+          break;
+        }
         spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
-        RETURN_IF_ERROR(DeletePod(pass.key, *it->second));
+        // Remembered once the delete succeeded (DeletePod): a failed one is retried by the next
+        // pass, and until then the pod's end is not ours.
+        RETURN_IF_ERROR(DeletePod(pass.key, *it->second, &pass.memory->plan));
         break;
       }
       case Action::Kind::kOpenGate: {

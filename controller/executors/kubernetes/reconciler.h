@@ -160,17 +160,26 @@ class Reconciler {
                             const std::string& name);
   Status DeleteCheckpointClaim(const std::string& ns, const std::string& name);
   // The API refused a child: tell the user (a Warning event FailedCreate, correlated, and the
-  // ReplicaFailure condition), release the partial gang (pass.gang) and report the refusal to
-  // the planner's create-retry gate. Returns the error and sets pass.refused: the pass ends
-  // there, and Act retries after the planner's backoff, as a wait of the job (its status says
-  // so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total, whose alert
-  // speaks of the controller's own trouble). A failure of the release itself is returned alone.
+  // ReplicaFailure condition, written before any pod is marked and released: a fresh operator
+  // trusts a mark only while it is True), release the partial gang (pass.gang) and report the
+  // refusal to the planner's create-retry gate. Returns the error and sets pass.refused: the
+  // pass ends there, and Act retries after the planner's backoff, as a wait of the job (its
+  // status says so), not as a failed reconcile (ringtrain_controller_reconcile_errors_total,
+  // whose alert speaks of the controller's own trouble), unless the refusal is that trouble:
+  // RBAC, or a resource type the cluster does not serve (a PodGroup CRD), counted there though
+  // the job waits the same way. A failure of the condition's write
+  // (when there is a pod to release) or of the release itself is returned alone.
   // `replacement`: the create was of a pod replaced in place (status.replacedPods); the
   // survivors hold the gang's state and are kept while the create is retried (see the .cc).
   Status FailedCreate(Pass& pass, const Status& error, const std::string& what, bool replacement);
   Status DeleteChildren(const std::string& ns, const std::string& name,
                         const std::vector<Json>& pods);
-  Status DeletePod(const std::string& key, const Json& pod);
+  // Deletes the pod observed (its uid), not a namesake. `record`: the planner's memory of the
+  // executor's own deletes (reconcile::RecordReplicaDeleted), written only once the delete
+  // succeeded or found the pod gone (404); a delete that failed is no release (the pod may still
+  // end of someone else's deletion, or run on), and a namesake (409 on the uid) none of ours.
+  Status DeletePod(const std::string& key, const Json& pod,
+                   reconcile::PlanMemory* record = nullptr);
   JobMemory& Memory(const std::string& key);
   void ForgetMemory(const std::string& key);
 

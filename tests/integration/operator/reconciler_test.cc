@@ -91,6 +91,23 @@ class ReconcilerTest : public ::testing::Test {
     }
     client_.Set(kube::kPods, "default", pod);
   }
+  // Someone deleted the pod (its deletionTimestamp, kept when it has one) and its runner ended
+  // now with `exit_code`: 143 when it answered the SIGTERM, 137 when the kubelet killed it at
+  // the end of its grace period.
+  void EndOfADeletion(const std::string& name, int exit_code) {
+    Json pod = *client_.Get(kube::kPods, "default", name);
+    if (!pod["metadata"].contains("deletionTimestamp")) {
+      pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+    }
+    pod["status"]["phase"] = "Failed";
+    pod["status"]["containerStatuses"] = {{{"name", "runner"},
+                                           {"state",
+                                            {{"terminated",
+                                              {{"exitCode", exit_code},
+                                               {"reason", "Error"},
+                                               {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
+    client_.Set(kube::kPods, "default", pod);
+  }
 
   FakeKubeClient client_;
   SnapshotCache cache_;
@@ -325,6 +342,15 @@ Json Condition(const Json& status, const std::string& type) {
   return nullptr;
 }
 
+// A pod of a running GangRestart gang (attempt 0) deleted by someone else: a new attempt,
+// reason PodDeleted, nothing counted against backoffLimit.
+void ExpectAnUncountedPodDeletedRestart(const Json& status) {
+  EXPECT_EQ(status["phase"], "Restarting") << status.dump();
+  EXPECT_EQ(status["attempt"], 1);
+  EXPECT_EQ(status.value("restarts", 0), 0);
+  EXPECT_EQ(Condition(status, "Restarting")["reason"], "PodDeleted");
+}
+
 // Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training
 // gang. Both got a deletionTimestamp while Running; each runner answered the SIGTERM with exit
 // 143 (reason Error, its termination message), rank 1 first. No survivor: the gang restarts,
@@ -387,22 +413,11 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNo
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   clock_.Advance(std::chrono::seconds(30));
-  pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
-  pod["status"]["phase"] = "Failed";
-  pod["status"]["containerStatuses"] = {{{"name", "runner"},
-                                         {"state",
-                                          {{"terminated",
-                                            {{"exitCode", 137},
-                                             {"reason", "Error"},
-                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
-  client_.Set(kube::kPods, "default", pod);
+  EndOfADeletion("mnist-a0-1", 137);
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
-  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
-  EXPECT_EQ(Status()["attempt"], 1);
-  EXPECT_EQ(Status().value("restarts", 0), 0);
+  ExpectAnUncountedPodDeletedRestart(Status());
   EXPECT_EQ(Status()["lastFailure"]["exitCode"], 137);
-  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
 }
 
 // The operator restarts while someone deletes a pod of the running gang: the new one first sees
@@ -411,47 +426,38 @@ TEST_F(ReconcilerTest, APodDeletedBySomeoneAndKilledAtTheEndOfItsGracePeriodIsNo
 TEST_F(ReconcilerTest, APodDeletedBeforeAFreshOperatorSawItRunIsNotCounted) {
   ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
       Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}})));
-  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
-  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
-  pod["status"]["phase"] = "Failed";
-  pod["status"]["containerStatuses"] = {{{"name", "runner"},
-                                         {"state",
-                                          {{"terminated",
-                                            {{"exitCode", 143},
-                                             {"reason", "Error"},
-                                             {"finishedAt", FormatRfc3339(clock_.Now())}}}}}}};
-  client_.Set(kube::kPods, "default", pod);
+  EndOfADeletion("mnist-a0-1", 143);
   cache_.CatchUp(client_);
   ReconcilerOptions options;
   options.expectations_timeout = std::chrono::hours(1);
   Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
                    [](const std::string&, int, Duration) { return std::nullopt; });
   ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
-  EXPECT_EQ(Status()["phase"], "Restarting") << Status().dump();
-  EXPECT_EQ(Status()["attempt"], 1);
-  EXPECT_EQ(Status().value("restarts", 0), 0);
-  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "PodDeleted");
+  ExpectAnUncountedPodDeletedRestart(Status());
 }
 
 class FailedCreateTest : public ReconcilerTest {
  protected:
   void SetUp() override {
     recorder_ = std::make_unique<EventRecorder>(&client_, "ringtrain-controller", "test");
+    // No retry unless the test says so.
+    reconciler_ = MakeReconciler(std::chrono::hours(1), recorder_.get());
+  }
+  std::unique_ptr<Reconciler> MakeReconciler(Duration create_retry_base, EventRecorder* events,
+                                             ControllerMetrics* metrics = nullptr) {
     ReconcilerOptions options;
     options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = std::chrono::hours(1);  // no retry unless the test says so
-    reconciler_ = std::make_unique<Reconciler>(
-        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
+    options.create_retry_base = create_retry_base;
+    return std::make_unique<Reconciler>(
+        &client_, &cache_, &clock_, events, metrics, options,
         [](const std::string&, int, Duration) { return std::nullopt; });
   }
   // A reconciler whose backoff after a refused create has already passed.
-  void RetryAtOnce() {
-    ReconcilerOptions options;
-    options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = Duration(0);
-    reconciler_ = std::make_unique<Reconciler>(
-        &client_, &cache_, &clock_, recorder_.get(), nullptr, options,
-        [](const std::string&, int, Duration) { return std::nullopt; });
+  void RetryAtOnce() { reconciler_ = MakeReconciler(Duration(0), recorder_.get()); }
+  // Another operator on the same API (a restart, a leader change), with none of this one's
+  // memory.
+  std::unique_ptr<Reconciler> NextOperator() {
+    return MakeReconciler(std::chrono::hours(1), nullptr);
   }
   std::vector<Json> Events() {
     recorder_->Flush();
@@ -948,13 +954,8 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
     if (!marked) pod["metadata"]["annotations"].erase(kDeletedByOperatorAnnotation);
     client_.Set(kube::kPods, "default", pod);
     cache_.CatchUp(client_);
-    ReconcilerOptions options;
-    options.expectations_timeout = std::chrono::hours(1);
-    options.create_retry_base = std::chrono::hours(1);
-    Reconciler fresh(&client_, &cache_, &clock_, nullptr, nullptr, options,
-                     [](const std::string&, int, Duration) { return std::nullopt; });
     const Json before = Status();
-    ASSERT_TRUE(fresh.Reconcile("default", "mnist").ok());
+    ASSERT_TRUE(NextOperator()->Reconcile("default", "mnist").ok());
     const Json restarting = Condition(Status(), "Restarting");
     if (marked) {
       EXPECT_TRUE(!restarting.is_object() || restarting["reason"] != "PodDeleted")
@@ -968,6 +969,52 @@ TEST_F(FailedCreateTest, AReleasedPodIsMarkedSoAFreshOperatorKnowsItsRelease) {
     job["status"] = before;
     client_.Set(kube::kTrainingJobs, "default", job);
   }
+}
+
+// The operator that released a partial gang is lost right after the delete (a crash, a leader
+// change): ReplicaFailure is on record before the mark and the delete, so the next operator,
+// with none of the first one's memory, trusts the mark on the terminating pod and reads its end
+// (143, the release's SIGTERM) as the release: no failure, no PodDeleted restart, the gang is
+// created again whole after the backoff. The condition used to be written after the delete: a
+// loss in between left a mark the next operator did not trust (a PodDeleted restart).
+TEST_F(FailedCreateTest, AnOperatorLostAfterAReleaseLeavesMarksTheNextOneTrusts) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  client_.GracefulPodDeletes();
+  client_.LoseAfter("delete", "pods");
+  (void)reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(client_.Lost()) << "the release reached the delete";
+  client_.Revive();  // the next operator's client
+  EndOfADeletion("mnist-a0-0", 143);
+  ASSERT_EQ(client_.Get(kube::kPods, "default", "mnist-a0-0")
+                ->at("metadata")
+                .at("annotations")
+                .value(kDeletedByOperatorAnnotation, ""),
+            "released");
+
+  cache_.CatchUp(client_);
+  auto r = NextOperator()->Reconcile("default", "mnist");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Json restarting = Condition(Status(), "Restarting");
+  EXPECT_TRUE(!restarting.is_object() || restarting["reason"] != "PodDeleted") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 0) << Status().dump();
+  EXPECT_EQ(Status()["replicas"].value("failed", 0), 0) << "the release is no failure";
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "True");
+}
+
+// ReplicaFailure that could not be written (an outage, a conflict): nothing is marked or
+// released before it is on record; the pass fails, and the next one releases the gang.
+TEST_F(FailedCreateTest, NoPodIsReleasedBeforeReplicaFailureIsOnRecord) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 2, /*skip=*/1);
+  client_.FailNext("update-status", "trainingjobs", Unavailable("apiserver down"), 1, /*skip=*/1);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("patch", "pods") + client_.CountWrites("delete", "pods"), 0);
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  cache_.CatchUp(client_);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "True");
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "released";
 }
 
 // A mark the API refuses does not keep the partial gang holding its quota: a 422 (the real
@@ -1006,6 +1053,85 @@ INSTANTIATE_TEST_SUITE_P(Refusals, MarkRefusedTest,
                                   : info.param == StatusCode::kPermissionDenied ? "Forbidden403"
                                                                                 : "Unavailable503";
                          });
+
+// A release whose delete failed (an API error) is no release: the pod runs on, and the memory of
+// the operator's deletes must not claim it. The next pass finds the quota free and makes the
+// gang whole; once it runs, someone deletes that pod (its runner answers the SIGTERM): a
+// deletion by others (PodDeleted, not counted), not the release that never happened. It used to
+// be remembered before the delete, and its end was taken for the operator's own release.
+TEST_F(FailedCreateTest, APodWhoseReleaseFailedIsNoReleaseWhenOthersDeleteIt) {
+  CreateJob(
+      Job(2, {{"spec", {{"runPolicy", {{"backoffLimit", 0}, {"recovery", "GangRestart"}}}}}}));
+  client_.FailNext("create", "pods", Forbidden(kQuota403), 1, /*skip=*/1);
+  client_.FailNext("delete", "pods", ringtrain::Status(StatusCode::kUnavailable, "etcd timeout"),
+                   1);
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok()) << "the release is retried";
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  cache_.CatchUp(client_);
+  auto whole = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(whole.ok()) << whole.status().ToString();
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running") << Status().dump();
+  ASSERT_NE(Condition(Status(), "ReplicaFailure")["status"], "True") << "the mark is not trusted";
+
+  EndOfADeletion("mnist-a0-0", 143);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ExpectAnUncountedPodDeletedRestart(Status());
+}
+
+// A create refused for the controller's own configuration (its Role lacks a verb: the API's
+// authorizer's 403; a PodGroup CRD not installed: 404) is the job's wait as any refusal, and also
+// a reconcile error, so that RingtrainControllerReconcileErrors tells the cluster's admin; a
+// refusal about the job (a quota, PodSecurity, an invalid pod) is not, and an outage (503) ends
+// the pass in an error the work queue counts, not FailedCreate. Every refusal used to be
+// uncounted: an RBAC mistake left every job waiting with the alert silent.
+struct RefusalCase {
+  const char* name;
+  const char* plural;
+  StatusCode code;
+  const char* message;
+  bool misconfigured;
+};
+class RefusalCountTest : public FailedCreateTest,
+                         public ::testing::WithParamInterface<RefusalCase> {};
+
+TEST_P(RefusalCountTest, OnlyTheControllersConfigurationIsAReconcileError) {
+  const RefusalCase& c = GetParam();
+  ControllerMetrics metrics;
+  reconciler_ = MakeReconciler(std::chrono::hours(1), recorder_.get(), &metrics);
+  client_.FailNext("create", c.plural, ringtrain::Status(c.code, c.message), 1);
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"podGroup", {{"type", "coscheduling"}}}}}}}}));
+  auto r = reconciler_->Reconcile("default", "mnist");
+  if (c.code == StatusCode::kUnavailable) {
+    EXPECT_FALSE(r.ok()) << "retried by the work queue, which counts it";
+  } else {
+    ExpectARefusalWaits(r);
+    EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate");
+  }
+  const std::string counted =
+      std::string("ringtrain_controller_reconcile_errors_total ") + (c.misconfigured ? "1" : "0");
+  EXPECT_NE(metrics.RenderText().find(counted), std::string::npos) << metrics.RenderText();
+}
+
+// clang-format off
+INSTANTIATE_TEST_SUITE_P(
+    Refusals, RefusalCountTest,
+    ::testing::Values(
+        RefusalCase{"RbacPods", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: User \"system:serviceaccount:ringtrain:ringtrain-controller\" cannot create resource \"pods\" in API group \"\" in the namespace \"default\"", true},
+        RefusalCase{"RbacSecrets", "secrets", StatusCode::kPermissionDenied, "secrets is forbidden: User \"system:serviceaccount:ringtrain:ringtrain-controller\" cannot create resource \"secrets\" in API group \"\" in the namespace \"default\"", true},
+        RefusalCase{"PodGroupCrdMissing", "podgroups", StatusCode::kNotFound, "the server could not find the requested resource", true},
+        RefusalCase{"Quota", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1", false},
+        RefusalCase{"PodSecurity", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": runAsNonRoot != true", false},
+        RefusalCase{"NamespaceTerminating", "pods", StatusCode::kPermissionDenied, "pods \"mnist-a0-0\" is forbidden: unable to create new content in namespace default because it is being terminated", false},
+        RefusalCase{"Invalid", "pods", StatusCode::kInvalidArgument, "Pod \"mnist-a0-0\" is invalid: spec.containers[0].image: Required value", false},
+        RefusalCase{"Unavailable", "pods", StatusCode::kUnavailable, "etcdserver: request timed out", false}),
+    [](const ::testing::TestParamInfo<RefusalCase>& info) { return std::string(info.param.name); });
+// clang-format on
 
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the

@@ -689,6 +689,18 @@ TEST_P(PlannerResize, NewWorldIsANewAttempt) {
   EXPECT_EQ(Count(p, Kind::kDeleteReplica), c.old_replicas) << "rank 0 is never left alone";
   ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "Resized");
+  // The event says the truth about both sizes: a resize 2 -> 1 deletes two pods, not "all 1".
+  const Event* e = nullptr;
+  for (const auto& ev : p.events) e = ev.reason == "GangRestart" ? &ev : e;
+  ASSERT_NE(e, nullptr);
+  const std::string old_n = std::to_string(c.old_replicas);
+  const std::string new_n = std::to_string(c.new_replicas);
+  EXPECT_TRUE(e->message.starts_with(
+      c.old_replicas == c.new_replicas
+          ? "restarting all " + new_n + " replicas as attempt 3: world changed"
+          : "restarting with " + new_n + " replica(s) (was " + old_n + ") as attempt 3, deleting " +
+                old_n + " pod(s): world changed"))
+      << e->message;
   // Once the old world is gone, the new one starts whole.
   job.status = p.status;
   Plan next = PlanAt(job, {}, At(1));
@@ -699,8 +711,9 @@ TEST_P(PlannerResize, NewWorldIsANewAttempt) {
 INSTANTIATE_TEST_SUITE_P(
     Worlds, PlannerResize,
     ::testing::Values(ResizeCase{2, 0, 3, 0, true}, ResizeCase{3, 0, 1, 0, true},
-                      ResizeCase{2, 1, 2, 2, true}, ResizeCase{2, 4, 2, 2, true},
-                      ResizeCase{2, 0, 2, 1, false}, ResizeCase{2, 2, 2, 2, false}));
+                      ResizeCase{2, 0, 1, 0, true}, ResizeCase{2, 1, 2, 2, true},
+                      ResizeCase{2, 4, 2, 2, true}, ResizeCase{2, 0, 2, 1, false},
+                      ResizeCase{2, 2, 2, 2, false}));
 
 // A resize under a gang one of whose replicas failed permanently (exit 1-127), seen in the same
 // pass (the edit raced the failure, or the operator was down): the failure fails the job, and no
