@@ -1124,6 +1124,8 @@ void Planner::NoteRankRecovering() {
         std::chrono::duration_cast<Duration>(std::chrono::duration<double>(p.recovering_seconds));
     if (age < kUnseenLossGrace) return;
     began = in_.now - age;
+  } else if (!p.recovery_cause.empty()) {
+    return;  // a runner that says its cause has just counted the outage as over: no age to judge
   } else if (st().progress) {
     began = ParseRfc3339(st().progress->updated_at);
   }

@@ -442,7 +442,11 @@ nlohmann::json StatusObject(const RunnerLabels& labels_, const Progress& p) {
   if (p.state == "recovering") {
     if (!p.recovery_cause.empty())
       j[std::string(contract::kStatusRecoveryCause)] = p.recovery_cause;
-    j[std::string(contract::kStatusRecoveringSeconds)] = p.recovering_seconds;
+    // Absent once the outage is counted as over (ObserveRecovery) while the state still says
+    // recovering until the next report: an age of 0 would read as a new outage.
+    if (p.recovering_seconds >= 0) {
+      j[std::string(contract::kStatusRecoveringSeconds)] = p.recovering_seconds;
+    }
   }
   return j;
 }

@@ -65,7 +65,7 @@ struct Progress {
   // While "recovering": the loss this rank recovers from (contract::kStatusRecoveryCause), and
   // the seconds since the outage began (contract::kStatusRecoveringSeconds; set by progress()).
   std::string recovery_cause;
-  double recovering_seconds = 0;
+  double recovering_seconds = -1;  // -1: not known (the outage already counted as over)
 };
 
 class RunnerMetrics {

@@ -3606,6 +3606,13 @@ TEST_F(PlannerRecovering, ALossNoPodShowsIsSaidOncePerOutageWithItsCause) {
   EXPECT_EQ(Said(second), 1);
   EXPECT_NE(FindEvent(second, "RankRecovering")->message.find("step 20700"), std::string::npos);
   EXPECT_EQ(Said(Pass(95)), 0);
+  // Its end counted, before its next report says running, rank 0 still says recovering with the
+  // cause but no age: nothing to judge (an outage too young to be said is not said now).
+  read_.recoveries = 2;
+  read_.recovering_seconds = 3;
+  EXPECT_EQ(Said(Pass(100)), 0);
+  read_.recovering_seconds = -1;
+  EXPECT_EQ(Said(Pass(101)), 0);
 }
 
 // A pod's end reaches the operator a moment after its peers notice it (the kubelet reports it,

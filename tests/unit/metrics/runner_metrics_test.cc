@@ -343,9 +343,12 @@ TEST_F(RunnerMetricsRecoveryTest, StatusCarriesTheLossWhileItRecovers) {
   // A cause of any length stays within what the operator reads.
   m_.BeginRecovery(clock_.SteadyNow(), std::string(100000, 'x'));
   EXPECT_EQ(Status(m_).recovery_cause.size(), 1024u);
+  // The outage counted as over before the next report says running: no age (not 0, a new one).
+  m_.ObserveRecovery(12, 109);
+  EXPECT_EQ(Status(m_).state, "recovering");
+  EXPECT_EQ(Status(m_).recovering_seconds, -1);
   p.step = 20517;
   m_.UpdateProgress(p);
-  m_.ObserveRecovery(12, 109);
   EXPECT_EQ(Status(m_).state, "running");
   EXPECT_EQ(Status(m_).recovery_cause, "");
   EXPECT_THAT(m_.RenderStatusJson(), Not(HasSubstr("recoveryCause")));
