@@ -35,7 +35,8 @@ inline ObservedProgress ObserveRunnerStatus(const StatusOr<contract::RunnerStatu
   p.last_recovery_step = read->last_recovery_step;
   if (p.state == "recovering") {
     p.recovery_cause = read->recovery_cause;
-    p.recovering_seconds = read->recovering_seconds;
+    // Bounded (a year): a hostile or broken reply's age is turned into a time point.
+    p.recovering_seconds = std::min(read->recovering_seconds, 365.0 * 24 * 3600);
   }
   return p;
 }

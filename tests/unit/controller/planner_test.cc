@@ -3651,6 +3651,14 @@ TEST_F(PlannerRecovering, AHangBeforeTheNewAttemptsFirstStepIsSaid) {
   EXPECT_EQ(Said(Pass(165)), 1);
 }
 
+// The age is rank 0's word, untrusted: one past any clock (1e300 s) is bounded, not an overflow
+// of the time it is turned into; it reads as an outage long under way.
+TEST_F(PlannerRecovering, AnAbsurdAgeIsBounded) {
+  read_.recovering_seconds = 1e300;
+  EXPECT_EQ(ObserveRunnerStatus(read_).recovering_seconds, 365.0 * 24 * 3600);
+  EXPECT_EQ(Said(Pass(66)), 1);
+}
+
 // With backoffLimit spent, a failed recovery fails the job: the message says that, not a
 // restart. An older runner (no recoveringSeconds) is judged by the last step seen.
 TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
