@@ -52,6 +52,18 @@ kill "$pid0" "$pid1" 2>/dev/null || true
 # The same hang under `ringtrain run`: its progress line says "stalled" after 0 samples/s, and
 # a RankStalled Warning names rank 0's last step, the collective timeout its ranks inherit
 # (300 s) and when the progress deadline would restart the gang; once the peer resumes, the line shows samples/s again and nothing restarted.
+# Once the `ringtrain run` job NAME (its log $WORK/NAME.log) trains, SIGSTOPs its rank 1 ($rank1).
+# Stopped, it must not outlive a failure of this test: cleanup kills it.
+stop_rank1_once_training() {
+  local name=$1
+  trains() { grep -Eq '\| [1-9][0-9]* samples/s \|' "$WORK/$name.log"; }
+  wait_until 120 "the job $name training" trains
+  rank1=$(run_rank_pid "$WORK/$name" 0 1 || true)
+  [ -n "$rank1" ] || fail "no rank 1 process of the job $name"
+  PIDS+=($rank1)
+  kill -STOP "$rank1"
+}
+
 cat >"$WORK/hang.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1
 kind: TrainingJob
@@ -64,13 +76,7 @@ YAML
 "$BIN/ringtrain" run "$WORK/hang.yaml" --workdir "$WORK/hang" >"$WORK/hang.log" 2>&1 &
 RUN_PID=$!
 PIDS+=($RUN_PID)
-trains() { grep -Eq '\| [1-9][0-9]* samples/s \|' "$WORK/hang.log"; }
-wait_until 120 "the job training" trains
-rank1=$(run_rank_pid "$WORK/hang" 0 1 || true)
-[ -n "$rank1" ] || fail "no rank 1 process of the job hang"
-# Stopped, it must not outlive a failure of this test: cleanup kills it.
-PIDS+=($rank1)
-kill -STOP "$rank1"
+stop_rank1_once_training hang
 wait_until 90 "a RankStalled warning" grep -q "RankStalled: rank 0 reports no completed step since step [0-9]* (.*): .*a collective that waits on a hung peer fails within the collective timeout (300s), else the gang restarts at the progress deadline" "$WORK/hang.log"
 wait_until 30 "the progress line saying stalled" grep -q "| 0 samples/s, stalled | restarts 0" "$WORK/hang.log"
 stalled_lines=$(wc -l <"$WORK/hang.log")
@@ -98,12 +104,7 @@ RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=5 "$BIN/ringtrain" run "$WORK/hang2.yaml" \
   --workdir "$WORK/hang2" >"$WORK/hang2.log" 2>&1 &
 RUN_PID=$!
 PIDS+=($RUN_PID)
-trains2() { grep -Eq '\| [1-9][0-9]* samples/s \|' "$WORK/hang2.log"; }
-wait_until 120 "the job hang2 training" trains2
-rank1=$(run_rank_pid "$WORK/hang2" 0 1 || true)
-[ -n "$rank1" ] || fail "no rank 1 process of the job hang2"
-PIDS+=($rank1)
-kill -STOP "$rank1"
+stop_rank1_once_training hang2
 wait_until 90 "a RankRecovering warning" grep -Eq "RankRecovering: rank 0 recovers a lost peer in place \(.*waiting for rank 1.*\): no completed step since step [0-9]+ .*; it waits up to 120s for the gang to form again, else the gang restarts" "$WORK/hang2.log"
 kill -CONT "$rank1"
 wait_until 120 "the gang recovered in place" grep -q "RecoveredInPlace: the gang trains again" "$WORK/hang2.log"
