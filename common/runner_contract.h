@@ -20,6 +20,9 @@ inline constexpr std::string_view kCausedByPrefix = "caused by rank ";
 //   "caused by rank 1: ... timed out ...; in-place recovery failed: rendezvous timed out after
 //   120s waiting for rank 1". The operator then restarts the gang rather than replace this rank:
 //   a peer it waited for, though its pod runs, is no survivor to recover beside (a hung one).
+//   A round that timed out waiting for one rank ends "waiting for rank N (world size W)" (the
+//   rendezvous' words): the operator names rank N in status.lastFailure, not the rank that
+//   waited for it.
 inline constexpr std::string_view kRecoveryFailedMarker = "; in-place recovery failed: ";
 
 // On success (exit 0) rank 0 writes its final /status JSON object as the termination message,

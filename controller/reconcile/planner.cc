@@ -26,6 +26,28 @@ std::string Headline(const std::string& message) {
   return "last log line: " + std::string(nl == std::string_view::npos ? m : m.substr(nl + 1));
 }
 
+// The one rank a failed in-place recovery waited for in vain, as the runner's message names it
+// after contract::kRecoveryFailedMarker ("...; in-place recovery failed: rendezvous timed out
+// after 120s waiting for rank 1 (world size 2)"): the hung or lost peer, not the rank that
+// waited. Nothing when the round failed otherwise or waited for several ranks.
+std::optional<int> RecoveryWaitedFor(std::string_view message) {
+  const auto marker = message.find(contract::kRecoveryFailedMarker);
+  if (marker == std::string_view::npos) return std::nullopt;
+  std::string_view round = message.substr(marker + contract::kRecoveryFailedMarker.size());
+  constexpr std::string_view kWaiting = " waiting for rank ";
+  constexpr std::string_view kWorld = " (world size ";
+  const auto at = round.find(kWaiting);
+  if (at == std::string_view::npos) return std::nullopt;
+  round.remove_prefix(at + kWaiting.size());
+  std::size_t digits = 0;
+  while (digits < round.size() && digits < 6 &&
+         std::isdigit(static_cast<unsigned char>(round[digits]))) {
+    ++digits;
+  }
+  if (digits == 0 || !round.substr(digits).starts_with(kWorld)) return std::nullopt;
+  return std::stoi(std::string(round.substr(0, digits)));
+}
+
 // A time the status stores (metav1.Time: to the second, truncated), read as the start of a wait:
 // what it records happened within that second, so a wait counted from its end is never early and
 // at most 1 s late. (Kubernetes' own controllers count from the truncated time they read back,
@@ -777,6 +799,18 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
       while (!message.empty() && message.front() == ' ') message.erase(0, 1);
       what = "rank " + std::to_string(rank) + " failed (reported by " + pick->name + ")";
     }
+  }
+  if (const auto waited = RecoveryWaitedFor(message);
+      what.empty() && waited && *waited != rank && *waited < spec_.replicas) {
+    // The rank that waited for a peer's return in vain reports the peer's loss: the peer is
+    // named, as a "caused by" report names its rank (its pod may well still run: a hung one).
+    std::string peer;
+    for (const auto* r : current) {
+      if (r->rank == *waited) peer = " (" + r->name + ")";
+    }
+    rank = *waited;
+    what = "rank " + std::to_string(rank) + peer + " never rejoined the gang (reported by " +
+           pick->name + ")";
   }
   if (what.empty()) what = "rank " + std::to_string(rank) + " (" + pick->name + ") failed";
   st().last_failure = api::Failure{rank, pick->exit_code, pick->reason, message};

@@ -2639,6 +2639,29 @@ TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
   ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "RetryableFailure");
   EXPECT_NE(Cond(p.status, "Restarting")->message.find("waiting for rank 1"), std::string::npos);
+  // The hung rank is the one named, not rank 0, which waited for it (on the cluster lastFailure
+  // said rank 0).
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("rank 1 (job-a0-1) never rejoined the gang (reported by job-a0-0)"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->message, waited.message);
+  // Several ranks missing, or a rank past the gang (a message written by anyone's command):
+  // no one is blamed but the rank that reported it.
+  for (const std::string round : {"waiting for ranks 1, 2 (world size 3)",
+                                  "waiting for rank 7 (world size 8)", "waiting for rank 1"}) {
+    auto other = waited;
+    other.message =
+        "DEADLINE_EXCEEDED: step 6238: timed out; in-place recovery failed: "
+        "rendezvous timed out after 119.999s " +
+        round;
+    const Plan q =
+        PlanWith(job, {other, Replica(1, 0, ReplicaPhase::kRunning)}, At(131), PlanMemory{});
+    ASSERT_TRUE(q.status.last_failure.has_value()) << round;
+    EXPECT_EQ(q.status.last_failure->rank, 0) << round;
+  }
   // A loss without a failed recovery beside a running peer is still recovered in place.
   auto crashed = waited;
   crashed.message = "DEADLINE_EXCEEDED: step 6238: gradient all-reduce: timed out";
