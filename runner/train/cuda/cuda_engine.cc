@@ -510,6 +510,10 @@ StatusOr<train::InputStart> CudaEngine::OpenInput(int epoch, std::int64_t epoch_
   lo.start_epoch = epoch;
   lo.start_samples = epoch_samples;
   lo.end_epoch = config_.epochs;
+  // The old pass's input goes first (its pinned and device slots, its loader's prefetch), as on
+  // the CPU engine: never two at once. The step copies a batch into the engine's own buffers,
+  // so no captured graph reads the old slots; their frees wait for work still reading them.
+  pinned_.reset();
   if (deps_.train != nullptr) {
     ASSIGN_OR_RETURN(pinned_, PinnedInput::Create(*deps_.train, lo, compute_.get()));
   } else {
@@ -539,6 +543,7 @@ StatusOr<std::optional<train::EngineBatch>> CudaEngine::NextBatch() {
       step_ = 0;
     }
   } else {
+    if (pinned_ == nullptr) return FailedPrecondition("CUDA engine: NextBatch without OpenInput");
     auto next = pinned_->Next();
     if (!next.ok()) {
       if (next.status().code() == StatusCode::kNotFound) return std::optional<train::EngineBatch>();
