@@ -677,7 +677,12 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
 
 void Reconciler::PlanPass(Pass& pass) {
   pass.plan = reconcile::PlanReconcile(pass.in);
+  // The planner's memory of an event said (RankRecovering once per outage) holds once the event
+  // is recorded (WriteStatus, after the status write, which may fail): a failed write must not
+  // swallow it for good.
+  const auto said = pass.memory->plan.recovery_said;
   pass.memory->plan = pass.plan.memory;
+  pass.memory->plan.recovery_said = said;
 }
 
 std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
@@ -720,6 +725,7 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::WriteStatus(Pass& pass) {
   for (const auto& e : pass.plan.events) {
     if (events_ != nullptr) events_->Record(pass.raw, e.type, e.reason, e.message);
   }
+  pass.memory->plan.recovery_said = pass.plan.memory.recovery_said;
   return std::nullopt;
 }
 

@@ -833,6 +833,52 @@ TEST_F(FailedCreateTest, AChildAnotherControllerOwnsIsAFailedCreate) {
 
 // A child with no controller was kept on purpose (`kubectl delete --cascade=orphan` keeps the
 // checkpoint claim a new job of the same name resumes from): used as it is.
+// A review found: the pass that first planned RankRecovering remembered it as said before its
+// status write, which failed (a conflict, the API away); the events of a pass whose write fails
+// are never recorded, and the next pass took the outage as said: no event for it, ever.
+TEST_F(FailedCreateTest, ARankRecoveringEventSurvivesAFailedStatusWrite) {
+  std::atomic<bool> recovering{false};
+  reconciler_ = std::make_unique<Reconciler>(
+      &client_, &cache_, &clock_, recorder_.get(), nullptr, ReconcilerOptions{},
+      [&recovering](const std::string&, int, Duration) {
+        reconcile::ObservedProgress p;
+        p.step = 100;
+        p.training = true;
+        p.state = "running";
+        p.start_step = 0;
+        if (!recovering) return std::optional<reconcile::ObservedProgress>(p);
+        p.training = false;
+        p.idle = true;
+        p.state = "recovering";
+        p.recovery_cause = "step 101: all-reduce: timed out after 10s waiting for rank 1";
+        p.recovering_seconds = 30;
+        return std::optional<reconcile::ObservedProgress>(p);
+      });
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running") << Status().dump();
+  // The pass that says the outage: its status write fails.
+  recovering = true;
+  client_.FailNext("update-status", "trainingjobs", Unavailable("apiserver down"), 1);
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(5));
+  EXPECT_FALSE(reconciler_->Reconcile("default", "mnist").ok());
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(5));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  int said = 0;
+  for (const Json& e : Events()) said += e.value("reason", "") == "RankRecovering" ? 1 : 0;
+  EXPECT_EQ(said, 1) << "once, after the write that failed";
+}
+
 TEST_F(FailedCreateTest, AChildWithNoControllerIsUsed) {
   Json kept = {{"metadata", {{"name", ServiceName("mnist")}}}};
   ASSERT_TRUE(client_.Create(kube::kServices, "default", kept).ok());
