@@ -1657,22 +1657,21 @@ void GateCreates(const PlanInput& in, Plan* plan) {
   if (!plan->requeue_after || wait < *plan->requeue_after) plan->requeue_after = wait;
 }
 
-// A RankStalled condition, and a False one saying what rank 0 does (Recovering, Starting,
-// Resumed), speak of rank 0 of a running gang: once the job is no longer
-// Running (it finished, restarts, recovers a rank in place, is suspended), it ends, whatever
-// path left Running.
+// The Stalled condition speaks of rank 0 of a running gang (RankStalled, Progressing,
+// Recovering, Starting, Resumed, ProgressUnknown): once the job is no longer Running (it
+// finished, restarts, recovers a rank in place, is suspended), it says so, whatever path left
+// Running (NotTraining, then JobFinished or Suspended as the phase moves on). Only the progress
+// deadline's verdict (ProgressDeadlineExceeded) stays, as the reason the gang restarted.
 void EndRankStalled(const PlanInput& in, Plan* plan) {
   const std::string& phase = plan->status.phase;
   if (phase == "Running") return;
+  const std::string reason = api::IsTerminal(phase) ? "JobFinished"
+                             : phase == "Suspended" ? "Suspended"
+                                                    : "NotTraining";
   for (const auto& c : plan->status.conditions) {
-    const bool of_rank0 =
-        (c.status == "True" && c.reason == "RankStalled") ||
-        (c.status == "False" &&
-         (c.reason == "Recovering" || c.reason == "Starting" || c.reason == "Resumed"));
-    if (c.type != "Stalled" || !of_rank0) continue;
-    const std::string reason = api::IsTerminal(phase) ? "JobFinished"
-                               : phase == "Suspended" ? "Suspended"
-                                                      : "NotTraining";
+    // What rank 0's last read said (stalled, progressing, recovering, unknown, ...) is over;
+    // the progress deadline's verdict stays: it is why the gang restarted or the job failed.
+    if (c.type != "Stalled" || c.reason == "ProgressDeadlineExceeded") continue;
     SetJobConditionStatus(&plan->status, "Stalled", "False", reason,
                           "the job is " + phase + ": no gang of it trains now",
                           FormatRfc3339(in.now));

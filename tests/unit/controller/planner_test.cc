@@ -3729,5 +3729,53 @@ TEST_F(PlannerRecovering, TheConditionEndsWhenTheJobLeavesRunning) {
   EXPECT_EQ(c->message, "the job is Restarting: no gang of it trains now");
 }
 
+// A review found: only some of rank 0's reads ended with the job's Running; a job that failed
+// right after a read of it training kept "training is making progress", and a NotTraining
+// written while it restarted stayed NotTraining once it failed.
+TEST_F(PlannerRecovering, EveryReadOfRankZeroEndsWhenTheJobLeavesRunning) {
+  Pass(60);  // recovering
+  read_ = contract::RunnerStatus{};
+  read_.state = "running";
+  read_.step = 20600;
+  read_.start_step = 0;
+  const Plan read = Pass(66);
+  ASSERT_NE(Cond(read.status, "Stalled"), nullptr);
+  ASSERT_EQ(Cond(read.status, "Stalled")->reason, "Progressing");
+  // Rank 1 fails for good: the job fails.
+  gang_[1] = Replica(1, 0, ReplicaPhase::kFailed, 1, "Error");
+  gang_[1].message = "INVALID_ARGUMENT: spec.train.dataset: no such file";
+  const Plan failed = Pass(70);
+  ASSERT_EQ(failed.status.phase, "Failed");
+  const api::Condition* c = Cond(failed.status, "Stalled");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "False");
+  EXPECT_EQ(c->reason, "JobFinished") << c->message;
+  EXPECT_EQ(c->message, "the job is Failed: no gang of it trains now");
+  // NotTraining (written while the job restarted) turns JobFinished once it fails.
+  for (auto& cond : job_.status.conditions) {
+    if (cond.type == "Stalled") {
+      cond.reason = "NotTraining";
+      cond.message = "the job is Restarting: no gang of it trains now";
+    }
+  }
+  const Plan finished = Pass(80);
+  const api::Condition* after = Cond(finished.status, "Stalled");
+  ASSERT_NE(after, nullptr);
+  EXPECT_EQ(after->reason, "JobFinished");
+  // The progress deadline's verdict is why the job ended: it stays.
+  for (auto& cond : job_.status.conditions) {
+    if (cond.type == "Stalled") {
+      cond.status = "True";
+      cond.reason = "ProgressDeadlineExceeded";
+      cond.message = "no progress for 600s";
+    }
+  }
+  const Plan judged = Pass(90);
+  const api::Condition* verdict = Cond(judged.status, "Stalled");
+  ASSERT_NE(verdict, nullptr);
+  EXPECT_EQ(verdict->reason, "ProgressDeadlineExceeded");
+  EXPECT_EQ(verdict->status, "True");
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile
