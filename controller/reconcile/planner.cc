@@ -1125,8 +1125,10 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
 // Restarting condition turned False, the gang whole again, after the outage began) had its
 // event then; any other (a peer hung in a collective, the network cut between running pods:
 // every pod still runs) gets one Warning event RankRecovering per outage, or nothing on the job
-// would say why it does not train until the recovery ends or fails. A young outage is given
-// kUnseenLossGrace first: a pod's end reaches the operator a moment after its peers notice it.
+// would say why it does not train until the recovery ends or fails. An outage is given
+// kUnseenLossGrace of age and kLossReportGrace of the operator's reads first: a pod's end
+// reaches the operator a moment after its peers notice it, and they may notice it long after
+// their last step (a slow step, a checkpoint, an evaluation).
 void Planner::NoteRankRecovering() {
   const ObservedProgress& p = *in_.progress;
   std::string msg = "rank 0 recovers a lost peer in place";
@@ -1151,6 +1153,9 @@ void Planner::NoteRankRecovering() {
   RecordCondition("Stalled", false, "Recovering", msg);
   const std::pair<int, int> outage{st().attempt, p.recoveries};
   if (in_.memory.recovery_said == outage) return;
+  // Read recovering from this outage for the first time on this pass: not yet.
+  const auto& seen = in_.memory.recovery_seen;
+  if (!seen || seen->first != outage || in_.now - seen->second < kLossReportGrace) return;
   // When the outage began: rank 0's own account, else (an older runner) the last step seen.
   std::optional<WallTime> began;
   if (p.recovering_seconds >= 0) {
@@ -1695,6 +1700,12 @@ Plan PlanReconcile(const PlanInput& in) {
     }
   }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
+  if (in.progress && in.progress->reachable && in.progress->state == "recovering") {
+    const std::pair<int, int> outage{plan.status.attempt, in.progress->recoveries};
+    if (!memory.recovery_seen || memory.recovery_seen->first != outage) {
+      memory.recovery_seen = std::pair{outage, in.now};
+    }
+  }
   for (const Event& e : plan.events) {
     if (e.reason == kRankRecoveringReason && in.progress) {
       memory.recovery_said = std::pair<int, int>{plan.status.attempt, in.progress->recoveries};

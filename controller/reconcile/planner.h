@@ -151,6 +151,8 @@ struct PlanMemory {
   // The outage a RankRecovering event was said for: (attempt, rank 0's completed in-place
   // recoveries of it), so an outage is said once and the next one again.
   std::optional<std::pair<int, int>> recovery_said;
+  // The outage rank 0 was last read recovering from, as above, and when it was first read so.
+  std::optional<std::pair<std::pair<int, int>, WallTime>> recovery_seen;
 };
 
 struct Plan {
@@ -246,9 +248,13 @@ inline constexpr char kSchedulingTimeoutReason[] = "SchedulingTimeout";
 inline constexpr char kQueuedCondition[] = "Queued";
 
 // A Warning event: rank 0 recovers in place from a loss the operator did not see (a hung peer,
-// a network cut: every pod runs); once per outage, after kUnseenLossGrace of it.
+// a network cut: every pod runs); once per outage, once the outage is kUnseenLossGrace old and
+// the operator has read it for kLossReportGrace (a lost pod's end, which the kubelet reports a
+// few seconds after the peers notice it, would make it a loss the operator answers itself; the
+// outage's age alone is no guard where a step or a checkpoint takes longer than the grace).
 inline constexpr char kRankRecoveringReason[] = "RankRecovering";
 inline constexpr Duration kUnseenLossGrace = std::chrono::seconds(10);
+inline constexpr Duration kLossReportGrace = std::chrono::seconds(5);
 
 // True while the checkpoints die with rank 0's replica (PlanInput::checkpoints_ephemeral).
 inline constexpr char kCheckpointsEphemeralCondition[] = "CheckpointsEphemeral";

@@ -3605,6 +3605,7 @@ TEST_F(PlannerRecovering, ALossNoPodShowsIsSaidOncePerOutageWithItsCause) {
       "out after 10s waiting for rank 1): no completed step since step 20516 "
       "(2026-11-21T10:00:55Z); it waits up to 120s for the gang to form again, else the gang "
       "restarts";
+  EXPECT_EQ(Said(Pass(61)), 0) << "first read of the outage: the kubelet may not have said more";
   Plan first = Pass(66);
   EXPECT_EQ(first.status.phase, "Running");
   const api::Condition* c = Cond(first.status, "Stalled");
@@ -3625,10 +3626,11 @@ TEST_F(PlannerRecovering, ALossNoPodShowsIsSaidOncePerOutageWithItsCause) {
   read_.last_recovery_step = 20625;
   read_.recovering_seconds = 12;
   read_.recovery_cause = "step 20700: all-reduce: timed out after 10s waiting for rank 1";
-  Plan second = Pass(90);
+  EXPECT_EQ(Said(Pass(90)), 0);
+  Plan second = Pass(95);
   EXPECT_EQ(Said(second), 1);
   EXPECT_NE(FindEvent(second, "RankRecovering")->message.find("step 20700"), std::string::npos);
-  EXPECT_EQ(Said(Pass(95)), 0);
+  EXPECT_EQ(Said(Pass(97)), 0);
   // Its end counted, before its next report says running, rank 0 still says recovering with the
   // cause but no age: nothing to judge (an outage too young to be said is not said now).
   read_.recoveries = 2;
@@ -3662,6 +3664,23 @@ TEST_F(PlannerRecovering, ALossTheOperatorAnswersItselfGetsNoRankRecovering) {
   EXPECT_EQ(Said(Pass(70)), 1);
 }
 
+// A review found: the grace counted from the outage's start, rank 0's last step; a loss noticed
+// long after it (a step, a checkpoint or an evaluation slower than the grace) was said at once,
+// before the kubelet reported the lost pod's end, which the operator then answered itself
+// (InPlaceRecovery): two events for one loss. The operator reads an outage for
+// kLossReportGrace before it says it.
+TEST_F(PlannerRecovering, ALossNoticedLongAfterTheLastStepWaitsForThePodsEnd) {
+  read_.recovery_cause = "evaluation: all-reduce: lost peer rank 1 (connection reset)";
+  read_.recovering_seconds = 15;  // noticed just now, 15 s after the last step
+  EXPECT_EQ(Said(Pass(70)), 0);
+  gang_[1] = Replica(1, 0, ReplicaPhase::kFailed, 137, "Error");
+  gang_[1].finished_at = At(69);
+  const Plan answered = Pass(72);
+  EXPECT_EQ(Said(answered), 0);
+  EXPECT_EQ(answered.status.in_place_recoveries, 1);
+  EXPECT_NE(FindEvent(answered, "InPlaceRecovery"), nullptr);
+}
+
 // After a gang restart the last step seen is the old attempt's: an outage of the new attempt
 // before its first step is still one the operator did not see (the gang was whole before it).
 TEST_F(PlannerRecovering, AHangBeforeTheNewAttemptsFirstStepIsSaid) {
@@ -3671,6 +3690,7 @@ TEST_F(PlannerRecovering, AHangBeforeTheNewAttemptsFirstStepIsSaid) {
   job_.status.conditions.push_back(
       {"Restarting", "False", "Running", "gang running", "2026-11-21T10:02:00Z"});
   read_.recovering_seconds = 40;  // the gang formed at 10:02:05, then hung
+  EXPECT_EQ(Said(Pass(160)), 0);
   EXPECT_EQ(Said(Pass(165)), 1);
 }
 
@@ -3679,6 +3699,7 @@ TEST_F(PlannerRecovering, AHangBeforeTheNewAttemptsFirstStepIsSaid) {
 TEST_F(PlannerRecovering, AnAbsurdAgeIsBounded) {
   read_.recovering_seconds = 1e300;
   EXPECT_EQ(ObserveRunnerStatus(read_).recovering_seconds, 365.0 * 24 * 3600);
+  EXPECT_EQ(Said(Pass(61)), 0);
   EXPECT_EQ(Said(Pass(66)), 1);
 }
 
@@ -3688,6 +3709,7 @@ TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
   job_.status.restarts = job_.spec.run_policy.backoff_limit;
   read_.recovering_seconds = -1;
   read_.recovery_cause.clear();
+  Pass(61);
   Plan plan = Pass(66);
   ASSERT_EQ(Said(plan), 1);
   EXPECT_EQ(FindEvent(plan, "RankRecovering")->message,
@@ -3699,6 +3721,7 @@ TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
 // A cause too long for an Event keeps the wait after it: the cause is cut (between characters).
 TEST_F(PlannerRecovering, ALongCauseIsCutAndTheWaitKept) {
   read_.recovery_cause = "x" + std::string(700, 'y');
+  Pass(61);
   const Plan plan = Pass(66);
   ASSERT_EQ(Said(plan), 1);
   const std::string& m = FindEvent(plan, "RankRecovering")->message;
