@@ -18,6 +18,7 @@
 
 #include "common/http.h"
 #include "common/runner_contract.h"
+#include "common/utf8.h"
 #include "runner/metrics/nvml.h"
 
 namespace ringtrain::metrics {
@@ -32,10 +33,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // The operator keeps 1024 bytes of a /status text (common/runner_status.cc).
 constexpr std::size_t kMaxRecoveryCauseBytes = 1024;
 
-// `text` as one line of at most `max` bytes (a cut through a character is replaced when the
-// JSON is written).
+// `text` as one line of at most `max` bytes, cut between characters (a cut through one would
+// be written as U+FFFD, a character the text never had).
 std::string OneLine(std::string_view text, std::size_t max) {
-  std::string s(text.substr(0, max));
+  std::string s(text.substr(0, Utf8Cut(text, max)));
   std::replace(s.begin(), s.end(), '\n', ' ');
   std::replace(s.begin(), s.end(), '\r', ' ');
   return s;

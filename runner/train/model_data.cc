@@ -280,18 +280,29 @@ Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, 
   std::string why = "this process may use " + FormatMegabytes(memory.limit) + " in all";
   // What is in use is named when it is why: without it, all would fit.
   const bool for_in_use = in_use > 0 && need <= memory.limit;
+  // Machine-wide, what is in use is retried only when other processes hold enough of it that
+  // all would fit once they freed theirs: this process's own (its datasets) a restart loads
+  // again. (Sibling ranks of `ringtrain run` count as other processes.)
+  const std::uint64_t own = std::min(memory.own_in_use, in_use);
+  const bool retryable = for_in_use && memory.machine_wide && need <= memory.limit - own;
   if (for_in_use) {
     why +=
         ", " + FormatMegabytes(in_use) + " of it already in use (the datasets and other processes)";
     // Other processes of the machine may free it: a later try may fit.
-    if (memory.machine_wide) why += "; retried, as other processes may free it";
+    if (retryable) {
+      why += "; retried, as other processes may free it";
+    } else if (memory.machine_wide) {
+      why += "; " + FormatMegabytes(own) +
+             " of it this process's own (its datasets), which leaves too little even if other "
+             "processes free theirs";
+    }
   }
   // The batch and the reducer are named when large, or when what comes before them would fit.
   const Status refused =
       DoesNotFit(params, optimizer, why, checkpoint_copy, batch,
                  IsLarge(state, batch.bytes) || state <= available, reducer,
                  IsLarge(state, reducer.bytes) || (reducer.bytes > 0 && with_batch <= available));
-  if (for_in_use && memory.machine_wide) {
+  if (retryable) {
     return Status(StatusCode::kResourceExhausted, refused.message());
   }
   return refused;
@@ -357,6 +368,18 @@ MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
   }
   // A reading that leaves this running process nothing is no reading.
   if (in_use && *in_use < out.limit) out.in_use = *in_use;
+  if (out.machine_wide && out.in_use > 0) {
+    // What of it this process holds itself (its datasets): anonymous and shared memory, in kB.
+    // Either line missing or no number, or a sum past 64 bits as bytes, is none (a refusal
+    // stays retryable, as it was).
+    const std::string status = ReadSmallFile(root / "proc/self/status");
+    const std::optional<std::uint64_t> anon_kib = FieldOf(status, "RssAnon:");
+    const std::optional<std::uint64_t> shmem_kib = FieldOf(status, "RssShmem:");
+    constexpr std::uint64_t kMaxKib = std::numeric_limits<std::uint64_t>::max() / 1024;
+    if (anon_kib && shmem_kib && *anon_kib <= kMaxKib && *shmem_kib <= kMaxKib - *anon_kib) {
+      out.own_in_use = std::min((*anon_kib + *shmem_kib) * 1024, out.in_use);
+    }
+  }
   return out;
 }
 

@@ -94,13 +94,18 @@ struct MemoryBudget {
   std::uint64_t limit = 0;
   std::uint64_t in_use = 0;
   // `in_use` is the machine's (no limit of this process's own: `ringtrain run`, a pod without
-  // resources.limits.memory): other processes hold it, and may free it. A model refused only
-  // for it is a retryable error, not a permanent one.
+  // resources.limits.memory): other processes hold part of it, and may free it. A model refused
+  // only for what they hold is a retryable error, not a permanent one.
   bool machine_wide = false;
+  // Of a machine-wide `in_use`, what this process holds itself (its datasets, loaded before the
+  // model is checked; /proc/self/status RssAnon + RssShmem; never more than `in_use`): a
+  // restart loads it again, so a model refused for it is refused permanently. Sibling ranks of
+  // `ringtrain run` on the same machine are other processes here (their datasets too).
+  std::uint64_t own_in_use = 0;
 };
 
-// Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/... and proc/meminfo ("/" but in a
-// test); `physical_bytes` is the machine's memory (0: sysconf's).
+// Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/..., proc/meminfo and
+// proc/self/status ("/" but in a test); `physical_bytes` is the machine's memory (0: sysconf's).
 struct MemoryProbe {
   std::string root = "/";
   std::uint64_t physical_bytes = 0;
@@ -110,9 +115,11 @@ struct MemoryProbe {
 // (cgroup v2 memory.max, else v1 memory.limit_in_bytes: a pod's resources.limits.memory); what
 // is in use is what reclaim cannot free, of the same scope as the limit: the cgroup's anonymous
 // and shared memory (v2 memory.stat anon + shmem, v1 total_rss + total_shmem), or, when the
-// machine's memory is the limit, MemTotal - MemAvailable of /proc/meminfo. A file missing or
+// machine's memory is the limit, MemTotal - MemAvailable of /proc/meminfo, of which this
+// process's own is RssAnon + RssShmem of /proc/self/status (`own_in_use`). A file missing or
 // unreadable, a value that is no number, or one that leaves nothing of the limit counts nothing
-// in use: a job is never refused on a guess.
+// in use: a job is never refused on a guess (nor refused permanently: an own figure that does
+// not read counts none of what is in use as this process's own).
 MemoryBudget ReadMemoryBudget(const MemoryProbe& probe = {});
 
 // A model whose training state, with what its batches take, cannot be held: InvalidArgument,
@@ -133,7 +140,11 @@ Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
 // is already in use when without it all would fit: "...; this process may use 2.0 GB in all,
 // 1.2 GB of it already in use (the datasets and other processes)". That refusal is permanent
 // (InvalidArgument) within a limit of the process's own (its cgroup holds its datasets, which a
-// restart loads again), and retryable (ResourceExhausted) when what is in use is the machine's.
+// restart loads again). When what is in use is the machine's it is retryable (ResourceExhausted)
+// only if all would fit once other processes freed theirs (need <= limit - own_in_use); if this
+// process's own memory alone leaves too little it is permanent, and says so: "...; 11.0 GB of
+// it this process's own (its datasets), which leaves too little even if other processes free
+// theirs".
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, MemoryBudget memory,
                               bool checkpoint_copy = false, BatchMemory batch = {},
                               ReducerMemory reducer = {});

@@ -343,6 +343,13 @@ TEST_F(RunnerMetricsRecoveryTest, StatusCarriesTheLossWhileItRecovers) {
   // A cause of any length stays within what the operator reads.
   m_.BeginRecovery(clock_.SteadyNow(), std::string(100000, 'x'));
   EXPECT_EQ(Status(m_).recovery_cause.size(), 1024u);
+  // Cut between characters, not through one (which the JSON would carry as U+FFFD): "x" and
+  // two-byte characters, whose 1024th byte is the first of one.
+  std::string accented = "x";
+  for (int i = 0; i < 600; ++i) accented += "\u00e9";
+  m_.BeginRecovery(clock_.SteadyNow(), accented);
+  EXPECT_THAT(m_.RenderStatusJson(), Not(HasSubstr("\ufffd")));
+  EXPECT_EQ(Status(m_).recovery_cause, accented.substr(0, 1023));
   // The outage counted as over before the next report says running: no age (not 0, a new one).
   m_.ObserveRecovery(12, 109);
   EXPECT_EQ(Status(m_).state, "recovering");

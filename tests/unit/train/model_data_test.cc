@@ -364,6 +364,121 @@ TEST_F(MemoryBudgetTest, WithoutACgroupLimitTheMachinesMemInfoTellsWhatIsInUse) 
             "optimizer state (adam); this process may use 16.0 GB in all");
 }
 
+// The machine as above (16 GB, 12 GB of it in use), and /proc/self/status saying how much of
+// that this process holds itself: its datasets, which a restart loads again.
+class OwnMemoryTest : public MemoryBudgetTest {
+ protected:
+  void SetUp() override {
+    MemoryBudgetTest::SetUp();
+    probe_.physical_bytes = 16'000'000'000;
+    Write("sys/fs/cgroup/memory.max", "max\n");
+    Write("proc/meminfo", "MemTotal:       15625000 kB\nMemAvailable:    3906250 kB\n");
+  }
+  void WriteStatus(const std::string& rss) {
+    Write("proc/self/status",
+          "Name:\tringtrain\nVmRSS:\t11718750 kB\n" + rss + "RssFile:\t  488281 kB\nThreads:\t4\n");
+  }
+  // 300,000,000 adam parameters (4.8 GB) and a small batch.
+  Status Check() {
+    return CheckTrainingStateFits(300'000'000, "adam", ReadMemoryBudget(probe_), false,
+                                  {64, 1'000'000});
+  }
+};
+
+constexpr char kRefusedForOthers[] =
+    "model.layers: 300,000,000 parameters need 4.8 GB for weights, gradients and optimizer "
+    "state (adam); this process may use 16.0 GB in all, 12.0 GB of it already in use (the "
+    "datasets and other processes); retried, as other processes may free it";
+
+// This process's own 11.5 GB (11,230,469 kB: its datasets, anonymous and shared) leave 4.5 GB
+// of the 16 GB however much other processes free: a 4.8 GB model is refused permanently, not
+// retried until the job's backoffLimit is spent (every restart loads the same datasets).
+TEST_F(OwnMemoryTest, ItsOwnDatasetsLeavingTooLittleAreAPermanentRefusal) {
+  WriteStatus("RssAnon:\t11034000 kB\nRssShmem:\t  196469 kB\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_TRUE(budget.machine_wide);
+  EXPECT_EQ(budget.in_use, 12'000'000'000u);
+  EXPECT_EQ(budget.own_in_use, 11'230'469ULL * 1024);
+  const Status st = Check();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_FALSE(st.retryable());
+  EXPECT_EQ(st.message(),
+            "model.layers: 300,000,000 parameters need 4.8 GB for weights, gradients and "
+            "optimizer state (adam); this process may use 16.0 GB in all, 12.0 GB of it already "
+            "in use (the datasets and other processes); 11.5 GB of it this process's own (its "
+            "datasets), which leaves too little even if other processes free theirs");
+  // A 4.4 GB model, which the 4.5 GB its own leave would hold, is refused (4.0 GB are free
+  // now) only for what other processes hold: retried.
+  const Status small = CheckTrainingStateFits(275'000'000, "adam", budget);
+  EXPECT_EQ(small.code(), StatusCode::kResourceExhausted) << small.ToString();
+}
+
+// Its own 1 GB: the other 11 GB are other processes' (sibling ranks of `ringtrain run` among
+// them), which may free them: retried, as before.
+TEST_F(OwnMemoryTest, OtherProcessesHoldingTheMemoryIsARetryableRefusal) {
+  WriteStatus("RssAnon:\t  976563 kB\nRssShmem:\t       0 kB\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.own_in_use, 976'563ULL * 1024);
+  const Status st = Check();
+  EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << st.ToString();
+  EXPECT_TRUE(st.retryable());
+  EXPECT_EQ(st.message(), kRefusedForOthers);
+  // 11.0 GB of its own leave 5.0 GB: the 4.8 GB would fit once the others freed theirs.
+  WriteStatus("RssAnon:\t10742187 kB\nRssShmem:\t       0 kB\n");
+  EXPECT_EQ(Check().code(), StatusCode::kResourceExhausted);
+}
+
+// An own figure larger than what is in use (the two files read at different moments) is all of
+// it; a cgroup's limit is the process's own anyway (/proc/self/status is not read).
+TEST_F(OwnMemoryTest, ItsOwnIsNeverMoreThanWhatIsInUse) {
+  WriteStatus("RssAnon:\t19531250 kB\nRssShmem:\t       0 kB\n");
+  EXPECT_EQ(ReadMemoryBudget(probe_).own_in_use, 12'000'000'000u);
+  EXPECT_EQ(Check().code(), StatusCode::kInvalidArgument);
+  // Nothing in use: nothing of it is its own, whatever the figure says.
+  EXPECT_TRUE(CheckTrainingStateFits(300'000'000, "adam",
+                                     MemoryBudget{16'000'000'000, 0, true, 12'000'000'000})
+                  .ok());
+  EXPECT_EQ(CheckTrainingStateFits(300'000'000, "adam",
+                                   MemoryBudget{16'000'000'000, 12'000'000'000, true, ~0ULL})
+                .code(),
+            StatusCode::kInvalidArgument);
+  Write("sys/fs/cgroup/memory.max", "2000000000\n");
+  Write("sys/fs/cgroup/memory.stat", "anon 1200000000\n");
+  EXPECT_EQ(ReadMemoryBudget(probe_).own_in_use, 0u);
+}
+
+// /proc/self/status read as hostile: missing, empty, either line missing or garbled, a sign,
+// numbers past 64 bits, kB past 64 bits as bytes or a sum of them (which would wrap to this
+// process's 11.5 GB). Each counts none of it as this process's own: retried, as before.
+TEST_F(OwnMemoryTest, GarbageInItsStatusCountsNothingAsItsOwn) {
+  const auto expect_none_own = [&](const std::string& what) {
+    EXPECT_EQ(ReadMemoryBudget(probe_).own_in_use, 0u) << what;
+    const Status st = Check();
+    EXPECT_EQ(st.code(), StatusCode::kResourceExhausted) << what;
+    EXPECT_EQ(st.message(), kRefusedForOthers) << what;
+  };
+  expect_none_own("no proc/self/status");
+  for (const char* status :
+       {"", "\n\n", "RssAnon:\t11230469 kB\n", "RssShmem:\t11230469 kB\n",
+        "RssAnon: -11230469 kB\nRssShmem: 0 kB\n", "RssAnon: lots kB\nRssShmem: 0 kB\n",
+        "RssAnon: 11230469abc kB\nRssShmem: 0 kB\n", "RssAnon: 1.1e7 kB\nRssShmem: 0 kB\n",
+        "RssAnon:11230469 kB\nRssShmem:0 kB\n", "RssAnon: 11230469 kB\nRssShmem: x kB\n",
+        "RssAnonymous: 11230469 kB\nRssShmem: 0 kB\n",
+        "RssAnon: \xff\xfe"
+        "11230469 kB\nRssShmem: 0 kB\n",
+        "RssAnon: 99999999999999999999999 kB\nRssShmem: 0 kB\n",
+        "RssAnon: 18014398520712453 kB\nRssShmem: 0 kB\n",
+        "RssAnon: 18014398509481983 kB\nRssShmem: 11230470 kB\n"}) {
+    Write("proc/self/status", status);
+    expect_none_own(std::string("status ") + status);
+  }
+  // Nothing in use on the machine: nothing of it is its own either.
+  Write("proc/meminfo", "MemTotal: lots kB\n");
+  Write("proc/self/status", "RssAnon: 11230469 kB\nRssShmem: 0 kB\n");
+  EXPECT_EQ(ReadMemoryBudget(probe_).own_in_use, 0u);
+  EXPECT_TRUE(Check().ok());
+}
+
 // What the files hold is read as hostile: garbage, signs, numbers past 64 bits, sums that would
 // wrap, a reading larger than the limit, missing lines. None crashes or refuses a model on a
 // guess: each counts nothing in use, and a limit that is no number is no limit.
