@@ -3774,25 +3774,23 @@ TEST_F(PlannerRecovering, EveryReadOfRankZeroEndsWhenTheJobLeavesRunning) {
   EXPECT_EQ(c->status, "False");
   EXPECT_EQ(c->reason, "JobFinished") << c->message;
   EXPECT_EQ(c->message, "the job is Failed: no gang of it trains now");
-  // NotTraining (written while the job restarted) turns JobFinished once it fails.
-  for (auto& cond : job_.status.conditions) {
-    if (cond.type == "Stalled") {
-      cond.reason = "NotTraining";
-      cond.message = "the job is Restarting: no gang of it trains now";
+  // The job's Stalled condition as an earlier pass left it.
+  auto stored = [this](const std::string& status, const std::string& reason) {
+    for (auto& cond : job_.status.conditions) {
+      if (cond.type != "Stalled") continue;
+      cond.status = status;
+      cond.reason = reason;
+      cond.message = "as written before";
     }
-  }
+  };
+  // NotTraining (written while the job restarted) turns JobFinished once it fails.
+  stored("False", "NotTraining");
   const Plan finished = Pass(80);
   const api::Condition* after = Cond(finished.status, "Stalled");
   ASSERT_NE(after, nullptr);
   EXPECT_EQ(after->reason, "JobFinished");
   // The progress deadline's verdict is why the job ended: it stays.
-  for (auto& cond : job_.status.conditions) {
-    if (cond.type == "Stalled") {
-      cond.status = "True";
-      cond.reason = "ProgressDeadlineExceeded";
-      cond.message = "no progress for 600s";
-    }
-  }
+  stored("True", "ProgressDeadlineExceeded");
   const Plan judged = Pass(90);
   const api::Condition* verdict = Cond(judged.status, "Stalled");
   ASSERT_NE(verdict, nullptr);
