@@ -858,6 +858,15 @@ StatusOr<ReconcileResult> Reconciler::ApplyTtl(const Json& raw, const Json& stat
 void Reconciler::NotePodsReady(const Pass& pass) {
   JobMemory& memory = *pass.memory;
   if (memory.pods_ready_observed || pass.created == 0 || metrics_ == nullptr) return;
+  // Only the job's first gang: its creation time says nothing of a later attempt's pods or of a
+  // rank replaced in place, which an operator started since (with none of this memory) creates.
+  const api::JobStatus& st = pass.job.status;
+  const bool ran = std::any_of(st.conditions.begin(), st.conditions.end(),
+                               [](const api::Condition& c) { return c.type == "Running"; });
+  if (ran || pass.plan.status.attempt > 0 || !pass.plan.status.replaced_pods.empty()) {
+    memory.pods_ready_observed = true;
+    return;
+  }
   int current = pass.created;
   for (const auto& r : pass.in.replicas) {
     current += r.attempt == pass.plan.status.attempt && !r.terminating ? 1 : 0;

@@ -624,6 +624,44 @@ TEST_F(ReconcilerTest, InPlaceRecoveriesTheGangCompletedAreCountedWithoutAReplac
             std::string::npos);
 }
 
+// On the real cluster: a controller restarted while a gang recovered observed the creation of
+// the next attempt's pods as the job's time to its pods, its whole age (174 s where the pods
+// had existed 1 s after the job). Only a job's first gang is observed.
+TEST_F(ReconcilerTest, PodsReadyIsObservedForAJobsFirstGangOnly) {
+  const auto observed = [](ControllerMetrics& m) {
+    const std::string text = m.RenderText();
+    const std::string name = "ringtrain_controller_job_pods_ready_seconds_count ";
+    const auto at = text.find("\n" + name);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + name.size()));
+  };
+  ControllerMetrics first;
+  Reconciler reconciler(&client_, &cache_, &clock_, nullptr, &first, ReconcilerOptions{},
+                        [](const std::string&, int, Duration) { return std::nullopt; });
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  EXPECT_EQ(observed(first), 1.0);
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["phase"], "Running");
+  // Another operator (a restart) sees rank 1's pod deleted: it replaces rank 1 in place.
+  ControllerMetrics next;
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler restarted(&client_, &cache_, &clock_, nullptr, &next, options,
+                       [](const std::string&, int, Duration) { return std::nullopt; });
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-1", {}).ok());
+  for (int pass = 0; pass < 6 && !client_.Get(kube::kPods, "default", "mnist-a0-1").ok(); ++pass) {
+    cache_.CatchUp(client_);
+    clock_.Advance(std::chrono::seconds(30));
+    ASSERT_TRUE(restarted.Reconcile("default", "mnist").ok());
+  }
+  ASSERT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok()) << Status().dump();
+  ASSERT_EQ(Status()["inPlaceRecoveries"], 1);
+  EXPECT_EQ(observed(next), 0.0) << "the job's pods existed long ago";
+}
+
 // A job failed with reason InvalidSpec, from the start or by an edit while it ran: its ttl
 // counts from the completionTime that failure wrote.
 TEST_F(ReconcilerTest, AJobFailedForAnInvalidSpecIsDeletedAtItsTtl) {
