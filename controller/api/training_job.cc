@@ -222,14 +222,6 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
   return args;
 }
 
-Duration RecoveryTimeoutFor(const JobSpec& spec) {
-  // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
-  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace" || spec.gpus_per_replica > 0) {
-    return Duration(0);
-  }
-  return contract::kRecoveryTimeout;
-}
-
 namespace {
 
 // spec.template's runner container: the last container named "runner", as the pod builder
@@ -250,32 +242,61 @@ std::optional<json> TemplateRunner(const JobSpec& spec) {
   return *runner;
 }
 
-}  // namespace
-
-Duration CollectiveTimeoutFor(const JobSpec& spec) {
+// The plain value spec.template's runner container gives the variable `name` (the last entry of
+// the name is the one a container gets); nullopt when it gives none, or only a reference
+// (valueFrom, envFrom: not resolved here).
+std::optional<std::string> TemplateRunnerEnv(const JobSpec& spec, std::string_view name) {
   const std::optional<json> runner = TemplateRunner(spec);
-  if (!runner) return contract::kCollectiveTimeout;
+  if (!runner) return std::nullopt;
   const auto env = runner->find("env");
-  if (env == runner->end() || !env->is_array()) return contract::kCollectiveTimeout;
-  // The last entry of the name is the one a container gets.
+  if (env == runner->end() || !env->is_array()) return std::nullopt;
   const json* set = nullptr;
   for (const auto& e : *env) {
-    if (e.is_object() && e.value("name", json()) == contract::kEnvCollectiveTimeout) set = &e;
+    if (e.is_object() && e.value("name", json()) == name) set = &e;
   }
-  if (set == nullptr) return contract::kCollectiveTimeout;
+  if (set == nullptr) return std::nullopt;
   const auto value = set->find("value");
-  if (value == set->end() || !value->is_string()) return contract::kCollectiveTimeout;
-  return ParseCollectiveTimeout(value->get<std::string>()).value_or(contract::kCollectiveTimeout);
+  if (value == set->end() || !value->is_string()) return std::nullopt;
+  return value->get<std::string>();
 }
 
-std::optional<Duration> ParseCollectiveTimeout(const std::string& value) {
+// A runner's seconds variable as the runner reads it: an integer from `min` to 86400.
+std::optional<Duration> EnvSeconds(const std::string& value, int min) {
   if (value.empty() || value.size() > 5 ||
       value.find_first_not_of("0123456789") != std::string::npos) {
     return std::nullopt;
   }
   const int seconds = std::stoi(value);
-  if (seconds < 1 || seconds > 86400) return std::nullopt;
+  if (seconds < min || seconds > 86400) return std::nullopt;
   return std::chrono::seconds(seconds);
+}
+
+}  // namespace
+
+Duration CollectiveTimeoutFor(const JobSpec& spec) {
+  const auto value = TemplateRunnerEnv(spec, contract::kEnvCollectiveTimeout);
+  if (!value) return contract::kCollectiveTimeout;
+  return ParseCollectiveTimeout(*value).value_or(contract::kCollectiveTimeout);
+}
+
+std::optional<Duration> ParseRecoveryTimeout(const std::string& value) {
+  return EnvSeconds(value, 0);
+}
+
+Duration RecoveryTimeoutFor(const JobSpec& spec) {
+  // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
+  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace" || spec.gpus_per_replica > 0) {
+    return Duration(0);
+  }
+  // The template's own value, which the operator passes on (0: no in-place recovery).
+  if (const auto value = TemplateRunnerEnv(spec, contract::kEnvRecoveryTimeout)) {
+    if (const auto set = ParseRecoveryTimeout(*value)) return *set;
+  }
+  return contract::kRecoveryTimeout;
+}
+
+std::optional<Duration> ParseCollectiveTimeout(const std::string& value) {
+  return EnvSeconds(value, 1);
 }
 
 bool IsTerminal(const std::string& phase) { return phase == "Succeeded" || phase == "Failed"; }

@@ -261,9 +261,13 @@ std::optional<std::int64_t> ReadTtlSecondsAfterFinished(const std::string& json)
 std::string StatusToJson(const JobStatus& status);
 
 // How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_
-// SECONDS): contract::kRecoveryTimeout with runPolicy.recovery InPlace, the built-in runner and
-// CPU replicas, else 0 (the gang restarts).
+// SECONDS, which the operator sets): with runPolicy.recovery InPlace, the built-in runner and CPU
+// replicas, the value spec.template's runner container gives it (0: none, the gang restarts),
+// else contract::kRecoveryTimeout; 0 otherwise (the gang restarts).
 Duration RecoveryTimeoutFor(const JobSpec& spec);
+// One RINGTRAIN_RECOVERY_TIMEOUT_SECONDS value as the runner takes it (an integer from 0 to
+// 86400); nullopt for any other (refused when the spec is parsed).
+std::optional<Duration> ParseRecoveryTimeout(const std::string& value);
 // How long a rank's collective waits on a peer before it fails (RINGTRAIN_COLLECTIVE_TIMEOUT_
 // SECONDS; the operator sets none itself): the value spec.template's runner container gives it
 // (a plain integer from 1 to 86400, as the runner reads it), else contract::kCollectiveTimeout

@@ -220,6 +220,48 @@ TEST(Manifest, TheCollectiveTimeoutIsTheRunnerContainersOrTheDefault) {
   EXPECT_EQ(with(R"({"name":"RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS","valueFrom":{}})"), fallback);
 }
 
+// On the real cluster a user's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS (60) in the runner container
+// was replaced by the operator's 120, unsaid: the template's value is the one the survivors wait
+// with (and the planner says), 0 turns in-place recovery off, and one the runner would not take
+// is refused when the spec is parsed.
+TEST(Manifest, TheRecoveryTimeoutIsTheRunnerContainersOrTheDefault) {
+  const auto with = [](const std::string& value) {
+    JobSpec spec;
+    spec.pod_template_json =
+        R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":")" +
+        value + R"("}]}]}})";
+    return RecoveryTimeoutFor(spec);
+  };
+  EXPECT_EQ(RecoveryTimeoutFor(JobSpec{}), contract::kRecoveryTimeout);
+  EXPECT_EQ(with("60"), std::chrono::seconds(60));
+  EXPECT_EQ(with("0"), Duration(0));
+  JobSpec gang_restart;
+  gang_restart.run_policy.recovery = "GangRestart";
+  gang_restart.pod_template_json =
+      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"60"}]}]}})";
+  EXPECT_EQ(RecoveryTimeoutFor(gang_restart), Duration(0)) << "the policy decides first";
+  for (const char* odd : {"-1", "86401", "1m", "", "$(T)"}) {
+    auto job = ParseManifestYaml(
+        WithSpec("  template:\n    spec:\n      containers:\n      - name: runner\n        env:\n"
+                 "        - name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS\n          value: \"" +
+                 std::string(odd) + "\"\n"),
+        "job.yaml");
+    ASSERT_FALSE(job.ok()) << odd;
+    EXPECT_NE(job.status().message().find(
+                  "spec.template.spec.containers[runner].env[0].value: "
+                  "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS must be a whole number of seconds"),
+              std::string::npos)
+        << job.status().message();
+  }
+  // Another container's is its own business.
+  EXPECT_TRUE(ParseManifestYaml(
+                  WithSpec("  template:\n    spec:\n      containers:\n      - name: side\n"
+                           "        env:\n        - name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS\n"
+                           "          value: \"1m\"\n"),
+                  "job.yaml")
+                  .ok());
+}
+
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.
 TEST(Manifest, MomentumBelowOneForSgdAnyForAdam) {
   auto sgd =

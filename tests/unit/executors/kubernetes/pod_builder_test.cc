@@ -816,5 +816,23 @@ TEST(PodBuilderTest, AnUpgradeThenALostRankRestartsTheGangRatherThanMixRunnerBui
   }
 }
 
+// The runner container's own recovery wait reaches the pod (it was replaced by the default).
+TEST(PodBuilderTest, TheTemplatesRecoveryTimeoutReachesThePod) {
+  const api::TrainingJob job = ParseJob(
+      "mnist", "default",
+      {{"replicas", 2},
+       {"template",
+        {{"spec",
+          {{"containers",
+            {{{"name", "runner"},
+              {"env", {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", "60"}}}}}}}}}}}});
+  const Json pod = BuildPod(job, 0, 1, PodOptions{});
+  std::vector<std::string> values;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.value("name", "") == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") values.push_back(e["value"]);
+  }
+  EXPECT_EQ(values, std::vector<std::string>{"60"});
+}
+
 }  // namespace
 }  // namespace ringtrain::op
