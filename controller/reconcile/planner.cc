@@ -927,6 +927,19 @@ int WaitSeverity(const std::string& reason) {
   return 0;
 }
 
+// A replica's wait as WaitSeverity weighs it, but for the kubelet's own passing trouble: its
+// cache of a Secret or ConfigMap the pod mounts not yet synced ("failed to sync secret cache:
+// timed out waiting for the condition", a second after the pod was created, on the cluster) is
+// retried by the kubelet and is no problem of the job's: the replica is starting.
+int WaitSeverity(const ObservedReplica& r) {
+  if (r.wait_reason == "CreateContainerConfigError" &&
+      (r.wait_message.starts_with("failed to sync secret cache") ||
+       r.wait_message.starts_with("failed to sync configmap cache"))) {
+    return 0;
+  }
+  return WaitSeverity(r.wait_reason);
+}
+
 }  // namespace
 
 void Planner::AvoidNodeOf(const ObservedReplica& r) {
@@ -993,9 +1006,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   const ObservedReplica* pick = nullptr;
   for (const auto* r : current) {
     if (r->phase != ReplicaPhase::kPending || r->terminating) continue;
-    if (pick == nullptr || WaitSeverity(r->wait_reason) > WaitSeverity(pick->wait_reason)) {
-      pick = r;
-    }
+    if (pick == nullptr || WaitSeverity(*r) > WaitSeverity(*pick)) pick = r;
   }
   const int not_running = pods - st().replicas.running - st().replicas.succeeded;
   const std::string count =
@@ -1005,7 +1016,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   if (pick != nullptr && !pick->wait_message.empty()) {
     message += " (" + pick->name + ": " + pick->wait_message + ")";
   }
-  if (pick != nullptr && WaitSeverity(pick->wait_reason) > 0) {
+  if (pick != nullptr && WaitSeverity(*pick) > 0) {
     reason = pick->wait_reason;
     message = pick->name + ": " + pick->wait_message + " (" + count + ")";
   }

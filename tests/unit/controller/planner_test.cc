@@ -1389,6 +1389,31 @@ constexpr char kInsufficientCpu[] =
     "0/1 nodes are available: 1 Insufficient cpu. preemption: 0/1 nodes are available: 1 No "
     "preemption victims found for incoming pod..";
 
+// On the cluster a job that then succeeded got a Warning for the kubelet's passing trouble: its
+// cache of the job's Secret not synced yet, a second after the pod was created, retried by the
+// kubelet. That wait is a replica starting; a Secret that does not exist is still a warning.
+TEST(Placement, TheKubeletsUnsyncedSecretCacheIsNoWarning) {
+  auto job = Job(2);
+  job.status = PlanAt(job, {}, kT0).status;
+  const Plan passing =
+      PlanAt(job,
+             {GatedRunning(0, 0), Waiting(1, 0, "CreateContainerConfigError",
+                                          "failed to sync secret cache: timed out waiting for the "
+                                          "condition")},
+             At(2));
+  EXPECT_EQ(CountEvents(passing, "CreateContainerConfigError"), 0);
+  ASSERT_NE(Cond(passing.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(passing.status, kPodsReadyCondition)->reason, kPodsStartingReason);
+  EXPECT_NE(Cond(passing.status, kPodsReadyCondition)->message.find("failed to sync secret cache"),
+            std::string::npos);
+  const Plan missing = PlanAt(job,
+                              {GatedRunning(0, 0), Waiting(1, 0, "CreateContainerConfigError",
+                                                           "secret \"creds\" not found")},
+                              At(2));
+  EXPECT_EQ(CountEvents(missing, "CreateContainerConfigError"), 1);
+  EXPECT_EQ(Cond(missing.status, kPodsReadyCondition)->reason, "CreateContainerConfigError");
+}
+
 TEST(Placement, AnUnschedulableRankIsShownWithTheSchedulersWordsAndNeverCounted) {
   auto job = Job(2);
   job.spec.run_policy.scheduling_timeout_seconds = 600;
