@@ -340,6 +340,12 @@ Status Reconciler::EnsurePodGroup(const api::TrainingJob& job, int attempt, JobM
     created =
         volcano ? client_->Patch(kVolcanoPodGroups, ns, name, patch, kube::PatchType::kMerge)
                 : client_->Patch(kCoschedulingPodGroups, ns, name, patch, kube::PatchType::kMerge);
+    // Deleted since the create met it: no unserved kind (the cluster served it a moment ago).
+    if (!created.ok() && created.status().code() == StatusCode::kNotFound) {
+      return Unavailable("PodGroup " + name +
+                         " existed a moment ago and is gone: created again "
+                         "next time");
+    }
   }
   if (!created.ok()) {
     const std::string api = (*group)["apiVersion"].get<std::string>();

@@ -1787,6 +1787,33 @@ TEST_F(ReconcilerTest, AVolcanoPodGroupCarriesTheQueueAndFollowsAResize) {
   EXPECT_EQ(client_.Get(groups, "default", "mnist")->at("spec").at("minMember"), 3);
 }
 
+// A review found: a PodGroup of an earlier attempt deleted between the create's AlreadyExists and
+// its patch answered the patch 404, which was taken for a cluster that serves no PodGroups (a
+// ReplicaFailure naming the controller's configuration). It is gone: created again next time.
+TEST_F(ReconcilerTest, APodGroupGoneBeforeItsPatchIsNoUnservedKind) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"podGroup", {{"type", "volcano"}}}}}}}}));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const kube::Resource groups{"scheduling.volcano.sh", "v1beta1", "podgroups"};
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["replicas"] = 3;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  for (int r = 0; r < 2; ++r) SetPodPhase("mnist-a0-" + std::to_string(r), "Running");
+  client_.FailNext("patch", "podgroups",
+                   NotFound("podgroups.scheduling.volcano.sh \"mnist\" not found"), 1);
+  bool unserved = false;
+  for (int pass = 0; pass < 6; ++pass) {
+    cache_.CatchUp(client_);
+    (void)reconciler_->Reconcile("default", "mnist");
+    const Json failure = JsonCondition(Status(), "ReplicaFailure");
+    unserved =
+        unserved || (failure.is_object() &&
+                     failure.value("message", "").find("does not serve") != std::string::npos);
+  }
+  EXPECT_FALSE(unserved) << Status().dump();
+  EXPECT_EQ(client_.Get(groups, "default", "mnist")->at("spec").at("minMember"), 3);
+}
+
 TEST_F(ReconcilerTest, APodGroupTheClusterCannotServeIsShownOnTheJob) {
   client_.FailNext("create", "podgroups",
                    NotFound("the server could not find the requested resource"), 1);
