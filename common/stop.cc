@@ -22,6 +22,7 @@ thread_local bool t_exempt = false;
 std::atomic<int> g_draining{0};  // live DrainScopes
 std::atomic<bool> g_drain{false};
 std::atomic<int> g_drain_signal{0};
+std::atomic<int> g_signal_count{0};
 EventCounter g_stop_fd_polls;
 
 void Signal(int fd) {
@@ -31,6 +32,7 @@ void Signal(int fd) {
 }
 
 void OnSignal(int sig) {
+  g_signal_count.fetch_add(1);
   // The first signal while draining is a request to stop at the next agreed step boundary.
   if (g_draining.load() > 0 && !g_drain.exchange(true)) {
     g_drain_signal.store(sig);
@@ -124,6 +126,8 @@ bool StopRequested() { return !t_exempt && g_stop.load(std::memory_order_relaxed
 
 int StopSignal() { return g_signal.load(); }
 
+int StopSignalCount() { return g_signal_count.load(); }
+
 const std::atomic<bool>& StopFlag() { return g_stop; }
 
 Status StoppedStatus(std::string_view what) {
@@ -174,6 +178,7 @@ void ResetStopForTest() {
   g_drain_signal.store(0);
   g_stop.store(false);
   g_signal.store(0);
+  g_signal_count.store(0);
   int fd = StopFd();
   std::uint64_t v;
   while (fd >= 0 && ::read(fd, &v, sizeof(v)) > 0) {

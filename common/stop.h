@@ -29,6 +29,9 @@ void RequestStop(int signal);
 bool StopRequested();
 // The first signal that requested the stop, or 0.
 int StopSignal();
+// How many SIGTERM/SIGINT signals this process has received (a drain's included; a stop requested
+// by code is none): a wait that goes on after the stop notices a further signal by it.
+int StopSignalCount();
 // Readable (POLLIN) from the moment a stop is requested, for poll() sets; never drained.
 int StopFd();
 // StopFd() for a wait that has checked StopRequested() and now blocks in poll(): counted, so

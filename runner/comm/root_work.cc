@@ -26,6 +26,35 @@ struct Shared {
 constexpr std::uint8_t kBusy = 1;
 constexpr std::uint8_t kDone = 0;
 
+// Runs `work` on `helper`, which reports its status (an exception as an error) through `shared`.
+Status StartHelper(const std::shared_ptr<Shared>& shared, const std::function<Status()>& work,
+                   const RootWorkOptions& options, std::thread& helper) {
+  try {
+    helper = std::thread([shared, work] {
+      Status s;
+      try {
+        s = work();
+      } catch (const std::bad_alloc&) {
+        s = FailedPrecondition("out of memory: an allocation failed (std::bad_alloc)");
+      } catch (const std::exception& e) {
+        s = Internal(std::string("unexpected exception: ") + e.what());
+      }
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result = std::move(s);
+      shared->done = true;
+      shared->cv.notify_all();
+    });
+  } catch (const std::system_error& e) {
+    return Unavailable(options.what + ": cannot start a thread: " + e.what());
+  }
+  return Status::Ok();
+}
+
+std::string TimeoutMessage(const RootWorkOptions& options) {
+  return options.what + ": not done after " + FormatDuration(options.timeout) +
+         (options.timeout_name.empty() ? "" : " (" + options.timeout_name + ")") + "; giving up";
+}
+
 }  // namespace
 
 Duration HeartbeatFor(Duration collective_timeout) {
@@ -48,24 +77,7 @@ Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
   }
   auto shared = std::make_shared<Shared>();
   std::thread helper;
-  try {
-    helper = std::thread([shared, work] {
-      Status s;
-      try {
-        s = work();
-      } catch (const std::bad_alloc&) {
-        s = FailedPrecondition("out of memory: an allocation failed (std::bad_alloc)");
-      } catch (const std::exception& e) {
-        s = Internal(std::string("unexpected exception: ") + e.what());
-      }
-      std::lock_guard<std::mutex> lock(shared->mu);
-      shared->result = std::move(s);
-      shared->done = true;
-      shared->cv.notify_all();
-    });
-  } catch (const std::system_error& e) {
-    return Unavailable(options.what + ": cannot start a thread: " + e.what());
-  }
+  RETURN_IF_ERROR(StartHelper(shared, work, options, helper));
   SteadyTime deadline = DeadlineAfter(options.timeout);
   Status gang;  // the first failed heartbeat, or the stop request: no more heartbeats
   bool stopped = false;
@@ -95,15 +107,42 @@ Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
     lock.unlock();
     helper.detach();
     if (stopped) return gang.WithContext(options.what + ": not done");
-    return Status(StatusCode::kResourceExhausted,
-                  options.what + ": not done after " + FormatDuration(options.timeout) +
-                      (options.timeout_name.empty() ? "" : " (" + options.timeout_name + ")") +
-                      "; giving up" + (gang.ok() ? std::string() : "; and " + gang.ToString()));
+    return Status(
+        StatusCode::kResourceExhausted,
+        TimeoutMessage(options) + (gang.ok() ? std::string() : "; and " + gang.ToString()));
   }
   Status result = std::move(shared->result);
   lock.unlock();
   helper.join();
   if (!gang.ok()) return gang.WithContext(options.what);
+  return result;
+}
+
+Status WorkAlone(const std::function<Status()>& work, const RootWorkOptions& options) {
+  const int signals = StopSignalCount();
+  auto shared = std::make_shared<Shared>();
+  std::thread helper;
+  RETURN_IF_ERROR(StartHelper(shared, work, options, helper));
+  const SteadyTime deadline = DeadlineAfter(options.timeout);
+  std::unique_lock<std::mutex> lock(shared->mu);
+  bool signalled = false;
+  while (!shared->done) {
+    signalled = StopSignalCount() != signals;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    if (signalled || now >= deadline) break;
+    // Short waits: a signal handler cannot notify the condition variable.
+    shared->cv.wait_until(lock, std::min(deadline, now + Duration{50}),
+                          [&] { return shared->done; });
+  }
+  if (!shared->done) {
+    lock.unlock();
+    helper.detach();
+    if (signalled) return Cancelled(options.what + ": not done; asked to stop again, giving up");
+    return Status(StatusCode::kResourceExhausted, TimeoutMessage(options));
+  }
+  Status result = std::move(shared->result);
+  lock.unlock();
+  helper.join();
   return result;
 }
 

@@ -277,6 +277,17 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   Status lost;  // what made this rank look for a next round
   const rendezvous::GangFingerprint fingerprint =
       deps.fingerprint ? *deps.fingerprint : FingerprintOf(env, config);
+  // Stopped (a SIGTERM: the job suspended, a node drained) while recovering in place: rank 0
+  // saves the state it kept, the gang's as of the last step it completed, which no checkpoint
+  // may hold yet (the loop knows whether it recovers and what it kept). Before the failure is
+  // reported: the state is worth more than the report. A stop while training is the drain's.
+  auto save_kept_state = [&deps, &trainer] {
+    if (trainer == nullptr || !Stopping(deps)) return;
+    if (Status saved = trainer->CheckpointKeptState(); !saved.ok()) {
+      spdlog::error("stopped while recovering in place; the state this rank kept is not saved: {}",
+                    saved.ToString());
+    }
+  };
   for (;;) {
     rendezvous::RoundOptions ro;
     ro.rank = env.rank;
@@ -287,6 +298,7 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     auto round = rendezvous::JoinRound(*deps.store, ro);
     if (!round.ok()) {
       if (!failed_round) return round.status();
+      save_kept_state();
       // Recovery itself failed: the original loss is the cause, the gang restarts. Reported to
       // the round that lost the peer, where its first failure is recorded: the attempt's own
       // key space (round 0) may hold an older failure, long recovered from.
@@ -300,7 +312,8 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     std::unique_ptr<rendezvous::Store> round_store = rendezvous::RoundStore(*deps.store, *round);
     rendezvous::Store& this_round = *round_store;
     // A failure is reported while `comm` is still up (it closes after this).
-    auto failed = [&deps, &this_round](const Status& s) {
+    auto failed = [&deps, &this_round, &save_kept_state](const Status& s) {
+      save_kept_state();
       if (deps.report_failure) deps.report_failure(this_round, s);
       return s;
     };

@@ -327,6 +327,10 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
 
 }  // namespace
 
+std::string CheckpointPath(const std::string& dir, std::int64_t global_step) {
+  return dir + "/ckpt-" + std::to_string(global_step) + ".bin";
+}
+
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        std::span<const float> params, std::span<const float> optimizer_state,
                        int keep) {
@@ -357,7 +361,7 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   h.epoch_samples = position.epoch_samples;
   h.crc = Crc(h, record, params, optimizer_state);
 
-  std::string final_path = dir + "/ckpt-" + std::to_string(position.global_step) + ".bin";
+  std::string final_path = CheckpointPath(dir, position.global_step);
   std::string tmp = final_path + ".tmp";
   Status s;
   {

@@ -53,10 +53,13 @@ struct CheckpointState : CheckpointPosition {
   std::vector<float> optimizer_state;
 };
 
-// Writes <dir>/ckpt-<global_step>.bin and keeps the newest `keep` files. Errors a restart cannot
-// fix (EACCES, EPERM, EROFS, ENOSPC, ENOTDIR, ...) are permanent (PermissionDenied or
-// FailedPrecondition) and name the path with strerror; others (EIO) stay retryable.
-// `model` is recorded in the file (format 3).
+// The file of the checkpoint at `global_step` in `dir`: <dir>/ckpt-<global_step>.bin.
+std::string CheckpointPath(const std::string& dir, std::int64_t global_step);
+
+// Writes CheckpointPath(dir, position.global_step) and keeps the newest `keep` files. Errors a
+// restart cannot fix (EACCES, EPERM, EROFS, ENOSPC, ENOTDIR, ...) are permanent (PermissionDenied
+// or FailedPrecondition) and name the path with strerror; others (EIO) stay retryable. `model` is
+// recorded in the file (format 3).
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        const CheckpointModel& model, std::span<const float> params,
                        std::span<const float> optimizer_state, int keep = 2);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -124,6 +125,7 @@ Status TrainingLoop::Rejoin(comm::Communicator* comm) {
 }
 
 void TrainingLoop::BeginRecovery(std::string_view cause) {
+  recovering_ = true;
   // Only a first Run that failed before the gang agreed on its start has no failure time.
   if (deps_.metrics) {
     deps_.metrics->BeginRecovery(failed_at_.value_or(std::chrono::steady_clock::now()), cause);
@@ -258,23 +260,36 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
                                 std::int64_t epoch_samples) {
   // Every rank takes part, with or without a directory: the others wait for rank 0's write
   // hearing from it (comm/root_work.h), so a write longer than the collective timeout fails no
-  // one. The helper thread copies the state too where the engine allows it (a host engine): a
-  // copy of a large model takes longer than a short collective timeout on a loaded machine.
-  // The copy's buffers stay for the next checkpoint (no fresh pages to fault in each time),
-  // unless a helper left behind by a timeout still holds them.
+  // one.
   const bool writes = deps_.comm->rank() == 0 && !config_.checkpoint_dir.empty();
+  CheckpointPosition pos;
+  pos.global_step = global_step;
+  pos.epoch = epoch;
+  pos.step_in_epoch = step_in_epoch;
+  pos.epoch_samples = epoch_samples;
+  pos.world_size = deps_.comm->size();
+  const std::string what = "checkpoint write at step " + std::to_string(global_step);
+  return WriteCheckpointWith(writes, pos, /*keep_existing=*/false,
+                             [this, &what](const std::function<Status()>& work) {
+                               return comm::WhileRootWorks(*deps_.comm, work, RankZeroWork(what));
+                             });
+}
+
+Status TrainingLoop::WriteCheckpointWith(bool writes, const CheckpointPosition& pos,
+                                         bool keep_existing, const RunWork& run) {
+  // The helper thread copies the state too where the engine allows it (a host engine): a copy
+  // of a large model takes longer than a short collective timeout on a loaded machine. The
+  // copy's buffers stay for the next checkpoint (no fresh pages to fault in each time), unless a
+  // helper left behind by a timeout still holds them.
   if (!checkpoint_write_ || checkpoint_write_.use_count() > 1) {
     checkpoint_write_ = std::make_shared<CheckpointWrite>();
   }
   std::shared_ptr<CheckpointWrite> write = checkpoint_write_;
   StepEngine* engine = deps_.engine;
   const bool copy_here = writes && !engine->copies_state_on_any_thread();
+  write->existed = false;
   if (writes) {
-    write->pos.global_step = global_step;
-    write->pos.epoch = epoch;
-    write->pos.step_in_epoch = step_in_epoch;
-    write->pos.epoch_samples = epoch_samples;
-    write->pos.world_size = deps_.comm->size();
+    write->pos = pos;  // its optimizer steps are the copy's (Snapshot)
     write->model = engine->checkpoint_model().model;
   }
   if (copy_here) {
@@ -282,10 +297,16 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
   }
   const std::string dir = config_.checkpoint_dir;
   auto lease = std::make_shared<EngineLease>();
-  const Status worked = comm::WhileRootWorks(
-      *deps_.comm,
-      [write, dir, writes, copy_there = writes && !copy_here, engine, lease] {
+  const Status worked =
+      run([write, dir, writes, keep_existing, copy_there = writes && !copy_here, engine, lease] {
         if (!writes) return Status::Ok();
+        if (keep_existing) {
+          std::error_code ec;
+          if (std::filesystem::exists(CheckpointPath(dir, write->pos.global_step), ec)) {
+            write->existed = true;
+            return Status::Ok();
+          }
+        }
         if (copy_there) {
           RETURN_IF_ERROR(lease->Use([&] {
             return engine->Snapshot(write->params, write->state, write->pos.optimizer_steps);
@@ -293,11 +314,43 @@ Status TrainingLoop::Checkpoint(std::int64_t global_step, int epoch, std::int64_
         }
         return WriteCheckpoint(dir, write->pos, write->model, write->params, write->state)
             .WithContext("checkpoint");
-      },
-      RankZeroWork("checkpoint write at step " + std::to_string(global_step)));
+      });
   lease->Return();
   RETURN_IF_ERROR(worked);
-  if (writes && deps_.metrics) deps_.metrics->IncCheckpoints();
+  if (writes && !write->existed && deps_.metrics) deps_.metrics->IncCheckpoints();
+  return Status::Ok();
+}
+
+Status TrainingLoop::CheckpointKeptState() {
+  // Only rank 0 writes checkpoints; the others' state is the same (synchronous data
+  // parallelism). A run that failed before the gang agreed on its start, or a transfer of
+  // another rank's state that broke off, leaves nothing kept.
+  if (!recovering_ || !last_ || config_.checkpoint_dir.empty() || deps_.comm->rank() != 0) {
+    return Status::Ok();
+  }
+  const Position& at = *last_;
+  CheckpointPosition pos;
+  pos.global_step = at.global_step;
+  pos.epoch = at.epoch;
+  pos.step_in_epoch = at.step_in_epoch;
+  pos.epoch_samples = at.epoch_samples;
+  pos.world_size = at.world_size;
+  const comm::RootWorkOptions options =
+      RankZeroWork("checkpoint of the kept state at step " + std::to_string(at.global_step));
+  RETURN_IF_ERROR(WriteCheckpointWith(
+      /*writes=*/true, pos, /*keep_existing=*/true,
+      [&options](const std::function<Status()>& work) { return comm::WorkAlone(work, options); }));
+  if (checkpoint_write_->existed) {
+    spdlog::info(
+        "stopped while recovering in place: the state this rank kept is step {}'s, "
+        "already checkpointed",
+        at.global_step);
+    return Status::Ok();
+  }
+  spdlog::info(
+      "stopped while recovering in place: checkpoint written of the state this rank "
+      "kept, at step {} (epoch {}, {} samples of it seen)",
+      at.global_step, at.epoch, at.epoch_samples);
   return Status::Ok();
 }
 
@@ -319,7 +372,9 @@ class TrainingLoop::Pass {
   // the schedule.
   Status Begin(const Start& start);
   // Where this rank stands after its last completed step.
-  Position position() const { return Position{global_step_, epoch_, epoch_samples_}; }
+  Position position() const {
+    return Position{global_step_, epoch_, epoch_samples_, step_in_epoch_, world_};
+  }
   // What the run counted so far.
   const TrainResult& counted() const { return result_; }
   // When this rank last made progress (began training, completed a step, a checkpoint or an
@@ -654,6 +709,7 @@ StatusOr<TrainResult> TrainingLoop::Run() {
     return s;
   };
   if (Status s = pass.Begin(start); !s.ok()) return ended(s);
+  recovering_ = false;  // the gang trains again
   for (;;) {
     auto go_on = pass.ShouldContinue();
     if (!go_on.ok()) return ended(go_on.status());

@@ -108,6 +108,14 @@ class TrainingLoop {
   // 0 samples/s, and `cause`, the loss, for the operator to show) and count the time from its
   // last progress before the failure (metrics::RunnerMetrics::BeginRecovery).
   void BeginRecovery(std::string_view cause = {});
+  // A stop while recovering in place (from BeginRecovery until a Run trains again: waiting for
+  // the next round, forming it, Rejoin, agreeing on the start): rank 0, when it has a checkpoint
+  // dir, writes a checkpoint of the state it kept (the gang's, as of the last step it completed;
+  // the position a checkpoint at that step written while training records), unless a checkpoint
+  // of that step is already there. The gang is gone: no collective, rank 0 alone
+  // (comm::WorkAlone), for up to the checkpoint timeout or until a further SIGTERM. Ok with
+  // nothing to do: another rank, no directory, not recovering, no state kept.
+  Status CheckpointKeptState();
 
  private:
   // Where this rank stands after its last completed step.
@@ -115,6 +123,8 @@ class TrainingLoop {
     std::int64_t global_step = 0;
     int epoch = 0;
     std::int64_t epoch_samples = 0;
+    std::int64_t step_in_epoch = 0;  // in the world of the pass that reached it
+    int world_size = 0;
   };
   // Where a run starts: a kept state, rank 0's checkpoint (if any), the same on every rank.
   struct Start {
@@ -145,6 +155,16 @@ class TrainingLoop {
   // hearing from it (RankZeroWork).
   Status Checkpoint(std::int64_t global_step, int epoch, std::int64_t step_in_epoch,
                     std::int64_t epoch_samples);
+  // Runs rank 0's checkpoint work on a helper thread and waits for it (WhileRootWorks with the
+  // gang, WorkAlone without).
+  using RunWork = std::function<Status(const std::function<Status()>&)>;
+  // The one checkpoint writer: rank 0 (`writes`) copies the engine's state (here, or on the
+  // helper thread where the engine allows it) into checkpoint_write_ and writes it at `pos` (its
+  // optimizer steps are the copy's), as work that owns everything it touches, run by `run`; the
+  // others only take part in `run`. `keep_existing`: a checkpoint of that step already there is
+  // kept as it is (checkpoint_write_->existed).
+  Status WriteCheckpointWith(bool writes, const CheckpointPosition& pos, bool keep_existing,
+                             const RunWork& run);
   // How rank 0's checkpoint I/O is waited for: heartbeats under the collective timeout, for up
   // to the checkpoint timeout; `what` names it in the timeout's message.
   comm::RootWorkOptions RankZeroWork(std::string what) const;
@@ -155,6 +175,7 @@ class TrainingLoop {
     std::vector<float> state;
     CheckpointPosition pos;
     CheckpointModel model;
+    bool existed = false;  // keep_existing found the step's checkpoint there (nothing written)
   };
 
   TrainConfig config_;
@@ -162,6 +183,7 @@ class TrainingLoop {
   std::shared_ptr<CheckpointWrite> checkpoint_write_;
   std::optional<Position> last_;  // where the last Run stood when it ended
   std::optional<Position> kept_;  // the state this rank brings to the next Run (Rejoin)
+  bool recovering_ = false;       // from BeginRecovery until a Run trains again
   TrainResult so_far_;            // what this process's earlier rounds counted (Rejoin)
   // Where the outage of the last failed Run began: its last progress (a completed step, the
   // start of training), or, for a Run that failed before training, the outage before it.

@@ -4,9 +4,11 @@
 #include "runner/comm/root_work.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -194,6 +196,58 @@ TEST(RootWorkTest, AStopEndsTheWaitOnEveryRank) {
     EXPECT_EQ(s[r].code(), StatusCode::kCancelled) << "rank " << r << ": " << s[r].ToString();
     EXPECT_NE(s[r].message().find("SIGTERM"), std::string::npos) << s[r].message();
   }
+  gate->Open();
+}
+
+// Rank 0 alone (its peers gone), asked to stop while it recovers in place: it waits for its
+// checkpoint write past the stop grace, a stop being what the write is for; past its timeout it
+// gives up as WhileRootWorks does; a further SIGTERM ends the wait at once.
+TEST(RootWorkTest, WorkAloneOutlastsTheStopUntilItsTimeoutOrASecondSignal) {
+  ResetStopForTest();
+  RequestStop(SIGTERM);
+  RootWorkOptions o = Work();
+  o.stop_grace = Duration{1};
+  EXPECT_TRUE(WorkAlone(
+                  [] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                    return Status::Ok();
+                  },
+                  o)
+                  .ok())
+      << "the work was cut short by the stop it runs for";
+  EXPECT_EQ(WorkAlone([] { return Unavailable("EIO"); }, o).ToString(), "UNAVAILABLE: EIO");
+
+  auto gate = std::make_shared<Gate>();
+  Status s = WorkAlone(
+      [gate] {
+        gate->Wait();
+        return Status::Ok();
+      },
+      Work(/*timeout=*/Duration{200}));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(s.message(),
+            "checkpoint write at step 7: not done after 200ms "
+            "(RINGTRAIN_CHECKPOINT_TIMEOUT_SECONDS); giving up");
+
+  InstallStopSignalHandlers();
+  std::latch working(1);
+  std::thread again([&] {
+    working.wait();
+    ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);  // the kubelet's, or Ctrl-C twice
+  });
+  s = WorkAlone(
+      [gate, &working] {
+        working.count_down();
+        gate->Wait();  // a write that would take an hour
+        return Status::Ok();
+      },
+      Work());
+  again.join();
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  ResetStopForTest();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  EXPECT_EQ(s.message(), "checkpoint write at step 7: not done; asked to stop again, giving up");
   gate->Open();
 }
 

@@ -3,20 +3,25 @@
 // on the TCP backend forms the very ring a CPU rank does (same bind address and advertised
 // host: one code path, MakeCommunicator).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <thread>
 
+#include "common/stop.h"
 #include "common/version.h"
 #include "runner/model/gemm.h"
 #include "runner/rank/rank.h"
 #include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/memory_store.h"
+#include "runner/train/checkpoint.h"
 #include "tests/fakes/rank_fixtures.h"
 
 namespace ringtrain::rank {
@@ -197,6 +202,141 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
       << r.status().ToString();
   ASSERT_EQ(seen.size(), 1u) << "the failed recovery was never reported";
   EXPECT_NE(seen[0].find("round 1 loss"), std::string::npos) << seen[0];
+}
+
+// Rank 0 of a world of 2 whose peer adds nothing: all-reduces leave the buffer as it is,
+// broadcasts from rank 0 reach no one, all-gathers see a peer that kept no state and asks
+// nothing. From all-reduce number `lose_after` + 1 on (counted in `calls`), the peer is lost.
+class PeerLosingComm final : public comm::Communicator {
+ public:
+  PeerLosingComm(std::shared_ptr<std::atomic<int>> calls, int lose_after)
+      : calls_(std::move(calls)), lose_after_(lose_after) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  Status AllReduce(float*, std::size_t, comm::ReduceOp) override {
+    if (++*calls_ > lose_after_ && lose_after_ >= 0) {
+      return Unavailable("all-reduce: lost peer rank 1");
+    }
+    return Status::Ok();
+  }
+  Status Broadcast(void*, std::size_t, int) override { return Status::Ok(); }
+  Status Barrier() override { return Status::Ok(); }
+  Status AllGather(const void* in, std::size_t bytes, void* out) override {
+    std::memset(out, 0, 2 * bytes);
+    std::memcpy(out, in, bytes);
+    return Status::Ok();
+  }
+  void Abort() override {}
+
+ private:
+  std::shared_ptr<std::atomic<int>> calls_;
+  int lose_after_;
+};
+
+// Seen on a cluster: rank 0 held the gang's state at step 6913 while it waited for a lost
+// peer's replacement, the job was suspended (SIGTERM), and rank 0 exited without saving it: the
+// next attempt resumed from the checkpoint at step 6500. Now rank 0, stopped while it recovers
+// in place, writes the checkpoint a gang stopping at its last completed step would have written,
+// and exits as promptly, with the stop's status.
+TEST(TrainRank, AStopWhileRecoveringInPlaceSavesTheStateRankZeroKept) {
+  using namespace std::chrono_literals;
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  constexpr std::int64_t kSteps = 5;
+  train::TrainConfig config = Small();
+  config.checkpoint_every = 1000;  // no checkpoint while training
+  const std::string dirs = ::testing::TempDir() + "stop_recovering_" + std::to_string(::getpid()) +
+                           "_" + std::to_string(std::random_device{}());
+  // The same kSteps steps by a gang that then ends: the state rank 0 holds after them, and the
+  // checkpoint a gang writes at that step. Its all-reduces are the steps' (no test set).
+  train::TrainConfig reference = config;
+  reference.checkpoint_dir = dirs + "_reference";
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  std::vector<float> params;
+  std::vector<float> state;
+  std::int64_t optimizer_steps = 0;
+  {
+    PeerLosingComm peer_stays(calls, -1);
+    train::EngineDeps ed;
+    ed.comm = &peer_stays;
+    ed.train = &ds;
+    auto trainer = Trainer::Create(reference, ed);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    auto r = (*trainer)->Run(kSteps);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->steps, kSteps);
+    ASSERT_TRUE((*trainer)->engine().Snapshot(params, state, optimizer_steps).ok());
+  }
+  const int step_allreduces = calls->load();
+  ASSERT_GT(step_allreduces, 0);
+  auto expected =
+      train::LoadNewestCheckpoint(reference.checkpoint_dir, params.size(), state.size());
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  ASSERT_EQ(expected->global_step, kSteps);
+
+  // Rank 0 trains kSteps steps, loses rank 1 in the next one, keeps its state and waits for the
+  // next round (up to 30 s); the job is stopped meanwhile.
+  config.checkpoint_dir = dirs + "_stopped";
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = testing::RankEnvOf({{"RINGTRAIN_RANK", "0"},
+                                                 {"RINGTRAIN_WORLD_SIZE", "2"},
+                                                 {"RINGTRAIN_TOKEN", "t"},
+                                                 {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "30"},
+                                                 {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "20"}});
+  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, config));
+  ASSERT_TRUE(store.Set("fingerprint/1", same).ok());
+  ASSERT_TRUE(store.Set("arrived/1", "1").ok());
+  RankDeps deps;
+  deps.store = &store;
+  deps.train = &ds;
+  deps.stop = &StopFlag();
+  auto lost_calls = std::make_shared<std::atomic<int>>(0);
+  deps.make_communicator =
+      [&](rendezvous::Store&, const train::RankEnv&, const Placement&,
+          const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
+    return std::unique_ptr<comm::Communicator>(new PeerLosingComm(lost_calls, step_allreduces));
+  };
+  int reports = 0;
+  deps.report_failure = [&](rendezvous::Store&, const Status&) { ++reports; };
+  StatusOr<train::TrainResult> result = Internal("not run");
+  SteadyTime returned;
+  std::thread rank0([&] {
+    Placement cpu;
+    result = TrainRank(env, config, cpu, deps);
+    returned = std::chrono::steady_clock::now();
+  });
+  const Status waiting = store.Wait({"r1/arrived/0"}, 60s);
+  const SteadyTime stopped = std::chrono::steady_clock::now();
+  RequestStop(SIGTERM);
+  rank0.join();
+  ResetStopForTest();
+  ASSERT_TRUE(waiting.ok()) << "rank 0 never waited for the next round: " << waiting.ToString();
+  ASSERT_FALSE(result.ok());
+  // As a stopped recovering rank ends today (main exits 128 + SIGTERM for it).
+  EXPECT_NE(result.status().message().find("rendezvous: stopped by SIGTERM"), std::string::npos)
+      << result.status().ToString();
+  EXPECT_LT(returned - stopped, 10s) << "the stopped rank waited on (recovery timeout 30 s)";
+  EXPECT_EQ(reports, 1);
+
+  // The checkpoint at the last step rank 0 completed, of the state it held, recording what a
+  // checkpoint written there while training records.
+  ASSERT_TRUE(std::filesystem::exists(train::CheckpointPath(config.checkpoint_dir, kSteps)))
+      << "rank 0 was stopped while recovering and did not save the state it kept";
+  auto saved = train::LoadNewestCheckpoint(config.checkpoint_dir, params.size(), state.size());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  EXPECT_EQ(saved->global_step, kSteps);
+  EXPECT_EQ(saved->epoch, expected->epoch);
+  EXPECT_EQ(saved->step_in_epoch, expected->step_in_epoch);
+  EXPECT_EQ(saved->epoch_samples, expected->epoch_samples);
+  EXPECT_EQ(saved->world_size, expected->world_size);
+  EXPECT_EQ(saved->optimizer_steps, optimizer_steps);
+  EXPECT_EQ(saved->model, expected->model);
+  EXPECT_TRUE(saved->params == params) << "the saved parameters are not the ones rank 0 held";
+  EXPECT_TRUE(saved->optimizer_state == state) << "the saved optimizer state is not rank 0's";
+  EXPECT_TRUE(saved->params == expected->params);
+  std::filesystem::remove_all(reference.checkpoint_dir);
+  std::filesystem::remove_all(config.checkpoint_dir);
 }
 
 // What each rank of a refused gang reported: its failure resolved through the gang-failure
