@@ -4,10 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/env.h"
 #include "common/flags.h"
 #include "common/json_fields.h"
 #include "common/runner_env.h"
 #include "common/runner_flags.h"
+#include "common/utf8.h"
 
 namespace ringtrain::api {
 
@@ -280,14 +282,26 @@ Duration CollectiveTimeoutFor(const JobSpec& spec) {
 }
 
 std::optional<Duration> ParseRecoveryTimeout(const std::string& value) {
-  return EnvSeconds(value, 0);
+  // As the runner reads it (common/runner_env.cc): "" is unset, else strtoll's whole string.
+  if (value.empty()) return std::nullopt;
+  const auto seconds = ParseInt(value, contract::kEnvRecoveryTimeout);
+  if (!seconds.ok() || *seconds < 0 || *seconds > 86400) return std::nullopt;
+  return std::chrono::seconds(*seconds);
 }
 
-Duration RecoveryTimeoutFor(const JobSpec& spec) {
+namespace {
+
+// Whether a lost rank of this spec may be recovered in place at all.
+bool MayRecoverInPlace(const JobSpec& spec) {
   // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
-  if (!spec.command.empty() || spec.run_policy.recovery != "InPlace" || spec.gpus_per_replica > 0) {
-    return Duration(0);
-  }
+  return spec.command.empty() && spec.run_policy.recovery == "InPlace" &&
+         spec.gpus_per_replica == 0;
+}
+
+}  // namespace
+
+Duration RecoveryTimeoutFor(const JobSpec& spec) {
+  if (!MayRecoverInPlace(spec)) return Duration(0);
   // The template's own value, which the operator passes on (0: no in-place recovery).
   if (const auto value = TemplateRunnerEnv(spec, contract::kEnvRecoveryTimeout)) {
     if (const auto set = ParseRecoveryTimeout(*value)) return *set;
@@ -318,6 +332,36 @@ std::string IgnoredRunnerCommand(const JobSpec& spec) {
          (spec.command.empty() ? "the built-in runner on spec.train (set spec.command to run a "
                                  "program of your own)"
                                : "spec.command, which is its whole command line");
+}
+
+std::string IgnoredRecoveryTimeout(const JobSpec& spec) {
+  if (!MayRecoverInPlace(spec)) return "";
+  const std::optional<json> runner = TemplateRunner(spec);
+  if (!runner) return "";
+  const auto env = runner->find("env");
+  if (env == runner->end() || !env->is_array()) return "";
+  const json* set = nullptr;  // the last entry of the name is the one a container gets
+  for (const auto& e : *env) {
+    if (e.is_object() && e.value("name", json()) == contract::kEnvRecoveryTimeout) set = &e;
+  }
+  if (set == nullptr) return "";
+  const std::string what =
+      std::string("spec.template.spec.containers[runner].env ") + contract::kEnvRecoveryTimeout;
+  const std::string wait =
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(RecoveryTimeoutFor(spec)).count()) +
+      "s";
+  const auto value = set->find("value");
+  if (value == set->end() || !value->is_string()) {
+    if (!set->contains("valueFrom")) return "";
+    return what + " is set by reference (valueFrom), which the operator does not resolve: the " +
+           "survivors of a lost rank wait " + wait + " (give a plain value)";
+  }
+  const std::string text = value->get<std::string>();
+  if (text.empty() || ParseRecoveryTimeout(text)) return "";
+  return what + ": \"" + text.substr(0, Utf8Cut(text, 64)) +
+         "\" is no whole number of seconds from 0 to 86400: the survivors of a lost rank wait " +
+         wait;
 }
 
 ResourceSpec DefaultResources(int gpus_per_replica) {

@@ -262,11 +262,12 @@ std::string StatusToJson(const JobStatus& status);
 
 // How long the survivors of a lost rank wait for its replacement (RINGTRAIN_RECOVERY_TIMEOUT_
 // SECONDS, which the operator sets): with runPolicy.recovery InPlace, the built-in runner and CPU
-// replicas, the value spec.template's runner container gives it (0: none, the gang restarts),
-// else contract::kRecoveryTimeout; 0 otherwise (the gang restarts).
+// replicas, the plain value spec.template's runner container gives it when the runner would take
+// it (0: none, the gang restarts; see IgnoredRecoveryTimeout), else contract::kRecoveryTimeout;
+// 0 otherwise (the gang restarts).
 Duration RecoveryTimeoutFor(const JobSpec& spec);
 // One RINGTRAIN_RECOVERY_TIMEOUT_SECONDS value as the runner takes it (an integer from 0 to
-// 86400); nullopt for any other (refused when the spec is parsed).
+// 86400, as strtoll reads the whole string); nullopt for "" (unset) and any other.
 std::optional<Duration> ParseRecoveryTimeout(const std::string& value);
 // How long a rank's collective waits on a peer before it fails (RINGTRAIN_COLLECTIVE_TIMEOUT_
 // SECONDS; the operator sets none itself): the value spec.template's runner container gives it
@@ -311,6 +312,11 @@ bool IsTerminal(const std::string& phase);
 // neither. Said by `ringtrain validate` and `ringtrain run`, and by the operator as a Warning
 // event (TemplateCommandIgnored).
 std::string IgnoredRunnerCommand(const JobSpec& spec);
+// The runner container's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS where the operator cannot pass it on
+// (a value the runner would not take, or one set by reference): what to tell the user, naming
+// the wait the survivors get instead; "" otherwise. Said where IgnoredRunnerCommand is, as the
+// Warning event TemplateEnvIgnored.
+std::string IgnoredRecoveryTimeout(const JobSpec& spec);
 
 // The longest job name: it names the headless Service, which must be a DNS-1035 label, and
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.

@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "common/json_fields.h"
-#include "common/runner_env.h"
 #include "common/runner_flags.h"
 #include "common/yaml_to_json.h"
 #include "controller/api/training_job.h"
@@ -296,15 +295,6 @@ Status CheckTemplateEnv(const json& tmpl) {
         std::string env_name;
         RETURN_IF_ERROR(named(fe, &env_name));
         const auto value = e.find("value");
-        // The operator passes the runner's recovery wait on as the planner judges it: a value
-        // the runner would not take is refused here, not replaced by the default unsaid.
-        if (name == "runner" && env_name == contract::kEnvRecoveryTimeout && value != e.end() &&
-            value->is_string() && !ParseRecoveryTimeout(value->get<std::string>())) {
-          return InvalidArgument(entry + ".value: " + contract::kEnvRecoveryTimeout +
-                                 " must be a whole number of seconds from 0 (no in-place "
-                                 "recovery) to 86400, got " +
-                                 QuoteJson(*value));
-        }
         if (value == e.end() || value->is_string() || value->is_null()) continue;
         return InvalidArgument(entry + ".value: must be a string (quote it), got " +
                                JsonTypeName(*value) + " " + QuoteJson(*value));

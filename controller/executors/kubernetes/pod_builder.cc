@@ -421,8 +421,11 @@ void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
 
 // The hash of the pod as built (the JSON dump orders object keys). The gang gate's timeout follows
 // runPolicy's deadlines and only bounds the wait before the gang runs: an edit of those is no
-// change of what a replica runs. RINGTRAIN_IMAGE repeats the container's image (hashed there),
-// and pods built before it existed must keep their hash.
+// change of what a replica runs; nor is the recovery timeout (how long survivors wait for a
+// replacement), hashed as the default earlier operators always passed on, so their pods keep
+// their hash whatever the template says.
+// RINGTRAIN_IMAGE repeats the container's image (hashed there), and pods built before it existed
+// must keep their hash.
 std::string BuildHash(const Json& meta, const Json& spec) {
   Json hashed = {{"metadata", meta}, {"spec", spec}};
   for (auto& c : hashed["spec"]["containers"]) {
@@ -432,7 +435,16 @@ std::string BuildHash(const Json& meta, const Json& spec) {
     Json kept = Json::array();
     for (const auto& e : c["env"]) {
       const std::string name = StringAt(e, "name");
-      if (name != contract::kEnvGangGateTimeout && name != contract::kEnvImage) kept.push_back(e);
+      if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage) continue;
+      if (name == contract::kEnvRecoveryTimeout) {
+        // Hashed as the default every earlier operator passed on, whatever the template says.
+        Json same = e;
+        same["value"] = std::to_string(
+            std::chrono::duration_cast<std::chrono::seconds>(contract::kRecoveryTimeout).count());
+        kept.push_back(std::move(same));
+        continue;
+      }
+      kept.push_back(e);
     }
     c["env"] = kept;
   }

@@ -169,6 +169,9 @@ StatusOr<LocalContainer> LocalContainerFromSpec(const api::JobSpec& spec, const 
   if (std::string ignored = api::IgnoredRunnerCommand(spec); !ignored.empty()) {
     out.notes.push_back(std::move(ignored) + ", as in the operator's pods");
   }
+  if (std::string ignored = api::IgnoredRecoveryTimeout(spec); !ignored.empty()) {
+    out.notes.push_back(std::move(ignored) + ", as in the operator's pods");
+  }
   if (runner->contains("volumeMounts")) {
     out.notes.push_back(std::string(kRunnerPath) +
                         ": volumeMounts are not mounted locally (ranks see this host's files)");

@@ -220,5 +220,28 @@ TEST_F(CheckpointReconcileTest, ATemplateCommandNoPodRunsIsAWarningOncePerGenera
             "own)");
 }
 
+// A recovery timeout the operator cannot pass on (a value the runner would not take) is said
+// the same way, the job running with the default: never a refusal of a job that ran before.
+TEST_F(CheckpointReconcileTest, ARecoveryTimeoutNoPodGetsIsAWarning) {
+  const Json tmpl = {
+      {"spec",
+       {{"containers",
+         {{{"name", "runner"},
+           {"env", {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", "2m"}}}}}}}}}};
+  Create("odd", {{"replicas", 1}, {"template", tmpl}});
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "odd").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "odd-a0-0").ok()) << "the job runs";
+  std::vector<Json> events;
+  for (const auto& e : Events()) {
+    if (e["reason"] == "TemplateEnvIgnored") events.push_back(e);
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["message"],
+            "spec.template.spec.containers[runner].env RINGTRAIN_RECOVERY_TIMEOUT_SECONDS: \"2m\" "
+            "is no whole number of seconds from 0 to 86400: the survivors of a lost rank wait "
+            "120s");
+}
+
 }  // namespace
 }  // namespace ringtrain::op

@@ -222,44 +222,60 @@ TEST(Manifest, TheCollectiveTimeoutIsTheRunnerContainersOrTheDefault) {
 
 // On the real cluster a user's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS (60) in the runner container
 // was replaced by the operator's 120, unsaid: the template's value is the one the survivors wait
-// with (and the planner says), 0 turns in-place recovery off, and one the runner would not take
-// is refused when the spec is parsed.
+// with (and the planner says), read as the runner reads it, 0 turning in-place recovery off. One
+// the operator cannot pass on is said (IgnoredRecoveryTimeout), never a refusal of the spec: a
+// running job's template the operator ignored before an upgrade must not fail the job after it.
 TEST(Manifest, TheRecoveryTimeoutIsTheRunnerContainersOrTheDefault) {
-  const auto with = [](const std::string& value) {
+  const auto spec_with = [](const std::string& entry) {
     JobSpec spec;
-    spec.pod_template_json =
-        R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":")" +
-        value + R"("}]}]}})";
-    return RecoveryTimeoutFor(spec);
+    spec.pod_template_json = R"({"spec":{"containers":[{"name":"runner","env":[)" + entry + "]}]}}";
+    return spec;
+  };
+  const auto value = [&spec_with](const std::string& v) {
+    return spec_with(R"({"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":")" + v + R"("})");
   };
   EXPECT_EQ(RecoveryTimeoutFor(JobSpec{}), contract::kRecoveryTimeout);
-  EXPECT_EQ(with("60"), std::chrono::seconds(60));
-  EXPECT_EQ(with("0"), Duration(0));
-  JobSpec gang_restart;
-  gang_restart.run_policy.recovery = "GangRestart";
-  gang_restart.pod_template_json =
-      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"60"}]}]}})";
-  EXPECT_EQ(RecoveryTimeoutFor(gang_restart), Duration(0)) << "the policy decides first";
-  for (const char* odd : {"-1", "86401", "1m", "", "$(T)"}) {
-    auto job = ParseManifestYaml(
-        WithSpec("  template:\n    spec:\n      containers:\n      - name: runner\n        env:\n"
-                 "        - name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS\n          value: \"" +
-                 std::string(odd) + "\"\n"),
-        "job.yaml");
-    ASSERT_FALSE(job.ok()) << odd;
-    EXPECT_NE(job.status().message().find(
-                  "spec.template.spec.containers[runner].env[0].value: "
-                  "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS must be a whole number of seconds"),
-              std::string::npos)
-        << job.status().message();
+  EXPECT_EQ(RecoveryTimeoutFor(value("60")), std::chrono::seconds(60));
+  EXPECT_EQ(RecoveryTimeoutFor(value("+60")), std::chrono::seconds(60)) << "as strtoll reads it";
+  EXPECT_EQ(RecoveryTimeoutFor(value("0")), Duration(0));
+  EXPECT_EQ(IgnoredRecoveryTimeout(value("60")), "");
+  EXPECT_EQ(RecoveryTimeoutFor(value("")), contract::kRecoveryTimeout) << "unset";
+  EXPECT_EQ(IgnoredRecoveryTimeout(value("")), "");
+  for (const char* odd : {"-1", "86401", "120s", "$(T)"}) {
+    const JobSpec spec = value(odd);
+    EXPECT_EQ(RecoveryTimeoutFor(spec), contract::kRecoveryTimeout) << odd;
+    EXPECT_EQ(IgnoredRecoveryTimeout(spec),
+              "spec.template.spec.containers[runner].env RINGTRAIN_RECOVERY_TIMEOUT_SECONDS: \"" +
+                  std::string(odd) +
+                  "\" is no whole number of seconds from 0 to 86400: the survivors of a lost rank "
+                  "wait 120s")
+        << odd;
   }
-  // Another container's is its own business.
-  EXPECT_TRUE(ParseManifestYaml(
-                  WithSpec("  template:\n    spec:\n      containers:\n      - name: side\n"
-                           "        env:\n        - name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS\n"
-                           "          value: \"1m\"\n"),
-                  "job.yaml")
-                  .ok());
+  const JobSpec by_reference = spec_with(
+      R"({"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","valueFrom":{"configMapKeyRef":{"name":"c","key":"k"}}})");
+  EXPECT_NE(IgnoredRecoveryTimeout(by_reference).find("set by reference (valueFrom)"),
+            std::string::npos);
+  // The last entry of the name is the one the container gets.
+  EXPECT_EQ(
+      RecoveryTimeoutFor(spec_with(
+          R"({"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"x"},{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"30"})")),
+      std::chrono::seconds(30));
+  // Where the wait is none of the runner's (a gang restart policy), nothing is read or said.
+  JobSpec gang_restart = value("120s");
+  gang_restart.run_policy.recovery = "GangRestart";
+  EXPECT_EQ(RecoveryTimeoutFor(gang_restart), Duration(0));
+  EXPECT_EQ(IgnoredRecoveryTimeout(gang_restart), "");
+  // No value refuses the spec (it did, for a day: a job running before the upgrade failed).
+  for (const char* any : {"120s", "", "x"}) {
+    EXPECT_TRUE(ParseManifestYaml(
+                    WithSpec("  template:\n    spec:\n      containers:\n      - name: runner\n"
+                             "        env:\n        - name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS\n"
+                             "          value: \"" +
+                             std::string(any) + "\"\n"),
+                    "job.yaml")
+                    .ok())
+        << any;
+  }
 }
 
 // SGD's momentum up to (not including) 1, as the runner's optimizer takes it; adam ignores it.

@@ -832,6 +832,13 @@ TEST(PodBuilderTest, TheTemplatesRecoveryTimeoutReachesThePod) {
     if (e.value("name", "") == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") values.push_back(e["value"]);
   }
   EXPECT_EQ(values, std::vector<std::string>{"60"});
+  // The wait is no change of what a replica runs: pods of an operator that passed 120 on for the
+  // same template keep their hash (an edit of anything else restarted the gang after an upgrade).
+  api::TrainingJob older = job;
+  older.spec.pod_template_json =
+      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"120"}]}]}})";
+  EXPECT_EQ(BuildPod(older, 0, 1, PodOptions{})["metadata"]["annotations"][kSpecHashAnnotation],
+            pod["metadata"]["annotations"][kSpecHashAnnotation]);
 }
 
 }  // namespace
