@@ -800,8 +800,10 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
       what = "rank " + std::to_string(rank) + " failed (reported by " + pick->name + ")";
     }
   }
-  if (const auto waited = RecoveryWaitedFor(message);
-      what.empty() && waited && *waited != rank && *waited < spec_.replicas) {
+  // Only the built-in runner's words: a spec.command program's message is its own.
+  if (const auto waited = RecoveryWaitedFor(message); what.empty() && spec_.command.empty() &&
+                                                      waited && *waited != rank &&
+                                                      *waited < spec_.replicas) {
     // The rank that waited for a peer's return in vain reports the peer's loss: the peer is
     // named, as a "caused by" report names its rank (its pod may well still run: a hung one).
     std::string peer;
@@ -809,14 +811,19 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
       if (r->rank == *waited) peer = " (" + r->name + ")";
     }
     rank = *waited;
+    // The exit code and reason are the reporter's (the peer may never have exited).
     what = "rank " + std::to_string(rank) + peer + " never rejoined the gang (reported by " +
-           pick->name + ")";
+           pick->name + ", which waited for it and exited";
+    if (pick->exit_code != 0) what += " with code " + std::to_string(pick->exit_code);
+    if (!pick->reason.empty()) what += ", reason " + pick->reason;
+    what += ")";
+  } else {
+    if (what.empty()) what = "rank " + std::to_string(rank) + " (" + pick->name + ") failed";
+    if (pick->exit_code != 0) what += " with exit code " + std::to_string(pick->exit_code);
+    if (pick->exit_code == 128 + 9) what += " (SIGKILL)";
+    if (!pick->reason.empty()) what += ", reason " + pick->reason;
   }
-  if (what.empty()) what = "rank " + std::to_string(rank) + " (" + pick->name + ") failed";
   st().last_failure = api::Failure{rank, pick->exit_code, pick->reason, message};
-  if (pick->exit_code != 0) what += " with exit code " + std::to_string(pick->exit_code);
-  if (pick->exit_code == 128 + 9) what += " (SIGKILL)";
-  if (!pick->reason.empty()) what += ", reason " + pick->reason;
   if (!message.empty()) what += ": " + Headline(message);
   for (const auto* r : current) {
     if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
@@ -1680,7 +1687,8 @@ void GateCreates(const PlanInput& in, Plan* plan) {
 // deadline's verdict (ProgressDeadlineExceeded) stays, as the reason the gang restarted.
 void EndRankStalled(const PlanInput& in, Plan* plan) {
   const std::string& phase = plan->status.phase;
-  if (phase == "Running") return;
+  // A job finished before this pass is left as it is.
+  if (phase == "Running" || api::IsTerminal(in.job->status.phase)) return;
   const std::string reason = api::IsTerminal(phase) ? "JobFinished"
                              : phase == "Suspended" ? "Suspended"
                                                     : "NotTraining";
@@ -1712,7 +1720,9 @@ Plan PlanReconcile(const PlanInput& in) {
   }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
   if (in.progress && in.progress->reachable && in.progress->state == "recovering") {
-    const std::pair<int, int> outage{plan.status.attempt, in.progress->recoveries};
+    // The attempt the read belongs to: a pass that read it and restarted the gang must not
+    // leave the next attempt's first outage as seen.
+    const std::pair<int, int> outage{in.job->status.attempt, in.progress->recoveries};
     if (!memory.recovery_seen || memory.recovery_seen->first != outage) {
       memory.recovery_seen = std::pair{outage, in.now};
     }
