@@ -604,6 +604,10 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
     if (!ignored.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
       events_->Record(pass.raw, "Warning", "TemplateCommandIgnored", ignored);
     }
+    const std::string env = api::IgnoredRecoveryTimeout(job.spec);
+    if (!env.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
+      events_->Record(pass.raw, "Warning", "TemplateEnvIgnored", env);
+    }
   }
 
   std::vector<ObservedReplica> replicas;
@@ -867,9 +871,12 @@ void Reconciler::NotePodsReady(const Pass& pass) {
   // Only the job's first gang: its creation time says nothing of a later attempt's pods or of a
   // rank replaced in place, which an operator started since (with none of this memory) creates.
   const api::JobStatus& st = pass.job.status;
-  const bool ran = std::any_of(st.conditions.begin(), st.conditions.end(),
-                               [](const api::Condition& c) { return c.type == "Running"; });
-  if (ran || pass.plan.status.attempt > 0 || !pass.plan.status.replaced_pods.empty()) {
+  // A gang that ran, or one restarted before it ran (a node's refusal, the scheduling timeout),
+  // is no first gang; one created suspended starts at attempt 1, none the less its first.
+  const bool ran_or_restarted = std::any_of(
+      st.conditions.begin(), st.conditions.end(),
+      [](const api::Condition& c) { return c.type == "Running" || c.type == "Restarting"; });
+  if (ran_or_restarted || !pass.plan.status.replaced_pods.empty()) {
     memory.pods_ready_observed = true;
     return;
   }
