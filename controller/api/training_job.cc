@@ -244,10 +244,9 @@ std::optional<json> TemplateRunner(const JobSpec& spec) {
   return *runner;
 }
 
-// The plain value spec.template's runner container gives the variable `name` (the last entry of
-// the name is the one a container gets); nullopt when it gives none, or only a reference
-// (valueFrom, envFrom: not resolved here).
-std::optional<std::string> TemplateRunnerEnv(const JobSpec& spec, std::string_view name) {
+// spec.template's runner container's env entry for the variable `name`: the last entry of the
+// name, the one a container gets; nullopt when it has none.
+std::optional<json> TemplateRunnerEnvEntry(const JobSpec& spec, std::string_view name) {
   const std::optional<json> runner = TemplateRunner(spec);
   if (!runner) return std::nullopt;
   const auto env = runner->find("env");
@@ -257,6 +256,14 @@ std::optional<std::string> TemplateRunnerEnv(const JobSpec& spec, std::string_vi
     if (e.is_object() && e.value("name", json()) == name) set = &e;
   }
   if (set == nullptr) return std::nullopt;
+  return *set;
+}
+
+// The plain value that entry gives; nullopt when none, or only a reference (valueFrom, envFrom:
+// not resolved here).
+std::optional<std::string> TemplateRunnerEnv(const JobSpec& spec, std::string_view name) {
+  const std::optional<json> set = TemplateRunnerEnvEntry(spec, name);
+  if (!set) return std::nullopt;
   const auto value = set->find("value");
   if (value == set->end() || !value->is_string()) return std::nullopt;
   return value->get<std::string>();
@@ -336,15 +343,8 @@ std::string IgnoredRunnerCommand(const JobSpec& spec) {
 
 std::string IgnoredRecoveryTimeout(const JobSpec& spec) {
   if (!MayRecoverInPlace(spec)) return "";
-  const std::optional<json> runner = TemplateRunner(spec);
-  if (!runner) return "";
-  const auto env = runner->find("env");
-  if (env == runner->end() || !env->is_array()) return "";
-  const json* set = nullptr;  // the last entry of the name is the one a container gets
-  for (const auto& e : *env) {
-    if (e.is_object() && e.value("name", json()) == contract::kEnvRecoveryTimeout) set = &e;
-  }
-  if (set == nullptr) return "";
+  const std::optional<json> set = TemplateRunnerEnvEntry(spec, contract::kEnvRecoveryTimeout);
+  if (!set) return "";
   const std::string what =
       std::string("spec.template.spec.containers[runner].env ") + contract::kEnvRecoveryTimeout;
   const std::string wait =

@@ -137,15 +137,15 @@ TEST(TrainRank, ASuccessfulRankReportsNothing) {
   EXPECT_TRUE(reported.failures.empty());
 }
 
-// Rank 0 of a world of 2 whose every broadcast loses the peer.
-class LosingComm final : public comm::Communicator {
+// Rank 0 of a world of 2 whose peer adds nothing: all-reduces leave the buffer as it is,
+// broadcasts from rank 0 reach no one, all-gathers see a peer that kept no state and asks
+// nothing. The fakes below lose the peer in one of them.
+class QuietPeerComm : public comm::Communicator {
  public:
   int rank() const override { return 0; }
   int size() const override { return 2; }
   Status AllReduce(float*, std::size_t, comm::ReduceOp) override { return Status::Ok(); }
-  Status Broadcast(void*, std::size_t, int) override {
-    return Unavailable("broadcast: lost peer rank 1");
-  }
+  Status Broadcast(void*, std::size_t, int) override { return Status::Ok(); }
   Status Barrier() override { return Status::Ok(); }
   Status AllGather(const void* in, std::size_t bytes, void* out) override {
     std::memset(out, 0, 2 * bytes);
@@ -153,6 +153,14 @@ class LosingComm final : public comm::Communicator {
     return Status::Ok();
   }
   void Abort() override {}
+};
+
+// Rank 0 of a world of 2 whose every broadcast loses the peer.
+class LosingComm final : public QuietPeerComm {
+ public:
+  Status Broadcast(void*, std::size_t, int) override {
+    return Unavailable("broadcast: lost peer rank 1");
+  }
 };
 
 // A failed in-place recovery is reported to the round that lost the peer. It was not reported
@@ -204,29 +212,18 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
   EXPECT_NE(seen[0].find("round 1 loss"), std::string::npos) << seen[0];
 }
 
-// Rank 0 of a world of 2 whose peer adds nothing: all-reduces leave the buffer as it is,
-// broadcasts from rank 0 reach no one, all-gathers see a peer that kept no state and asks
-// nothing. From all-reduce number `lose_after` + 1 on (counted in `calls`), the peer is lost.
-class PeerLosingComm final : public comm::Communicator {
+// A QuietPeerComm that loses the peer from all-reduce number `lose_after` + 1 on (counted in
+// `calls`; never with -1).
+class PeerLosingComm final : public QuietPeerComm {
  public:
   PeerLosingComm(std::shared_ptr<std::atomic<int>> calls, int lose_after)
       : calls_(std::move(calls)), lose_after_(lose_after) {}
-  int rank() const override { return 0; }
-  int size() const override { return 2; }
   Status AllReduce(float*, std::size_t, comm::ReduceOp) override {
     if (++*calls_ > lose_after_ && lose_after_ >= 0) {
       return Unavailable("all-reduce: lost peer rank 1");
     }
     return Status::Ok();
   }
-  Status Broadcast(void*, std::size_t, int) override { return Status::Ok(); }
-  Status Barrier() override { return Status::Ok(); }
-  Status AllGather(const void* in, std::size_t bytes, void* out) override {
-    std::memset(out, 0, 2 * bytes);
-    std::memcpy(out, in, bytes);
-    return Status::Ok();
-  }
-  void Abort() override {}
 
  private:
   std::shared_ptr<std::atomic<int>> calls_;
