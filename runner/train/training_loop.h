@@ -114,7 +114,7 @@ class TrainingLoop {
   // step it completed: a step's update is applied only once its all-reduce completed; the
   // position a checkpoint at that step written while training records), unless a checkpoint of
   // that step is already there. The gang is gone: no collective, rank 0 alone
-  // (comm::WorkAlone), for up to the checkpoint timeout or until a further SIGTERM. `why` begins
+  // (comm::WorkAlone), for up to the checkpoint timeout or until a second SIGTERM. `why` begins
   // its log lines ("stopped while recovering in place"). Ok with nothing to do: another rank,
   // no directory, not recovering, no state kept.
   Status CheckpointKeptState(std::string_view why);
