@@ -119,7 +119,10 @@ Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
 }
 
 Status WorkAlone(const std::function<Status()>& work, const RootWorkOptions& options) {
-  const int signals = StopSignalCount();
+  // The signal that ends the wait: the next one when a stop was requested already (the work is
+  // what the rank does before it stops), else the one after it (the next asks the rank to stop,
+  // and the work comes first as it does for a stop requested before it).
+  const int enough = StopSignalCount() + (StopFlag().load() ? 1 : 2);
   auto shared = std::make_shared<Shared>();
   std::thread helper;
   RETURN_IF_ERROR(StartHelper(shared, work, options, helper));
@@ -127,7 +130,7 @@ Status WorkAlone(const std::function<Status()>& work, const RootWorkOptions& opt
   std::unique_lock<std::mutex> lock(shared->mu);
   bool signalled = false;
   while (!shared->done) {
-    signalled = StopSignalCount() != signals;
+    signalled = StopSignalCount() >= enough;
     const SteadyTime now = std::chrono::steady_clock::now();
     if (signalled || now >= deadline) break;
     // Short waits: a signal handler cannot notify the condition variable.

@@ -49,12 +49,14 @@ Status WhileRootWorks(Communicator& comm, const std::function<Status()>& work,
                       const RootWorkOptions& options);
 
 // The root's work with no gang to keep in step (its peers are gone: rank 0 saving the state it
-// kept while recovering in place, when it is asked to stop). Runs `work` on a helper thread and
-// returns its status, waiting for it up to options.timeout also after a stop request (the work
-// is what the rank does before it stops: stop_grace does not apply); a further SIGTERM/SIGINT
-// (StopSignalCount) ends the wait at once with Cancelled. A wait that ends before the work
-// leaves its thread behind (the work must own everything it touches); past the timeout the
-// result is ResourceExhausted, as WhileRootWorks's. Errors are prefixed "<what>: ".
+// kept when it gives up recovering in place, stopped or failed). Runs `work` on a helper thread
+// and returns its status, waiting for it up to options.timeout also after a stop request (the
+// work is what the rank does before it stops: stop_grace does not apply); a SIGTERM/SIGINT
+// (StopSignalCount) beyond the one that asks the rank to stop ends the wait at once with
+// Cancelled: the next signal when a stop was requested before the work began, else the second.
+// A wait that ends before the work leaves its thread behind (the work must own everything it
+// touches); past the timeout the result is ResourceExhausted, as WhileRootWorks's. Errors are
+// prefixed "<what>: ".
 Status WorkAlone(const std::function<Status()>& work, const RootWorkOptions& options);
 
 }  // namespace ringtrain::comm

@@ -277,16 +277,29 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   Status lost;  // what made this rank look for a next round
   const rendezvous::GangFingerprint fingerprint =
       deps.fingerprint ? *deps.fingerprint : FingerprintOf(env, config);
-  // Stopped (a SIGTERM: the job suspended, a node drained) while recovering in place: rank 0
-  // saves the state it kept, the gang's as of the last step it completed, which no checkpoint
-  // may hold yet (the loop knows whether it recovers and what it kept). Before the failure is
-  // reported: the state is worth more than the report. A stop while training is the drain's.
-  auto save_kept_state = [&deps, &trainer] {
-    if (trainer == nullptr || !Stopping(deps)) return;
-    if (Status saved = trainer->CheckpointKeptState(); !saved.ok()) {
-      spdlog::error("stopped while recovering in place; the state this rank kept is not saved: {}",
-                    saved.ToString());
+  // Rank 0 gives up an in-place recovery (from BeginRecovery until a Run trains again: the loop
+  // knows whether it recovers and what it kept): it saves the state it kept, the gang's as of
+  // the last step it completed, which no checkpoint may hold yet, whatever ended the recovery:
+  // a stop (a SIGTERM: the job suspended, a node drained), no next round within the recovery
+  // timeout, a round that failed to form or to train. The gang restart then resumes from that
+  // step. A write that fails is logged; the failure stays the one reported.
+  auto save_kept_state = [&trainer](bool stopped) {
+    if (trainer == nullptr) return;
+    const std::string_view why =
+        stopped ? "stopped while recovering in place" : "in-place recovery failed";
+    if (Status saved = trainer->CheckpointKeptState(why); !saved.ok()) {
+      spdlog::error("{}; the state this rank kept is not saved: {}", why, saved.ToString());
     }
+  };
+  // Reports this rank's failure `s` to `round_store` and saves the state it kept. Stopped, it
+  // saves first: the state is worth more than the report, and the pod's grace is short. A
+  // failure reports first, so the gang agrees on its root cause as promptly as without the save.
+  auto give_up = [&deps, &save_kept_state](rendezvous::Store& round_store, const Status& s) {
+    const bool stopped = Stopping(deps);
+    if (stopped) save_kept_state(stopped);
+    if (deps.report_failure) deps.report_failure(round_store, s);
+    if (!stopped) save_kept_state(stopped);
+    return s;
   };
   for (;;) {
     rendezvous::RoundOptions ro;
@@ -298,25 +311,17 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
     auto round = rendezvous::JoinRound(*deps.store, ro);
     if (!round.ok()) {
       if (!failed_round) return round.status();
-      save_kept_state();
       // Recovery itself failed: the original loss is the cause, the gang restarts. Reported to
       // the round that lost the peer, where its first failure is recorded: the attempt's own
       // key space (round 0) may hold an older failure, long recovered from.
       Status s(lost.code(), lost.message() + std::string(contract::kRecoveryFailedMarker) +
                                 round.status().message());
-      if (deps.report_failure) {
-        deps.report_failure(*rendezvous::RoundStore(*deps.store, *failed_round), s);
-      }
-      return s;
+      return give_up(*rendezvous::RoundStore(*deps.store, *failed_round), s);
     }
     std::unique_ptr<rendezvous::Store> round_store = rendezvous::RoundStore(*deps.store, *round);
     rendezvous::Store& this_round = *round_store;
     // A failure is reported while `comm` is still up (it closes after this).
-    auto failed = [&deps, &this_round, &save_kept_state](const Status& s) {
-      save_kept_state();
-      if (deps.report_failure) deps.report_failure(this_round, s);
-      return s;
-    };
+    auto failed = [&this_round, &give_up](const Status& s) { return give_up(this_round, s); };
     // Every rank of the round runs the same runner on the same configuration, or none trains:
     // a replacement from a newer image beside survivors of an older one is refused here, not
     // met as a wire error in the ring or as replicas that silently diverge.

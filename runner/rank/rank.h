@@ -85,9 +85,9 @@ class Trainer {
   // After Run failed on a lost rank, before waiting for the next round
   // (TrainingLoop::BeginRecovery).
   void BeginRecovery(std::string_view cause) { loop_.BeginRecovery(cause); }
-  // Stopped while recovering in place: rank 0 saves the state it kept
-  // (TrainingLoop::CheckpointKeptState).
-  Status CheckpointKeptState() { return loop_.CheckpointKeptState(); }
+  // Giving up an in-place recovery (stopped, or the recovery failed; `why` says which): rank 0
+  // saves the state it kept (TrainingLoop::CheckpointKeptState).
+  Status CheckpointKeptState(std::string_view why) { return loop_.CheckpointKeptState(why); }
   train::StepEngine& engine() { return *engine_; }
 
  private:

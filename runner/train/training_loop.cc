@@ -321,7 +321,7 @@ Status TrainingLoop::WriteCheckpointWith(bool writes, const CheckpointPosition& 
   return Status::Ok();
 }
 
-Status TrainingLoop::CheckpointKeptState() {
+Status TrainingLoop::CheckpointKeptState(std::string_view why) {
   // Only rank 0 writes checkpoints; the others' state is the same (synchronous data
   // parallelism). A run that failed before the gang agreed on its start, or a transfer of
   // another rank's state that broke off, leaves nothing kept.
@@ -341,16 +341,14 @@ Status TrainingLoop::CheckpointKeptState() {
       /*writes=*/true, pos, /*keep_existing=*/true,
       [&options](const std::function<Status()>& work) { return comm::WorkAlone(work, options); }));
   if (checkpoint_write_->existed) {
-    spdlog::info(
-        "stopped while recovering in place: the state this rank kept is step {}'s, "
-        "already checkpointed",
-        at.global_step);
+    spdlog::info("{}: the state this rank kept is step {}'s, already checkpointed", why,
+                 at.global_step);
     return Status::Ok();
   }
   spdlog::info(
-      "stopped while recovering in place: checkpoint written of the state this rank "
-      "kept, at step {} (epoch {}, {} samples of it seen)",
-      at.global_step, at.epoch, at.epoch_samples);
+      "{}: checkpoint written of the state this rank kept, at step {} (epoch {}, {} samples of "
+      "it seen)",
+      why, at.global_step, at.epoch, at.epoch_samples);
   return Status::Ok();
 }
 

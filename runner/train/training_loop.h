@@ -108,14 +108,16 @@ class TrainingLoop {
   // 0 samples/s, and `cause`, the loss, for the operator to show) and count the time from its
   // last progress before the failure (metrics::RunnerMetrics::BeginRecovery).
   void BeginRecovery(std::string_view cause = {});
-  // A stop while recovering in place (from BeginRecovery until a Run trains again: waiting for
-  // the next round, forming it, Rejoin, agreeing on the start): rank 0, when it has a checkpoint
-  // dir, writes a checkpoint of the state it kept (the gang's, as of the last step it completed;
-  // the position a checkpoint at that step written while training records), unless a checkpoint
-  // of that step is already there. The gang is gone: no collective, rank 0 alone
-  // (comm::WorkAlone), for up to the checkpoint timeout or until a further SIGTERM. Ok with
-  // nothing to do: another rank, no directory, not recovering, no state kept.
-  Status CheckpointKeptState();
+  // An in-place recovery given up (from BeginRecovery until a Run trains again: waiting for the
+  // next round, forming it, Rejoin, agreeing on the start), stopped or failed: rank 0, when it
+  // has a checkpoint dir, writes a checkpoint of the state it kept (the gang's, as of the last
+  // step it completed: a step's update is applied only once its all-reduce completed; the
+  // position a checkpoint at that step written while training records), unless a checkpoint of
+  // that step is already there. The gang is gone: no collective, rank 0 alone
+  // (comm::WorkAlone), for up to the checkpoint timeout or until a second SIGTERM. `why` begins
+  // its log lines ("stopped while recovering in place"). Ok with nothing to do: another rank,
+  // no directory, not recovering, no state kept.
+  Status CheckpointKeptState(std::string_view why);
 
  private:
   // Where this rank stands after its last completed step.

@@ -113,4 +113,40 @@ wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "ringtrain run exited $RC after Ctrl-C, expected 130"
 [ "$(grep -c 'RankRecovering:' "$WORK/hang2.log")" = 1 ] || fail "not one RankRecovering warning"
 ! grep -Eq 'GangRestart|InPlaceRecovery' "$WORK/hang2.log" || fail "the job restarted"
+
+# A hang that outlasts the recovery timeout too (3 s, from the runner container's env): rank 0
+# gives up recovering in place, saves the state it kept and exits 138, and the gang restarts
+# from that state. No periodic checkpoint is due in this run: without the save the new attempt
+# starts from step 0.
+cat >"$WORK/hang3.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: hang3}
+spec:
+  replicas: 2
+  train: {model: mlp, dataset: $DATA, epochs: 200, batchSizePerReplica: 64}
+  checkpoint: {everySteps: 1000000}
+  template:
+    spec:
+      containers:
+        - name: runner
+          env: [{name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: "3"}]
+YAML
+RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS=5 "$BIN/ringtrain" run "$WORK/hang3.yaml" \
+  --workdir "$WORK/hang3" --grace-period 2 >"$WORK/hang3.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+stop_rank1_once_training hang3
+wait_until 180 "the gang restarted" grep -q "GangRestarted: attempt 1 trains again" "$WORK/hang3.log"
+kept=$(sed -n 's/.*in-place recovery failed: checkpoint written of the state this rank kept, at step \([0-9]*\) .*/\1/p' \
+  "$WORK/hang3/hang3-a0-0.log")
+[ -n "$kept" ] || fail "rank 0 gave up recovering in place without saving the state it kept"
+[ "$kept" -gt 0 ] || fail "rank 0 kept step $kept"
+grep -q "GangRestarted: attempt 1 trains again from its checkpoint's step $kept:" "$WORK/hang3.log" ||
+  fail "attempt 1 does not train again from step $kept, the one rank 0 kept: $(grep GangRestarted "$WORK/hang3.log")"
+grep -q "resuming from checkpoint at step $kept " "$WORK/hang3/hang3-a1-0.log" ||
+  fail "attempt 1's rank 0 does not resume from step $kept"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "ringtrain run exited $RC after Ctrl-C, expected 130"
 echo PASS

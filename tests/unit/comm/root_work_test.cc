@@ -251,6 +251,50 @@ TEST(RootWorkTest, WorkAloneOutlastsTheStopUntilItsTimeoutOrASecondSignal) {
   gate->Open();
 }
 
+// Rank 0 alone and not stopped (its in-place recovery failed: no round within the timeout)
+// saves the state it kept: the first SIGTERM during the write (the gang restart deleting its
+// pod, Ctrl-C) asks it to stop, and the write comes first, as it does for a stop requested
+// before it; it ended the wait at once, and the state was not saved. A second signal ends it.
+TEST(RootWorkTest, WorkAloneWithoutAStopOutlastsTheFirstSignalNotASecond) {
+  ResetStopForTest();
+  InstallStopSignalHandlers();
+  Status s = WorkAlone(
+      [] {
+        if (::kill(::getpid(), SIGTERM) != 0) return Internal("kill");
+        for (int i = 0; i < 10000 && StopSignalCount() < 1; ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        // Time for the wait to notice the signal (it looks every 50 ms), were it to end there.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return Status::Ok();
+      },
+      Work());
+  EXPECT_TRUE(s.ok()) << "the signal that asks the rank to stop cut its work short: "
+                      << s.ToString();
+  EXPECT_EQ(StopSignalCount(), 1);
+  EXPECT_TRUE(StopFlag().load());
+
+  auto gate = std::make_shared<Gate>();
+  std::latch working(1);
+  std::thread again([&] {
+    working.wait();
+    ASSERT_EQ(::kill(::getpid(), SIGTERM), 0);  // the second
+  });
+  s = WorkAlone(
+      [gate, &working] {
+        working.count_down();
+        gate->Wait();
+        return Status::Ok();
+      },
+      Work());
+  again.join();
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  ResetStopForTest();
+  EXPECT_EQ(s.code(), StatusCode::kCancelled) << s.ToString();
+  gate->Open();
+}
+
 // An exception from the work is its error, not a terminated process.
 TEST(RootWorkTest, AnExceptionFromTheWorkIsItsError) {
   rendezvous::MemoryStore store;

@@ -3,18 +3,23 @@
 // on the TCP backend forms the very ring a CPU rank does (same bind address and advertised
 // host: one code path, MakeCommunicator).
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 
+#include "common/runner_contract.h"
 #include "common/stop.h"
 #include "common/version.h"
 #include "runner/model/gemm.h"
@@ -230,6 +235,119 @@ class PeerLosingComm final : public QuietPeerComm {
   int lose_after_;
 };
 
+// What rank 0 of a gang of two keeps when it loses rank 1 in the step after kKeptSteps (no
+// checkpoint while training): the state it holds after kKeptSteps steps, and the checkpoint a
+// gang writes at that step, both from a gang that trains kKeptSteps steps and ends.
+constexpr std::int64_t kKeptSteps = 5;
+
+train::TrainConfig KeptConfig() {
+  train::TrainConfig config = Small();
+  config.checkpoint_every = 1000;  // no checkpoint while training
+  return config;
+}
+
+std::string UniqueDir(const std::string& name) {
+  return ::testing::TempDir() + name + "_" + std::to_string(::getpid()) + "_" +
+         std::to_string(std::random_device{}());
+}
+
+struct KeptReference {
+  std::vector<float> params;
+  std::vector<float> state;
+  std::int64_t optimizer_steps = 0;
+  int step_allreduces = 0;  // the all-reduces of kKeptSteps steps (no test set)
+  std::optional<train::CheckpointState> checkpoint;
+};
+
+void TrainKeptReference(const data::Dataset& ds, KeptReference& out) {
+  train::TrainConfig reference = KeptConfig();
+  reference.checkpoint_dir = UniqueDir("kept_reference");
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  {
+    PeerLosingComm peer_stays(calls, -1);
+    train::EngineDeps ed;
+    ed.comm = &peer_stays;
+    ed.train = &ds;
+    auto trainer = Trainer::Create(reference, ed);
+    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+    auto r = (*trainer)->Run(kKeptSteps);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->steps, kKeptSteps);
+    ASSERT_TRUE((*trainer)->engine().Snapshot(out.params, out.state, out.optimizer_steps).ok());
+  }
+  out.step_allreduces = calls->load();
+  ASSERT_GT(out.step_allreduces, 0);
+  auto expected =
+      train::LoadNewestCheckpoint(reference.checkpoint_dir, out.params.size(), out.state.size());
+  std::filesystem::remove_all(reference.checkpoint_dir);
+  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
+  ASSERT_EQ(expected->global_step, kKeptSteps);
+  out.checkpoint = std::move(*expected);
+}
+
+// What rank 0 reported, resolved as the runner's main resolves it, and whether the checkpoint of
+// the state it kept was already in `checkpoint_dir` at each report.
+struct KeptReports {
+  std::string checkpoint_dir;
+  std::vector<rendezvous::FailureReport> reports;
+  std::vector<bool> saved_first;
+};
+
+// Rank 0 of a gang of two (rank 1 arrived in round 0 and runs what rank 0 runs) that trains
+// kKeptSteps steps and loses rank 1 in the next one.
+RankDeps LosingRankZeroDeps(rendezvous::MemoryStore& store, const train::RankEnv& env,
+                            const data::Dataset& ds, int step_allreduces, KeptReports& got) {
+  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, KeptConfig()));
+  EXPECT_TRUE(store.Set("fingerprint/1", same).ok());
+  EXPECT_TRUE(store.Set("arrived/1", "1").ok());
+  RankDeps deps;
+  deps.store = &store;
+  deps.train = &ds;
+  deps.stop = &StopFlag();
+  auto lost_calls = std::make_shared<std::atomic<int>>(0);
+  deps.make_communicator =
+      [lost_calls, step_allreduces](
+          rendezvous::Store&, const train::RankEnv&, const Placement&,
+          const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
+    return std::unique_ptr<comm::Communicator>(new PeerLosingComm(lost_calls, step_allreduces));
+  };
+  deps.report_failure = [&got](rendezvous::Store& round_store, const Status& s) {
+    got.saved_first.push_back(
+        std::filesystem::exists(train::CheckpointPath(got.checkpoint_dir, kKeptSteps)));
+    got.reports.push_back(rendezvous::ResolveFailure(round_store, 0, s, ExitCodeFor(s)));
+  };
+  return deps;
+}
+
+train::RankEnv KeptEnv(const std::string& recovery_seconds) {
+  return testing::RankEnvOf({{"RINGTRAIN_RANK", "0"},
+                             {"RINGTRAIN_WORLD_SIZE", "2"},
+                             {"RINGTRAIN_TOKEN", "t"},
+                             {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", recovery_seconds},
+                             {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "20"},
+                             {"RINGTRAIN_IMAGE", "ghcr.io/x:0.1"}});
+}
+
+// The checkpoint at the last step rank 0 completed, of the state it held, recording what a
+// checkpoint written there while training records.
+void ExpectCheckpointOfKeptState(const std::string& dir, const KeptReference& ref) {
+  ASSERT_TRUE(std::filesystem::exists(train::CheckpointPath(dir, kKeptSteps)))
+      << "rank 0 gave up recovering in place and did not save the state it kept";
+  auto saved = train::LoadNewestCheckpoint(dir, ref.params.size(), ref.state.size());
+  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
+  const train::CheckpointState& expected = *ref.checkpoint;
+  EXPECT_EQ(saved->global_step, kKeptSteps);
+  EXPECT_EQ(saved->epoch, expected.epoch);
+  EXPECT_EQ(saved->step_in_epoch, expected.step_in_epoch);
+  EXPECT_EQ(saved->epoch_samples, expected.epoch_samples);
+  EXPECT_EQ(saved->world_size, expected.world_size);
+  EXPECT_EQ(saved->optimizer_steps, ref.optimizer_steps);
+  EXPECT_EQ(saved->model, expected.model);
+  EXPECT_TRUE(saved->params == ref.params) << "the saved parameters are not the ones rank 0 held";
+  EXPECT_TRUE(saved->optimizer_state == ref.state) << "the saved optimizer state is not rank 0's";
+  EXPECT_TRUE(saved->params == expected.params);
+}
+
 // Seen on a cluster: rank 0 held the gang's state at step 6913 while it waited for a lost
 // peer's replacement, the job was suspended (SIGTERM), and rank 0 exited without saving it: the
 // next attempt resumed from the checkpoint at step 6500. Now rank 0, stopped while it recovers
@@ -240,62 +358,17 @@ TEST(TrainRank, AStopWhileRecoveringInPlaceSavesTheStateRankZeroKept) {
   model::SetKernelThreads(1);
   ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
-  constexpr std::int64_t kSteps = 5;
-  train::TrainConfig config = Small();
-  config.checkpoint_every = 1000;  // no checkpoint while training
-  const std::string dirs = ::testing::TempDir() + "stop_recovering_" + std::to_string(::getpid()) +
-                           "_" + std::to_string(std::random_device{}());
-  // The same kSteps steps by a gang that then ends: the state rank 0 holds after them, and the
-  // checkpoint a gang writes at that step. Its all-reduces are the steps' (no test set).
-  train::TrainConfig reference = config;
-  reference.checkpoint_dir = dirs + "_reference";
-  auto calls = std::make_shared<std::atomic<int>>(0);
-  std::vector<float> params;
-  std::vector<float> state;
-  std::int64_t optimizer_steps = 0;
-  {
-    PeerLosingComm peer_stays(calls, -1);
-    train::EngineDeps ed;
-    ed.comm = &peer_stays;
-    ed.train = &ds;
-    auto trainer = Trainer::Create(reference, ed);
-    ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
-    auto r = (*trainer)->Run(kSteps);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->steps, kSteps);
-    ASSERT_TRUE((*trainer)->engine().Snapshot(params, state, optimizer_steps).ok());
-  }
-  const int step_allreduces = calls->load();
-  ASSERT_GT(step_allreduces, 0);
-  auto expected =
-      train::LoadNewestCheckpoint(reference.checkpoint_dir, params.size(), state.size());
-  ASSERT_TRUE(expected.ok()) << expected.status().ToString();
-  ASSERT_EQ(expected->global_step, kSteps);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
 
-  // Rank 0 trains kSteps steps, loses rank 1 in the next one, keeps its state and waits for the
-  // next round (up to 30 s); the job is stopped meanwhile.
-  config.checkpoint_dir = dirs + "_stopped";
+  // Rank 0 trains kKeptSteps steps, loses rank 1 in the next one, keeps its state and waits for
+  // the next round (up to 30 s); the job is stopped meanwhile.
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("stop_recovering");
   rendezvous::MemoryStore store;
-  const train::RankEnv env = testing::RankEnvOf({{"RINGTRAIN_RANK", "0"},
-                                                 {"RINGTRAIN_WORLD_SIZE", "2"},
-                                                 {"RINGTRAIN_TOKEN", "t"},
-                                                 {"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "30"},
-                                                 {"RINGTRAIN_RENDEZVOUS_TIMEOUT_SECONDS", "20"}});
-  const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, config));
-  ASSERT_TRUE(store.Set("fingerprint/1", same).ok());
-  ASSERT_TRUE(store.Set("arrived/1", "1").ok());
-  RankDeps deps;
-  deps.store = &store;
-  deps.train = &ds;
-  deps.stop = &StopFlag();
-  auto lost_calls = std::make_shared<std::atomic<int>>(0);
-  deps.make_communicator =
-      [&](rendezvous::Store&, const train::RankEnv&, const Placement&,
-          const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
-    return std::unique_ptr<comm::Communicator>(new PeerLosingComm(lost_calls, step_allreduces));
-  };
-  int reports = 0;
-  deps.report_failure = [&](rendezvous::Store&, const Status&) { ++reports; };
+  const train::RankEnv env = KeptEnv("30");
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got);
   StatusOr<train::TrainResult> result = Internal("not run");
   SteadyTime returned;
   std::thread rank0([&] {
@@ -314,26 +387,144 @@ TEST(TrainRank, AStopWhileRecoveringInPlaceSavesTheStateRankZeroKept) {
   EXPECT_NE(result.status().message().find("rendezvous: stopped by SIGTERM"), std::string::npos)
       << result.status().ToString();
   EXPECT_LT(returned - stopped, 10s) << "the stopped rank waited on (recovery timeout 30 s)";
-  EXPECT_EQ(reports, 1);
-
-  // The checkpoint at the last step rank 0 completed, of the state it held, recording what a
-  // checkpoint written there while training records.
-  ASSERT_TRUE(std::filesystem::exists(train::CheckpointPath(config.checkpoint_dir, kSteps)))
-      << "rank 0 was stopped while recovering and did not save the state it kept";
-  auto saved = train::LoadNewestCheckpoint(config.checkpoint_dir, params.size(), state.size());
-  ASSERT_TRUE(saved.ok()) << saved.status().ToString();
-  EXPECT_EQ(saved->global_step, kSteps);
-  EXPECT_EQ(saved->epoch, expected->epoch);
-  EXPECT_EQ(saved->step_in_epoch, expected->step_in_epoch);
-  EXPECT_EQ(saved->epoch_samples, expected->epoch_samples);
-  EXPECT_EQ(saved->world_size, expected->world_size);
-  EXPECT_EQ(saved->optimizer_steps, optimizer_steps);
-  EXPECT_EQ(saved->model, expected->model);
-  EXPECT_TRUE(saved->params == params) << "the saved parameters are not the ones rank 0 held";
-  EXPECT_TRUE(saved->optimizer_state == state) << "the saved optimizer state is not rank 0's";
-  EXPECT_TRUE(saved->params == expected->params);
-  std::filesystem::remove_all(reference.checkpoint_dir);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_TRUE(got.saved_first[0]) << "stopped, rank 0 saves the state it kept before it reports";
+  ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
   std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// The same loss when no replacement comes within the recovery timeout: rank 0 gave up and
+// exited 138 without saving, and the gang restart resumed from the newest periodic checkpoint
+// (on a cluster, 413 steps older than the state rank 0 held). Now it saves the state it kept;
+// its failure, its report and its exit code are those of a failed recovery, as before.
+TEST(TrainRank, ARecoveryThatTimesOutSavesTheStateRankZeroKept) {
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("recovery_timed_out");
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("1");  // rank 1 never comes back for round 1
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got);
+  Placement cpu;
+  auto result = TrainRank(env, config, cpu, deps);
+  ASSERT_FALSE(result.ok());
+  const Status& s = result.status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ(s.message().rfind("step " + std::to_string(kKeptSteps + 1) + ": ", 0), 0u)
+      << "not the loss that began the recovery: " << s.ToString();
+  EXPECT_NE(s.message().find("lost peer rank 1"), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(contract::kRecoveryFailedMarker), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.message().find("checkpoint"), std::string::npos) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
+  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  EXPECT_FALSE(got.saved_first[0]) << "a failed recovery is reported before the save, as promptly "
+                                      "as without it";
+  ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
+  std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// Rank 1's replacement arrives for round 1 but runs another image: rank 0 refuses the round
+// (a failure after the round formed, before training again) and exits 138, as before; it saves
+// the state it kept first. The next attempt, built alike, resumes from it.
+TEST(TrainRank, ARecoveryRoundThatFailsSavesTheStateRankZeroKept) {
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("recovery_refused");
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("30");
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got);
+  train::RankEnv other_env = env;
+  other_env.image = "ghcr.io/x:0.2";
+  ASSERT_TRUE(store
+                  .Set("r1/fingerprint/1",
+                       rendezvous::EncodeFingerprint(FingerprintOf(other_env, KeptConfig())))
+                  .ok());
+  ASSERT_TRUE(store.Set("r1/arrived/1", "1").ok());
+  Placement cpu;
+  auto result = TrainRank(env, config, cpu, deps);
+  ASSERT_FALSE(result.ok());
+  const Status& s = result.status();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_NE(s.message().find("the gang refused to train together"), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("image ghcr.io/x:0.2"), std::string::npos) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
+  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  EXPECT_FALSE(got.saved_first[0]) << "a failed recovery is reported before the save, as promptly "
+                                      "as without it";
+  ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
+  std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// A save of the kept state that fails (the checkpoint dir became a file while rank 0 waited)
+// is logged; the failure rank 0 returns and reports, and its exit code, are the recovery's.
+TEST(TrainRank, AKeptStateThatCannotBeSavedLeavesTheFailureAsItWas) {
+  using namespace std::chrono_literals;
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("kept_unsaved");
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("30");
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got);
+  std::ostringstream log;
+  auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  StatusOr<train::TrainResult> result = Internal("not run");
+  std::thread rank0([&] {
+    Placement cpu;
+    result = TrainRank(env, config, cpu, deps);
+  });
+  // Rank 0 waits for round 1: its checkpoint dir becomes a file, then rank 1's replacement
+  // arrives running another image, and rank 0 refuses the round.
+  const Status waiting = store.Wait({"r1/arrived/0"}, 60s);
+  std::filesystem::remove_all(config.checkpoint_dir);
+  { std::ofstream(config.checkpoint_dir) << "not a directory"; }
+  train::RankEnv other_env = env;
+  other_env.image = "ghcr.io/x:0.2";
+  EXPECT_TRUE(store
+                  .Set("r1/fingerprint/1",
+                       rendezvous::EncodeFingerprint(FingerprintOf(other_env, KeptConfig())))
+                  .ok());
+  EXPECT_TRUE(store.Set("r1/arrived/1", "1").ok());
+  rank0.join();
+  spdlog::set_default_logger(previous);
+  std::filesystem::remove_all(config.checkpoint_dir);
+  ASSERT_TRUE(waiting.ok()) << "rank 0 never waited for the next round: " << waiting.ToString();
+  ASSERT_FALSE(result.ok());
+  const Status& s = result.status();
+  EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
+  EXPECT_EQ(s.message().rfind("the gang refused to train together", 0), 0u) << s.ToString();
+  EXPECT_EQ(s.message().find("checkpoint"), std::string::npos) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
+  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  EXPECT_NE(log.str().find("in-place recovery failed; the state this rank kept is not saved: "),
+            std::string::npos)
+      << "no save of the kept state was tried, or its failure was not logged:\n"
+      << log.str();
 }
 
 // What each rank of a refused gang reported: its failure resolved through the gang-failure
