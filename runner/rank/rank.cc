@@ -283,8 +283,21 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   // a stop (a SIGTERM: the job suspended, a node drained), no next round within the recovery
   // timeout, a round that failed to form or to train. The gang restart then resumes from that
   // step. A write that fails is logged; the failure stays the one reported.
-  auto save_kept_state = [&trainer](bool stopped) {
+  // The same save when a rank is lost while the gang trains and this rank does not recover in
+  // place (no recovery timeout, runPolicy.recovery GangRestart, a stop beside the loss): the
+  // state as of the gang's last completed step, which the gang restart resumes from. Not on a
+  // GPU, whose step (its NCCL all-reduce and the update) is one graph.
+  auto save_kept_state = [&trainer](bool stopped, bool lost_while_training) {
     if (trainer == nullptr) return;
+    if (lost_while_training) {
+      const std::string_view why = stopped ? "stopped after losing a peer while training"
+                                           : "lost a peer while training (no in-place recovery)";
+      if (Status saved = trainer->CheckpointLastStep(why); !saved.ok()) {
+        spdlog::error("{}; the state of the last completed step is not saved: {}", why,
+                      saved.ToString());
+      }
+      return;
+    }
     const std::string_view why =
         stopped ? "stopped while recovering in place" : "in-place recovery failed";
     if (Status saved = trainer->CheckpointKeptState(why); !saved.ok()) {
@@ -294,11 +307,12 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
   // Reports this rank's failure `s` to `round_store` and saves the state it kept. Stopped, it
   // saves first: the state is worth more than the report, and the pod's grace is short. A
   // failure reports first, so the gang agrees on its root cause as promptly as without the save.
-  auto give_up = [&deps, &save_kept_state](rendezvous::Store& round_store, const Status& s) {
+  auto give_up = [&deps, &save_kept_state](rendezvous::Store& round_store, const Status& s,
+                                           bool lost_while_training = false) {
     const bool stopped = Stopping(deps);
-    if (stopped) save_kept_state(stopped);
+    if (stopped) save_kept_state(stopped, lost_while_training);
     if (deps.report_failure) deps.report_failure(round_store, s);
-    if (!stopped) save_kept_state(stopped);
+    if (!stopped) save_kept_state(stopped, lost_while_training);
     return s;
   };
   for (;;) {
@@ -396,7 +410,9 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       return result;
     }
     const Status& s = result.status();
-    if (!may_recover || !IsPeerLoss(s) || Stopping(deps)) return failed(s);
+    if (!may_recover || !IsPeerLoss(s) || Stopping(deps)) {
+      return give_up(this_round, s, IsPeerLoss(s) && !placement.cuda);
+    }
     spdlog::warn(
         "lost a peer in round {}: {}; keeping this rank's state and waiting up to {} for the "
         "gang to form again (the lost rank's replacement, or the rank itself if it lives)",

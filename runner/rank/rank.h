@@ -88,6 +88,9 @@ class Trainer {
   // Giving up an in-place recovery (stopped, or the recovery failed; `why` says which): rank 0
   // saves the state it kept (TrainingLoop::CheckpointKeptState).
   Status CheckpointKeptState(std::string_view why) { return loop_.CheckpointKeptState(why); }
+  // Lost a peer while training, not recovering in place: rank 0 saves the state as of the
+  // gang's last completed step (TrainingLoop::CheckpointLastStep).
+  Status CheckpointLastStep(std::string_view why) { return loop_.CheckpointLastStep(why); }
   train::StepEngine& engine() { return *engine_; }
 
  private:

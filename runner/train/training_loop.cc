@@ -322,12 +322,17 @@ Status TrainingLoop::WriteCheckpointWith(bool writes, const CheckpointPosition& 
 }
 
 Status TrainingLoop::CheckpointKeptState(std::string_view why) {
+  if (!recovering_) return Status::Ok();
+  return CheckpointLastStep(why);
+}
+
+Status TrainingLoop::CheckpointLastStep(std::string_view why) {
   // Only rank 0 writes checkpoints; the others' state is the same (synchronous data
   // parallelism). A run that failed before the gang agreed on its start, or a transfer of
-  // another rank's state that broke off, leaves nothing kept.
-  if (!recovering_ || !last_ || config_.checkpoint_dir.empty() || deps_.comm->rank() != 0) {
-    return Status::Ok();
-  }
+  // another rank's state that broke off, leaves nothing kept. Not recovering, the last Run
+  // trained (its pass began: a first Run that failed before has no position) and `last_` is
+  // where it ended.
+  if (!last_ || config_.checkpoint_dir.empty() || deps_.comm->rank() != 0) return Status::Ok();
   const Position& at = *last_;
   CheckpointPosition pos;
   pos.global_step = at.global_step;

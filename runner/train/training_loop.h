@@ -118,6 +118,12 @@ class TrainingLoop {
   // its log lines ("stopped while recovering in place"). Ok with nothing to do: another rank,
   // no directory, not recovering, no state kept.
   Status CheckpointKeptState(std::string_view why);
+  // After Run failed because the gang lost a rank, when this rank does not recover in place (no
+  // recovery timeout, runPolicy.recovery GangRestart, a stop): the same save of the state as of
+  // the last step the gang completed, recovering or not, so that the gang restart resumes from
+  // there rather than from the last periodic checkpoint. Host engines only: the caller keeps a
+  // GPU rank out (a step's NCCL all-reduce and update are one graph).
+  Status CheckpointLastStep(std::string_view why);
 
  private:
   // Where this rank stands after its last completed step.

@@ -221,11 +221,12 @@ TEST(TrainRank, AFailedRecoveryIsReportedToTheRoundThatLostThePeer) {
 // `calls`; never with -1).
 class PeerLosingComm final : public QuietPeerComm {
  public:
-  PeerLosingComm(std::shared_ptr<std::atomic<int>> calls, int lose_after)
-      : calls_(std::move(calls)), lose_after_(lose_after) {}
+  PeerLosingComm(std::shared_ptr<std::atomic<int>> calls, int lose_after,
+                 StatusCode code = StatusCode::kUnavailable)
+      : calls_(std::move(calls)), lose_after_(lose_after), code_(code) {}
   Status AllReduce(float*, std::size_t, comm::ReduceOp) override {
     if (++*calls_ > lose_after_ && lose_after_ >= 0) {
-      return Unavailable("all-reduce: lost peer rank 1");
+      return Status(code_, "all-reduce: lost peer rank 1");
     }
     return Status::Ok();
   }
@@ -233,6 +234,7 @@ class PeerLosingComm final : public QuietPeerComm {
  private:
   std::shared_ptr<std::atomic<int>> calls_;
   int lose_after_;
+  StatusCode code_;
 };
 
 // What rank 0 of a gang of two keeps when it loses rank 1 in the step after kKeptSteps (no
@@ -296,7 +298,8 @@ struct KeptReports {
 // Rank 0 of a gang of two (rank 1 arrived in round 0 and runs what rank 0 runs) that trains
 // kKeptSteps steps and loses rank 1 in the next one.
 RankDeps LosingRankZeroDeps(rendezvous::MemoryStore& store, const train::RankEnv& env,
-                            const data::Dataset& ds, int step_allreduces, KeptReports& got) {
+                            const data::Dataset& ds, int step_allreduces, KeptReports& got,
+                            StatusCode code = StatusCode::kUnavailable) {
   const std::string same = rendezvous::EncodeFingerprint(FingerprintOf(env, KeptConfig()));
   EXPECT_TRUE(store.Set("fingerprint/1", same).ok());
   EXPECT_TRUE(store.Set("arrived/1", "1").ok());
@@ -306,10 +309,11 @@ RankDeps LosingRankZeroDeps(rendezvous::MemoryStore& store, const train::RankEnv
   deps.stop = &StopFlag();
   auto lost_calls = std::make_shared<std::atomic<int>>(0);
   deps.make_communicator =
-      [lost_calls, step_allreduces](
+      [lost_calls, step_allreduces, code](
           rendezvous::Store&, const train::RankEnv&, const Placement&,
           const std::string&) -> StatusOr<std::unique_ptr<comm::Communicator>> {
-    return std::unique_ptr<comm::Communicator>(new PeerLosingComm(lost_calls, step_allreduces));
+    return std::unique_ptr<comm::Communicator>(
+        new PeerLosingComm(lost_calls, step_allreduces, code));
   };
   deps.report_failure = [&got](rendezvous::Store& round_store, const Status& s) {
     got.saved_first.push_back(
@@ -468,6 +472,67 @@ TEST(TrainRank, ARecoveryRoundThatFailsSavesTheStateRankZeroKept) {
   EXPECT_FALSE(got.saved_first[0]) << "a failed recovery is reported before the save, as promptly "
                                       "as without it";
   ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
+  std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// Without in-place recovery (a recovery timeout of 0, runPolicy.recovery GangRestart) a peer
+// lost while the gang trains ended rank 0 at once without a save: the gang restart resumed from
+// the last periodic checkpoint and every step since was lost. Now rank 0 saves the state as of
+// the gang's last completed step first; its failure, report and exit code are as before.
+TEST(TrainRank, APeerLostWithoutInPlaceRecoverySavesTheLastCompletedStep) {
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("lost_without_recovery");
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("0");  // no in-place recovery
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got);
+  Placement cpu;
+  auto result = TrainRank(env, config, cpu, deps);
+  ASSERT_FALSE(result.ok());
+  const Status& s = result.status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_EQ(s.message().rfind("step " + std::to_string(kKeptSteps + 1) + ": ", 0), 0u)
+      << s.ToString();
+  EXPECT_EQ(s.message().find(contract::kRecoveryFailedMarker), std::string::npos) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
+  EXPECT_FALSE(got.saved_first[0]) << "a loss is reported before the save, as promptly as before";
+  EXPECT_FALSE(store.Get("r1/arrived/0", Duration::zero()).ok())
+      << "rank 0 waited for a next round without in-place recovery";
+  ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
+  std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// A failure that is no peer loss (here an internal error of the collective) is no state worth a
+// checkpoint: the step that failed may be this rank's own fault. Nothing is written.
+TEST(TrainRank, AFailureThatIsNoPeerLossSavesNothing) {
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  KeptReference ref;
+  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("failed_no_loss");
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("0");
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps =
+      LosingRankZeroDeps(store, env, ds, ref.step_allreduces, got, StatusCode::kInternal);
+  Placement cpu;
+  auto result = TrainRank(env, config, cpu, deps);
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), StatusCode::kInternal) << result.status().ToString();
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(train::CheckpointPath(config.checkpoint_dir, kKeptSteps)))
+      << "a failure that is no peer loss was saved as the gang's state";
   std::filesystem::remove_all(config.checkpoint_dir);
 }
 
