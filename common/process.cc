@@ -159,19 +159,33 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
     log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + options.log_path, errno);
   }
+  const bool new_group = options.new_process_group;
+  int null_fd = -1;
+  if (new_group) {
+    null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null_fd < 0) {
+      const int err = errno;
+      if (log_fd >= 0) ::close(log_fd);
+      return ErrnoStatus(StatusCode::kUnavailable, "open /dev/null", err);
+    }
+  }
+  // The parent's copies of the child's descriptors, once the child has its own (or none).
+  auto close_childs = [&log_fd, &null_fd] {
+    if (log_fd >= 0) ::close(log_fd);
+    if (null_fd >= 0) ::close(null_fd);
+  };
   int report_pipe[2];
   if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
     const int err = errno;
-    if (log_fd >= 0) ::close(log_fd);
+    close_childs();
     return ErrnoStatus(StatusCode::kUnavailable, "pipe", err);
   }
   const pid_t parent = ::getpid();
-  const bool new_group = options.new_process_group;
 
   pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    if (log_fd >= 0) ::close(log_fd);
+    close_childs();
     ::close(report_pipe[0]);
     ::close(report_pipe[1]);
     return ErrnoStatus(StatusCode::kUnavailable, "fork", err);
@@ -180,6 +194,7 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
     if (new_group) ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the parent died before prctl
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);
       ::dup2(log_fd, STDERR_FILENO);
@@ -223,7 +238,7 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
       child.WaitUntil(give_up, /*wake_on_stop=*/false);
     }
   }
-  if (log_fd >= 0) ::close(log_fd);
+  close_childs();
   return child;
 }
 

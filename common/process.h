@@ -24,7 +24,9 @@ struct SpawnOptions {
   std::string working_dir;  // the child's current directory; empty = the parent's
   // Keep the terminal's Ctrl-C away from the child. Its signals (Signal, RequestTerminate, the
   // SIGKILL after the grace) then go to the whole group, and what is left of the group gets
-  // SIGKILL when the child is reaped: nothing it started outlives it.
+  // SIGKILL when the child is reaped: nothing it started outlives it. Such a child reads its
+  // stdin from /dev/null, as a pod's container does: a group in the background that reads the
+  // terminal is stopped (SIGTTIN), and one of a pipe would read the parent's input.
   bool new_process_group = false;
 };
 

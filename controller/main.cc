@@ -1,7 +1,7 @@
 // ringtrain: the TrainingJob CLI. `ringtrain run JOB.yaml` runs a job on this machine as local
 // runner processes under the same planner the operator uses; `ringtrain validate JOB.yaml`
 // checks a manifest. Exit code 0 = the job succeeded, 1 = it failed or the input was bad,
-// 130 = interrupted.
+// 128 + the signal = interrupted (130 for Ctrl-C, 143 for SIGTERM, 129 for a closed terminal).
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -34,17 +34,23 @@ namespace ringtrain {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
-std::atomic<bool> g_kill_now{false};  // a second SIGINT/SIGTERM while the ranks stop
+std::atomic<bool> g_kill_now{false};  // a second stop signal while the ranks stop
 std::atomic<std::int64_t> g_first_signal_ns{0};
+std::atomic<int> g_first_signal{0};  // the signal that interrupted the run: its exit code
 
-// A second signal kills the ranks at once only when it comes a second or more after the first:
-// one stop may arrive twice at once (GNU timeout signals its child, then its own process group).
-void OnSignal(int) {
+// What stops a run: Ctrl-C, SIGTERM, the terminal closed (SIGHUP) and SIGQUIT, as torchrun's
+// agent takes them. A second signal kills the ranks at once only when it comes a second or more
+// after the first: one stop may arrive twice at once (GNU timeout signals its child, then its
+// own process group).
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+void OnSignal(int sig) {
   timespec now{};
   ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
   const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
   if (!g_interrupted.exchange(true)) {
     g_first_signal_ns = ns;
+    g_first_signal = sig;
   } else if (ns - g_first_signal_ns.load() >= 1'000'000'000) {
     g_kill_now = true;
   }
@@ -244,13 +250,11 @@ int Run(const std::vector<std::string>& args) {
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
-  // Neither interrupts the handler of the other: the first signal's time is set before a second
-  // one is looked at.
+  // None interrupts the handler of another: the first signal's time is set before a second one
+  // is looked at.
   sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGINT);
-  sigaddset(&sa.sa_mask, SIGTERM);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (const int sig : kStopSignals) sigaddset(&sa.sa_mask, sig);
+  for (const int sig : kStopSignals) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   executors::LocalRunOptions opts;
@@ -355,7 +359,8 @@ int Run(const std::vector<std::string>& args) {
       return 1;
     }
   }
-  if (result->interrupted) return 130;
+  if (result->interrupted)
+    return 128 + (g_first_signal.load() > 0 ? g_first_signal.load() : SIGINT);
   return st.phase == "Succeeded" ? 0 : 1;
 }
 

@@ -25,6 +25,21 @@ kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "nap: ringtrain run exited with $RC after SIGINT, expected 130"
 wait_until 30 "the ranks' sleep ended" naps 0
+# A closed terminal (SIGHUP) and SIGTERM stop it as Ctrl-C does, with 128 + the signal: SIGHUP
+# killed ringtrain at once (its ranks SIGKILLed, no checkpoint at a stop step), SIGTERM read 130.
+for sig in HUP TERM; do
+  "$BIN/ringtrain" run "$WORK/nap.yaml" --workdir "$WORK/nap-$sig" >"$WORK/nap-$sig.log" 2>&1 &
+  RUN_PID=$!
+  PIDS+=($RUN_PID)
+  wait_until 60 "both ranks' sleep (SIG$sig)" naps 2
+  kill -"$sig" "$RUN_PID"
+  wait_exit "$RUN_PID" 60
+  want=$((128 + $(kill -l "$sig")))
+  [ "$RC" = "$want" ] || fail "nap: ringtrain run exited with $RC after SIG$sig, expected $want"
+  grep -q "interrupted: stopping the ranks" "$WORK/nap-$sig.log" ||
+    fail "SIG$sig: the ranks were not stopped as at Ctrl-C: $(tail -n 5 "$WORK/nap-$sig.log")"
+  wait_until 30 "the ranks' sleep ended (SIG$sig)" naps 0
+done
 # A rank whose command failed ends the job: its peer's sleep ends with it.
 cat >"$WORK/nap-fail.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1

@@ -440,7 +440,8 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
         for (auto& [name, p] : procs_) Kill(p);
         if (AnyAlive()) {
           Say("interrupted: stopping the ranks (SIGTERM; SIGKILL after " +
-                  FormatDuration(options_.grace) + ", or at once on a second Ctrl-C)",
+                  FormatDuration(options_.grace) +
+                  ", or at once on another Ctrl-C a second or more from now)",
               true);
         }
       }

@@ -300,6 +300,25 @@ TEST_F(ProcessTest, LogIsTruncatedAndTakesStdoutAndStderr) {
   EXPECT_EQ(ReadFile(Log()), "out\nerr\n");
 }
 
+// A rank of `ringtrain run` (a group of its own) read ringtrain's stdin: at a terminal it was
+// stopped by SIGTTIN and hung; from a pipe it read the user's input. It reads /dev/null, as a
+// pod's container does. Found by a reviewing helper.
+TEST_F(ProcessTest, AChildOfItsOwnGroupReadsNoneOfTheParentsStdin) {
+  int input[2];
+  ASSERT_EQ(::pipe(input), 0);
+  ASSERT_EQ(::write(input[1], "secret\n", 7), 7);
+  ::close(input[1]);
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  ASSERT_GE(::dup2(input[0], STDIN_FILENO), 0);
+  ::close(input[0]);
+  ChildProcess child = GroupShell("if read x; then echo \"read $x\"; else echo eof; fi");
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(ReadFile(Log()), "eof\n");
+}
+
 TEST_F(ProcessTest, PollDoesNotBlockAndReapsOnceExited) {
   ChildProcess sleeper = Shell("exec sleep 60");
   EXPECT_FALSE(sleeper.Poll());
