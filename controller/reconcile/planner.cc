@@ -1310,14 +1310,19 @@ Plan Planner::Run() {
 
   if (spec_.run_policy.suspend) {
     for (const auto& r : in_.replicas) Delete(r, "suspended");
-    SetPhase("Suspended", "Suspended", "job suspended: replicas deleted");
+    // Deleted once none is observed: a pod in its termination grace (a rank that ignores or
+    // cannot answer SIGTERM) is still there for up to its grace period.
+    const std::string replicas = in_.replicas.empty()
+                                     ? "its replicas are deleted"
+                                     : "its replicas are being deleted (" +
+                                           std::to_string(in_.replicas.size()) + " still there)";
+    SetPhase("Suspended", "Suspended", "job suspended: " + replicas);
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     EndCondition("Running", "Suspended", "job suspended");
     EndCondition("Restarting", "Suspended", "job suspended");
     // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
     if (FindCondition(kPodsReadyCondition) != nullptr) {
-      SetCondition(kPodsReadyCondition, false, "Suspended",
-                   "the job is suspended: its replicas are deleted");
+      SetCondition(kPodsReadyCondition, false, "Suspended", "the job is suspended: " + replicas);
     }
     if (st().progress) st().progress->samples_per_second = 0;
     st().replicas = {};

@@ -429,6 +429,37 @@ TEST(Planner, SuspendDeletesAndResumeRecreates) {
   EXPECT_EQ(Cond(r.status, "Suspended")->status, "False");
 }
 
+// Seen on the cluster: a suspended job said "its replicas are deleted" while a rank that could
+// not answer SIGTERM stayed Terminating for its 30 s grace. Deleted once none is there.
+TEST(Planner, ASuspendSaysItsReplicasAreDeletedOnlyOnceTheyAreGone) {
+  auto job = Job(2);
+  const std::vector<ObservedReplica> running = {Replica(0, 0, ReplicaPhase::kRunning),
+                                                Replica(1, 0, ReplicaPhase::kRunning)};
+  job.status = PlanAt(job, running, kT0).status;
+  ASSERT_EQ(job.status.phase, "Running");
+  ASSERT_NE(Cond(job.status, "PodsReady"), nullptr);
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(job, running, At(1));
+  ASSERT_EQ(s.status.phase, "Suspended");
+  EXPECT_EQ(Cond(s.status, "PodsReady")->message,
+            "the job is suspended: its replicas are being deleted (2 still there)");
+  bool said = false;
+  for (const auto& e : s.events) {
+    said = said || e.message == "job suspended: its replicas are being deleted (2 still there)";
+  }
+  EXPECT_TRUE(said) << "no Suspended event that says the replicas are still there";
+  job.status = s.status;
+  std::vector<ObservedReplica> terminating = {running[1]};
+  terminating[0].terminating = true;
+  Plan still = PlanAt(job, terminating, At(20));
+  EXPECT_EQ(Cond(still.status, "PodsReady")->message,
+            "the job is suspended: its replicas are being deleted (1 still there)");
+  job.status = still.status;
+  Plan gone = PlanAt(job, {}, At(31));
+  EXPECT_EQ(Cond(gone.status, "PodsReady")->message,
+            "the job is suspended: its replicas are deleted");
+}
+
 TEST(Planner, TtlDeletesTheFinishedJob) {
   auto job = Job(1);
   job.spec.run_policy.ttl_seconds_after_finished = 30;
