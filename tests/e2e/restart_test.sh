@@ -52,6 +52,13 @@ cat "$WORK/summary.json" || true
 grep -q "resuming from checkpoint" "$WORK/run/fashion-mnist-mlp-a1-0.log" ||
   fail "rank 0 of attempt 1 did not resume from the checkpoint"
 grep -q "GangRestart" "$WORK/ringtrain.log" || fail "no GangRestart event"
+# Rank 0 saved the state of the gang's last completed step before it exited, and attempt 1
+# resumed from that step, not from the periodic checkpoint before it.
+kept=$(sed -n 's/.*lost a peer while training (no in-place recovery): .*step \([0-9]*\).*/\1/p' \
+  "$WORK/run/fashion-mnist-mlp-a0-0.log" | head -n 1)
+[ -n "$kept" ] || fail "rank 0 of attempt 0 saved no state: $(tail -n 5 "$WORK/run/fashion-mnist-mlp-a0-0.log")"
+grep -q "resuming from checkpoint at step $kept " "$WORK/run/fashion-mnist-mlp-a1-0.log" ||
+  fail "attempt 1 did not resume from step $kept, the last one rank 0 completed: $(grep resuming "$WORK/run/fashion-mnist-mlp-a1-0.log")"
 # Every checkpoint corrupt: training starts over from step 0 and says so — in rank 0's log, in
 # its /status ("resumeWarning") and in the `ringtrain run` summary (issue 10 item 7).
 mkdir -p "$WORK/bad-ckpt"
