@@ -198,6 +198,12 @@ int Run(const std::vector<std::string>& args) {
       std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), summary.status().message().c_str());
       return 1;
     }
+    // All the ranks on this machine together, before any starts: each rank's own check cannot
+    // see the siblings that have not allocated yet (they start at once).
+    if (Status fits = executors::CheckLocalGangMemory(job->spec); !fits.ok()) {
+      std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), fits.message().c_str());
+      return 1;
+    }
   }
   // Found here as the ranks will start it: a bare name on PATH, a path as it is (made absolute
   // below, so the ranks' own PATH and working directory do not matter).

@@ -390,6 +390,9 @@ StatusOr<train::TrainResult> TrainRank(const train::RankEnv& env, const train::T
       ed.device = placement.cuda ? placement.device : -1;
       ed.collective_timeout = env.collective_timeout;
       ed.checkpoint_timeout = env.checkpoint_timeout;
+      // The ranks of this job on this machine: `ringtrain run`'s (RINGTRAIN_HOST_RANKS), else the
+      // pod's (LOCAL_WORLD_SIZE), which share its memory limit.
+      ed.host_ranks = GpuSlotOf(env).sharers;
       auto created = Trainer::Create(config, ed);
       if (!created.ok()) return failed(created.status());
       trainer = std::move(*created);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <new>
 
+#include "common/byte_format.h"
 #include "common/clock.h"
+#include "common/runner_env.h"
 #include "common/saturating.h"
 #include "runner/train/bucket_plan.h"
 #include "runner/train/model_data.h"
@@ -35,6 +37,43 @@ ReducerOptions ReducerOptionsOf(const TrainConfig& config) {
 }
 
 }  // namespace
+
+std::uint64_t CpuRankMemory::Bytes(std::string_view optimizer, bool checkpoint_copy) const {
+  return SaturatingAdd(
+      SaturatingAdd(TrainingStateBytes(params, optimizer, checkpoint_copy), batch.bytes),
+      reducer.bytes);
+}
+
+StatusOr<CpuRankMemory> CpuRankMemoryOf(const TrainConfig& config, const model::ModelSpec& spec,
+                                        const DataShape& shape) {
+  model::ModelConfig mc = config.model;
+  mc.max_batch = config.batch_size;
+  mc.max_grad_slice =
+      GradSliceFloats(config.bucket_cap_bytes, config.overlap && config.slice_gradients);
+  CpuRankMemory out;
+  ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
+  out.params = report.params;
+  ASSIGN_OR_RETURN(const std::uint64_t activations, model::ActivationBytes(spec, mc));
+  out.batch = {config.batch_size, SaturatingAdd(activations, InputBufferBytes(config, shape))};
+  ASSIGN_OR_RETURN(const std::uint64_t ranges, model::GradRangeCount(spec, mc));
+  out.reducer = {ranges, GradReducer::MemoryBytes(ranges, ReducerOptionsOf(config))};
+  return out;
+}
+
+Status CheckHostRanksFit(const CpuRankMemory& need, std::string_view optimizer, bool checkpoints,
+                         int host_ranks, const MemoryBudget& memory) {
+  const std::uint64_t state = TrainingStateBytes(need.params, optimizer);
+  const std::uint64_t copy =
+      checkpoints ? TrainingStateBytes(need.params, optimizer, true) - state : 0;
+  const std::string what = "the model's training state, batches and gradient reducer, and " +
+                           FormatMegabytes(memory.process_bytes) +
+                           " of datasets and runtime each, as this rank holds";
+  const std::string where =
+      memory.cgroup.empty() ? "this machine has" : "cgroup " + memory.cgroup + " allows";
+  return CheckGangFits(contract::kEnvHostRanks, host_ranks,
+                       SaturatingAdd(need.Bytes(optimizer, false), memory.process_bytes), copy,
+                       what, memory.limit, where);
+}
 
 StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config, EngineDeps deps) {
   if (deps.comm == nullptr || (deps.train == nullptr) == (deps.train_table == nullptr)) {
@@ -74,19 +113,20 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
   // cannot be reclaimed (the datasets, loaded before, and other processes under the same limit)
   // is taken away; its allocation failing anyway (overcommit refused, other processes' memory)
   // is the same.
-  ASSIGN_OR_RETURN(const model::ShapeReport report, model::InferShapes(spec));
-  ASSIGN_OR_RETURN(const std::uint64_t activations, model::ActivationBytes(spec, mc));
-  const BatchMemory batch{config.batch_size,
-                          SaturatingAdd(activations, InputBufferBytes(config, shape))};
-  ASSIGN_OR_RETURN(const std::uint64_t ranges, model::GradRangeCount(spec, mc));
-  const ReducerMemory reducer{ranges, GradReducer::MemoryBytes(ranges, ReducerOptionsOf(config))};
+  ASSIGN_OR_RETURN(const CpuRankMemory need, CpuRankMemoryOf(config, spec, shape));
+  const BatchMemory batch = need.batch;
+  const ReducerMemory reducer = need.reducer;
   const std::string& optimizer = config.optimizer.name;
   // Rank 0 also holds the copy a checkpoint is written from (TrainingLoop::Checkpoint).
   const bool checkpoint_copy = deps.comm->rank() == 0 && !config.checkpoint_dir.empty();
-  RETURN_IF_ERROR(CheckTrainingStateFits(
-      report.params, optimizer,
-      ReadMemoryBudget(deps.memory_probe != nullptr ? *deps.memory_probe : MemoryProbe{}),
-      checkpoint_copy, batch, reducer));
+  const MemoryBudget budget =
+      ReadMemoryBudget(deps.memory_probe != nullptr ? *deps.memory_probe : MemoryProbe{});
+  RETURN_IF_ERROR(
+      CheckTrainingStateFits(need.params, optimizer, budget, checkpoint_copy, batch, reducer));
+  // Its sibling ranks on this machine need as much each, whether they allocated it yet or not:
+  // the check above, alone, passes on every rank of a gang that starts at once.
+  RETURN_IF_ERROR(
+      CheckHostRanksFit(need, optimizer, !config.checkpoint_dir.empty(), deps.host_ranks, budget));
   const auto eval =
       data::PrefetchLoader::SizesOf(config.batch_size, shape.input.size(), TargetFloats(shape));
   try {
@@ -98,7 +138,7 @@ StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const TrainConfig& config
     e->eval_y_.resize(eval.y);
     e->eval_idx_.resize(eval.idx);
   } catch (const std::bad_alloc&) {
-    return TrainingStateDoesNotFit(report.params, optimizer, "the allocation failed", false, batch,
+    return TrainingStateDoesNotFit(need.params, optimizer, "the allocation failed", false, batch,
                                    reducer);
   }
   RETURN_IF_ERROR(e->Rebind(deps.comm));

@@ -5,7 +5,9 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
+#include <string_view>
 
 #include "common/status.h"
 #include "runner/comm/communicator.h"
@@ -16,9 +18,35 @@
 #include "runner/model/optimizer.h"
 #include "runner/train/config.h"
 #include "runner/train/grad_reducer.h"
+#include "runner/train/model_data.h"
 #include "runner/train/step_engine.h"
 
 namespace ringtrain::train {
+
+// What a CPU rank of `config` allocates to train `spec` on data of `shape`, besides the datasets
+// it loaded before (TrainingDataBytes): the figures CpuEngine::Create checks against the memory
+// it may use before it allocates them, and `ringtrain run` against the machine's for the whole
+// gang (one computation).
+struct CpuRankMemory {
+  std::uint64_t params = 0;
+  BatchMemory batch;      // activations, the loader's prefetched batches, the evaluation's batch
+  ReducerMemory reducer;  // the gradient reducer's bookkeeping
+  // The training state (weights, gradients, optimizer state; rank 0 with a checkpoint dir also
+  // the copy a checkpoint is written from), the batch and the reducer, saturating.
+  std::uint64_t Bytes(std::string_view optimizer, bool checkpoint_copy) const;
+};
+StatusOr<CpuRankMemory> CpuRankMemoryOf(const TrainConfig& config, const model::ModelSpec& spec,
+                                        const DataShape& shape);
+
+// Refuses, before anything is allocated, a model that `host_ranks` ranks of this job sharing
+// `memory`'s limit cannot hold together (RINGTRAIN_HOST_RANKS: the ranks of `ringtrain run`):
+// each needs `need` and as much of its own as this process holds now (its datasets and runtime,
+// MemoryBudget::process_bytes), rank 0 its checkpoint copy besides (`checkpoints`), against the
+// whole limit: what is in use is left out, as it holds the siblings that started before, and
+// the check does not depend on the order the ranks start in. InvalidArgument (permanent) naming
+// RINGTRAIN_HOST_RANKS (CheckGangFits). One rank, or no limit known, refuses nothing.
+Status CheckHostRanksFit(const CpuRankMemory& need, std::string_view optimizer, bool checkpoints,
+                         int host_ranks, const MemoryBudget& memory);
 
 class CpuEngine final : public StepEngine {
  public:

@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "common/byte_format.h"
 #include "common/saturating.h"
@@ -258,6 +259,131 @@ std::optional<std::uint64_t> SumOf(std::string_view stat, std::string_view a, st
   return SaturatingAdd(*first, FieldOf(stat, b).value_or(0));
 }
 
+// The components of an absolute cgroup or mount path ("/a/b" -> {"a", "b"}; "/" -> {}); none
+// for a path that is not absolute or has a "." or ".." component or a NUL (it could name a
+// directory outside the hierarchy).
+std::optional<std::vector<std::string>> PathComponents(std::string_view path) {
+  if (path.empty() || path.front() != '/' || path.find('\0') != std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::vector<std::string> out;
+  while (!path.empty()) {
+    const std::size_t slash = path.find('/');
+    const std::string_view part = path.substr(0, slash);
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+    if (part.empty()) continue;
+    if (part == "." || part == "..") return std::nullopt;
+    out.emplace_back(part);
+  }
+  return out;
+}
+
+// A mountinfo path field with its octal escapes (\040 for a blank) decoded; none for an escape
+// that is not three octal digits of a byte.
+std::optional<std::string> Unescaped(std::string_view field) {
+  std::string out;
+  for (std::size_t i = 0; i < field.size(); ++i) {
+    if (field[i] != '\\') {
+      out.push_back(field[i]);
+      continue;
+    }
+    int value = 0;
+    for (std::size_t k = 1; k <= 3; ++k) {
+      if (i + k >= field.size() || field[i + k] < '0' || field[i + k] > '7') return std::nullopt;
+      value = value * 8 + (field[i + k] - '0');
+    }
+    if (value > 255) return std::nullopt;
+    out.push_back(static_cast<char>(value));
+    i += 3;
+  }
+  return out;
+}
+
+// Splits `text` at `sep` (empty parts kept).
+std::vector<std::string_view> Split(std::string_view text, char sep) {
+  std::vector<std::string_view> out;
+  while (true) {
+    const std::size_t at = text.find(sep);
+    out.push_back(text.substr(0, at));
+    if (at == std::string_view::npos) return out;
+    text.remove_prefix(at + 1);
+  }
+}
+
+// Where one cgroup hierarchy is mounted: its directory under the probe's root, and which of the
+// hierarchy's cgroups is mounted there (its path components; none when unknown).
+struct CgroupMount {
+  std::filesystem::path dir;
+  std::string shown;  // the mount point as the machine names it
+  std::optional<std::vector<std::string>> root;
+};
+
+// The last mount in `mountinfo` of the v2 hierarchy at /sys/fs/cgroup, or of the v1 hierarchy
+// holding the memory controller (wherever it is mounted). Lines that do not parse are skipped.
+std::optional<CgroupMount> FindCgroupMount(std::string_view mountinfo, bool v2,
+                                           const std::filesystem::path& root) {
+  std::optional<CgroupMount> found;
+  for (std::string_view line : Split(mountinfo, '\n')) {
+    // ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS
+    const std::size_t dash = line.find(" - ");
+    if (dash == std::string_view::npos) continue;
+    const std::vector<std::string_view> before = Split(line.substr(0, dash), ' ');
+    const std::vector<std::string_view> after = Split(line.substr(dash + 3), ' ');
+    if (before.size() < 6 || after.size() < 3) continue;
+    const std::optional<std::string> mount_root = Unescaped(before[3]);
+    const std::optional<std::string> mount_point = Unescaped(before[4]);
+    if (!mount_root || !mount_point) continue;
+    const std::optional<std::vector<std::string>> point = PathComponents(*mount_point);
+    if (!point) continue;
+    if (v2) {
+      if (after[0] != "cgroup2" || *mount_point != "/sys/fs/cgroup") continue;
+    } else {
+      const std::vector<std::string_view> options = Split(after[2], ',');
+      if (after[0] != "cgroup" ||
+          std::find(options.begin(), options.end(), "memory") == options.end()) {
+        continue;
+      }
+    }
+    CgroupMount m;
+    m.dir = root;
+    for (const std::string& part : *point) m.dir /= part;
+    m.shown = *mount_point;
+    m.root = PathComponents(*mount_root);
+    found = std::move(m);
+  }
+  return found;
+}
+
+// This process's cgroup path in the v2 hierarchy ("0::PATH") or the v1 one holding the memory
+// controller ("ID:...,memory,...:PATH"), from /proc/self/cgroup; none when no line is usable.
+std::optional<std::vector<std::string>> OwnCgroupPath(std::string_view self_cgroup, bool v2) {
+  for (std::string_view line : Split(self_cgroup, '\n')) {
+    const std::size_t first = line.find(':');
+    if (first == std::string_view::npos) continue;
+    const std::size_t second = line.find(':', first + 1);
+    if (second == std::string_view::npos) continue;
+    const std::string_view id = line.substr(0, first);
+    const std::string_view controllers = line.substr(first + 1, second - first - 1);
+    const std::string_view path = line.substr(second + 1);
+    if (!NumberOf(id)) continue;  // the hierarchy's number
+    if (v2) {
+      if (id != "0" || !controllers.empty()) continue;
+    } else {
+      const std::vector<std::string_view> list = Split(controllers, ',');
+      if (id == "0" || std::find(list.begin(), list.end(), "memory") == list.end()) continue;
+    }
+    return PathComponents(path);
+  }
+  return std::nullopt;
+}
+
+// "/" + the components joined.
+std::string JoinedPath(const std::vector<std::string>& parts, std::size_t count) {
+  std::string out;
+  for (std::size_t i = 0; i < count; ++i) out += "/" + parts[i];
+  return out.empty() ? "/" : out;
+}
+
 }  // namespace
 
 Status TrainingStateDoesNotFit(std::uint64_t params, std::string_view optimizer,
@@ -315,6 +441,52 @@ Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
                                 batch, reducer);
 }
 
+std::vector<MemoryCgroupDir> MemoryCgroupDirs(const MemoryProbe& probe) {
+  const std::filesystem::path root(probe.root);
+  const std::string mountinfo = ReadSmallFile(root / "proc/self/mountinfo");
+  const std::string self_cgroup = ReadSmallFile(root / "proc/self/cgroup");
+  std::vector<MemoryCgroupDir> out;
+  for (const bool v2 : {true, false}) {
+    std::optional<CgroupMount> mount = FindCgroupMount(mountinfo, v2, root);
+    if (!mount) {
+      // No mountinfo to tell: where it is mounted on most machines, its own part unknown.
+      mount = CgroupMount{root / (v2 ? "sys/fs/cgroup" : "sys/fs/cgroup/memory"),
+                          v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/memory", std::nullopt};
+    }
+    const std::optional<std::vector<std::string>> own = OwnCgroupPath(self_cgroup, v2);
+    // Visible: the process's cgroup is the mounted one or below it.
+    const bool visible = own && mount->root && own->size() >= mount->root->size() &&
+                         std::equal(mount->root->begin(), mount->root->end(), own->begin());
+    if (!visible) {
+      out.push_back({v2, mount->dir, mount->shown});
+      continue;
+    }
+    // The leaf, then each ancestor up to the mount point.
+    for (std::size_t depth = own->size(); depth + 1 > mount->root->size(); --depth) {
+      std::filesystem::path dir = mount->dir;
+      for (std::size_t i = mount->root->size(); i < depth; ++i) dir /= (*own)[i];
+      out.push_back({v2, dir, JoinedPath(*own, depth)});
+      if (depth == 0) break;
+    }
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> ReadOomKillCount(const MemoryProbe& probe) {
+  bool seen_v2 = false;
+  bool seen_v1 = false;
+  for (const MemoryCgroupDir& cg : MemoryCgroupDirs(probe)) {
+    // The leaf of each hierarchy only: the first entry of each.
+    bool& seen = cg.v2 ? seen_v2 : seen_v1;
+    if (seen) continue;
+    seen = true;
+    const std::string text =
+        ReadSmallFile(cg.dir / (cg.v2 ? "memory.events" : "memory.oom_control"));
+    if (const std::optional<std::uint64_t> kills = FieldOf(text, "oom_kill")) return kills;
+  }
+  return std::nullopt;
+}
+
 MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
   MemoryBudget out;
   out.limit = probe.physical_bytes;
@@ -327,32 +499,22 @@ MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
     }
   }
   const std::filesystem::path root(probe.root);
-  const std::filesystem::path cgroup = root / "sys/fs/cgroup";
-  // The cgroup whose limit is below the machine's: v2, then v1 ("max", or v1's absurd value for
-  // none, is no limit). Its memory.stat tells what of it is in use.
-  struct Source {
-    std::filesystem::path limit;
-    std::filesystem::path stat;
-    std::string_view anon;
-    std::string_view shmem;
-  };
-  const Source sources[] = {
-      {cgroup / "memory.max", cgroup / "memory.stat", "anon", "shmem"},
-      {cgroup / "memory/memory.limit_in_bytes", cgroup / "memory/memory.stat", "total_rss",
-       "total_shmem"},
-  };
+  // The cgroup whose limit is the lowest below the machine's: the process's own or an ancestor,
+  // v2 or v1 ("max", or v1's absurd value for none, is no limit). Its memory.stat tells what of
+  // it is in use (both versions count the cgroup's descendants there).
   std::optional<std::uint64_t> in_use;
   bool cgroup_limit = false;
-  for (const Source& source : sources) {
-    const std::optional<std::uint64_t> limit = NumberIn(source.limit);
+  for (const MemoryCgroupDir& cg : MemoryCgroupDirs(probe)) {
+    const std::optional<std::uint64_t> limit =
+        NumberIn(cg.dir / (cg.v2 ? "memory.max" : "memory.limit_in_bytes"));
     if (!limit || *limit == 0 || (out.limit != 0 && *limit >= out.limit)) continue;
     out.limit = *limit;
+    out.cgroup = cg.name;
     cgroup_limit = true;
-    const std::string stat = ReadSmallFile(source.stat);
-    in_use = SumOf(stat, source.anon, source.shmem);
+    const std::string stat = ReadSmallFile(cg.dir / "memory.stat");
+    in_use = cg.v2 ? SumOf(stat, "anon", "shmem") : SumOf(stat, "total_rss", "total_shmem");
     // cgroup v1 without hierarchy accounting: the cgroup's own.
-    if (!in_use && source.anon == "total_rss") in_use = SumOf(stat, "rss", "shmem");
-    break;
+    if (!in_use && !cg.v2) in_use = SumOf(stat, "rss", "shmem");
   }
   if (!cgroup_limit) {
     // The machine's memory is the limit: what reclaim cannot free of it (MemAvailable counts the
@@ -368,19 +530,54 @@ MemoryBudget ReadMemoryBudget(const MemoryProbe& probe) {
   }
   // A reading that leaves this running process nothing is no reading.
   if (in_use && *in_use < out.limit) out.in_use = *in_use;
-  if (out.machine_wide && out.in_use > 0) {
-    // What of it this process holds itself (its datasets): anonymous and shared memory, in kB.
-    // Either line missing or no number, or a sum past 64 bits as bytes, is none (a refusal
-    // stays retryable, as it was).
-    const std::string status = ReadSmallFile(root / "proc/self/status");
-    const std::optional<std::uint64_t> anon_kib = FieldOf(status, "RssAnon:");
-    const std::optional<std::uint64_t> shmem_kib = FieldOf(status, "RssShmem:");
-    constexpr std::uint64_t kMaxKib = std::numeric_limits<std::uint64_t>::max() / 1024;
-    if (anon_kib && shmem_kib && *anon_kib <= kMaxKib && *shmem_kib <= kMaxKib - *anon_kib) {
-      out.own_in_use = std::min((*anon_kib + *shmem_kib) * 1024, out.in_use);
+  // What this process holds itself (its datasets): anonymous and shared memory, in kB. Either
+  // line missing or no number, or a sum past 64 bits as bytes, is none (a machine-wide refusal
+  // stays retryable, as it was).
+  const std::string status = ReadSmallFile(root / "proc/self/status");
+  const std::optional<std::uint64_t> anon_kib = FieldOf(status, "RssAnon:");
+  const std::optional<std::uint64_t> shmem_kib = FieldOf(status, "RssShmem:");
+  constexpr std::uint64_t kMaxKib = std::numeric_limits<std::uint64_t>::max() / 1024;
+  if (anon_kib && shmem_kib && *anon_kib <= kMaxKib && *shmem_kib <= kMaxKib - *anon_kib) {
+    out.process_bytes = (*anon_kib + *shmem_kib) * 1024;
+  }
+  if (out.machine_wide && out.in_use > 0) out.own_in_use = std::min(out.process_bytes, out.in_use);
+  return out;
+}
+
+Status CheckGangFits(std::string_view field, int ranks, std::uint64_t per_rank,
+                     std::uint64_t rank0_extra, std::string_view what, std::uint64_t available,
+                     std::string_view where) {
+  if (ranks <= 1 || available == 0) return Status::Ok();
+  const std::uint64_t need =
+      SaturatingAdd(SaturatingMul(static_cast<std::uint64_t>(ranks), per_rank), rank0_extra);
+  if (need <= available) return Status::Ok();
+  std::string message = std::string(field) + ": " + std::to_string(ranks) + " local ranks need " +
+                        std::to_string(ranks) + " x " + FormatMegabytes(per_rank) + " (" +
+                        std::string(what) + ")";
+  if (rank0_extra > 0) {
+    message += " and " + FormatMegabytes(rank0_extra) + " more for rank 0's checkpoint copy";
+  }
+  return InvalidArgument(message + ", " + FormatMegabytes(need) + " in all; " + std::string(where) +
+                         " " + FormatMegabytes(available) + " available");
+}
+
+std::uint64_t TrainingDataBytes(const TrainingData& data) {
+  std::uint64_t bytes = 0;
+  const auto add = [&bytes](std::uint64_t more) { bytes = SaturatingAdd(bytes, more); };
+  if (data.idx) {
+    for (const data::Dataset* ds : {&data.idx->train, &data.idx->test}) {
+      add(ds->images.size());
+      add(ds->labels.size());
     }
   }
-  return out;
+  if (data.table) {
+    for (const data::Table* t : {&data.table->train, &data.table->test}) {
+      add(SaturatingMul(t->x.size(), sizeof(float)));
+      add(SaturatingMul(t->labels.size(), sizeof(std::int32_t)));
+      add(SaturatingMul(t->targets.size(), sizeof(float)));
+    }
+  }
+  return bytes;
 }
 
 std::uint64_t MemoryLimitBytes() { return ReadMemoryBudget().limit; }

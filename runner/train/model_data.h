@@ -5,9 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "runner/data/dataset_spec.h"
@@ -102,17 +104,49 @@ struct MemoryBudget {
   // restart loads it again, so a model refused for it is refused permanently. Sibling ranks of
   // `ringtrain run` on the same machine are other processes here (their datasets too).
   std::uint64_t own_in_use = 0;
+  // Whose limit `limit` is: the cgroup as /proc/self/cgroup names it ("/kubepods/pod1/c2"), or
+  // the directory it was read from when the process's own cgroup path is unknown
+  // ("/sys/fs/cgroup/memory"); empty when the machine's memory is the limit.
+  std::string cgroup;
+  // This process's own anonymous and shared memory (/proc/self/status RssAnon + RssShmem) in
+  // any scope, 0 when it does not read: what a sibling rank of the same job holds too (its
+  // datasets, its runtime) before its model is allocated.
+  std::uint64_t process_bytes = 0;
 };
 
-// Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/..., proc/meminfo and
-// proc/self/status ("/" but in a test); `physical_bytes` is the machine's memory (0: sysconf's).
+// Where ReadMemoryBudget reads: `root` holds sys/fs/cgroup/..., proc/meminfo, proc/self/status,
+// proc/self/cgroup and proc/self/mountinfo ("/" but in a test); `physical_bytes` is the
+// machine's memory (0: sysconf's).
 struct MemoryProbe {
   std::string root = "/";
   std::uint64_t physical_bytes = 0;
 };
 
-// This process's MemoryBudget: the limit is the smaller of the machine's memory and its cgroup's
-// (cgroup v2 memory.max, else v1 memory.limit_in_bytes: a pod's resources.limits.memory); what
+// This process's memory cgroups as this machine shows them: for cgroup v2 (the unified
+// hierarchy at /sys/fs/cgroup) and v1 (the hierarchy with the memory controller), the process's
+// own cgroup (from /proc/self/cgroup) as a directory under that hierarchy's mount point (from
+// /proc/self/mountinfo: the part of the hierarchy mounted there), then each ancestor up to the
+// mount point, leaf first. A process whose cgroup is not visible under the mount (or whose
+// /proc/self/cgroup or mountinfo does not read or parse) gets the mount point alone: a
+// container's own cgroup mounted at its root, as before. Every line is checked (a path with "."
+// or ".." components, a field missing, a bad escape is no reading); a hierarchy not mounted
+// has no entry. Nothing is checked to exist.
+struct MemoryCgroupDir {
+  bool v2 = false;
+  std::filesystem::path dir;  // under the probe's root
+  std::string name;           // the cgroup path, else the directory as the machine names it
+};
+std::vector<MemoryCgroupDir> MemoryCgroupDirs(const MemoryProbe& probe = {});
+
+// How many processes the kernel's OOM killer has killed in this process's own cgroup (its leaf:
+// cgroup v2 memory.events oom_kill, else v1 memory.oom_control oom_kill, Linux 4.13 and later);
+// none when neither reads. Children started since share the count.
+std::optional<std::uint64_t> ReadOomKillCount(const MemoryProbe& probe = {});
+
+// This process's MemoryBudget: the limit is the smallest of the machine's memory and the limits
+// (cgroup v2 memory.max, v1 memory.limit_in_bytes: a pod's resources.limits.memory) of its own
+// cgroup and each ancestor that is visible (MemoryCgroupDirs), so a limit set on a parent (Slurm,
+// systemd-run, a pod above its container) counts; what
 // is in use is what reclaim cannot free, of the same scope as the limit: the cgroup's anonymous
 // and shared memory (v2 memory.stat anon + shmem, v1 total_rss + total_shmem), or, when the
 // machine's memory is the limit, MemTotal - MemAvailable of /proc/meminfo, of which this
@@ -152,6 +186,19 @@ Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer, 
 Status CheckTrainingStateFits(std::uint64_t params, std::string_view optimizer,
                               std::uint64_t memory_bytes, bool checkpoint_copy = false,
                               BatchMemory batch = {}, ReducerMemory reducer = {});
+
+// Refuses a gang of `ranks` ranks of one job that share one memory: `per_rank` bytes each and
+// `rank0_extra` more for rank 0, against `available` bytes. InvalidArgument naming `field`
+// (what sets the count): "spec.replicas: 2 local ranks need 2 x 542.3 MB (<what>) and 135.6 MB
+// more for rank 0's checkpoint copy; <where> 1.1 GB available". Ranks of 1 or fewer, or an
+// `available` of 0 (unknown), refuse nothing. Sums saturate.
+Status CheckGangFits(std::string_view field, int ranks, std::uint64_t per_rank,
+                     std::uint64_t rank0_extra, std::string_view what, std::uint64_t available,
+                     std::string_view where);
+
+// What the datasets of `data` hold in memory: the IDX images and labels, the tables' features,
+// labels and targets, both splits.
+std::uint64_t TrainingDataBytes(const TrainingData& data);
 
 // The memory this process may use: ReadMemoryBudget().limit; 0 when unknown.
 std::uint64_t MemoryLimitBytes();

@@ -46,6 +46,10 @@ struct EngineDeps {
   // Where the CPU engine reads what memory it may use and what of it is in use
   // (ReadMemoryBudget); null: this process's own. A test's fake cgroup.
   const MemoryProbe* memory_probe = nullptr;
+  // The ranks of this job on this machine, this one included, that share its memory (the
+  // ranks of `ringtrain run`: RINGTRAIN_HOST_RANKS): the CPU engine refuses a model the gang
+  // cannot hold together (CheckHostRanksFit), whatever the order they start in.
+  int host_ranks = 1;
 };
 
 // Where a batch sits in the data, counted in this world's steps.

@@ -2,10 +2,16 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+
+#include "common/byte_format.h"
+#include "common/saturating.h"
 
 #include "runner/data/csv.h"
 #include "runner/data/idx.h"
 #include "runner/data/npy.h"
+#include "runner/train/config.h"
+#include "runner/train/cpu_engine.h"
 
 namespace ringtrain::executors {
 namespace {
@@ -133,6 +139,49 @@ StatusOr<std::string> CheckModelLocally(api::TrainSpec* t) {
   }
   out += "Total params: " + Grouped(report.params) + "\n";
   return out;
+}
+
+Status CheckLocalGangMemory(const api::JobSpec& spec, const train::MemoryProbe& probe) {
+  if (!spec.command.empty() || spec.gpus_per_replica > 0 || spec.replicas <= 1) {
+    return Status::Ok();
+  }
+  // The configuration each rank parses from the command line it gets. A local run always has a
+  // checkpoint dir (the job's own, else one under the work directory): rank 0 holds the copy.
+  const std::string checkpoint_dir =
+      spec.checkpoint.path.empty() ? "checkpoints" : spec.checkpoint.path;
+  ASSIGN_OR_RETURN(const train::TrainConfig config,
+                   train::ParseTrainFlags(api::RunnerArgs(spec, checkpoint_dir)));
+  if (config.device == contract::Device::kCuda) return Status::Ok();
+  std::uint64_t data_bytes = 0;
+  std::optional<train::CpuRankMemory> need;
+  {
+    // The datasets as each rank loads them; released before the memory is read.
+    auto data =
+        train::LoadTrainingData(train::DatasetSpecOf(config), config.seed, config.model.classes);
+    if (!data.ok()) return Status::Ok();
+    auto model = train::ResolveModelSpec(config, data->shape);
+    if (!model.ok()) return Status::Ok();
+    ASSIGN_OR_RETURN(need, train::CpuRankMemoryOf(config, *model, data->shape));
+    data_bytes = train::TrainingDataBytes(*data);
+  }
+  const train::MemoryBudget memory = train::ReadMemoryBudget(probe);
+  if (memory.limit == 0) return Status::Ok();
+  const std::string& optimizer = config.optimizer.name;
+  const std::uint64_t state = train::TrainingStateBytes(need->params, optimizer);
+  const std::uint64_t copy = train::TrainingStateBytes(need->params, optimizer, true) - state;
+  const std::string what = "weights, gradients and " + optimizer + " state of " +
+                           Grouped(need->params) + " parameters, batches of " +
+                           std::to_string(config.batch_size) +
+                           " (batchSizePerReplica), the gradient reducer, and " +
+                           FormatMegabytes(data_bytes) + " of datasets each rank loads";
+  const std::string where = memory.cgroup.empty()
+                                ? "this machine has (MemAvailable)"
+                                : "this machine's cgroup " + memory.cgroup + " (limit " +
+                                      FormatMegabytes(memory.limit) + ", " +
+                                      FormatMegabytes(memory.in_use) + " in use) has";
+  return train::CheckGangFits("spec.replicas", spec.replicas,
+                              SaturatingAdd(need->Bytes(optimizer, false), data_bytes), copy, what,
+                              memory.limit - memory.in_use, where);
 }
 
 }  // namespace ringtrain::executors

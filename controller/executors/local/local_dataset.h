@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "controller/api/training_job.h"
+#include "runner/train/model_data.h"
 
 namespace ringtrain::executors {
 
@@ -27,5 +28,17 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t);
 // returns a Keras-like summary: one line per layer with its output shape and parameters, then
 // the total. Sets t->model_spec for a layer list. Errors name the field or the layer.
 StatusOr<std::string> CheckModelLocally(api::TrainSpec* t);
+
+// `ringtrain run`'s ranks all run on this machine and share nothing: refuses, before any starts,
+// spec.replicas CPU ranks that together need more memory than `probe` shows available (the
+// limit of this process's cgroup or an ancestor's less what is in use, else the machine's
+// MemAvailable: train::ReadMemoryBudget). Each rank's need is the runner's own arithmetic
+// (train::CpuRankMemoryOf on the config the ranks get, api::RunnerArgs, and the datasets they
+// load, train::LoadTrainingData), rank 0's checkpoint copy besides. InvalidArgument naming
+// spec.replicas (train::CheckGangFits). Nothing is refused for a spec.command, GPU ranks, one
+// replica (its own check is the runner's), data that is not here or does not load (the ranks
+// report it), or memory that does not read. Call after CheckModelLocally (it sets the layer
+// list the ranks get).
+Status CheckLocalGangMemory(const api::JobSpec& spec, const train::MemoryProbe& probe = {});
 
 }  // namespace ringtrain::executors

@@ -303,5 +303,58 @@ TEST(ShippedExamples, ValidateAgainstTheLocalData) {
   }
 }
 
+// `ringtrain run`'s ranks share this machine: spec.replicas of them that do not fit together
+// are refused before any starts, naming spec.replicas, with the runner's own per-rank figures
+// (here 4,212,739 parameters, adam: 67.4 MB of state each, plus rank 0's 50.6 MB checkpoint
+// copy). The memory is a fake machine (MemAvailable), injected: no cgroup, no root needed.
+TEST_F(LocalDatasetTest, ALocalGangThatDoesNotFitTogetherIsRefusedNamingSpecReplicas) {
+  const fs::path root = dir_ / "machine";
+  fs::create_directories(root / "proc");
+  train::MemoryProbe probe;
+  probe.root = root.string();
+  probe.physical_bytes = 1'024'000'000;
+  const auto available = [&](std::uint64_t bytes) {
+    std::ofstream(root / "proc/meminfo")
+        << "MemTotal: 1000000 kB\nMemAvailable: " << bytes / 1024 << " kB\n";
+  };
+  const auto job = [&](int replicas) {
+    auto parsed = api::ParseManifestYaml(
+        "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: t\nspec:\n"
+        "  replicas: " +
+            std::to_string(replicas) +
+            "\n  train:\n    optimizer: adam\n    batchSizePerReplica: 4\n"
+            "    model:\n      layers: [{dense: {units: 2048}}, relu, {dense: {units: 2048}}, "
+            "relu, {dense: {units: 3}}]\n"
+            "    dataset: {format: csv, train: " +
+            Csv() + ", test: " + Csv() + ", label: target}\n",
+        "t.yaml");
+    EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+    auto checked = CheckModelLocally(&parsed->spec.train);
+    EXPECT_TRUE(checked.ok()) << checked.status().ToString();
+    return *parsed;
+  };
+  // 2 x 67.6 MB and 50.6 MB: 185.8 MB in all.
+  available(150'000'000);
+  const Status refused = CheckLocalGangMemory(job(2).spec, probe);
+  EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.message().find("spec.replicas: 2 local ranks need 2 x 67."), std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("weights, gradients and adam state of 4,212,739 parameters"),
+            std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("this machine has (MemAvailable) 150.0 MB available"),
+            std::string::npos)
+      << refused.message();
+  // One rank's own check is the runner's.
+  EXPECT_TRUE(CheckLocalGangMemory(job(1).spec, probe).ok());
+  available(400'000'000);
+  EXPECT_TRUE(CheckLocalGangMemory(job(2).spec, probe).ok());
+  // A program of the user's own: no model of ours.
+  available(150'000'000);
+  api::TrainingJob command = job(2);
+  command.spec.command = {"true"};
+  EXPECT_TRUE(CheckLocalGangMemory(command.spec, probe).ok());
+}
+
 }  // namespace
 }  // namespace ringtrain::executors

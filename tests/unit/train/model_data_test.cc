@@ -624,5 +624,140 @@ TEST(TrainingState, TheReducersBucketsAreCounted) {
       "(--bucket-cap-bytes); the allocation failed");
 }
 
+// The v1 memory hierarchy mounted whole at /sys/fs/cgroup/memory (mountinfo root "/"), this
+// process in /slurm/job1 below it (Slurm, systemd-run): its limit is the job's, not the mount
+// root's (which has none). Found by the process's own cgroup, not by the mount point.
+constexpr char kV1Mount[] =
+    "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n"
+    "35 31 0:30 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n";
+
+TEST_F(MemoryBudgetTest, TheLimitOfTheProcesssOwnV1CgroupBelowTheMountRootCounts) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("proc/self/cgroup", "9:name=systemd:/\n4:memory:/slurm/job1\n1:cpu:/\n");
+  Write("proc/self/mountinfo", kV1Mount);
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n");
+  Write("sys/fs/cgroup/memory/slurm/job1/memory.limit_in_bytes", "1258291200\n");
+  Write("sys/fs/cgroup/memory/slurm/job1/memory.stat", "total_rss 100000000\ntotal_shmem 0\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 1'258'291'200u);
+  EXPECT_EQ(budget.in_use, 100'000'000u);
+  EXPECT_EQ(budget.cgroup, "/slurm/job1");
+  EXPECT_FALSE(budget.machine_wide);
+}
+
+// An ancestor's lower limit wins over the leaf's, with its own memory.stat; each cgroup from
+// the leaf up to the mount point counts.
+TEST_F(MemoryBudgetTest, TheMostRestrictiveVisibleAncestorLimitCounts) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("proc/self/cgroup", "4:memory:/slurm/job1/step0\n");
+  Write("proc/self/mountinfo", kV1Mount);
+  Write("sys/fs/cgroup/memory/slurm/job1/step0/memory.limit_in_bytes", "4000000000\n");
+  Write("sys/fs/cgroup/memory/slurm/job1/memory.limit_in_bytes", "2000000000\n");
+  Write("sys/fs/cgroup/memory/slurm/job1/memory.stat", "total_rss 300000000\n");
+  Write("sys/fs/cgroup/memory/slurm/memory.limit_in_bytes", "3000000000\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 2'000'000'000u);
+  EXPECT_EQ(budget.in_use, 300'000'000u);
+  EXPECT_EQ(budget.cgroup, "/slurm/job1");
+}
+
+// cgroup v2: "0::PATH", the unified hierarchy at /sys/fs/cgroup; a limit on the parent slice.
+TEST_F(MemoryBudgetTest, TheV2LimitOfAnAncestorOfTheProcesssCgroupCounts) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("proc/self/cgroup", "0::/user.slice/run-u7.scope\n");
+  Write("proc/self/mountinfo",
+        "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+  Write("sys/fs/cgroup/memory.max", "max\n");
+  Write("sys/fs/cgroup/user.slice/memory.max", "1500000000\n");
+  Write("sys/fs/cgroup/user.slice/memory.stat", "anon 200000000\nfile 900000000\nshmem 0\n");
+  Write("sys/fs/cgroup/user.slice/run-u7.scope/memory.max", "max\n");
+  Write("sys/fs/cgroup/user.slice/run-u7.scope/memory.events", "oom 2\noom_kill 3\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 1'500'000'000u);
+  EXPECT_EQ(budget.in_use, 200'000'000u);
+  EXPECT_EQ(budget.cgroup, "/user.slice");
+  // The OOM kills of the process's own cgroup (the leaf), not of an ancestor.
+  EXPECT_EQ(ReadOomKillCount(probe_), std::optional<std::uint64_t>(3));
+}
+
+// A container's own cgroup bind-mounted at the mount point (mountinfo root = its path): the
+// limit there is its own, named by its path; nothing above it is visible.
+TEST_F(MemoryBudgetTest, ACgroupMountedAtTheMountPointIsTheProcesssOwn) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("proc/self/cgroup", "4:memory:/kubepods/pod1/c2\n");
+  Write("proc/self/mountinfo",
+        "35 31 0:30 /kubepods/pod1/c2 /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n");
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "1000000000\n");
+  Write("sys/fs/cgroup/memory/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 7\n");
+  const MemoryBudget budget = ReadMemoryBudget(probe_);
+  EXPECT_EQ(budget.limit, 1'000'000'000u);
+  EXPECT_EQ(budget.cgroup, "/kubepods/pod1/c2");
+  EXPECT_EQ(ReadOomKillCount(probe_), std::optional<std::uint64_t>(7));
+}
+
+// Hostile /proc/self/cgroup and mountinfo: a path with "..", no path, a bad escape, fields
+// missing, binary junk. Never a directory outside the hierarchy, never a crash: the mount point
+// alone (as before), and nothing at all where nothing reads.
+TEST_F(MemoryBudgetTest, HostileCgroupAndMountinfoFilesFallBackToTheMountPoint) {
+  probe_.physical_bytes = 64'000'000'000;
+  Write("sys/fs/cgroup/memory/memory.limit_in_bytes", "3000000000\n");
+  // What ".." would reach: never read.
+  Write("sys/fs/cgroup/memory.limit_in_bytes", "1000\n");
+  Write("sys/fs/cgroup/memory/x/memory.limit_in_bytes", "1000\n");
+  const std::string cgroups[] = {"4:memory:/../x\n",
+                                 "4:memory:/x/../..\n",
+                                 "4:memory:\n",
+                                 "4:memory:relative\n",
+                                 "4:memory\n",
+                                 "memory:/x\n",
+                                 "0::/x\n4:memory:/./x\n",
+                                 std::string("4:memory:/x\0/y\n", 16),
+                                 std::string(5000, ':'),
+                                 "\xff\xfe:memory:/x\n",
+                                 ""};
+  const std::string mountinfos[] = {
+      kV1Mount,
+      "35 31 0:30 / /sys/fs/cgroup/memory\n",
+      "35 31 0:30 /\\9 /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
+      "35 31 0:30 / /sys/fs/cgroup/memory rw - cgroup cgroup\n",
+      "35 31 0:30 / /sys/../memory rw - cgroup cgroup rw,memory\n",
+      " - - - \n",
+      std::string(3000, ' ') + " - cgroup cgroup memory\n",
+      ""};
+  for (const std::string& cgroup : cgroups) {
+    for (const std::string& mountinfo : mountinfos) {
+      Write("proc/self/cgroup", cgroup);
+      Write("proc/self/mountinfo", mountinfo);
+      const MemoryBudget budget = ReadMemoryBudget(probe_);
+      EXPECT_EQ(budget.limit, 3'000'000'000u) << cgroup << " | " << mountinfo;
+      EXPECT_EQ(budget.cgroup, "/sys/fs/cgroup/memory") << cgroup << " | " << mountinfo;
+    }
+  }
+  // A hierarchy at a mount point that holds none of the files: no limit, no OOM count.
+  Clear();
+  Write("proc/self/cgroup", "4:memory:/x\n");
+  Write("proc/self/mountinfo", kV1Mount);
+  EXPECT_EQ(ReadMemoryBudget(probe_).limit, 64'000'000'000u);
+  EXPECT_EQ(ReadOomKillCount(probe_), std::nullopt);
+  Write("sys/fs/cgroup/memory/x/memory.oom_control", "oom_kill -1\n");
+  EXPECT_EQ(ReadOomKillCount(probe_), std::nullopt);
+}
+
+// A gang that shares one memory: the total against what is available, saturating, naming the
+// field; one rank or an unknown limit refuses nothing.
+TEST(GangFitsTest, RefusesTheGangsTotalNamingTheField) {
+  EXPECT_TRUE(CheckGangFits("spec.replicas", 2, 500'000'000, 0, "x", 1'000'000'000, "w").ok());
+  const Status st =
+      CheckGangFits("spec.replicas", 2, 542'300'000, 135'600'000, "what", 1'100'000'000, "where");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(),
+            "spec.replicas: 2 local ranks need 2 x 542.3 MB (what) and 135.6 MB more for rank 0's "
+            "checkpoint copy, 1.2 GB in all; where 1.1 GB available");
+  EXPECT_TRUE(CheckGangFits("f", 1, 5'000'000'000, 0, "x", 1'000'000'000, "w").ok());
+  EXPECT_TRUE(CheckGangFits("f", 8, 5'000'000'000, 0, "x", 0, "w").ok());
+  EXPECT_FALSE(
+      CheckGangFits("f", 1 << 16, UINT64_MAX / 2, UINT64_MAX, "x", UINT64_MAX - 1, "w").ok());
+}
+
 }  // namespace
 }  // namespace ringtrain::train

@@ -563,6 +563,7 @@ class CpuEngineMemoryTest : public ::testing::Test {
     deps.comm = &comm_;
     deps.train = &ds_;
     deps.memory_probe = &probe_;
+    deps.host_ranks = host_ranks_;
     return CpuEngine::Create(config_, deps);
   }
   // Why Create refused, with the code `expected` (permanent unless other processes of the
@@ -578,6 +579,7 @@ class CpuEngineMemoryTest : public ::testing::Test {
   SoloComm comm_;
   data::Dataset ds_;
   TrainConfig config_;
+  int host_ranks_ = 1;
 };
 
 // What is in use when the engine is created (here /proc/meminfo's: other ranks, everything else)
@@ -632,6 +634,38 @@ TEST_F(CpuEngineMemoryTest, TheReducersBucketsAreCounted) {
   Machine(state_and_batches + reducer + 1'000'000, 0);
   auto fits = Create();
   EXPECT_TRUE(fits.ok()) << fits.status().ToString();
+}
+
+// Two ranks of `ringtrain run` (RINGTRAIN_HOST_RANKS 2) on a machine that holds one rank's model
+// and datasets but not two: each rank's own check passes whatever the other has not allocated
+// yet (both start at once), so the gang is checked as a whole against the whole limit, each
+// rank counting its own datasets and runtime (RssAnon + RssShmem) for every sibling.
+TEST_F(CpuEngineMemoryTest, SiblingRanksOnTheMachineAreCountedWhateverTheyAllocatedYet) {
+  const DataShape shape = ShapeOf(ds_, config_.model.classes);
+  auto spec = ResolveModelSpec(config_, shape);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  auto need = CpuRankMemoryOf(config_, *spec, shape);
+  ASSERT_TRUE(need.ok()) << need.status().ToString();
+  const std::uint64_t own = 2'048'000;  // the rank's datasets and runtime
+  std::filesystem::create_directories(probe_.root + "/proc/self");
+  std::ofstream(probe_.root + "/proc/self/status")
+      << "RssAnon:\t" << own / 1024 << " kB\nRssShmem:\t0 kB\n";
+  const std::uint64_t one = need->Bytes(config_.optimizer.name, false) + own;
+  Machine((one * 3 / 2) & ~std::uint64_t{1023}, 0);
+  host_ranks_ = 1;
+  auto alone = Create();
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  host_ranks_ = 2;
+  const std::string refused = Refusal();
+  EXPECT_NE(refused.find("RINGTRAIN_HOST_RANKS: 2 local ranks need 2 x "), std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("2.0 MB of datasets and runtime each, as this rank holds"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("; this machine has "), std::string::npos) << refused;
+  Machine(one * 2 + 1'024'000, 0);
+  auto both = Create();
+  EXPECT_TRUE(both.ok()) << both.status().ToString();
 }
 
 }  // namespace
