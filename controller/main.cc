@@ -8,7 +8,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -94,6 +96,18 @@ Status CheckWritable(const std::string& path) {
   ::close(fd);
   if (!existed) ::unlink(path.c_str());
   return Status::Ok();
+}
+
+// `word` as one shell word: as it is when it is plain, else in single quotes.
+std::string ShellQuote(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
+           std::strchr("_./-=:,+@%", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string out = "'";
+  for (const char c : word) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // Parses a subcommand's flags: -1 to go on, else the exit code (0 after --help, 2 on bad flags,
@@ -193,7 +207,9 @@ int Run(const std::vector<std::string>& args) {
   // The model is checked against the dataset before any rank starts (a layer list without an
   // input takes the dataset's).
   if (job->spec.command.empty()) {
-    auto summary = executors::CheckModelLocally(&job->spec.train);
+    // The ranks read the dataset on this machine: a path that is not here is refused now.
+    auto summary =
+        executors::CheckModelLocally(&job->spec.train, executors::DatasetLocation::kThisMachine);
     if (!summary.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), summary.status().message().c_str());
       return 1;
@@ -250,6 +266,12 @@ int Run(const std::vector<std::string>& args) {
   // Ranks may run in another directory (spec.template's workingDir): paths handed to them are
   // absolute.
   workdir = std::filesystem::absolute(workdir).string();
+  // One run per work directory, held until this process ends.
+  auto workdir_lock = executors::WorkDirLock::Acquire(workdir);
+  if (!workdir_lock.ok()) {
+    std::fprintf(stderr, "error: %s\n", workdir_lock.status().message().c_str());
+    return 1;
+  }
   if (runner.find('/') != std::string::npos) runner = std::filesystem::absolute(runner).string();
   spdlog::info("TrainingJob {}: {} replicas (world size {}), logs in {}", job->metadata.name,
                job->spec.replicas, job->spec.world_size(), workdir);
@@ -299,6 +321,19 @@ int Run(const std::vector<std::string>& args) {
     if (c.type == st.phase && c.status == "True" && !result->interrupted) {
       summary["reason"] = c.reason;
       summary["message"] = c.message;
+    }
+  }
+  // The newest checkpoint, and for a job that did not succeed, how to resume from it: the work
+  // directory holds it (unless spec.checkpoint.path does), and a run without --workdir gets a
+  // new one.
+  std::string resume_command;
+  if (!result->checkpoint_path.empty()) {
+    summary["checkpoint_step"] = result->checkpoint_step;
+    summary["checkpoint_path"] = result->checkpoint_path;
+    if (result->interrupted || st.phase != "Succeeded") {
+      resume_command = "ringtrain run " + ShellQuote(manifest);
+      if (job->spec.checkpoint.path.empty()) resume_command += " --workdir " + ShellQuote(workdir);
+      summary["resume_command"] = resume_command;
     }
   }
   if (st.last_failure) {
@@ -353,6 +388,11 @@ int Run(const std::vector<std::string>& args) {
         start = end + 1;
       }
     }
+  }
+  if (!resume_command.empty()) {
+    std::printf("  newest checkpoint: step %lld, %s\n  to resume from it: %s\n",
+                static_cast<long long>(result->checkpoint_step), result->checkpoint_path.c_str(),
+                resume_command.c_str());
   }
   if (!summary_path.empty()) {
     std::ofstream out(summary_path, std::ios::trunc);

@@ -147,8 +147,24 @@ Status WriteAll(int fd, const void* data, std::size_t len, const std::string& pa
 Status MakeDir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoStatus("checkpoint dir " + dir, ec.value());
-  return Status::Ok();
+  if (!ec) return Status::Ok();
+  if (ec == std::errc::file_exists) {
+    // A symbolic link whose target is gone (the dir, or a folder above it) reads "File exists":
+    // name the link and where it points instead.
+    std::filesystem::path prefix;
+    for (const auto& part : std::filesystem::path(dir)) {
+      prefix /= part;
+      std::error_code link_ec;
+      if (std::filesystem::is_symlink(std::filesystem::symlink_status(prefix, link_ec)) &&
+          !std::filesystem::exists(prefix, link_ec)) {
+        const std::filesystem::path target = std::filesystem::read_symlink(prefix, link_ec);
+        return FailedPrecondition("checkpoint dir " + dir + ": " + prefix.string() +
+                                  " is a symbolic link to " + target.string() +
+                                  ", which does not exist (create it, or fix the link)");
+      }
+    }
+  }
+  return ErrnoStatus("checkpoint dir " + dir, ec.value());
 }
 
 std::vector<std::pair<std::int64_t, std::string>> ListCheckpoints(const std::string& dir,

@@ -148,6 +148,9 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   // there); the CUDA engine restores it here.
   const bool reads = comm.rank() == 0 && !config_.checkpoint_dir.empty();
   auto read = std::make_shared<StatusOr<CheckpointState>>(NotFound("no checkpoint dir"));
+  // The start-up probe of the dir, apart from the read: its NotFound (a dir that cannot be
+  // created, e.g. under /proc) is a dir that can never work, not "no checkpoint yet".
+  auto probe = std::make_shared<Status>();
   // A host engine takes the checkpoint's state on the helper thread too (Restore copies it all).
   const bool restore_there = engine.copies_state_on_any_thread();
   auto restored = std::make_shared<Status>();
@@ -159,14 +162,13 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   StepEngine* lent = &engine;
   const Status worked = comm::WhileRootWorks(
       comm,
-      [read, reads, dir, expected, params, state, restore_there, restored, lease, lent] {
+      [read, probe, reads, dir, expected, params, state, restore_there, restored, lease, lent] {
         if (!reads) return Status::Ok();
         // A checkpoint dir that can never work fails the job now, not at the first checkpoint.
-        const Status writable = CheckCheckpointDirWritable(dir);
-        *read = writable.ok() ? LoadNewestCheckpoint(
-                                    dir, params, state,
-                                    expected.model.architecture.empty() ? nullptr : &expected)
-                              : StatusOr<CheckpointState>(writable);
+        *probe = CheckCheckpointDirWritable(dir);
+        if (!probe->ok()) return Status::Ok();
+        *read = LoadNewestCheckpoint(dir, params, state,
+                                     expected.model.architecture.empty() ? nullptr : &expected);
         if (restore_there && read->ok()) {
           *restored = lease->Use([&] { return lent->Restore(**read); });
         }
@@ -178,7 +180,13 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
   if (reads) {
     StatusOr<CheckpointState>& ckpt = *read;
     if (ckpt.ok()) failure = restore_there ? *restored : engine.Restore(*ckpt);
-    if (ckpt.ok() && failure.ok()) {
+    if (!probe->ok()) {
+      // The job's field, whatever the code: the operator and `ringtrain run` pass
+      // spec.checkpoint.path (or their default) as --checkpoint-dir.
+      failure = probe->WithContext("spec.checkpoint.path (--checkpoint-dir) cannot be used");
+      header[0] = -1;
+      header[6] = static_cast<std::int64_t>(failure.code());
+    } else if (ckpt.ok() && failure.ok()) {
       // The first format knew only the step: it was written by a gang of this size.
       const std::int64_t samples =
           ckpt->epoch_samples >= 0

@@ -52,8 +52,16 @@ RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/notd
   "$BIN/ringtrain-runner" --dataset "$DATA" --checkpoint-dir "$WORK/afile/ckpt" \
   >"$WORK/notdir.log" 2>&1 && rc=0 || rc=$?
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "checkpoint dir under a file: exit code $rc"
-grep -q "checkpoint dir $WORK/afile/ckpt: Not a directory" "$WORK/notdir.term" ||
-  fail "checkpoint dir under a file: path or strerror not named"
+grep -qF "spec.checkpoint.path (--checkpoint-dir) cannot be used: checkpoint dir $WORK/afile/ckpt: Not a directory" \
+  "$WORK/notdir.term" || fail "checkpoint dir under a file: field, path or strerror not named"
+# One that cannot even be created (ENOENT under /proc) is no "no checkpoint yet" either.
+RINGTRAIN_JOB=e2e RINGTRAIN_METRICS_PORT=-1 RINGTRAIN_TERMINATION_LOG=$WORK/proc.term \
+  "$BIN/ringtrain-runner" --dataset "$DATA" --checkpoint-dir /proc/ringtrain-e2e-ckpt \
+  >"$WORK/proc.log" 2>&1 && rc=0 || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "checkpoint dir under /proc: exit code $rc"
+grep -qF "spec.checkpoint.path (--checkpoint-dir) cannot be used: checkpoint dir /proc/ringtrain-e2e-ckpt" \
+  "$WORK/proc.term" || fail "checkpoint dir under /proc: $(cat "$WORK/proc.term")"
+grep -q "epoch [0-9]*/" "$WORK/proc.log" && fail "checkpoint dir under /proc: trained first"
 # Checked right after the rendezvous (so every rank of a gang learns it from rank 0), before
 # the first step: a job never trains up to its first checkpoint to find out.
 grep -q "epoch [0-9]*/" "$WORK/notdir.log" && fail "checkpoint dir checked only after training began"
@@ -67,7 +75,7 @@ if command -v setpriv >/dev/null && [ "$(id -u)" = 0 ]; then
     "$BIN/ringtrain-runner" --dataset "$DATA" --checkpoint-dir "$WORK/rootonly/ckpt" \
     >"$WORK/eacces.log" 2>&1 && rc=0 || rc=$?
   [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "unwritable checkpoint dir: exit code $rc"
-  grep -q "PERMISSION_DENIED: checkpoint dir $WORK/rootonly/ckpt: Permission denied" \
+  grep -qF "PERMISSION_DENIED: spec.checkpoint.path (--checkpoint-dir) cannot be used: checkpoint dir $WORK/rootonly/ckpt: Permission denied" \
     "$WORK/out/eacces.term" || fail "unwritable checkpoint dir: termination message"
 fi
 

@@ -135,10 +135,28 @@ RUN_PID=$!
 PIDS+=($RUN_PID)
 ranks_training() { [ "$(grep -l "communicator ready" "$WORK"/run/*.log 2>/dev/null | wc -l)" = 2 ]; }
 wait_until 120 "both ranks training" ranks_training
+# A second run in the same work directory is refused at once (its flock), and leaves the
+# first one's files alone.
+rc=0
+timeout 60 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" >"$WORK/second.out" 2>&1 ||
+  rc=$?
+[ "$rc" = 1 ] || fail "a second run in the same work dir exited with $rc: $(cat "$WORK/second.out")"
+grep -qF "work directory $WORK/run is in use by another \`ringtrain run\` (pid $RUN_PID)" \
+  "$WORK/second.out" || fail "second run: no word of the lock: $(cat "$WORK/second.out")"
 kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "ringtrain run exited with $RC after SIGINT, expected 130"
 left=$(pgrep -f -- "$WORK/run/checkpoints" || true)
 [ -z "$left" ] || fail "runner processes left behind: $left"
 [ "$(json_get "$WORK/summary.json" phase)" = Interrupted ] || fail "summary phase"
+# Rank 0 checkpointed as it stopped: the summary names that checkpoint and how to resume.
+step=$(json_get "$WORK/summary.json" checkpoint_step)
+ckpt=$(json_get "$WORK/summary.json" checkpoint_path)
+[ "$ckpt" = "$WORK/run/checkpoints/fashion-mnist-mlp/ckpt-$step.bin" ] && [ -f "$ckpt" ] ||
+  fail "summary checkpoint: step $step, path $ckpt"
+resume="ringtrain run $WORK/job.yaml --workdir $WORK/run"
+[ "$(json_get "$WORK/summary.json" resume_command)" = "$resume" ] || fail "summary resume_command"
+grep -qF "newest checkpoint: step $step, $ckpt" "$WORK/ringtrain.log" &&
+  grep -qF "to resume from it: $resume" "$WORK/ringtrain.log" ||
+  fail "the console does not say how to resume: $(tail -n 5 "$WORK/ringtrain.log")"
 echo PASS

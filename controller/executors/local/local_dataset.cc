@@ -16,6 +16,7 @@
 namespace ringtrain::executors {
 namespace {
 
+constexpr char kDataset[] = "spec.train.dataset";
 constexpr char kInputShape[] = "spec.train.dataset.inputShape";
 
 bool Exists(const std::string& path) {
@@ -35,11 +36,81 @@ std::string Grouped(std::size_t n) {
   return digits;
 }
 
+// The field that names `key` of the dataset: spec.train.dataset for a plain IDX directory, else
+// spec.train.dataset.<key>.
+std::string DatasetField(const api::TrainSpec& t, const char* key) {
+  return t.dataset_spec ? std::string(kDataset) + "." + key : std::string(kDataset);
+}
+
+// One path the spec names: there and of the right kind, or (`must_exist`) refused when missing;
+// a path that is missing otherwise is left to the caller's fallback.
+Status CheckDatasetPath(const std::string& field, const std::string& path, bool directory,
+                        bool must_exist) {
+  if (path.empty()) return Status::Ok();
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st)) {
+    if (!must_exist) return Status::Ok();
+    return FailedPrecondition(field + ": " + path +
+                              ": no such file or directory (`ringtrain run` starts the ranks on "
+                              "this machine, and they read the dataset here)");
+  }
+  if (directory && !std::filesystem::is_directory(st)) {
+    return FailedPrecondition(field + ": " + path + ": not a directory (an IDX directory holds " +
+                              "the four Fashion-MNIST files)");
+  }
+  if (!directory && !std::filesystem::is_regular_file(st)) {
+    return FailedPrecondition(field + ": " + path + ": not a regular file" +
+                              (std::filesystem::is_directory(st) ? " (a directory)" : ""));
+  }
+  return Status::Ok();
+}
+
+// What the ranks will open, checked as far as the path goes: every file of the format, in the
+// fields that name them.
+Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
+                         DatasetLocation where) {
+  const bool must = where == DatasetLocation::kThisMachine;
+  const bool test_files = spec.test_fraction == 0;
+  switch (spec.format) {
+    case data::DatasetFormat::kIdx: {
+      const std::string field = DatasetField(t, "train");
+      RETURN_IF_ERROR(CheckDatasetPath(field, spec.train, /*directory=*/true, must));
+      std::error_code ec;
+      if (!must || !std::filesystem::is_directory(spec.train, ec)) return Status::Ok();
+      for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                               "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+        const std::string base = spec.train + "/" + name;
+        if (!std::filesystem::exists(base, ec) && !std::filesystem::exists(base + ".gz", ec)) {
+          return FailedPrecondition(field + ": " + spec.train + " has no " + name +
+                                    "[.gz] (an IDX directory holds the four Fashion-MNIST files)");
+        }
+      }
+      return Status::Ok();
+    }
+    case data::DatasetFormat::kCsv:
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "train"), spec.train, false, must));
+      RETURN_IF_ERROR(
+          CheckDatasetPath(DatasetField(t, "trainLabels"), spec.train_labels, false, must));
+      if (!test_files) return Status::Ok();
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "test"), spec.test, false, must));
+      return CheckDatasetPath(DatasetField(t, "testLabels"), spec.test_labels, false, must);
+    case data::DatasetFormat::kNpy:
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainX"), spec.train_x, false, must));
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainY"), spec.train_y, false, must));
+      if (!test_files) return Status::Ok();
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "testX"), spec.test_x, false, must));
+      return CheckDatasetPath(DatasetField(t, "testY"), spec.test_y, false, must);
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
+StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLocation where) {
   const api::DataShape declared = api::DeclaredDataShape(t);
   const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
+  RETURN_IF_ERROR(CheckDatasetPaths(t, spec, where));
   // Files not here: what the spec declares (its task at least).
   LocalDataShape out{declared,
                      declared.input || declared.outputs > 0 ? "spec.train.dataset (declared)" : ""};
@@ -53,8 +124,9 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
       // The test split: the same header as the training split, a sixth of its size.
       // Its labels against the classes the runner will use (the spec's, else 10), as the runner
       // checks them (data::ValidateForModel).
-      ASSIGN_OR_RETURN(data::Dataset ds,
-                       data::LoadFashionMnist(spec.train, /*train=*/false, data::kIdxLabelValues));
+      auto loaded = data::LoadFashionMnist(spec.train, /*train=*/false, data::kIdxLabelValues);
+      if (!loaded.ok()) return loaded.status().WithContext(DatasetField(t, "train"));
+      data::Dataset ds = *std::move(loaded);
       api::DataShape shape;
       shape.input = model::Shape{1, ds.rows, ds.cols};
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
@@ -114,8 +186,8 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t) {
   return LocalDataShape{shape, table.path + " (" + std::to_string(table.n) + " samples)"};
 }
 
-StatusOr<std::string> CheckModelLocally(api::TrainSpec* t) {
-  ASSIGN_OR_RETURN(LocalDataShape data, ReadLocalDataShape(*t));
+StatusOr<std::string> CheckModelLocally(api::TrainSpec* t, DatasetLocation where) {
+  ASSIGN_OR_RETURN(LocalDataShape data, ReadLocalDataShape(*t, where));
   ASSIGN_OR_RETURN(model::ShapeReport report, api::ResolveModel(t, data.shape));
   model::Shape input{1, 28, 28};
   if (t->model_spec) {

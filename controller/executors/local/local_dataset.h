@@ -20,14 +20,28 @@ struct LocalDataShape {
   std::string source;                   // where it came from, for the summary
 };
 
+// Where the ranks will read the dataset.
+enum class DatasetLocation {
+  // Maybe elsewhere (`ringtrain validate`: the job may run on a cluster, its data inside the
+  // image or on a volume): files not on this machine fall back to what the spec declares.
+  kMaybeElsewhere,
+  // On this machine (`ringtrain run`): a file or directory the spec names that is not here is
+  // refused, naming the field and the path, before any rank starts.
+  kThisMachine,
+};
+
 // Reads what the files give (a corrupt file is an error naming it); files that are not on this
-// machine fall back to what the spec declares (api::DeclaredDataShape).
-StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t);
+// machine fall back to what the spec declares (api::DeclaredDataShape), unless `where` is
+// kThisMachine. A path that is there but of the wrong kind (a directory for a CSV file) is
+// refused either way, naming the field (spec.train.dataset, spec.train.dataset.train, ...).
+StatusOr<LocalDataShape> ReadLocalDataShape(
+    const api::TrainSpec& t, DatasetLocation where = DatasetLocation::kMaybeElsewhere);
 
 // Resolves and checks spec.train.model against ReadLocalDataShape (api::ResolveModel) and
 // returns a Keras-like summary: one line per layer with its output shape and parameters, then
 // the total. Sets t->model_spec for a layer list. Errors name the field or the layer.
-StatusOr<std::string> CheckModelLocally(api::TrainSpec* t);
+StatusOr<std::string> CheckModelLocally(api::TrainSpec* t,
+                                        DatasetLocation where = DatasetLocation::kMaybeElsewhere);
 
 // `ringtrain run`'s ranks all run on this machine and share nothing: refuses, before any starts,
 // spec.replicas CPU ranks that together need more memory than `probe` shows available (the

@@ -1,10 +1,13 @@
 #include "controller/executors/local/local_executor.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +34,8 @@ namespace {
 
 using reconcile::ObservedReplica;
 using reconcile::ReplicaPhase;
+
+constexpr int kExitStartError = 128;
 
 struct Process {
   std::string name;
@@ -121,6 +126,10 @@ class LocalRun {
 
  private:
   Status Spawn(int rank, int attempt);
+  // A replica whose process could not be started at all (fork, its log file, a port): kept as
+  // one that failed at once with reason StartError, as a program that could not be exec'd is,
+  // so the planner decides (retry, backoffLimit, fail) and the other ranks stop with their grace.
+  void RecordStartFailure(int rank, int attempt, const Status& error);
   void Reap();
   void Kill(Process& p);
   std::vector<ObservedReplica> Observe() const;
@@ -309,7 +318,7 @@ Status LocalRun::Spawn(int rank, int attempt) {
   spawn.working_dir = container_.working_dir;
   // Own process group: the terminal's Ctrl-C reaches ringtrain, which stops the gang itself.
   spawn.new_process_group = true;
-  ASSIGN_OR_RETURN(p.child, ChildProcess::Spawn(exec.argv, exec.env, spawn));
+  ASSIGN_OR_RETURN(p.child, options_.spawn(exec.argv, exec.env, spawn));
   if (!p.child.start_error().empty()) {
     // What a program writes when it fails, so the replica fails as any other: the planner
     // reads it as the termination message (a pod shows its runtime's error the same way).
@@ -329,6 +338,23 @@ Status LocalRun::Spawn(int rank, int attempt) {
   }
   procs_[p.name] = std::move(p);
   return Status::Ok();
+}
+
+void LocalRun::RecordStartFailure(int rank, int attempt, const Status& error) {
+  Process p;
+  p.name = reconcile::ReplicaName(job_.metadata.name, attempt, rank);
+  p.rank = rank;
+  p.attempt = attempt;
+  p.world_size = job_.spec.world_size();
+  p.nproc_per_node = job_.spec.gpus_per_replica > 1 ? job_.spec.gpus_per_replica : 1;
+  p.exited = true;
+  p.exited_at = options_.clock->Now();
+  // The kubelet's exit code for a container whose runtime could not start it.
+  p.exit_code = kExitStartError;
+  p.reason = "StartError";
+  p.message = "cannot start the process: " + error.message();
+  spdlog::debug("{}: {}", p.name, p.message);  // the planner's event says it
+  procs_[p.name] = std::move(p);
 }
 
 // Also sends the SIGKILL of a Kill whose grace has passed (ChildProcess::Poll).
@@ -487,7 +513,10 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
     for (const auto& a : plan.actions) {
       switch (a.kind) {
         case reconcile::Action::Kind::kCreateReplica:
-          RETURN_IF_ERROR(Spawn(a.rank, a.attempt));
+          // Never an end of the run: the ranks already running would be killed outright.
+          if (Status spawned = Spawn(a.rank, a.attempt); !spawned.ok()) {
+            RecordStartFailure(a.rank, a.attempt, spawned);
+          }
           break;
         case reconcile::Action::Kind::kDeleteReplica:
           reconcile::RecordReplicaDeleted(&memory_, a.name);
@@ -523,6 +552,12 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   result.status = state_.status;
   result.wall_seconds = std::chrono::duration<double>(options_.clock->SteadyNow() - start).count();
   result.result_json = ReadFile(ResultPath(state_.status.attempt));
+  if (job_.spec.command.empty()) {
+    result.checkpoint_dir = CheckpointDir();
+    if (auto newest = NewestCheckpointFile(result.checkpoint_dir)) {
+      std::tie(result.checkpoint_step, result.checkpoint_path) = *newest;
+    }
+  }
   if (state_.status.attempt == 0 && state_.status.in_place_recoveries == 0 &&
       !result.result_json.empty()) {
     // A run that ended before a /status read saw it train: its result says where it started
@@ -576,6 +611,69 @@ std::string FormatProgressLine(const api::TrainingJob& job,
                   st.phase.c_str(), st.attempt, job.spec.replicas, st.restarts);
   }
   return line;
+}
+
+std::optional<std::pair<std::int64_t, std::string>> NewestCheckpointFile(const std::string& dir) {
+  std::optional<std::pair<std::int64_t, std::string>> newest;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    // The runner's names: ckpt-<step>.bin (a temporary file or a .corrupt one is none).
+    if (!name.starts_with("ckpt-") || !name.ends_with(".bin")) continue;
+    const std::string digits = name.substr(5, name.size() - 9);
+    if (digits.empty() || digits.size() > 18 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      continue;
+    }
+    const std::int64_t step = std::stoll(digits);
+    if (!newest || step > newest->first) newest.emplace(step, entry.path().string());
+  }
+  return newest;
+}
+
+StatusOr<WorkDirLock> WorkDirLock::Acquire(const std::string& dir) {
+  const std::string path = dir + "/" + kFileName;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return ErrnoStatus(StatusCode::kFailedPrecondition, "work directory lock " + path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) {
+      ::close(fd);
+      return ErrnoStatus(StatusCode::kFailedPrecondition, "work directory lock " + path, err);
+    }
+    // Who holds it, as it wrote itself there (only said: the lock is the flock).
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof(buf) - 1, 0);
+    ::close(fd);
+    std::string pid = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    const bool numeric = !pid.empty() && std::all_of(pid.begin(), pid.end(),
+                                                     [](char c) { return c >= '0' && c <= '9'; });
+    return FailedPrecondition(
+        "work directory " + dir + " is in use by another `ringtrain run`" +
+        (numeric ? " (pid " + pid + ")" : std::string()) +
+        ": two runs there would overwrite each other's logs and resume from "
+        "each other's checkpoints; wait for it to end, or pass another --workdir");
+  }
+  // Ours now: say who holds it, for the message above.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) {
+    [[maybe_unused]] const ssize_t n = ::pwrite(fd, pid.data(), pid.size(), 0);
+  }
+  return WorkDirLock(fd);
+}
+
+WorkDirLock::~WorkDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+WorkDirLock& WorkDirLock::operator=(WorkDirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
 }
 
 StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec) {

@@ -4,10 +4,16 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
+#include "common/process.h"
 #include "common/runner_env.h"
 #include "common/status.h"
 #include "controller/api/training_job.h"
@@ -29,6 +35,12 @@ struct LocalRunOptions {
   // SIGKILL at once instead of the rest of their grace. May be null.
   const std::atomic<bool>* kill_now = nullptr;
   Duration poll{std::chrono::milliseconds(100)};
+  // Starts one replica's process (tests inject failures); ChildProcess::Spawn by default. An
+  // error is that replica's StartError (cannot fork, cannot open its log), never the run's.
+  std::function<StatusOr<ChildProcess>(const std::vector<std::string>& argv,
+                                       const std::map<std::string, std::string>& env,
+                                       const SpawnOptions& options)>
+      spawn = ChildProcess::Spawn;
   // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
   // run's wall time); must outlive the run.
   const Clock* clock = &SystemClock();
@@ -39,6 +51,38 @@ struct LocalRunResult {
   std::string result_json;  // rank 0's result file of the last attempt, "" if none
   double wall_seconds = 0;
   bool interrupted = false;
+  // Where the built-in runner kept this job's checkpoints ("" for a spec.command job), and the
+  // newest one there at the end (a step of -1 and "" when there is none): a rerun resumes
+  // from it.
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_step = -1;
+  std::string checkpoint_path;
+};
+
+// The newest checkpoint file (ckpt-<step>.bin) in `dir` by its step, as the runner resumes from
+// it; nullopt when there is none (or no such dir). Read by name only, not checked.
+std::optional<std::pair<std::int64_t, std::string>> NewestCheckpointFile(const std::string& dir);
+
+// An exclusive flock(2) on DIR/.ringtrain.lock for as long as it lives: two `ringtrain run`s in
+// one work directory would truncate each other's logs and resume from each other's
+// checkpoints. The lock dies with the process (never a stale pid file); ranks do not inherit it.
+class WorkDirLock {
+ public:
+  static constexpr char kFileName[] = ".ringtrain.lock";
+  // Takes the lock without waiting: FailedPrecondition naming the directory when another
+  // process holds it (with that process's pid when it wrote one).
+  static StatusOr<WorkDirLock> Acquire(const std::string& dir);
+
+  WorkDirLock() = default;
+  ~WorkDirLock();
+  WorkDirLock(WorkDirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  WorkDirLock& operator=(WorkDirLock&& other) noexcept;
+  WorkDirLock(const WorkDirLock&) = delete;
+  WorkDirLock& operator=(const WorkDirLock&) = delete;
+
+ private:
+  explicit WorkDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
 };
 
 // spec.template's runner container as the local ranks of this process get it (its environment,

@@ -158,6 +158,55 @@ TEST_F(LocalDatasetTest, AbsentFilesFallBackToTheDeclaredShape) {
       << summary.status().message();
 }
 
+// `ringtrain run` starts its ranks on this machine: a dataset path that is not here is refused
+// before any rank starts, naming the field and the path, where `validate` (and the operator,
+// whose ranks read the data inside their image) falls back to what the spec declares.
+TEST_F(LocalDatasetTest, UnderRunAMissingPathIsRefusedNamingTheField) {
+  const std::string missing = (dir_ / "elsewhere.csv").string();
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          Csv() + ", test: " + missing + ", label: target, inputShape: [4], classes: 3}\n");
+  EXPECT_TRUE(CheckModelLocally(&job.spec.train).ok());
+  auto summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachine);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(
+      summary.status().message().rfind("spec.train.dataset.test: " + missing + ": no such", 0), 0u)
+      << summary.status().message();
+  // A plain IDX directory: the field is spec.train.dataset itself.
+  job = Job("    model: mlp\n    dataset: /nonexistent-ringtrain-data\n");
+  EXPECT_TRUE(CheckModelLocally(&job.spec.train).ok());
+  summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachine);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message().rfind(
+                "spec.train.dataset: /nonexistent-ringtrain-data: no such file or directory", 0),
+            0u)
+      << summary.status().message();
+  // A directory without the IDX files: named too, not the first file a rank fails to open.
+  job = Job("    model: mlp\n    dataset: " + dir_.string() + "\n");
+  summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachine);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message().rfind(
+                "spec.train.dataset: " + dir_.string() + " has no train-images-idx3-ubyte[.gz]", 0),
+            0u)
+      << summary.status().message();
+}
+
+// A path of the wrong kind (a directory as a CSV file) names its field, under validate too.
+TEST_F(LocalDatasetTest, APathOfTheWrongKindIsRefusedNamingTheField) {
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          dir_.string() + ", testFraction: 0.25, inputShape: [4], classes: 3}\n");
+  for (const DatasetLocation where :
+       {DatasetLocation::kMaybeElsewhere, DatasetLocation::kThisMachine}) {
+    auto summary = CheckModelLocally(&job.spec.train, where);
+    ASSERT_FALSE(summary.ok());
+    EXPECT_EQ(summary.status().message(),
+              "spec.train.dataset.train: " + dir_.string() + ": not a regular file (a directory)");
+  }
+}
+
 TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
   std::ofstream(dir_ / "train.csv", std::ios::app) << "5,6,x,8,0\n";
   api::TrainingJob job =

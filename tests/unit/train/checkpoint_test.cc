@@ -285,6 +285,24 @@ TEST_F(CheckpointTest, CheckpointDirTheKernelRefusesIsPermanent) {
   EXPECT_EQ(s.message().rfind("checkpoint dir " + ckpt + ": ", 0), 0u) << s.message();
 }
 
+// A dangling symbolic link as the dir (or a folder above it) is named as one, with its target,
+// not as mkdir's "File exists"; permanent.
+TEST_F(CheckpointTest, ADanglingSymlinkAsCheckpointDirIsNamed) {
+  std::filesystem::create_directories(dir_);
+  const std::string link = dir_ + "/link";
+  std::filesystem::create_symlink(dir_ + "/missing", link);
+  for (const std::string& ckpt : {link, link + "/sub"}) {
+    Status s = CheckCheckpointDirWritable(ckpt);
+    ASSERT_FALSE(s.ok()) << ckpt;
+    EXPECT_FALSE(s.retryable()) << s.ToString();
+    EXPECT_EQ(s.message().find("File exists"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(link + " is a symbolic link to " + dir_ +
+                               "/missing, which does not exist"),
+              std::string::npos)
+        << s.message();
+  }
+}
+
 TEST_F(CheckpointTest, PermissionErrorsMapToPermissionDenied) {
   Status s = ErrnoStatus("checkpoint dir /ckpt", EACCES);
   EXPECT_EQ(s.ToString(), "PERMISSION_DENIED: checkpoint dir /ckpt: Permission denied");

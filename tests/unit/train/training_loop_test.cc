@@ -252,6 +252,32 @@ TEST(TrainingLoop, EnginesWithAndWithoutHostLagReportTheSame) {
   EXPECT_EQ(now.result.device_busy, 0);
 }
 
+// A checkpoint dir that cannot even be created (/proc refuses mkdir with ENOENT) fails the rank
+// at start, naming the job's field: the probe's NotFound is not "no checkpoint yet" (it was, and
+// the rank trained up to its first checkpoint before failing for good).
+TEST(TrainingLoop, ACheckpointDirThatCannotBeCreatedFailsAtStartNamingTheField) {
+  SoloComm comm;
+  FakeEngine engine(0, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+  metrics::RunnerMetrics m(metrics::RunnerLabels{"job", "ns", 0});
+  LoopDeps deps;
+  deps.comm = &comm;
+  deps.engine = &engine;
+  deps.metrics = &m;
+  TrainConfig config = LoopConfig();
+  config.checkpoint_dir = "/proc/ringtrain-loop-test-ckpt";
+  TrainingLoop loop(config, deps);
+  auto r = loop.Run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_FALSE(r.status().retryable()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("spec.checkpoint.path"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_NE(r.status().message().find(config.checkpoint_dir), std::string::npos)
+      << r.status().ToString();
+  const auto series = Scrape(m);
+  const auto steps = series.find("ringtrain_steps_total");
+  EXPECT_EQ(steps == series.end() ? 0 : steps->second, 0) << "trained before failing";
+}
+
 TEST(TrainingLoop, ARegressionModelExportsATestMseAndNoAccuracy) {
   const LoopRun run = RunFake(0, /*regression=*/true);
   ASSERT_TRUE(run.result.regression);

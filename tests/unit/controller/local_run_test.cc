@@ -1,0 +1,163 @@
+// `ringtrain run`'s executor with real processes (sh -c as spec.command): a replica whose
+// process cannot be started at all (fork fails, its log cannot be opened) is a failed replica
+// with reason StartError that the planner judges like any other, never the end of the run:
+// the ranks already running get SIGTERM and their grace, and the run ends with its summary.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/process.h"
+#include "controller/api/training_job.h"
+#include "controller/executors/local/local_executor.h"
+
+namespace ringtrain::executors {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LocalRunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "ringtrain-local-run-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    fs::create_directories(dir_ + "/work");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  // Two replicas of sh: rank 0 of attempt 0 says it is ready and waits, writing its attempt to
+  // `terms` when it gets SIGTERM; any other process exits 0 at once.
+  api::TrainingJob Job(int backoff_limit) const {
+    const std::string script =
+        "[ $RINGTRAIN_ATTEMPT = 0 ] && [ $RINGTRAIN_RANK = 0 ] || exit 0; "
+        "trap 'echo $RINGTRAIN_ATTEMPT >> " +
+        dir_ + "/terms; exit 143' TERM; touch " + dir_ + "/ready; while :; do sleep 0.05; done";
+    const std::string yaml =
+        "apiVersion: ringtrain.dev/v1alpha1\n"
+        "kind: TrainingJob\n"
+        "metadata: {name: spawn}\n"
+        "spec:\n"
+        "  replicas: 2\n"
+        "  command: [\"sh\", \"-c\", \"" +
+        script +
+        "\"]\n"
+        "  runPolicy: {backoffLimit: " +
+        std::to_string(backoff_limit) + "}\n";
+    auto job = api::ParseManifestYaml(yaml, "spawn.yaml");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : api::TrainingJob{};
+  }
+
+  // Spawns every process as ChildProcess::Spawn does, except rank 1 of attempt 0: once rank 0
+  // runs (its trap set), that one fails with `error`, as a fork or an open of the log would.
+  LocalRunOptions Options(Status error) const {
+    LocalRunOptions options;
+    options.workdir = dir_ + "/work";
+    options.grace = std::chrono::seconds(60);
+    options.poll = std::chrono::milliseconds(20);
+    options.spawn = [dir = dir_, error](const std::vector<std::string>& argv,
+                                        const std::map<std::string, std::string>& env,
+                                        const SpawnOptions& spawn) -> StatusOr<ChildProcess> {
+      if (env.at("RINGTRAIN_ATTEMPT") == "0" && env.at("RINGTRAIN_RANK") == "1") {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!fs::exists(dir + "/ready") && std::chrono::steady_clock::now() < give_up) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        return error;
+      }
+      return ChildProcess::Spawn(argv, env, spawn);
+    };
+    return options;
+  }
+
+  std::string Terms() const {
+    std::ifstream in(dir_ + "/terms");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  std::string dir_;
+};
+
+// A start error no retry fixes (the work directory is gone): the job fails with that replica's
+// StartError, after rank 0 got SIGTERM (not a SIGKILL outright: its trap ran).
+TEST_F(LocalRunTest, ASpawnErrorIsAReplicaThatFailedToStartNotTheEndOfTheRun) {
+  const api::TrainingJob job = Job(/*backoff_limit=*/3);
+  const LocalRunOptions options = Options(
+      ErrnoStatus(StatusCode::kUnavailable, "open " + dir_ + "/gone/spawn-a0-1.log", ENOENT));
+  std::atomic<bool> interrupted{false};
+  auto result = RunLocal(job, options, &interrupted);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->status.phase, "Failed");
+  EXPECT_EQ(result->status.restarts, 0);  // "No such file or directory": permanent
+  ASSERT_TRUE(result->status.last_failure.has_value());
+  EXPECT_EQ(result->status.last_failure->rank, 1);
+  EXPECT_EQ(result->status.last_failure->reason, "StartError");
+  EXPECT_NE(result->status.last_failure->message.find("/gone/spawn-a0-1.log"), std::string::npos)
+      << result->status.last_failure->message;
+  EXPECT_EQ(Terms(), "0\n");  // rank 0 got SIGTERM and ran its trap
+}
+
+// A start error the node may get over (fork: EAGAIN under ulimit -u): retried as the planner
+// retries any retryable failure, by a gang restart, and the job succeeds.
+TEST_F(LocalRunTest, ARetryableSpawnErrorRestartsTheGang) {
+  const api::TrainingJob job = Job(/*backoff_limit=*/3);
+  const LocalRunOptions options = Options(ErrnoStatus(StatusCode::kUnavailable, "fork", EAGAIN));
+  std::atomic<bool> interrupted{false};
+  auto result = RunLocal(job, options, &interrupted);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->status.phase, "Succeeded");
+  EXPECT_EQ(result->status.restarts, 1);
+  EXPECT_EQ(Terms(), "0\n");
+}
+
+// Two `ringtrain run`s in one work directory: the second is refused at once, naming the
+// directory and who holds it; the lock goes with its holder (a flock, not a pid file).
+TEST_F(LocalRunTest, ASecondRunInALockedWorkDirIsRefused) {
+  const std::string work = dir_ + "/work";
+  auto first = WorkDirLock::Acquire(work);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  auto second = WorkDirLock::Acquire(work);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& message = second.status().message();
+  EXPECT_NE(message.find("work directory " + work + " is in use by another `ringtrain run` (pid " +
+                         std::to_string(::getpid()) + ")"),
+            std::string::npos)
+      << message;
+  { const WorkDirLock released = std::move(*first); }
+  EXPECT_TRUE(WorkDirLock::Acquire(work).ok()) << "the lock outlived its holder";
+}
+
+// The checkpoint a rerun resumes from: the highest step of the runner's ckpt-<step>.bin files;
+// temporary, corrupt and foreign files are none.
+TEST_F(LocalRunTest, TheNewestCheckpointIsTheHighestStep) {
+  const std::string ckpt = dir_ + "/ckpt";
+  EXPECT_FALSE(NewestCheckpointFile(ckpt).has_value());  // no such dir
+  fs::create_directories(ckpt);
+  EXPECT_FALSE(NewestCheckpointFile(ckpt).has_value());
+  for (const char* name : {"ckpt-90.bin", "ckpt-400.bin", "ckpt-1000.bin.tmp",
+                           "ckpt-2000.bin.corrupt", "ckpt-x.bin", "ckpt-.bin", "notes.txt"}) {
+    std::ofstream(ckpt + "/" + name) << "x";
+  }
+  const auto newest = NewestCheckpointFile(ckpt);
+  ASSERT_TRUE(newest.has_value());
+  EXPECT_EQ(newest->first, 400);
+  EXPECT_EQ(newest->second, ckpt + "/ckpt-400.bin");
+}
+
+}  // namespace
+}  // namespace ringtrain::executors
