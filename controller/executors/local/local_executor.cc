@@ -26,6 +26,7 @@
 #include "common/runner_status.h"
 #include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
+#include "runner/train/model_data.h"
 
 extern char** environ;
 
@@ -131,6 +132,9 @@ class LocalRun {
   // so the planner decides (retry, backoffLimit, fail) and the other ranks stop with their grace.
   void RecordStartFailure(int rank, int attempt, const Status& error);
   void Reap();
+  std::optional<std::uint64_t> OomKills() const {
+    return options_.oom_kills ? options_.oom_kills() : train::ReadOomKillCount();
+  }
   void Kill(Process& p);
   std::vector<ObservedReplica> Observe() const;
   std::optional<reconcile::ObservedProgress> PollProgress();
@@ -186,6 +190,9 @@ class LocalRun {
   // ever gone after the planner's delete, so its vanished-replica policy never fires here).
   reconcile::PlanMemory memory_;
   std::map<std::string, Process> procs_;
+  // The cgroup's OOM kills counted so far (LocalRunOptions::oom_kills): each one above it is
+  // one SIGKILLed rank's cause.
+  std::optional<std::uint64_t> oom_kills_seen_;
   // Every rank binds 127.0.0.1: a port goes to one process only, the rendezvous port of one
   // attempt never to a metrics server as well (port_picker.h).
   net::PortPicker ports_;
@@ -371,6 +378,13 @@ void LocalRun::Reap() {
     } else {
       p.reason = p.child.term_signal() == SIGKILL ? "Killed" : "Signaled";
     }
+    if (p.reason == "Killed" && !p.deleting && oom_kills_seen_) {
+      const std::optional<std::uint64_t> kills = OomKills();
+      if (kills && *kills > *oom_kills_seen_) {
+        p.reason = "OOMKilled";
+        ++*oom_kills_seen_;
+      }
+    }
     if (p.deleting) p.reason = "Deleted";
     // Read once, as the kubelet does when the container ends (FallbackToLogsOnError).
     p.message = TerminationMessage(ReadHead(p.termination_log, kTerminationMessageMaxBytes),
@@ -455,6 +469,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   bool killed_now = false;
   RemoveStaleResults();
   WarnOfSharedCheckpoints();
+  oom_kills_seen_ = OomKills();
   for (;;) {
     Reap();
     if (interrupted != nullptr && interrupted->load()) {

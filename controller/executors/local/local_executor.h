@@ -41,6 +41,11 @@ struct LocalRunOptions {
                                        const std::map<std::string, std::string>& env,
                                        const SpawnOptions& options)>
       spawn = ChildProcess::Spawn;
+  // The kernel's count of OOM kills in the cgroup the ranks run in (they inherit this process's):
+  // a rank killed by SIGKILL while it went up was OOM-killed (reason OOMKilled, as a kubelet
+  // says), not killed by someone. Null: the cgroup's own counter (train::ReadOomKillCount);
+  // nullopt: none to read, and a SIGKILL reads Killed.
+  std::function<std::optional<std::uint64_t>()> oom_kills;
   // Timestamps (pod-like finishedAt, the planner's now) and intervals (progress polls, the
   // run's wall time); must outlive the run.
   const Clock* clock = &SystemClock();

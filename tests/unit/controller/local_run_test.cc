@@ -124,6 +124,59 @@ TEST_F(LocalRunTest, ARetryableSpawnErrorRestartsTheGang) {
   EXPECT_EQ(Terms(), "0\n");
 }
 
+// A rank the kernel OOM-killed read "Killed" (as a kill -9 from anyone): `ringtrain run` said
+// nothing of memory where a cluster says OOMKilled. The cgroup's oom_kill counter went up with
+// the SIGKILL: OOMKilled. A SIGKILL without it stays Killed. Found by a reviewing helper.
+class OomKillTest : public LocalRunTest {
+ protected:
+  // Rank 1 of attempt 0 bumps the fake counter when `bump`, then SIGKILLs itself; the rest exit
+  // 0, so the restarted gang succeeds.
+  api::TrainingJob KilledJob(bool bump) const {
+    const std::string script =
+        "[ $RINGTRAIN_ATTEMPT = 0 ] && [ $RINGTRAIN_RANK = 1 ] || exit 0; " +
+        std::string(bump ? "echo 1 > " + dir_ + "/oom; " : "") +
+        "kill -9 $$$$";  // $$ escapes one $ in a command, as Kubernetes reads it
+    auto job = api::ParseManifestYaml(
+        "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: oom}\n"
+        "spec:\n  replicas: 2\n  command: [\"sh\", \"-c\", \"" +
+            script + "\"]\n  runPolicy: {backoffLimit: 3}\n",
+        "oom.yaml");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    return job.ok() ? *job : api::TrainingJob{};
+  }
+  LocalRunOptions CountingOptions() const {
+    LocalRunOptions options;
+    options.workdir = dir_ + "/work";
+    options.poll = std::chrono::milliseconds(20);
+    options.oom_kills = [dir = dir_]() -> std::optional<std::uint64_t> {
+      std::ifstream in(dir + "/oom");
+      std::uint64_t n = 0;
+      in >> n;
+      return n;
+    };
+    return options;
+  }
+};
+
+TEST_F(OomKillTest, ARankTheKernelOomKilledReadsOomKilled) {
+  std::atomic<bool> interrupted{false};
+  auto result = RunLocal(KilledJob(/*bump=*/true), CountingOptions(), &interrupted);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_EQ(result->status.phase, "Succeeded");
+  EXPECT_EQ(result->status.restarts, 1);
+  ASSERT_TRUE(result->status.last_failure.has_value());
+  EXPECT_EQ(result->status.last_failure->rank, 1);
+  EXPECT_EQ(result->status.last_failure->reason, "OOMKilled");
+}
+
+TEST_F(OomKillTest, ASigkillWithoutAnOomKillReadsKilled) {
+  std::atomic<bool> interrupted{false};
+  auto result = RunLocal(KilledJob(/*bump=*/false), CountingOptions(), &interrupted);
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  ASSERT_TRUE(result->status.last_failure.has_value());
+  EXPECT_EQ(result->status.last_failure->reason, "Killed");
+}
+
 // Two `ringtrain run`s in one work directory: the second is refused at once, naming the
 // directory and who holds it; the lock goes with its holder (a flock, not a pid file).
 TEST_F(LocalRunTest, ASecondRunInALockedWorkDirIsRefused) {
