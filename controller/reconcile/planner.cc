@@ -465,6 +465,10 @@ class Planner {
   bool HandleStall();
   void NoteRankStalled(std::optional<WallTime> deadline);
   void NoteRankRecovering();
+  // How long rank 0 waits for its gang to form again before it gives up recovering in place:
+  // what its running replica was started with (an edit of the spec restarts no replica for it),
+  // else what the spec says.
+  Duration RankZeroRecoveryTimeout() const;
   // The Stalled condition from this pass's successful read of rank 0's /status.
   void NoteProgressRead(std::optional<WallTime> deadline);
   // " since step N (its time)": the job's last step seen; "" when none was.
@@ -1147,6 +1151,16 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
 // kUnseenLossGrace of age and kLossReportGrace of the operator's reads first: a pod's end
 // reaches the operator a moment after its peers notice it, and they may notice it long after
 // their last step (a slow step, a checkpoint, an evaluation).
+Duration Planner::RankZeroRecoveryTimeout() const {
+  for (const auto& r : in_.replicas) {
+    if (r.rank == 0 && r.attempt == plan_.status.attempt && r.phase == ReplicaPhase::kRunning &&
+        !r.terminating && r.recovery_timeout) {
+      return *r.recovery_timeout;
+    }
+  }
+  return api::RecoveryTimeoutFor(spec_);
+}
+
 void Planner::NoteRankRecovering() {
   const ObservedProgress& p = *in_.progress;
   std::string msg = "rank 0 recovers a lost peer in place";
@@ -1157,7 +1171,7 @@ void Planner::NoteRankRecovering() {
     msg += " (" + p.recovery_cause.substr(0, cut) + (cut < p.recovery_cause.size() ? "...)" : ")");
   }
   msg += ": no completed step" + SinceLastStep();
-  if (const Duration wait = api::RecoveryTimeoutFor(spec_); wait > Duration::zero()) {
+  if (const Duration wait = RankZeroRecoveryTimeout(); wait > Duration::zero()) {
     msg += "; it waits up to " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
            "s for the gang to form again, else " +

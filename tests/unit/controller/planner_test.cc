@@ -3776,6 +3776,29 @@ TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
             "job fails (backoffLimit 2 spent)");
 }
 
+// Recorded on the real cluster (s40, job e2): RINGTRAIN_RECOVERY_TIMEOUT_SECONDS edited from 20
+// to 60 in the running job's template (an edit that restarts no pod: the pods keep 20). The next
+// outage said "it waits up to 60s" from the spec while rank 0 gave up after 20 s and the job
+// failed 15 s after the event. The wait said is the one rank 0's running replica was started
+// with; the spec's only when the replica does not say (an executor that does not observe it).
+TEST_F(PlannerRecovering, TheWaitIsTheOneRankZerosReplicaRunsWith) {
+  job_.spec.pod_template_json =
+      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"60"}]}]}})";
+  ASSERT_EQ(api::RecoveryTimeoutFor(job_.spec), std::chrono::seconds(60));
+  gang_[0].recovery_timeout = std::chrono::seconds(20);
+  gang_[1].recovery_timeout = std::chrono::seconds(60);  // a replacement built since the edit
+  Pass(61);
+  const Plan plan = Pass(66);
+  ASSERT_EQ(Said(plan), 1);
+  const std::string& m = FindEvent(plan, "RankRecovering")->message;
+  EXPECT_NE(m.find("; it waits up to 20s for the gang to form again"), std::string::npos) << m;
+  EXPECT_EQ(Cond(plan.status, "Stalled")->message, m);
+  // A replica that does not say: the spec's.
+  gang_[0].recovery_timeout.reset();
+  EXPECT_NE(Cond(Pass(67).status, "Stalled")->message.find("it waits up to 60s"),
+            std::string::npos);
+}
+
 // A cause too long for an Event keeps the wait after it: the cause is cut (between characters).
 TEST_F(PlannerRecovering, ALongCauseIsCutAndTheWaitKept) {
   read_.recovery_cause = "x" + std::string(700, 'y');
