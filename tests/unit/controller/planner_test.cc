@@ -2705,6 +2705,155 @@ TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
   EXPECT_EQ(in_place.status.attempt, 0);
 }
 
+// Recorded on the real cluster (s40, job c0b: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS 0, no in-place
+// recovery): rank 1 SIGSTOPped, its pod Running; rank 0's all-reduce timed out waiting for it
+// and rank 0 exited 138. The operator said "rank 0 (c0b-a0-0) failed with exit code 138" and
+// lastFailure.rank 0: the healthy rank blamed. The rank it waited for is named, as long as its
+// own replica shows no failure of its own.
+TEST(Planner, ACollectiveThatTimedOutOnAHungPeerNamesThePeer) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  const ObservedReplica hung = Replica(1, 0, ReplicaPhase::kRunning);
+  const Plan p = PlanWith(job, {waited, hung}, At(31), PlanMemory{});
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 1) << "a hang is a loss, counted";
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->message,
+            "rank 1 (job-a0-1) stopped answering (reported by job-a0-0, which waited for it and "
+            "exited with code 138, reason Error): DEADLINE_EXCEEDED: step 2346: gradient "
+            "all-reduce: all-reduce: timed out after 10s waiting for rank 1");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->exit_code, 138);
+  EXPECT_EQ(p.status.last_failure->reason, "Error");
+  EXPECT_EQ(p.status.last_failure->message, waited.message);
+  // Ended only of the operator's own deletion: no failure of its own either.
+  auto deleted = Replica(1, 0, ReplicaPhase::kFailed, 143, "Error");
+  deleted.terminating = true;
+  deleted.finished_at = At(30);
+  PlanMemory ours;
+  RecordReplicaDeleted(&ours, deleted.name);
+  const Plan q = PlanWith(job, {waited, deleted}, At(31), ours);
+  ASSERT_TRUE(q.status.last_failure.has_value());
+  EXPECT_EQ(q.status.last_failure->rank, 1);
+  // The gang's first failure, quoted by a rank that timed out behind a live neighbour, names the
+  // rank that stopped answering (ring 0 -> 1 -> 2 -> 0: rank 1 hung, rank 2 saw it first).
+  auto three = Job(3);
+  three.status.phase = "Running";
+  auto behind = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  behind.message =
+      "DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: timed out after 10s waiting "
+      "for rank 2; first failure: DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: "
+      "timed out after 10s waiting for rank 1 (rank 2)";
+  behind.finished_at = At(30);
+  auto first = Replica(2, 0, ReplicaPhase::kFailed, 138, "Error");
+  first.message =
+      "DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: timed out after 10s waiting "
+      "for rank 1";
+  first.finished_at = At(30);
+  const Plan ring =
+      PlanWith(three, {behind, Replica(1, 0, ReplicaPhase::kRunning), first}, At(31), PlanMemory{});
+  ASSERT_TRUE(ring.status.last_failure.has_value());
+  EXPECT_EQ(ring.status.last_failure->rank, 1);
+  EXPECT_NE(Cond(ring.status, "Restarting")->message.find("rank 1 (job-a0-1) stopped answering"),
+            std::string::npos);
+}
+
+// The peer is named only where that is what the report says and the peer's replica bears it out.
+TEST(Planner, APeerIsNotNamedWhereItFailedOnItsOwnOrTheReportSaysOtherwise) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  auto blamed = [](const Plan& p) {
+    return p.status.last_failure ? p.status.last_failure->rank : -1;
+  };
+  // Rank 1 failed of its own (a crash), was deleted by someone else, or never ran.
+  auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
+  crashed.finished_at = At(30);
+  auto killed = Replica(1, 0, ReplicaPhase::kFailed, 143, "Error");
+  killed.terminating = true;
+  killed.finished_at = At(30);
+  for (const ObservedReplica& peer : {crashed, killed, Replica(1, 0, ReplicaPhase::kPending)}) {
+    EXPECT_EQ(blamed(PlanWith(job, {waited, peer}, At(31), PlanMemory{})), 0) << peer.exit_code;
+  }
+  // Other words: a rendezvous at the start, a ring's connect, several ranks, a rank past the
+  // gang, rank 0's own report.
+  for (const std::string message :
+       {"DEADLINE_EXCEEDED: rendezvous timed out after 300s waiting for rank 1 (world size 2)",
+        "DEADLINE_EXCEEDED: tcp communicator: timed out after 10s waiting for rank 1 to connect",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for ranks 1, 2",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for rank 7",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for rank 0",
+        "DEADLINE_EXCEEDED: all-reduce: timed out waiting for rank 1"}) {
+    auto other = waited;
+    other.message = message;
+    EXPECT_EQ(
+        blamed(PlanWith(job, {other, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{})),
+        0)
+        << message;
+  }
+  // A spec.command program's message is its own words, whatever it says.
+  auto own_program = job;
+  own_program.spec.command = {"python3", "train.py"};
+  EXPECT_EQ(
+      blamed(PlanWith(own_program, {waited, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), {})),
+      0);
+}
+
+// Recorded on the real cluster (s40, job f2): rank 0, which hosts the rendezvous store,
+// SIGSTOPped; rank 1's all-reduce timed out, the store answered nothing, its in-place recovery
+// could not reach the store and it exited 138. The operator waited its root-cause grace for
+// rank 0 to end, then said "rank 1 (f2-a1-1) failed with exit code 138", lastFailure.rank 1.
+// Rank 1's report names rank 0 as the peer it lost with the store: rank 0 is named.
+TEST(Planner, AStoreHostThatStoppedAnsweringIsNamed) {
+  auto job = InPlaceJob(2);
+  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "UNAVAILABLE: evaluation: all-reduce: lost peer rank 0 (the rendezvous store it hosts is "
+      "unreachable: rendezvous store f2-a1-0.f2.s40.svc:29500: recv: timed out); here: "
+      "all-reduce: timed out after 10s waiting for rank 0; in-place recovery failed: rendezvous "
+      "store f2-a1-0.f2.s40.svc:29500: handshake: recv: timed out";
+  waited.finished_at = At(30);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
+  const Plan grace = PlanWith(job, gang, At(31), PlanMemory{});
+  EXPECT_EQ(grace.status.attempt, 0) << "a lost peer: the root cause's own end is waited for";
+  const Plan p = PlanWith(job, gang, At(61), PlanMemory{});
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.in_place_recoveries, 0);
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 0);
+  EXPECT_EQ(p.status.last_failure->exit_code, 138);
+  EXPECT_EQ(p.status.last_failure->message, waited.message);
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("rank 0 (job-a0-0) stopped answering (reported by job-a0-1, which "
+                               "waited for it and exited with code 138, reason Error): "
+                               "UNAVAILABLE: evaluation: all-reduce: lost peer rank 0 (the "
+                               "rendezvous store it hosts is unreachable"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // A peer lost otherwise (its connection closed: it crashed) is not said to have stopped
+  // answering.
+  auto closed = waited;
+  closed.message =
+      "UNAVAILABLE: step 5: gradient all-reduce: all-reduce: lost peer rank 0 (connection "
+      "closed); in-place recovery failed: rendezvous timed out after 120s waiting for rank 0 "
+      "(world size 2)";
+  const Plan other = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), closed}, At(61), {});
+  ASSERT_TRUE(other.status.last_failure.has_value());
+  EXPECT_EQ(other.status.last_failure->rank, 0) << "named by the failed round, as before";
+  EXPECT_NE(Cond(other.status, "Restarting")->message.find("never rejoined"), std::string::npos);
+}
+
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
 // took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
 TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
