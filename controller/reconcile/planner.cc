@@ -1792,6 +1792,17 @@ void EndRankStalled(const PlanInput& in, Plan* plan) {
   }
 }
 
+// SAMPLES/S (status.progress.samplesPerSecond) is what the gang trains at: 0 unless the job is
+// Running (restarting, recovering a rank in place, pending, suspended, failed: no gang of it
+// trains), as while rank 0 says it does not train; the last rate read otherwise stayed through
+// a gang restart until the new rank 0 first answered. A succeeded job keeps rank 0's final
+// report.
+void NoRateWithoutTraining(Plan* plan) {
+  const std::string& phase = plan->status.phase;
+  if (phase == "Running" || phase == "Succeeded" || !plan->status.progress) return;
+  plan->status.progress->samples_per_second = 0;
+}
+
 }  // namespace
 
 Plan PlanReconcile(const PlanInput& in) {
@@ -1800,6 +1811,7 @@ Plan PlanReconcile(const PlanInput& in) {
   observed.replicas = WithVanished(in, &memory);
   Plan plan = Planner(observed).Run();
   EndRankStalled(in, &plan);
+  NoRateWithoutTraining(&plan);
   NoteCheckpointStorage(in, &plan);
   GateCreates(in, &plan);
   for (const Action& a : plan.actions) {

@@ -4037,5 +4037,53 @@ TEST_F(PlannerRecovering, EveryReadOfRankZeroEndsWhenTheJobLeavesRunning) {
   EXPECT_EQ(verdict->status, "True");
 }
 
+// Recorded on the real cluster (s40, jobs c0, e2, f2): SAMPLES/S kept the last rate read
+// (73070.4) through a whole gang restart, until the new rank 0 first answered. README: it reads
+// 0 while no gang of the job trains; a succeeded job keeps rank 0's final report.
+TEST(Planner, SamplesPerSecondReadsZeroWhileNoGangTrains) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{500, 1, 73070.4, 0.3, "2026-11-21T10:00:55Z"};
+  auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
+  crashed.finished_at = At(60);
+  const Plan restarting =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), crashed}, At(61), PlanMemory{});
+  ASSERT_EQ(restarting.status.phase, "Restarting");
+  ASSERT_TRUE(restarting.status.progress.has_value());
+  EXPECT_EQ(restarting.status.progress->samples_per_second, 0);
+  EXPECT_EQ(restarting.status.progress->step, 500) << "the last step seen stays";
+  // The old rank 0, still terminating, answers with the rate it trained at: no gang trains.
+  auto after = job;
+  after.status = restarting.status;
+  auto old = Replica(0, 0, ReplicaPhase::kRunning);
+  old.terminating = true;
+  ObservedProgress read = Training(520, 0);
+  read.samples_per_second = 73070.4;
+  read.state = "running";
+  const Plan still = PlanWithProgress(after, {old}, At(62), read);
+  ASSERT_EQ(still.status.phase, "Restarting");
+  EXPECT_EQ(still.status.progress->samples_per_second, 0);
+  // Failed: no gang trains again.
+  auto spent = job;
+  spent.spec.run_policy.backoff_limit = 0;
+  const Plan failed =
+      PlanWith(spent, {Replica(0, 0, ReplicaPhase::kRunning), crashed}, At(61), PlanMemory{});
+  ASSERT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(failed.status.progress->samples_per_second, 0);
+  // Running: the rate read. Succeeded: rank 0's final report.
+  const Plan running = PlanWithProgress(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(61),
+      read);
+  ASSERT_EQ(running.status.phase, "Running");
+  EXPECT_EQ(running.status.progress->samples_per_second, 73070.4);
+  auto done0 = Replica(0, 0, ReplicaPhase::kSucceeded);
+  done0.message = R"({"step":4690,"epoch":10,"samplesPerSecond":812.5,"loss":0.4})";
+  const Plan succeeded =
+      PlanWith(job, {done0, Replica(1, 0, ReplicaPhase::kSucceeded)}, At(61), PlanMemory{});
+  ASSERT_EQ(succeeded.status.phase, "Succeeded");
+  EXPECT_EQ(succeeded.status.progress->samples_per_second, 812.5);
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile
