@@ -48,6 +48,58 @@ std::optional<int> RecoveryWaitedFor(std::string_view message) {
   return std::stoi(std::string(round.substr(0, digits)));
 }
 
+// The digits of a rank at the start of `text` (at most 6), and what follows them; nullopt when
+// it does not start with one.
+std::optional<std::pair<int, std::string_view>> LeadingRank(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && digits < 6 &&
+         std::isdigit(static_cast<unsigned char>(text[digits]))) {
+    ++digits;
+  }
+  if (digits == 0) return std::nullopt;
+  return std::pair{std::stoi(std::string(text.substr(0, digits))), text.substr(digits)};
+}
+
+// The one peer a rank that failed on its own names as the rank that stopped answering it, in the
+// built-in runner's words (runner/comm/tcp/tcp_communicator.cc): a collective that timed out on
+// it ("all-reduce: timed out after 10s waiting for rank 1"), or the rendezvous store that rank 0
+// hosts gone silent with it ("lost peer rank 0 (the rendezvous store it hosts is unreachable:
+// ..."; its store answers nothing while rank 0 hangs). Read from the loss the report starts
+// with, before any failed in-place recovery's account (RecoveryWaitedFor reads that), and from
+// the gang's first failure when the report quotes one ("; first failure: <cause> (rank K)": a
+// rank that timed out behind a live neighbour names that neighbour, the first failure the rank
+// it waited for). Nothing for any other failure: a lost connection, a rendezvous at the start,
+// a wait for several ranks.
+std::optional<int> StoppedAnswering(std::string_view message) {
+  std::string_view loss = message.substr(0, message.find(contract::kRecoveryFailedMarker));
+  constexpr std::string_view kStoreLost =
+      ": lost peer rank 0 (the rendezvous store it hosts is unreachable: ";
+  if (loss.find(kStoreLost) != std::string_view::npos) return 0;
+  constexpr std::string_view kFirst = "; first failure: ";
+  if (const auto first = loss.find(kFirst); first != std::string_view::npos) {
+    loss.remove_prefix(first + kFirst.size());
+    // GangFailure::Describe: the cause, then " (rank K)".
+    if (const auto by = loss.rfind(" (rank "); by != std::string_view::npos) {
+      loss = loss.substr(0, by);
+    }
+  }
+  constexpr std::string_view kTimedOut = ": timed out after ";
+  constexpr std::string_view kWaiting = " waiting for rank ";
+  const auto at = loss.rfind(kTimedOut);
+  if (at == std::string_view::npos) return std::nullopt;
+  std::string_view rest = loss.substr(at + kTimedOut.size());
+  // The collective timeout as FormatDuration writes it ("10s", "1m30s"): one word.
+  const auto space = rest.find(' ');
+  if (space == 0 || space == std::string_view::npos) return std::nullopt;
+  rest.remove_prefix(space);
+  if (!rest.starts_with(kWaiting)) return std::nullopt;
+  const auto rank = LeadingRank(rest.substr(kWaiting.size()));
+  // The collective's words end with the rank; the rendezvous' go on (" (world size W)"), as a
+  // ring's connect does (" to connect").
+  if (!rank || !(rank->second.empty() || rank->second.starts_with(";"))) return std::nullopt;
+  return rank->first;
+}
+
 // A time the status stores (metav1.Time: to the second, truncated), read as the start of a wait:
 // what it records happened within that second, so a wait counted from its end is never early and
 // at most 1 s late. (Kubernetes' own controllers count from the truncated time they read back,
@@ -465,6 +517,10 @@ class Planner {
   bool HandleStall();
   void NoteRankStalled(std::optional<WallTime> deadline);
   void NoteRankRecovering();
+  // How long rank 0 waits for its gang to form again before it gives up recovering in place:
+  // what its running replica was started with (an edit of the spec restarts no replica for it),
+  // else what the spec says.
+  Duration RankZeroRecoveryTimeout() const;
   // The Stalled condition from this pass's successful read of rank 0's /status.
   void NoteProgressRead(std::optional<WallTime> deadline);
   // " since step N (its time)": the job's last step seen; "" when none was.
@@ -801,9 +857,23 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     }
   }
   // Only the built-in runner's words: a spec.command program's message is its own.
-  if (const auto waited = RecoveryWaitedFor(message); what.empty() && spec_.command.empty() &&
-                                                      waited && *waited != rank &&
-                                                      *waited < spec_.replicas) {
+  std::optional<int> waited;
+  std::optional<int> silent;
+  if (what.empty() && spec_.command.empty()) {
+    waited = RecoveryWaitedFor(message);
+    // A peer that stopped answering: named only while its own replica shows no failure of its
+    // own (it still runs, or ended only of the operator's deletion), with one rank per replica
+    // (the runner names world ranks).
+    if (!waited && spec_.gpus_per_replica <= 1) silent = StoppedAnswering(message);
+  }
+  const ObservedReplica* silent_peer = nullptr;
+  for (const auto* r : current) {
+    if (!silent || r->rank != *silent || r->rank == rank) continue;
+    const bool deleted_by_us = r->phase == ReplicaPhase::kFailed && r->terminating &&
+                               EndedOfADeletion(*r) && !DeletedByOthers(*r);
+    if (r->phase == ReplicaPhase::kRunning || deleted_by_us) silent_peer = r;
+  }
+  if (waited && *waited != rank && *waited < spec_.replicas) {
     // The rank that waited for a peer's return in vain reports the peer's loss: the peer is
     // named, as a "caused by" report names its rank (its pod may well still run: a hung one).
     std::string peer;
@@ -814,6 +884,15 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     // The exit code and reason are the reporter's (the peer may never have exited).
     what = "rank " + std::to_string(rank) + peer + " never rejoined the gang (reported by " +
            pick->name + ", which waited for it and exited";
+    if (pick->exit_code != 0) what += " with code " + std::to_string(pick->exit_code);
+    if (!pick->reason.empty()) what += ", reason " + pick->reason;
+    what += ")";
+  } else if (silent_peer != nullptr) {
+    // A hung peer (SIGSTOPped, a livelock) fails no collective of its own: the rank that timed
+    // out waiting for it reports it, and is no cause of its own.
+    rank = silent_peer->rank;
+    what = "rank " + std::to_string(rank) + " (" + silent_peer->name +
+           ") stopped answering (reported by " + pick->name + ", which waited for it and exited";
     if (pick->exit_code != 0) what += " with code " + std::to_string(pick->exit_code);
     if (!pick->reason.empty()) what += ", reason " + pick->reason;
     what += ")";
@@ -1147,6 +1226,16 @@ void Planner::NoteRankStalled(std::optional<WallTime> deadline) {
 // kUnseenLossGrace of age and kLossReportGrace of the operator's reads first: a pod's end
 // reaches the operator a moment after its peers notice it, and they may notice it long after
 // their last step (a slow step, a checkpoint, an evaluation).
+Duration Planner::RankZeroRecoveryTimeout() const {
+  for (const auto& r : in_.replicas) {
+    if (r.rank == 0 && r.attempt == plan_.status.attempt && r.phase == ReplicaPhase::kRunning &&
+        !r.terminating && r.recovery_timeout) {
+      return *r.recovery_timeout;
+    }
+  }
+  return api::RecoveryTimeoutFor(spec_);
+}
+
 void Planner::NoteRankRecovering() {
   const ObservedProgress& p = *in_.progress;
   std::string msg = "rank 0 recovers a lost peer in place";
@@ -1157,7 +1246,7 @@ void Planner::NoteRankRecovering() {
     msg += " (" + p.recovery_cause.substr(0, cut) + (cut < p.recovery_cause.size() ? "...)" : ")");
   }
   msg += ": no completed step" + SinceLastStep();
-  if (const Duration wait = api::RecoveryTimeoutFor(spec_); wait > Duration::zero()) {
+  if (const Duration wait = RankZeroRecoveryTimeout(); wait > Duration::zero()) {
     msg += "; it waits up to " +
            std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) +
            "s for the gang to form again, else " +
@@ -1708,6 +1797,17 @@ void EndRankStalled(const PlanInput& in, Plan* plan) {
   }
 }
 
+// SAMPLES/S (status.progress.samplesPerSecond) is what the gang trains at: 0 unless the job is
+// Running (restarting, recovering a rank in place, pending, suspended, failed: no gang of it
+// trains), as while rank 0 says it does not train; the last rate read otherwise stayed through
+// a gang restart until the new rank 0 first answered. A succeeded job keeps rank 0's final
+// report.
+void NoRateWithoutTraining(Plan* plan) {
+  const std::string& phase = plan->status.phase;
+  if (phase == "Running" || phase == "Succeeded" || !plan->status.progress) return;
+  plan->status.progress->samples_per_second = 0;
+}
+
 }  // namespace
 
 Plan PlanReconcile(const PlanInput& in) {
@@ -1716,6 +1816,7 @@ Plan PlanReconcile(const PlanInput& in) {
   observed.replicas = WithVanished(in, &memory);
   Plan plan = Planner(observed).Run();
   EndRankStalled(in, &plan);
+  NoRateWithoutTraining(&plan);
   NoteCheckpointStorage(in, &plan);
   GateCreates(in, &plan);
   for (const Action& a : plan.actions) {

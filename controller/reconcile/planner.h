@@ -67,6 +67,12 @@ struct ObservedReplica {
   // carries no stamp, and its runner's image ("" when unknown).
   std::string options_hash;
   std::string image;
+  // How long its runner waits for a lost peer's return before it gives up recovering in place
+  // (RINGTRAIN_RECOVERY_TIMEOUT_SECONDS as the replica was started with it: the pod's own plain
+  // value); nullopt when the replica does not say (no such entry, a reference, an executor that
+  // does not observe it): the spec's (api::RecoveryTimeoutFor) is taken. An edit of the value
+  // restarts no replica, so a running one may wait otherwise than the spec now says.
+  std::optional<Duration> recovery_timeout;
 };
 
 // One attempt to read rank 0's /status. reachable=false: it was asked and did not answer (or

@@ -322,6 +322,22 @@ const Json* RunnerTerminated(const Json& status) {
   return t != state->end() && t->is_object() ? &*t : nullptr;
 }
 
+// RINGTRAIN_RECOVERY_TIMEOUT_SECONDS as a container's env gives it to its process: the last
+// entry of that name (the one that wins), when it holds a plain value the runner takes ("" is
+// unset: the runner's default, none); nullopt without an entry, or with a reference (valueFrom)
+// or a value the runner refuses to start with.
+std::optional<Duration> EnvRecoveryTimeout(const Json& container) {
+  const Json env = ListAt(container, "env");
+  const Json* last = nullptr;
+  for (const auto& e : env) {
+    if (e.is_object() && StringAt(e, "name") == contract::kEnvRecoveryTimeout) last = &e;
+  }
+  if (last == nullptr || last->contains("valueFrom")) return std::nullopt;
+  const std::string value = StringAt(*last, "value");
+  if (value.empty()) return Duration::zero();
+  return api::ParseRecoveryTimeout(value);
+}
+
 // Whether a container other than the runner still runs (or waits to run again): a sidecar of
 // containerStatuses, or a native sidecar (an init container with restartPolicy Always). A pod
 // whose only container has ended reads Running for about a second more, until the kubelet
@@ -756,6 +772,7 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   for (const auto& c : containers) {
     if (StringAt(c, "name") == kContainerName || containers.size() == 1) {
       r.image = StringAt(c, "image");
+      r.recovery_timeout = EnvRecoveryTimeout(c);
     }
   }
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
@@ -837,13 +854,23 @@ Json TrimPodForCache(const Json& pod) {
       if (!claims.empty()) spec["volumes"] = claims;
     }
     // Each container's image: a pod without the options stamp (an older operator's) is told
-    // built differently by its runner image.
+    // built differently by its runner image; and its recovery timeout, which an edit of the
+    // spec does not change in a running pod.
     if (auto cs = sp->find("containers"); cs != sp->end() && cs->is_array()) {
       Json& list = spec["containers"] = Json::array();
       for (const auto& c : *cs) {
         Json kept = Json::object();
         for (const char* k : {"name", "image"}) {
           if (c.is_object() && c.contains(k) && c[k].is_string()) kept[k] = c[k];
+        }
+        if (c.is_object() && c.contains("env") && c["env"].is_array()) {
+          Json env = Json::array();
+          for (const auto& e : c["env"]) {
+            if (e.is_object() && StringAt(e, "name") == contract::kEnvRecoveryTimeout) {
+              env.push_back(e);
+            }
+          }
+          if (!env.empty()) kept["env"] = std::move(env);
         }
         list.push_back(std::move(kept));
       }

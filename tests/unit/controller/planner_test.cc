@@ -2736,6 +2736,155 @@ TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
   EXPECT_EQ(in_place.status.attempt, 0);
 }
 
+// Recorded on the real cluster (s40, job c0b: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS 0, no in-place
+// recovery): rank 1 SIGSTOPped, its pod Running; rank 0's all-reduce timed out waiting for it
+// and rank 0 exited 138. The operator said "rank 0 (c0b-a0-0) failed with exit code 138" and
+// lastFailure.rank 0: the healthy rank blamed. The rank it waited for is named, as long as its
+// own replica shows no failure of its own.
+TEST(Planner, ACollectiveThatTimedOutOnAHungPeerNamesThePeer) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  const ObservedReplica hung = Replica(1, 0, ReplicaPhase::kRunning);
+  const Plan p = PlanWith(job, {waited, hung}, At(31), PlanMemory{});
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 1) << "a hang is a loss, counted";
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->message,
+            "rank 1 (job-a0-1) stopped answering (reported by job-a0-0, which waited for it and "
+            "exited with code 138, reason Error): DEADLINE_EXCEEDED: step 2346: gradient "
+            "all-reduce: all-reduce: timed out after 10s waiting for rank 1");
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+  EXPECT_EQ(p.status.last_failure->exit_code, 138);
+  EXPECT_EQ(p.status.last_failure->reason, "Error");
+  EXPECT_EQ(p.status.last_failure->message, waited.message);
+  // Ended only of the operator's own deletion: no failure of its own either.
+  auto deleted = Replica(1, 0, ReplicaPhase::kFailed, 143, "Error");
+  deleted.terminating = true;
+  deleted.finished_at = At(30);
+  PlanMemory ours;
+  RecordReplicaDeleted(&ours, deleted.name);
+  const Plan q = PlanWith(job, {waited, deleted}, At(31), ours);
+  ASSERT_TRUE(q.status.last_failure.has_value());
+  EXPECT_EQ(q.status.last_failure->rank, 1);
+  // The gang's first failure, quoted by a rank that timed out behind a live neighbour, names the
+  // rank that stopped answering (ring 0 -> 1 -> 2 -> 0: rank 1 hung, rank 2 saw it first).
+  auto three = Job(3);
+  three.status.phase = "Running";
+  auto behind = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  behind.message =
+      "DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: timed out after 10s waiting "
+      "for rank 2; first failure: DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: "
+      "timed out after 10s waiting for rank 1 (rank 2)";
+  behind.finished_at = At(30);
+  auto first = Replica(2, 0, ReplicaPhase::kFailed, 138, "Error");
+  first.message =
+      "DEADLINE_EXCEEDED: step 9: gradient all-reduce: all-reduce: timed out after 10s waiting "
+      "for rank 1";
+  first.finished_at = At(30);
+  const Plan ring =
+      PlanWith(three, {behind, Replica(1, 0, ReplicaPhase::kRunning), first}, At(31), PlanMemory{});
+  ASSERT_TRUE(ring.status.last_failure.has_value());
+  EXPECT_EQ(ring.status.last_failure->rank, 1);
+  EXPECT_NE(Cond(ring.status, "Restarting")->message.find("rank 1 (job-a0-1) stopped answering"),
+            std::string::npos);
+}
+
+// The peer is named only where that is what the report says and the peer's replica bears it out.
+TEST(Planner, APeerIsNotNamedWhereItFailedOnItsOwnOrTheReportSaysOtherwise) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  auto blamed = [](const Plan& p) {
+    return p.status.last_failure ? p.status.last_failure->rank : -1;
+  };
+  // Rank 1 failed of its own (a crash), was deleted by someone else, or never ran.
+  auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
+  crashed.finished_at = At(30);
+  auto killed = Replica(1, 0, ReplicaPhase::kFailed, 143, "Error");
+  killed.terminating = true;
+  killed.finished_at = At(30);
+  for (const ObservedReplica& peer : {crashed, killed, Replica(1, 0, ReplicaPhase::kPending)}) {
+    EXPECT_EQ(blamed(PlanWith(job, {waited, peer}, At(31), PlanMemory{})), 0) << peer.exit_code;
+  }
+  // Other words: a rendezvous at the start, a ring's connect, several ranks, a rank past the
+  // gang, rank 0's own report.
+  for (const std::string message :
+       {"DEADLINE_EXCEEDED: rendezvous timed out after 300s waiting for rank 1 (world size 2)",
+        "DEADLINE_EXCEEDED: tcp communicator: timed out after 10s waiting for rank 1 to connect",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for ranks 1, 2",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for rank 7",
+        "DEADLINE_EXCEEDED: all-reduce: timed out after 10s waiting for rank 0",
+        "DEADLINE_EXCEEDED: all-reduce: timed out waiting for rank 1"}) {
+    auto other = waited;
+    other.message = message;
+    EXPECT_EQ(
+        blamed(PlanWith(job, {other, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{})),
+        0)
+        << message;
+  }
+  // A spec.command program's message is its own words, whatever it says.
+  auto own_program = job;
+  own_program.spec.command = {"python3", "train.py"};
+  EXPECT_EQ(
+      blamed(PlanWith(own_program, {waited, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), {})),
+      0);
+}
+
+// Recorded on the real cluster (s40, job f2): rank 0, which hosts the rendezvous store,
+// SIGSTOPped; rank 1's all-reduce timed out, the store answered nothing, its in-place recovery
+// could not reach the store and it exited 138. The operator waited its root-cause grace for
+// rank 0 to end, then said "rank 1 (f2-a1-1) failed with exit code 138", lastFailure.rank 1.
+// Rank 1's report names rank 0 as the peer it lost with the store: rank 0 is named.
+TEST(Planner, AStoreHostThatStoppedAnsweringIsNamed) {
+  auto job = InPlaceJob(2);
+  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "UNAVAILABLE: evaluation: all-reduce: lost peer rank 0 (the rendezvous store it hosts is "
+      "unreachable: rendezvous store f2-a1-0.f2.s40.svc:29500: recv: timed out); here: "
+      "all-reduce: timed out after 10s waiting for rank 0; in-place recovery failed: rendezvous "
+      "store f2-a1-0.f2.s40.svc:29500: handshake: recv: timed out";
+  waited.finished_at = At(30);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
+  const Plan grace = PlanWith(job, gang, At(31), PlanMemory{});
+  EXPECT_EQ(grace.status.attempt, 0) << "a lost peer: the root cause's own end is waited for";
+  const Plan p = PlanWith(job, gang, At(61), PlanMemory{});
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.in_place_recoveries, 0);
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 0);
+  EXPECT_EQ(p.status.last_failure->exit_code, 138);
+  EXPECT_EQ(p.status.last_failure->message, waited.message);
+  EXPECT_NE(Cond(p.status, "Restarting")
+                ->message.find("rank 0 (job-a0-0) stopped answering (reported by job-a0-1, which "
+                               "waited for it and exited with code 138, reason Error): "
+                               "UNAVAILABLE: evaluation: all-reduce: lost peer rank 0 (the "
+                               "rendezvous store it hosts is unreachable"),
+            std::string::npos)
+      << Cond(p.status, "Restarting")->message;
+  // A peer lost otherwise (its connection closed: it crashed) is not said to have stopped
+  // answering.
+  auto closed = waited;
+  closed.message =
+      "UNAVAILABLE: step 5: gradient all-reduce: all-reduce: lost peer rank 0 (connection "
+      "closed); in-place recovery failed: rendezvous timed out after 120s waiting for rank 0 "
+      "(world size 2)";
+  const Plan other = PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), closed}, At(61), {});
+  ASSERT_TRUE(other.status.last_failure.has_value());
+  EXPECT_EQ(other.status.last_failure->rank, 0) << "named by the failed round, as before";
+  EXPECT_NE(Cond(other.status, "Restarting")->message.find("never rejoined"), std::string::npos);
+}
+
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
 // took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
 TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
@@ -3807,6 +3956,29 @@ TEST_F(PlannerRecovering, TheWaitSaysWhatComesAfterIt) {
             "job fails (backoffLimit 2 spent)");
 }
 
+// Recorded on the real cluster (s40, job e2): RINGTRAIN_RECOVERY_TIMEOUT_SECONDS edited from 20
+// to 60 in the running job's template (an edit that restarts no pod: the pods keep 20). The next
+// outage said "it waits up to 60s" from the spec while rank 0 gave up after 20 s and the job
+// failed 15 s after the event. The wait said is the one rank 0's running replica was started
+// with; the spec's only when the replica does not say (an executor that does not observe it).
+TEST_F(PlannerRecovering, TheWaitIsTheOneRankZerosReplicaRunsWith) {
+  job_.spec.pod_template_json =
+      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"60"}]}]}})";
+  ASSERT_EQ(api::RecoveryTimeoutFor(job_.spec), std::chrono::seconds(60));
+  gang_[0].recovery_timeout = std::chrono::seconds(20);
+  gang_[1].recovery_timeout = std::chrono::seconds(60);  // a replacement built since the edit
+  Pass(61);
+  const Plan plan = Pass(66);
+  ASSERT_EQ(Said(plan), 1);
+  const std::string& m = FindEvent(plan, "RankRecovering")->message;
+  EXPECT_NE(m.find("; it waits up to 20s for the gang to form again"), std::string::npos) << m;
+  EXPECT_EQ(Cond(plan.status, "Stalled")->message, m);
+  // A replica that does not say: the spec's.
+  gang_[0].recovery_timeout.reset();
+  EXPECT_NE(Cond(Pass(67).status, "Stalled")->message.find("it waits up to 60s"),
+            std::string::npos);
+}
+
 // A cause too long for an Event keeps the wait after it: the cause is cut (between characters).
 TEST_F(PlannerRecovering, ALongCauseIsCutAndTheWaitKept) {
   read_.recovery_cause = "x" + std::string(700, 'y');
@@ -3894,6 +4066,54 @@ TEST_F(PlannerRecovering, EveryReadOfRankZeroEndsWhenTheJobLeavesRunning) {
   ASSERT_NE(verdict, nullptr);
   EXPECT_EQ(verdict->reason, "ProgressDeadlineExceeded");
   EXPECT_EQ(verdict->status, "True");
+}
+
+// Recorded on the real cluster (s40, jobs c0, e2, f2): SAMPLES/S kept the last rate read
+// (73070.4) through a whole gang restart, until the new rank 0 first answered. README: it reads
+// 0 while no gang of the job trains; a succeeded job keeps rank 0's final report.
+TEST(Planner, SamplesPerSecondReadsZeroWhileNoGangTrains) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-21T10:00:00Z"});
+  job.status.progress = api::Progress{500, 1, 73070.4, 0.3, "2026-11-21T10:00:55Z"};
+  auto crashed = Replica(1, 0, ReplicaPhase::kFailed, 139, "Error");
+  crashed.finished_at = At(60);
+  const Plan restarting =
+      PlanWith(job, {Replica(0, 0, ReplicaPhase::kRunning), crashed}, At(61), PlanMemory{});
+  ASSERT_EQ(restarting.status.phase, "Restarting");
+  ASSERT_TRUE(restarting.status.progress.has_value());
+  EXPECT_EQ(restarting.status.progress->samples_per_second, 0);
+  EXPECT_EQ(restarting.status.progress->step, 500) << "the last step seen stays";
+  // The old rank 0, still terminating, answers with the rate it trained at: no gang trains.
+  auto after = job;
+  after.status = restarting.status;
+  auto old = Replica(0, 0, ReplicaPhase::kRunning);
+  old.terminating = true;
+  ObservedProgress read = Training(520, 0);
+  read.samples_per_second = 73070.4;
+  read.state = "running";
+  const Plan still = PlanWithProgress(after, {old}, At(62), read);
+  ASSERT_EQ(still.status.phase, "Restarting");
+  EXPECT_EQ(still.status.progress->samples_per_second, 0);
+  // Failed: no gang trains again.
+  auto spent = job;
+  spent.spec.run_policy.backoff_limit = 0;
+  const Plan failed =
+      PlanWith(spent, {Replica(0, 0, ReplicaPhase::kRunning), crashed}, At(61), PlanMemory{});
+  ASSERT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(failed.status.progress->samples_per_second, 0);
+  // Running: the rate read. Succeeded: rank 0's final report.
+  const Plan running = PlanWithProgress(
+      job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, At(61),
+      read);
+  ASSERT_EQ(running.status.phase, "Running");
+  EXPECT_EQ(running.status.progress->samples_per_second, 73070.4);
+  auto done0 = Replica(0, 0, ReplicaPhase::kSucceeded);
+  done0.message = R"({"step":4690,"epoch":10,"samplesPerSecond":812.5,"loss":0.4})";
+  const Plan succeeded =
+      PlanWith(job, {done0, Replica(1, 0, ReplicaPhase::kSucceeded)}, At(61), PlanMemory{});
+  ASSERT_EQ(succeeded.status.phase, "Succeeded");
+  EXPECT_EQ(succeeded.status.progress->samples_per_second, 812.5);
 }
 
 }  // namespace

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/time_format.h"
+#include "controller/reconcile/observe_status.h"
 #include "controller/reconcile/planner.h"
 
 namespace ringtrain::op {
@@ -751,10 +753,15 @@ TEST(PodBuilderTest, ATrimmedPodReadsAsTheWholePod) {
     EXPECT_EQ(trimmed.gated, whole.gated);
     EXPECT_EQ(trimmed.phase, reconcile::ReplicaPhase::kRunning);
   }
-  // Only the containers' names and images are kept of their specs.
+  // Only the containers' names and images are kept of their specs, and the recovery wait of
+  // their env.
   const Json kept = TrimPodForCache(pod)["spec"]["containers"];
   ASSERT_EQ(kept.size(), 2u);
-  EXPECT_EQ(kept[0], (Json{{"name", "runner"}, {"image", "example.com/runner:1"}}));
+  EXPECT_EQ(kept[0],
+            (Json{{"name", "runner"},
+                  {"image", "example.com/runner:1"},
+                  {"env", {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", "120"}}}}}));
+  EXPECT_EQ(kept[1], (Json{{"name", "sidecar"}, {"image", "example.com/proxy:1"}}));
 }
 
 // Recorded by the last review: after an upgrade to a new default runner image, a lost rank was
@@ -839,6 +846,79 @@ TEST(PodBuilderTest, TheTemplatesRecoveryTimeoutReachesThePod) {
       R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"120"}]}]}})";
   EXPECT_EQ(BuildPod(older, 0, 1, PodOptions{})["metadata"]["annotations"][kSpecHashAnnotation],
             pod["metadata"]["annotations"][kSpecHashAnnotation]);
+}
+
+// Recorded on the real cluster (s40, job e2): the template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS
+// edited from 20 to 60 on a running job restarts no pod (the hash ignores the value), so the
+// pods wait 20 s; the operator said "it waits up to 60s" from the spec, and the job failed 15 s
+// after it said so. The wait is read from the pod, through the operator's trimmed index too.
+TEST(PodBuilderTest, TheRecoveryWaitSaidIsTheRunningPodsNotTheEditedSpecs) {
+  auto with_wait = [](const std::string& seconds) {
+    api::TrainingJob job = ParseJob(
+        "e2", "default",
+        {{"replicas", 2},
+         {"runPolicy", {{"recovery", "InPlace"}}},
+         {"template",
+          {{"spec",
+            {{"containers",
+              {{{"name", "runner"},
+                {"env",
+                 {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", seconds}}}}}}}}}}}});
+    job.status.phase = "Running";
+    job.status.conditions.push_back({"Running", "True", "Running", "", "2026-11-28T17:37:00Z"});
+    job.status.progress = api::Progress{63784, 3, 50000, 0.3, "2026-11-28T17:38:31Z"};
+    return job;
+  };
+  const api::TrainingJob built = with_wait("20");
+  api::TrainingJob edited = with_wait("60");
+  edited.metadata.generation = 2;
+  std::vector<reconcile::ObservedReplica> replicas;
+  for (int rank = 0; rank < 2; ++rank) {
+    Json pod = BuildPod(built, 0, rank, PodOptions{});
+    EXPECT_EQ(
+        pod["metadata"]["annotations"][kSpecHashAnnotation],
+        BuildPod(edited, 0, rank, PodOptions{})["metadata"]["annotations"][kSpecHashAnnotation])
+        << "the edit restarts nothing";
+    pod["status"] = {{"phase", "Running"}};
+    const reconcile::ObservedReplica observed = ObserveReplica(TrimPodForCache(pod));
+    ASSERT_TRUE(observed.recovery_timeout.has_value());
+    EXPECT_EQ(*observed.recovery_timeout, std::chrono::seconds(20));
+    replicas.push_back(observed);
+  }
+  contract::RunnerStatus read;
+  read.state = "recovering";
+  read.step = 63784;
+  read.start_step = 0;
+  read.recovery_cause =
+      "step 63839: gradient all-reduce: all-reduce: timed out after 10s waiting for rank 1";
+  read.recovering_seconds = 15;
+  reconcile::PlanInput in;
+  in.job = &edited;
+  in.replicas = replicas;
+  in.now = *ParseRfc3339("2026-11-28T17:38:46Z");
+  in.progress = reconcile::ObserveRunnerStatus(read);
+  const reconcile::Plan plan = reconcile::PlanReconcile(in);
+  const api::Condition* stalled = nullptr;
+  for (const auto& c : plan.status.conditions) {
+    if (c.type == "Stalled") stalled = &c;
+  }
+  ASSERT_NE(stalled, nullptr);
+  EXPECT_NE(stalled->message.find("it waits up to 20s for the gang to form again"),
+            std::string::npos)
+      << stalled->message;
+  // What a pod's env says, as the runner reads it: a reference is not resolved (the spec's is
+  // taken), "" is unset (none).
+  Json pod = BuildPod(built, 0, 0, PodOptions{});
+  Json& env = pod["spec"]["containers"][0]["env"];
+  for (auto& e : env) {
+    if (e["name"] == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") {
+      e = {{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"},
+           {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}};
+    }
+  }
+  EXPECT_FALSE(ObserveReplica(pod).recovery_timeout.has_value());
+  env.push_back({{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", ""}});
+  EXPECT_EQ(ObserveReplica(pod).recovery_timeout, Duration::zero());
 }
 
 }  // namespace
