@@ -208,8 +208,10 @@ int Run(const std::vector<std::string>& args) {
   // input takes the dataset's).
   if (job->spec.command.empty()) {
     // The ranks read the dataset on this machine: a path that is not here is refused now.
-    auto summary =
-        executors::CheckModelLocally(&job->spec.train, executors::DatasetLocation::kThisMachine);
+    auto summary = executors::CheckModelLocally(
+        &job->spec.train, container->working_dir.empty()
+                              ? executors::DatasetLocation::kThisMachine
+                              : executors::DatasetLocation::kThisMachineElsewhereDir);
     if (!summary.ok()) {
       std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(), summary.status().message().c_str());
       return 1;

@@ -42,15 +42,24 @@ std::string DatasetField(const api::TrainSpec& t, const char* key) {
   return t.dataset_spec ? std::string(kDataset) + "." + key : std::string(kDataset);
 }
 
-// One path the spec names: there and of the right kind, or (`must_exist`) refused when missing;
-// a path that is missing otherwise is left to the caller's fallback.
+// One path the spec names: there and of the right kind, or, where the ranks read it on this
+// machine, refused when missing; a path missing otherwise is left to the caller's fallback. Not
+// judged where this process does not see what the ranks will open: a $(VAR) is expanded in
+// the ranks' arguments from the container's env, and a relative path under another workingDir
+// is opened there.
+bool SeesWhatRanksOpen(const std::string& path, DatasetLocation where) {
+  if (path.empty() || path.find("$(") != std::string::npos) return false;
+  return where != DatasetLocation::kThisMachineElsewhereDir ||
+         std::filesystem::path(path).is_absolute();
+}
+
 Status CheckDatasetPath(const std::string& field, const std::string& path, bool directory,
-                        bool must_exist) {
-  if (path.empty()) return Status::Ok();
+                        DatasetLocation where) {
+  if (!SeesWhatRanksOpen(path, where)) return Status::Ok();
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
   if (!std::filesystem::exists(st)) {
-    if (!must_exist) return Status::Ok();
+    if (where == DatasetLocation::kMaybeElsewhere) return Status::Ok();
     return FailedPrecondition(field + ": " + path +
                               ": no such file or directory (`ringtrain run` starts the ranks on "
                               "this machine, and they read the dataset here)");
@@ -70,14 +79,16 @@ Status CheckDatasetPath(const std::string& field, const std::string& path, bool 
 // fields that name them.
 Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
                          DatasetLocation where) {
-  const bool must = where == DatasetLocation::kThisMachine;
   const bool test_files = spec.test_fraction == 0;
   switch (spec.format) {
     case data::DatasetFormat::kIdx: {
       const std::string field = DatasetField(t, "train");
-      RETURN_IF_ERROR(CheckDatasetPath(field, spec.train, /*directory=*/true, must));
+      RETURN_IF_ERROR(CheckDatasetPath(field, spec.train, /*directory=*/true, where));
       std::error_code ec;
-      if (!must || !std::filesystem::is_directory(spec.train, ec)) return Status::Ok();
+      if (where == DatasetLocation::kMaybeElsewhere || !SeesWhatRanksOpen(spec.train, where) ||
+          !std::filesystem::is_directory(spec.train, ec)) {
+        return Status::Ok();
+      }
       for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
         const std::string base = spec.train + "/" + name;
@@ -89,18 +100,18 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
       return Status::Ok();
     }
     case data::DatasetFormat::kCsv:
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "train"), spec.train, false, must));
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "train"), spec.train, false, where));
       RETURN_IF_ERROR(
-          CheckDatasetPath(DatasetField(t, "trainLabels"), spec.train_labels, false, must));
+          CheckDatasetPath(DatasetField(t, "trainLabels"), spec.train_labels, false, where));
       if (!test_files) return Status::Ok();
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "test"), spec.test, false, must));
-      return CheckDatasetPath(DatasetField(t, "testLabels"), spec.test_labels, false, must);
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "test"), spec.test, false, where));
+      return CheckDatasetPath(DatasetField(t, "testLabels"), spec.test_labels, false, where);
     case data::DatasetFormat::kNpy:
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainX"), spec.train_x, false, must));
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainY"), spec.train_y, false, must));
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainX"), spec.train_x, false, where));
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainY"), spec.train_y, false, where));
       if (!test_files) return Status::Ok();
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "testX"), spec.test_x, false, must));
-      return CheckDatasetPath(DatasetField(t, "testY"), spec.test_y, false, must);
+      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "testX"), spec.test_x, false, where));
+      return CheckDatasetPath(DatasetField(t, "testY"), spec.test_y, false, where);
   }
   return Status::Ok();
 }

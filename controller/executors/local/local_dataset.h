@@ -25,9 +25,14 @@ enum class DatasetLocation {
   // Maybe elsewhere (`ringtrain validate`: the job may run on a cluster, its data inside the
   // image or on a volume): files not on this machine fall back to what the spec declares.
   kMaybeElsewhere,
-  // On this machine (`ringtrain run`): a file or directory the spec names that is not here is
-  // refused, naming the field and the path, before any rank starts.
+  // On this machine (`ringtrain run`), in this process's working directory: a file or
+  // directory the spec names that is not here is refused, naming the field and the path, before
+  // any rank starts. A path with a $(VAR) reference (the ranks' arguments expand it from the
+  // container's env) is not judged.
   kThisMachine,
+  // On this machine, in another working directory (spec.template's workingDir): as kThisMachine
+  // for an absolute path; a relative one is the ranks' to open there, not judged here.
+  kThisMachineElsewhereDir,
 };
 
 // Reads what the files give (a corrupt file is an error naming it); files that are not on this

@@ -192,6 +192,37 @@ TEST_F(LocalDatasetTest, UnderRunAMissingPathIsRefusedNamingTheField) {
       << summary.status().message();
 }
 
+// Paths this process does not see as the ranks will open them were refused as missing, and jobs
+// that ran before failed to start (found by a reviewing helper): a $(VAR) the ranks' arguments
+// expand from the container's env, and a relative path under spec.template's workingDir. Not
+// judged; an absolute path under another workingDir still is.
+TEST_F(LocalDatasetTest, UnderRunAPathTheRanksResolveElsewhereIsNotJudgedHere) {
+  const std::string csv = Csv();
+  const std::string name = std::filesystem::path(csv).filename().string();
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: \"$(DATA)/" +
+          name + "\", testFraction: 0.2, label: target, inputShape: [4], classes: 3}\n");
+  auto summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachine);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: data/" +
+          name + ", testFraction: 0.2, label: target, inputShape: [4], classes: 3}\n");
+  summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachineElsewhereDir);
+  EXPECT_TRUE(summary.ok()) << summary.status().ToString();
+  // The same relative path from this process's own directory is judged.
+  summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachine);
+  EXPECT_FALSE(summary.ok());
+  job = Job("    model: mlp\n    dataset: /nonexistent-ringtrain-data\n");
+  summary = CheckModelLocally(&job.spec.train, DatasetLocation::kThisMachineElsewhereDir);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message().rfind(
+                "spec.train.dataset: /nonexistent-ringtrain-data: no such file or directory", 0),
+            0u)
+      << summary.status().message();
+}
+
 // A path of the wrong kind (a directory as a CSV file) names its field, under validate too.
 TEST_F(LocalDatasetTest, APathOfTheWrongKindIsRefusedNamingTheField) {
   api::TrainingJob job =
