@@ -863,8 +863,13 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     waited = RecoveryWaitedFor(message);
     // A peer that stopped answering: named only while its own replica shows no failure of its
     // own (it still runs, or ended only of the operator's deletion), with one rank per replica
-    // (the runner names world ranks).
-    if (!waited && spec_.gpus_per_replica <= 1) silent = StoppedAnswering(message);
+    // (the runner names world ranks), and only from the reporter's own termination message: a
+    // SIGKILLed (137) rank wrote none, and its log tail (several lines) may tell of an earlier
+    // outage long recovered from.
+    const std::string_view line =
+        std::string_view(message).substr(0, message.find_last_not_of("\n ") + 1);
+    const bool own_words = pick->exit_code != 128 + 9 && line.find('\n') == std::string::npos;
+    if (!waited && own_words && spec_.gpus_per_replica <= 1) silent = StoppedAnswering(line);
   }
   const ObservedReplica* silent_peer = nullptr;
   for (const auto* r : current) {

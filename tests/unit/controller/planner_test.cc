@@ -4116,5 +4116,39 @@ TEST(Planner, SamplesPerSecondReadsZeroWhileNoGangTrains) {
   EXPECT_EQ(succeeded.status.progress->samples_per_second, 812.5);
 }
 
+// A SIGKILLed rank writes no termination message: its message is the tail of its log
+// (FallbackToLogsOnError), which may hold an earlier, recovered outage's "timed out ... waiting
+// for rank 1". Rank 0 OOM-killed later named the healthy rank 1 as the one that stopped
+// answering (found by a reviewing helper). Only a reporter's own termination message names a
+// silent peer.
+TEST(Planner, ASigkilledRanksLogTailNamesNoSilentPeer) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto oom = Replica(0, 0, ReplicaPhase::kFailed, 137, "OOMKilled");
+  oom.message =
+      "[2026-11-28 10:00:00.000] [warning] lost a peer in round 0: step 12: gradient all-reduce: "
+      "all-reduce: timed out after 10s waiting for rank 1; keeping this rank's state and waiting "
+      "up to 2m for the gang to form again (the lost rank's replacement, or the rank itself if it "
+      "lives)\n[2026-11-28 10:00:30.000] [info] round 1: gang formed again\n"
+      "[2026-11-28 10:01:00.000] [info] step 400 loss 0.3\n";
+  oom.finished_at = At(30);
+  const Plan p = PlanWith(job, {oom, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{});
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 0);
+  EXPECT_EQ(p.status.last_failure->message.find("stopped answering"), std::string::npos)
+      << p.status.last_failure->message;
+  // The runner's own termination message, one line with the newline the file ends with (as a
+  // kubelet reports it), still names the peer.
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1\n";
+  waited.finished_at = At(30);
+  const Plan q =
+      PlanWith(job, {waited, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{});
+  ASSERT_TRUE(q.status.last_failure.has_value());
+  EXPECT_EQ(q.status.last_failure->rank, 1) << q.status.last_failure->message;
+}
+
 }  // namespace
 }  // namespace ringtrain::reconcile
