@@ -136,6 +136,22 @@ int ExitCodeFromWaitStatus(int wait_status) {
   return 1;  // stopped or continued: not an end, and never asked for (no WUNTRACED)
 }
 
+namespace {
+
+// `fd` moved to 3 or above (close-on-exec), so that the child's dup2 onto 0, 1 and 2 never
+// meets it there: a parent started with stdin (or stdout) closed gets such a low number from
+// open, and the child's stdin would overwrite its log. -1 (errno set) on failure.
+int AboveStdio(int fd) {
+  if (fd < 0 || fd > STDERR_FILENO) return fd;
+  const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return moved;
+}
+
+}  // namespace
+
 StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
                                            const std::map<std::string, std::string>& env,
                                            const SpawnOptions& options) {
@@ -156,13 +172,14 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
   const std::string& working_dir = options.working_dir;
   int log_fd = -1;
   if (!options.log_path.empty()) {
-    log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    log_fd = AboveStdio(
+        ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + options.log_path, errno);
   }
   const bool new_group = options.new_process_group;
   int null_fd = -1;
   if (new_group) {
-    null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    null_fd = AboveStdio(::open("/dev/null", O_RDONLY | O_CLOEXEC));
     if (null_fd < 0) {
       const int err = errno;
       if (log_fd >= 0) ::close(log_fd);

@@ -284,7 +284,16 @@ int Run(const std::vector<std::string>& args) {
   // is looked at.
   sigemptyset(&sa.sa_mask);
   for (const int sig : kStopSignals) sigaddset(&sa.sa_mask, sig);
-  for (const int sig : kStopSignals) sigaction(sig, &sa, nullptr);
+  for (const int sig : kStopSignals) {
+    // A hang-up (or quit) this process was started to ignore stays ignored: `nohup ringtrain run`
+    // outlives the terminal it was started from. Ctrl-C and SIGTERM always stop it, as before.
+    struct sigaction was {};
+    if ((sig == SIGHUP || sig == SIGQUIT) && sigaction(sig, nullptr, &was) == 0 &&
+        was.sa_handler == SIG_IGN) {
+      continue;
+    }
+    sigaction(sig, &sa, nullptr);
+  }
   signal(SIGPIPE, SIG_IGN);
 
   executors::LocalRunOptions opts;

@@ -40,6 +40,19 @@ for sig in HUP TERM; do
     fail "SIG$sig: the ranks were not stopped as at Ctrl-C: $(tail -n 5 "$WORK/nap-$sig.log")"
   wait_until 30 "the ranks' sleep ended (SIG$sig)" naps 0
 done
+# Under nohup a hang-up is ignored, as nohup asks: the run goes on (then Ctrl-C stops it).
+nohup "$BIN/ringtrain" run "$WORK/nap.yaml" --workdir "$WORK/nap-nohup" >"$WORK/nap-nohup.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_until 60 "both ranks' sleep (nohup)" naps 2
+kill -HUP "$RUN_PID"
+sleep 1
+kill -0 "$RUN_PID" 2>/dev/null || fail "nohup: a hang-up stopped ringtrain run: $(tail -n 5 "$WORK/nap-nohup.log")"
+naps 2 || fail "nohup: the ranks' sleep ended at a hang-up"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "nohup: ringtrain run exited with $RC after SIGINT, expected 130"
+wait_until 30 "the ranks' sleep ended (nohup)" naps 0
 # A rank whose command failed ends the job: its peer's sleep ends with it.
 cat >"$WORK/nap-fail.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1

@@ -319,6 +319,21 @@ TEST_F(ProcessTest, AChildOfItsOwnGroupReadsNoneOfTheParentsStdin) {
   EXPECT_EQ(ReadFile(Log()), "eof\n");
 }
 
+// A parent started with stdin closed (`ringtrain run job.yaml <&-`): the log opened on fd 0,
+// the child's stdin from /dev/null overwrote it there, and the rank's stdout and stderr went
+// to /dev/null (found by a reviewing helper). Its log has them.
+TEST_F(ProcessTest, AParentWithoutStdinStillLogsItsChildsOutput) {
+  const int saved = ::dup(STDIN_FILENO);
+  ASSERT_GE(saved, 0);
+  ::close(STDIN_FILENO);
+  ChildProcess child = GroupShell("echo out; echo err >&2");
+  ::dup2(saved, STDIN_FILENO);
+  ::close(saved);
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  EXPECT_EQ(child.exit_code(), 0);
+  EXPECT_EQ(ReadFile(Log()), "out\nerr\n");
+}
+
 TEST_F(ProcessTest, PollDoesNotBlockAndReapsOnceExited) {
   ChildProcess sleeper = Shell("exec sleep 60");
   EXPECT_FALSE(sleeper.Poll());
