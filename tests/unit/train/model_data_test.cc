@@ -711,7 +711,7 @@ TEST_F(MemoryBudgetTest, HostileCgroupAndMountinfoFilesFallBackToTheMountPoint) 
                                  "4:memory\n",
                                  "memory:/x\n",
                                  "0::/x\n4:memory:/./x\n",
-                                 std::string("4:memory:/x\0/y\n", 16),
+                                 std::string("4:memory:/x\0/y\n", 15),
                                  std::string(5000, ':'),
                                  "\xff\xfe:memory:/x\n",
                                  ""};
