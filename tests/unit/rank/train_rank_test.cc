@@ -352,6 +352,22 @@ void ExpectCheckpointOfKeptState(const std::string& dir, const KeptReference& re
   EXPECT_TRUE(saved->params == expected.params);
 }
 
+// Each kept-state test: one kernel thread, no stop left from another test, and the reference
+// rank 0's state is compared with.
+void StartKeptTest(const data::Dataset& ds, KeptReference& ref) {
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  TrainKeptReference(ds, ref);
+}
+
+// Rank 0's failure `s` is retryable and was reported once, in those words.
+void ExpectReportedOnceAsRetryable(const KeptReports& got, const Status& s) {
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  ASSERT_EQ(got.reports.size(), 1u);
+  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
+  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+}
+
 // Seen on a cluster: rank 0 held the gang's state at step 6913 while it waited for a lost
 // peer's replacement, the job was suspended (SIGTERM), and rank 0 exited without saving it: the
 // next attempt resumed from the checkpoint at step 6500. Now rank 0, stopped while it recovers
@@ -359,11 +375,9 @@ void ExpectCheckpointOfKeptState(const std::string& dir, const KeptReference& re
 // and exits as promptly, with the stop's status.
 TEST(TrainRank, AStopWhileRecoveringInPlaceSavesTheStateRankZeroKept) {
   using namespace std::chrono_literals;
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   // Rank 0 trains kKeptSteps steps, loses rank 1 in the next one, keeps its state and waits for
   // the next round (up to 30 s); the job is stopped meanwhile.
@@ -402,11 +416,9 @@ TEST(TrainRank, AStopWhileRecoveringInPlaceSavesTheStateRankZeroKept) {
 // (on a cluster, 413 steps older than the state rank 0 held). Now it saves the state it kept;
 // its failure, its report and its exit code are those of a failed recovery, as before.
 TEST(TrainRank, ARecoveryThatTimesOutSavesTheStateRankZeroKept) {
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   train::TrainConfig config = KeptConfig();
   config.checkpoint_dir = UniqueDir("recovery_timed_out");
@@ -424,10 +436,7 @@ TEST(TrainRank, ARecoveryThatTimesOutSavesTheStateRankZeroKept) {
   EXPECT_NE(s.message().find("lost peer rank 1"), std::string::npos) << s.ToString();
   EXPECT_NE(s.message().find(contract::kRecoveryFailedMarker), std::string::npos) << s.ToString();
   EXPECT_EQ(s.message().find("checkpoint"), std::string::npos) << s.ToString();
-  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
-  ASSERT_EQ(got.reports.size(), 1u);
-  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
-  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  ASSERT_NO_FATAL_FAILURE(ExpectReportedOnceAsRetryable(got, s));
   EXPECT_FALSE(got.saved_first[0]) << "a failed recovery is reported before the save, as promptly "
                                       "as without it";
   ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
@@ -438,11 +447,9 @@ TEST(TrainRank, ARecoveryThatTimesOutSavesTheStateRankZeroKept) {
 // (a failure after the round formed, before training again) and exits 138, as before; it saves
 // the state it kept first. The next attempt, built alike, resumes from it.
 TEST(TrainRank, ARecoveryRoundThatFailsSavesTheStateRankZeroKept) {
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   train::TrainConfig config = KeptConfig();
   config.checkpoint_dir = UniqueDir("recovery_refused");
@@ -465,10 +472,7 @@ TEST(TrainRank, ARecoveryRoundThatFailsSavesTheStateRankZeroKept) {
   EXPECT_NE(s.message().find("the gang refused to train together"), std::string::npos)
       << s.ToString();
   EXPECT_NE(s.message().find("image ghcr.io/x:0.2"), std::string::npos) << s.ToString();
-  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
-  ASSERT_EQ(got.reports.size(), 1u);
-  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
-  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  ASSERT_NO_FATAL_FAILURE(ExpectReportedOnceAsRetryable(got, s));
   EXPECT_FALSE(got.saved_first[0]) << "a failed recovery is reported before the save, as promptly "
                                       "as without it";
   ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
@@ -480,11 +484,9 @@ TEST(TrainRank, ARecoveryRoundThatFailsSavesTheStateRankZeroKept) {
 // the last periodic checkpoint and every step since was lost. Now rank 0 saves the state as of
 // the gang's last completed step first; its failure, report and exit code are as before.
 TEST(TrainRank, APeerLostWithoutInPlaceRecoverySavesTheLastCompletedStep) {
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   train::TrainConfig config = KeptConfig();
   config.checkpoint_dir = UniqueDir("lost_without_recovery");
@@ -513,11 +515,9 @@ TEST(TrainRank, APeerLostWithoutInPlaceRecoverySavesTheLastCompletedStep) {
 // A failure that is no peer loss (here an internal error of the collective) is no state worth a
 // checkpoint: the step that failed may be this rank's own fault. Nothing is written.
 TEST(TrainRank, AFailureThatIsNoPeerLossSavesNothing) {
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   train::TrainConfig config = KeptConfig();
   config.checkpoint_dir = UniqueDir("failed_no_loss");
@@ -540,11 +540,9 @@ TEST(TrainRank, AFailureThatIsNoPeerLossSavesNothing) {
 // is logged; the failure rank 0 returns and reports, and its exit code, are the recovery's.
 TEST(TrainRank, AKeptStateThatCannotBeSavedLeavesTheFailureAsItWas) {
   using namespace std::chrono_literals;
-  model::SetKernelThreads(1);
-  ResetStopForTest();
   const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
   KeptReference ref;
-  ASSERT_NO_FATAL_FAILURE(TrainKeptReference(ds, ref));
+  ASSERT_NO_FATAL_FAILURE(StartKeptTest(ds, ref));
 
   train::TrainConfig config = KeptConfig();
   config.checkpoint_dir = UniqueDir("kept_unsaved");
@@ -582,10 +580,7 @@ TEST(TrainRank, AKeptStateThatCannotBeSavedLeavesTheFailureAsItWas) {
   EXPECT_EQ(s.code(), StatusCode::kAborted) << s.ToString();
   EXPECT_EQ(s.message().rfind("the gang refused to train together", 0), 0u) << s.ToString();
   EXPECT_EQ(s.message().find("checkpoint"), std::string::npos) << s.ToString();
-  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
-  ASSERT_EQ(got.reports.size(), 1u);
-  EXPECT_EQ(got.reports[0].exit_code, kExitRetryable);
-  EXPECT_NE(got.reports[0].message.find(s.message()), std::string::npos) << got.reports[0].message;
+  ASSERT_NO_FATAL_FAILURE(ExpectReportedOnceAsRetryable(got, s));
   EXPECT_NE(log.str().find("in-place recovery failed; the state this rank kept is not saved: "),
             std::string::npos)
       << "no save of the kept state was tried, or its failure was not logged:\n"
