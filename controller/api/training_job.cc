@@ -296,16 +296,11 @@ std::optional<Duration> ParseRecoveryTimeout(const std::string& value) {
   return std::chrono::seconds(*seconds);
 }
 
-namespace {
-
-// Whether a lost rank of this spec may be recovered in place at all.
 bool MayRecoverInPlace(const JobSpec& spec) {
   // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
   return spec.command.empty() && spec.run_policy.recovery == "InPlace" &&
          spec.gpus_per_replica == 0;
 }
-
-}  // namespace
 
 Duration RecoveryTimeoutFor(const JobSpec& spec) {
   if (!MayRecoverInPlace(spec)) return Duration(0);

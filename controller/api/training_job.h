@@ -277,6 +277,9 @@ Duration CollectiveTimeoutFor(const JobSpec& spec);
 // One RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS value as the runner takes it (an integer from 1 to
 // 86400); nullopt for any other (the runner refuses to start with it).
 std::optional<Duration> ParseCollectiveTimeout(const std::string& value);
+// Whether a lost rank of this spec may be recovered in place at all: the built-in runner on
+// CPUs with runPolicy.recovery InPlace (how long the survivors wait aside).
+bool MayRecoverInPlace(const JobSpec& spec);
 // Whether a lost replica is replaced alone (see RecoveryTimeoutFor).
 inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spec) > Duration(0); }
 

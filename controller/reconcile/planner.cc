@@ -521,6 +521,10 @@ class Planner {
   // what its running replica was started with (an edit of the spec restarts no replica for it),
   // else what the spec says.
   Duration RankZeroRecoveryTimeout() const;
+  // Whether the running ranks of `current` wait for a replacement of a lost one: what their
+  // replicas were started with (a survivor started with 0 exits at the loss, and one started
+  // with a wait keeps waiting after an edit to 0), else, when none says, what the spec says.
+  bool SurvivorsWaitInPlace(const std::vector<const ObservedReplica*>& current) const;
   // The Stalled condition from this pass's successful read of rank 0's /status.
   void NoteProgressRead(std::optional<WallTime> deadline);
   // " since step N (its time)": the job's last step seen; "" when none was.
@@ -729,7 +733,7 @@ void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string&
 
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                              const ObservedReplica& pick, const std::string& what) {
-  if (!api::RecoversInPlace(spec_)) return false;
+  if (!api::MayRecoverInPlace(spec_) || !SurvivorsWaitInPlace(current)) return false;
   // The survivors hold the state: without one running, only a checkpoint can.
   bool survivor = false;
   std::vector<const ObservedReplica*> lost;
@@ -1239,6 +1243,16 @@ Duration Planner::RankZeroRecoveryTimeout() const {
     }
   }
   return api::RecoveryTimeoutFor(spec_);
+}
+
+bool Planner::SurvivorsWaitInPlace(const std::vector<const ObservedReplica*>& current) const {
+  bool said = false;
+  for (const auto* r : current) {
+    if (r->phase != ReplicaPhase::kRunning || r->terminating || !r->recovery_timeout) continue;
+    if (*r->recovery_timeout <= Duration::zero()) return false;
+    said = true;
+  }
+  return said || api::RecoversInPlace(spec_);
 }
 
 void Planner::NoteRankRecovering() {

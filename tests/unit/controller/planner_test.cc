@@ -2233,6 +2233,42 @@ TEST(PlannerInPlace, TheGangRestartsWhenNoReplicaSurvivesOrTheImageIsTheUsers) {
   EXPECT_EQ(cuda.status.attempt, 1) << "the CUDA engine cannot recover in place yet";
 }
 
+// An edit of the template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS restarts no pod: the survivors
+// keep the wait they were started with, and whether a lost rank is replaced alone follows it
+// (a review found the spec decided: a survivor still waiting 20 s after an edit to 0 was
+// deleted for a gang restart; one started with 0, which exits at the loss, got a replacement
+// to wait for). The spec decides when no survivor says; runPolicy.recovery GangRestart always.
+TEST(PlannerInPlace, TheDecisionFollowsTheWaitTheSurvivorsWereStartedWith) {
+  const auto lost = [] { return Replica(1, 0, ReplicaPhase::kFailed, 137, "Error"); };
+  const auto survivor = [](std::optional<Duration> wait) {
+    auto r = Replica(0, 0, ReplicaPhase::kRunning);
+    r.recovery_timeout = wait;
+    return r;
+  };
+  auto edited_to_zero = InPlaceJob(2);
+  edited_to_zero.spec.pod_template_json =
+      R"({"spec":{"containers":[{"name":"runner","env":[{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"0"}]}]}})";
+  ASSERT_FALSE(api::RecoversInPlace(edited_to_zero.spec));
+  Plan waits = PlanAt(edited_to_zero, {survivor(std::chrono::seconds(20)), lost()}, At(5));
+  EXPECT_EQ(waits.status.attempt, 0) << "the survivor waits 20 s: replaced in place";
+  EXPECT_EQ(waits.status.in_place_recoveries, 1);
+  ASSERT_EQ(Count(waits, Kind::kDeleteReplica), 1);
+  EXPECT_EQ(waits.actions[0].name, "job-a0-1");
+  Plan unsaid = PlanAt(edited_to_zero, {survivor(std::nullopt), lost()}, At(5));
+  EXPECT_EQ(unsaid.status.attempt, 1) << "no survivor says: the spec's 0";
+
+  auto job = InPlaceJob(2);
+  ASSERT_TRUE(api::RecoversInPlace(job.spec));
+  Plan exits = PlanAt(job, {survivor(Duration::zero()), lost()}, At(5));
+  EXPECT_EQ(exits.status.attempt, 1) << "a survivor started with 0 exits at the loss";
+  EXPECT_EQ(exits.status.in_place_recoveries, 0);
+
+  auto gang = InPlaceJob(2);
+  gang.spec.run_policy.recovery = "GangRestart";
+  Plan restarts = PlanAt(gang, {survivor(std::chrono::seconds(120)), lost()}, At(5));
+  EXPECT_EQ(restarts.status.attempt, 1) << "GangRestart asked for";
+}
+
 TEST(PlannerInPlace, CrashesStillExhaustBackoffLimit) {
   auto job = InPlaceJob(2);
   job.status.restarts = 2;  // backoffLimit 2
