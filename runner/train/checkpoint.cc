@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -183,6 +184,24 @@ std::vector<std::pair<std::int64_t, std::string>> ListCheckpoints(const std::str
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Removes <dir>/ckpt-<N>.bin.tmp[.*] with N < `below`.
+void RemoveStaleTemporaries(const std::string& dir, std::int64_t below) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> stale;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const std::size_t tmp = name.find(".bin.tmp");
+    if (name.rfind("ckpt-", 0) != 0 || tmp == std::string::npos || tmp <= 5 ||
+        (name.size() > tmp + 8 && name[tmp + 8] != '.')) {
+      continue;
+    }
+    const std::string num = name.substr(5, tmp - 5);
+    if (num.size() > 18 || !std::all_of(num.begin(), num.end(), ::isdigit)) continue;
+    if (std::stoll(num) < below) stale.push_back(e.path());
+  }
+  for (const auto& p : stale) std::filesystem::remove(p, ec);
 }
 
 class Fd {
@@ -378,7 +397,13 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   h.crc = Crc(h, record, params, optimizer_state);
 
   std::string final_path = CheckpointPath(dir, position.global_step);
-  std::string tmp = final_path + ".tmp";
+  // A file of this write's own: two writers of one step (a periodic write a timeout left behind
+  // on its helper thread, then the save of the kept state at the same step) sharing one
+  // temporary name truncated and interleaved each other's bytes, and the first rename published
+  // a file the other went on writing into.
+  static std::atomic<std::uint64_t> writes{0};
+  std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
   Status s;
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -405,6 +430,10 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < all.size(); ++i) {
     std::filesystem::remove(all[i].second, ec);
   }
+  // Temporary files of steps older than every kept checkpoint: what a killed writer left (a
+  // writer still at one, left behind by a timeout, then fails its rename; nobody waits for it).
+  const std::size_t kept = std::min(all.size(), static_cast<std::size_t>(std::max(keep, 1)));
+  if (kept > 0) RemoveStaleTemporaries(dir, all[all.size() - kept].first);
   return Status::Ok();
 }
 

@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -329,6 +330,58 @@ TEST_F(CheckpointTest, KeepsOnlyTheNewestTwoByDefault) {
   EXPECT_FALSE(std::filesystem::exists(Path(20)));
   EXPECT_TRUE(std::filesystem::exists(Path(30)));
   EXPECT_TRUE(std::filesystem::exists(Path(40)));
+}
+
+// Two writers of one step at once (a periodic write left behind on its helper thread by a
+// timeout, then the save of the kept state at the same step): each has a temporary file of its
+// own, so the checkpoint published is one writer's whole file, never a mix of both.
+TEST_F(CheckpointTest, TwoWritersOfOneStepAtOnceLeaveOneWholeCheckpoint) {
+  constexpr std::size_t kBig = std::size_t{4} << 20;  // 16 MiB of parameters a writer
+  const std::vector<float> ones(kBig, 1.0f), twos(kBig, 2.0f);
+  CheckpointPosition pos;
+  pos.global_step = 7;
+  pos.world_size = 2;
+  for (int round = 0; round < 4; ++round) {
+    std::filesystem::remove_all(dir_);
+    Status a, b;
+    std::thread other([&] { b = WriteCheckpoint(dir_, pos, twos, twos); });
+    a = WriteCheckpoint(dir_, pos, ones, ones);
+    other.join();
+    ASSERT_TRUE(a.ok()) << a.ToString();
+    ASSERT_TRUE(b.ok()) << b.ToString();
+    auto st = LoadNewestCheckpoint(dir_, kBig, kBig);
+    ASSERT_TRUE(st.ok()) << "round " << round << ": " << st.status().ToString();
+    EXPECT_EQ(st->global_step, 7);
+    EXPECT_TRUE(st->params == ones || st->params == twos) << "round " << round;
+    EXPECT_EQ(st->params, st->optimizer_state) << "round " << round;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+      EXPECT_EQ(e.path().filename().string(), "ckpt-7.bin") << "round " << round;
+    }
+  }
+}
+
+// What killed writers left (ckpt-N.bin.tmp of older versions, ckpt-N.bin.tmp.PID.K) goes once
+// every kept checkpoint is newer than N; a temporary file of a kept or newer step, and other
+// names, stay.
+TEST_F(CheckpointTest, TemporaryFilesOlderThanEveryKeptCheckpointAreRemoved) {
+  std::filesystem::create_directories(dir_);
+  for (const char* name : {"ckpt-1.bin.tmp", "ckpt-1.bin.tmp.7.0", "ckpt-2.bin.tmp.7.1",
+                           "ckpt-9.bin.tmp.7.2", "ckpt-1.bin.tmpx", "ckpt-x.bin.tmp.1.1"}) {
+    std::ofstream(dir_ + "/" + name) << "partial";
+  }
+  CheckpointPosition pos;
+  std::vector<float> params(kParams, 1.0f), state(kState, 2.0f);
+  for (std::int64_t step : {2, 3, 4}) {
+    pos.global_step = step;
+    ASSERT_TRUE(WriteCheckpoint(dir_, pos, params, state).ok());
+  }
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir_)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"ckpt-1.bin.tmpx", "ckpt-3.bin", "ckpt-4.bin",
+                                             "ckpt-9.bin.tmp.7.2", "ckpt-x.bin.tmp.1.1"}));
 }
 
 TEST_F(CheckpointTest, AFlippedByteFailsTheCrcAndTheOlderOneIsUsed) {
