@@ -274,6 +274,7 @@ int Run(const std::vector<std::string>& args) {
     std::fprintf(stderr, "error: %s\n", workdir_lock.status().message().c_str());
     return 1;
   }
+  if (!workdir_lock->unheld().empty()) spdlog::warn("{}", workdir_lock->unheld());
   if (runner.find('/') != std::string::npos) runner = std::filesystem::absolute(runner).string();
   spdlog::info("TrainingJob {}: {} replicas (world size {}), logs in {}", job->metadata.name,
                job->spec.replicas, job->spec.world_size(), workdir);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -646,13 +647,19 @@ std::optional<std::pair<std::int64_t, std::string>> NewestCheckpointFile(const s
   return newest;
 }
 
-StatusOr<WorkDirLock> WorkDirLock::Acquire(const std::string& dir) {
+StatusOr<WorkDirLock> WorkDirLock::Acquire(const std::string& dir, int (*flock)(int, int)) {
   const std::string path = dir + "/" + kFileName;
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0)
     return ErrnoStatus(StatusCode::kFailedPrecondition, "work directory lock " + path, errno);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
+    if (err == ENOLCK || err == EOPNOTSUPP) {
+      ::close(fd);
+      return WorkDirLock(-1, "work directory " + dir + " cannot be locked (" +
+                                 std::string(std::strerror(err)) +
+                                 "): another `ringtrain run` there would not be noticed");
+    }
     if (err != EWOULDBLOCK) {
       ::close(fd);
       return ErrnoStatus(StatusCode::kFailedPrecondition, "work directory lock " + path, err);
@@ -687,6 +694,7 @@ WorkDirLock& WorkDirLock::operator=(WorkDirLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = std::exchange(other.fd_, -1);
+    unheld_ = std::move(other.unheld_);
   }
   return *this;
 }

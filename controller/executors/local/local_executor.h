@@ -3,6 +3,8 @@
 // finishes the same way on a laptop and on a cluster. Owns the child processes and their logs.
 #pragma once
 
+#include <sys/file.h>
+
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -75,19 +77,25 @@ class WorkDirLock {
  public:
   static constexpr char kFileName[] = ".ringtrain.lock";
   // Takes the lock without waiting: FailedPrecondition naming the directory when another
-  // process holds it (with that process's pid when it wrote one).
-  static StatusOr<WorkDirLock> Acquire(const std::string& dir);
+  // process holds it (with that process's pid when it wrote one). A file system that has no
+  // locks (NFS without its lock daemon: ENOLCK; EOPNOTSUPP) refuses no run: the lock returned
+  // then holds nothing and says why in unheld() (`flock` is a test's stand-in for flock(2)).
+  static StatusOr<WorkDirLock> Acquire(const std::string& dir, int (*flock)(int, int) = ::flock);
+  // Why this lock holds nothing ("" when it holds the directory).
+  const std::string& unheld() const { return unheld_; }
 
   WorkDirLock() = default;
   ~WorkDirLock();
-  WorkDirLock(WorkDirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  WorkDirLock(WorkDirLock&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), unheld_(std::move(other.unheld_)) {}
   WorkDirLock& operator=(WorkDirLock&& other) noexcept;
   WorkDirLock(const WorkDirLock&) = delete;
   WorkDirLock& operator=(const WorkDirLock&) = delete;
 
  private:
-  explicit WorkDirLock(int fd) : fd_(fd) {}
+  explicit WorkDirLock(int fd, std::string unheld = "") : fd_(fd), unheld_(std::move(unheld)) {}
   int fd_ = -1;
+  std::string unheld_;
 };
 
 // spec.template's runner container as the local ranks of this process get it (its environment,

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -193,6 +195,34 @@ TEST_F(LocalRunTest, ASecondRunInALockedWorkDirIsRefused) {
       << message;
   { const WorkDirLock released = std::move(*first); }
   EXPECT_TRUE(WorkDirLock::Acquire(work).ok()) << "the lock outlived its holder";
+}
+
+// A work directory on a file system without locks (NFS without its lock daemon answers flock
+// with ENOLCK) runs, unlocked, saying so; it was refused, so no run could use such a directory.
+TEST_F(LocalRunTest, AWorkDirThatCannotBeLockedRunsUnlockedSayingSo) {
+  const std::string work = dir_ + "/work";
+  for (const int err : {ENOLCK, EOPNOTSUPP}) {
+    static int fail_with;
+    fail_with = err;
+    auto lock = WorkDirLock::Acquire(work, [](int, int) {
+      errno = fail_with;
+      return -1;
+    });
+    ASSERT_TRUE(lock.ok()) << lock.status().ToString();
+    EXPECT_NE(
+        lock->unheld().find("work directory " + work + " cannot be locked (" + std::strerror(err) +
+                            "): another `ringtrain run` there would not be noticed"),
+        std::string::npos)
+        << lock->unheld();
+  }
+  auto other = WorkDirLock::Acquire(work, [](int, int) {
+    errno = EBADF;
+    return -1;
+  });
+  EXPECT_FALSE(other.ok()) << "any other error still refuses";
+  auto held = WorkDirLock::Acquire(work);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->unheld(), "");
 }
 
 // The checkpoint a rerun resumes from: the highest step of the runner's ckpt-<step>.bin files;
