@@ -353,6 +353,7 @@ class RestKubeClient final : public KubeClient {
     if (!options.propagation_policy.empty()) body["propagationPolicy"] = options.propagation_policy;
     if (!options.precondition_uid.empty())
       body["preconditions"] = {{"uid", options.precondition_uid}};
+    if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
     return Do(http::methods::DEL, ObjectPath(r, ns, name), &body, "application/json", true)
         .status();
   }

@@ -3,6 +3,7 @@
 // cpprestsdk is compiled once); tests run it against tests/fakes/apiserver.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -74,6 +75,8 @@ enum class PatchType { kMerge, kStrategicMerge, kJson };
 struct DeleteOptions {
   std::string propagation_policy = "Background";
   std::string precondition_uid;
+  // gracePeriodSeconds: a pod's termination grace for this delete (nullopt: the pod's own).
+  std::optional<std::int64_t> grace_period_seconds;
 };
 
 class KubeClient {

@@ -196,9 +196,10 @@ class Planner {
     plan_.events.push_back({warning ? "Warning" : "Normal", reason, message});
   }
 
-  void Delete(const ObservedReplica& r, const std::string& why) {
+  void Delete(const ObservedReplica& r, const std::string& why,
+              std::optional<Duration> grace = std::nullopt) {
     if (r.terminating) return;
-    plan_.actions.push_back({Action::Kind::kDeleteReplica, r.rank, r.attempt, r.name, why});
+    plan_.actions.push_back({Action::Kind::kDeleteReplica, r.rank, r.attempt, r.name, why, grace});
   }
 
   void Requeue(WallTime at) {
@@ -271,7 +272,20 @@ class Planner {
     SetCondition("Restarting", true, reason, message);
     SetCondition("Running", false, reason, message);
     const std::size_t before = plan_.actions.size();
-    for (const auto& r : in_.replicas) Delete(r, "gang restart");
+    // After a failure the gang trains no more, and of the built-in runner's ranks only rank 0
+    // has work left in its grace: the save of the state it kept. The others exit at the
+    // SIGTERM; one that cannot (hung, SIGSTOPped) held the next attempt back for its whole
+    // grace, 30 s of a 2-minute recovery. A restart of a gang that trains (a resize, an edit,
+    // an upgrade) keeps every grace: the ranks agree on a last step for rank 0 to save.
+    const bool failed = reason == "RetryableFailure" || reason == "RecoveryFailed" ||
+                        reason == "Stalled" || reason == "Disrupted" || reason == "PodDeleted" ||
+                        reason == "NodeRejected" || reason == "NotPlaced";
+    for (const auto& r : in_.replicas) {
+      Delete(r, "gang restart",
+             failed && spec_.command.empty() && r.rank != 0
+                 ? std::optional<Duration>(kNoWorkLeftGrace)
+                 : std::nullopt);
+    }
     const std::size_t deleting = plan_.actions.size() - before;
     // A resize restarts as the new size and deletes the old gang's pods: the event names both
     // sizes and the pods it deletes, never "all 1 replicas" while 2 pods go.

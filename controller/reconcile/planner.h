@@ -117,6 +117,9 @@ struct Action {
   int attempt = 0;
   std::string name;    // for deletes
   std::string reason;  // why, for logs
+  // For deletes: the termination grace the replica gets (SIGTERM, then SIGKILL after it);
+  // nullopt: its own (the pod's terminationGracePeriodSeconds).
+  std::optional<Duration> grace;
 };
 
 struct Event {
@@ -260,6 +263,10 @@ inline constexpr char kQueuedCondition[] = "Queued";
 // outage's age alone is no guard where a step or a checkpoint takes longer than the grace).
 inline constexpr char kRankRecoveringReason[] = "RankRecovering";
 inline constexpr Duration kUnseenLossGrace = std::chrono::seconds(10);
+// The termination grace of a built-in runner's rank other than 0 deleted by a gang restart
+// after a failure: it has nothing to save (only rank 0 writes checkpoints) and exits at the
+// SIGTERM; a hung one is killed after this instead of after the pod's 30 s.
+inline constexpr Duration kNoWorkLeftGrace = std::chrono::seconds(1);
 inline constexpr Duration kLossReportGrace = std::chrono::seconds(5);
 
 // True while the checkpoints die with rank 0's replica (PlanInput::checkpoints_ephemeral).

@@ -4,8 +4,10 @@
 // watches (Watch answers kUnavailable): tests drive caches directly.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -23,6 +25,7 @@ class FakeKubeClient final : public KubeClient {
     std::string plural;
     std::string ns;
     std::string name;
+    std::optional<std::int64_t> grace;  // a delete's gracePeriodSeconds
   };
 
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
@@ -108,13 +111,16 @@ class FakeKubeClient final : public KubeClient {
     }
     if (graceful_pod_deletes_ && r.plural == "pods") {
       Json& meta = it->second["metadata"];
-      if (!meta.contains("deletionTimestamp")) meta["deletionTimestamp"] = "2030-01-01T00:00:00Z";
+      if (!meta.contains("deletionTimestamp")) {
+        meta["deletionTimestamp"] = "2030-01-01T00:00:00Z";
+        meta["deletionGracePeriodSeconds"] = options.grace_period_seconds.value_or(30);
+      }
       meta["resourceVersion"] = std::to_string(++rv_);
     } else {
       objects_.erase(it);
       ++rv_;
     }
-    writes_.push_back({"delete", r.plural, ns, name});
+    writes_.push_back({"delete", r.plural, ns, name, options.grace_period_seconds});
     Written("delete", r);
     return Status::Ok();
   }

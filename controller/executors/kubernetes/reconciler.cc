@@ -128,12 +128,16 @@ void Reconciler::ForgetMemory(const std::string& key) {
   memory_.erase(key);
 }
 
-Status Reconciler::DeletePod(const std::string& key, const Json& pod,
-                             reconcile::PlanMemory* record) {
+Status Reconciler::DeletePod(const std::string& key, const Json& pod, reconcile::PlanMemory* record,
+                             std::optional<Duration> grace) {
   const std::string name = MetaString(pod, "name");
   kube::DeleteOptions opts;
   // Only ever delete the pod we observed, not a namesake created since.
   opts.precondition_uid = MetaString(pod, "uid");
+  if (grace) {
+    opts.grace_period_seconds =
+        std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(*grace).count());
+  }
   expectations_.ExpectDelete(key, name);
   Status st = client_->Delete(kube::kPods, MetaString(pod, "namespace"), name, opts);
   if (st.ok()) {
@@ -775,7 +779,7 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
         // Remembered once the delete succeeded (DeletePod): a failed one is retried by the next
         // pass, and until then the pod's end is not ours.
-        RETURN_IF_ERROR(DeletePod(pass.key, *it->second, &pass.memory->plan));
+        RETURN_IF_ERROR(DeletePod(pass.key, *it->second, &pass.memory->plan, a.grace));
         break;
       }
       case Action::Kind::kOpenGate: {

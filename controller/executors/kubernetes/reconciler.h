@@ -178,8 +178,10 @@ class Reconciler {
   // executor's own deletes (reconcile::RecordReplicaDeleted), written only once the delete
   // succeeded or found the pod gone (404); a delete that failed is no release (the pod may still
   // end of someone else's deletion, or run on), and a namesake (409 on the uid) none of ours.
-  Status DeletePod(const std::string& key, const Json& pod,
-                   reconcile::PlanMemory* record = nullptr);
+  // `grace`: the pod's termination grace for this delete (nullopt: its own), in whole seconds,
+  // at least 1 (0 would remove it from the API before its containers stop).
+  Status DeletePod(const std::string& key, const Json& pod, reconcile::PlanMemory* record = nullptr,
+                   std::optional<Duration> grace = std::nullopt);
   JobMemory& Memory(const std::string& key);
   void ForgetMemory(const std::string& key);
 

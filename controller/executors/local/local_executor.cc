@@ -136,7 +136,8 @@ class LocalRun {
   std::optional<std::uint64_t> OomKills() const {
     return options_.oom_kills ? options_.oom_kills() : train::ReadOomKillCount();
   }
-  void Kill(Process& p);
+  // SIGTERM, then SIGKILL after `grace` (at most the run's own grace; nullopt: the run's).
+  void Kill(Process& p, std::optional<Duration> grace = std::nullopt);
   std::vector<ObservedReplica> Observe() const;
   std::optional<reconcile::ObservedProgress> PollProgress();
   void PrintProgress(bool force);
@@ -394,10 +395,10 @@ void LocalRun::Reap() {
   }
 }
 
-void LocalRun::Kill(Process& p) {
+void LocalRun::Kill(Process& p, std::optional<Duration> grace) {
   if (p.exited || p.deleting) return;
   p.deleting = true;
-  p.child.RequestTerminate(options_.grace);
+  p.child.RequestTerminate(grace ? std::min(*grace, options_.grace) : options_.grace);
 }
 
 std::vector<ObservedReplica> LocalRun::Observe() const {
@@ -541,7 +542,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
             if (it->second.exited) {
               procs_.erase(it);
             } else {
-              Kill(it->second);
+              Kill(it->second, a.grace);
             }
           }
           break;

@@ -2046,8 +2046,29 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
   if (has_finalizers || (t.group.empty() && t.plural == "pods")) {
     json prev = obj;
     if (MetaString(obj, "deletionTimestamp").empty()) {
-      obj["metadata"]["deletionTimestamp"] = Rfc3339Now();
-      obj["metadata"]["deletionGracePeriodSeconds"] = 0;
+      // As recorded on v1.28 (transcripts/t4-01-pod-delete-grace.txt): a pod bound to a node
+      // gets the grace asked for (DeleteOptions.gracePeriodSeconds), else its own
+      // terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that far ahead;
+      // an unbound one goes at once. This fake has no kubelet to wait for: the pod is removed
+      // right after.
+      std::int64_t grace = 0;
+      const json spec = obj.value("spec", json::object());
+      const auto node = spec.is_object() ? spec.find("nodeName") : spec.end();
+      if (t.group.empty() && t.plural == "pods" && node != spec.end() && node->is_string() &&
+          !node->get<std::string>().empty()) {
+        grace = 30;
+        if (const auto g = spec.find("terminationGracePeriodSeconds");
+            g != spec.end() && g->is_number_integer()) {
+          grace = g->get<std::int64_t>();
+        }
+        if (const auto g = opts.find("gracePeriodSeconds");
+            g != opts.end() && g->is_number_integer() && g->get<std::int64_t>() >= 0) {
+          grace = g->get<std::int64_t>();
+        }
+      }
+      obj["metadata"]["deletionTimestamp"] =
+          FormatRfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
+      obj["metadata"]["deletionGracePeriodSeconds"] = grace;
       obj = Store(t, obj, "MODIFIED", &prev);
     }
     if (has_finalizers) {

@@ -3,11 +3,13 @@
 // raw HTTP/1.1.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/time_format.h"
 #include "tests/integration/apiserver/fixtures.h"
 #include "tests/integration/apiserver/raw_http.h"
 
@@ -650,6 +652,34 @@ TEST_F(WireFormatTest, PodsDefaultsDeletesAndStrategicMerge) {
   EXPECT_FALSE(json::parse(r.body)["metadata"]["deletionTimestamp"].is_null());
   r = conn_->Do("DELETE", std::string(kPods) + "/p0");
   EXPECT_EQ(r.code, 404);
+}
+
+// A pod bound to a node is deleted with the grace asked for (DeleteOptions.gracePeriodSeconds),
+// else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that far
+// ahead; an unbound one with none: as t4-03-pod-delete-grace.txt recorded.
+TEST_F(WireFormatTest, ADeletedPodOnANodeGetsTheGraceAskedForElseItsOwn) {
+  for (const char* name : {"short", "own", "unbound"}) {
+    json pod = Pod(name);
+    if (std::string(name) != "unbound") pod["spec"]["nodeName"] = "node-0";
+    ASSERT_EQ(conn_->Do("POST", kPods, pod.dump()).code, 201);
+  }
+  const auto at = std::chrono::system_clock::now();
+  auto r = conn_->Do(
+      "DELETE", std::string(kPods) + "/short",
+      R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background","gracePeriodSeconds":1})");
+  ASSERT_EQ(r.code, 200);
+  json m = json::parse(r.body)["metadata"];
+  EXPECT_EQ(m["deletionGracePeriodSeconds"], 1) << r.body;
+  auto when = ParseRfc3339(m["deletionTimestamp"].get<std::string>());
+  ASSERT_TRUE(when.has_value());
+  EXPECT_GE(*when, std::chrono::floor<std::chrono::seconds>(at) + std::chrono::seconds(1));
+  r = conn_->Do("DELETE", std::string(kPods) + "/own",
+                R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 30) << r.body;
+  r = conn_->Do("DELETE", std::string(kPods) + "/unbound", R"({"gracePeriodSeconds":5})");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0) << r.body;
 }
 
 // A merge patch that carries metadata.uid (how the operator marks a pod it is about to delete,

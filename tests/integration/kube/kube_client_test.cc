@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -269,6 +270,36 @@ TEST_F(KubeTest, WatchSeesAddedModifiedDeletedAndBookmark) {
   ASSERT_FALSE(bookmark.empty());
   EXPECT_EQ(bookmark.back().type, "BOOKMARK");
   EXPECT_FALSE(bookmark.back().object["metadata"]["resourceVersion"].get<std::string>().empty());
+}
+
+// DeleteOptions.gracePeriodSeconds reaches the API server: the pod (bound to a node) is
+// terminating with that grace, as t4-03-pod-delete-grace.txt recorded; without it, its own.
+TEST_F(KubeTest, ADeleteWithAGraceGivesThePodThatGrace) {
+  auto list = client_->List(kPods, "default", {});
+  ASSERT_TRUE(list.ok());
+  WatchOptions options;
+  options.resource_version = (*list)["metadata"]["resourceVersion"];
+  auto w = client_->Watch(kPods, "default", options);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  for (const char* name : {"short", "own"}) {
+    Json pod = Pod(name);
+    pod["spec"]["nodeName"] = "node-0";
+    ASSERT_TRUE(client_->Create(kPods, "default", pod).ok());
+  }
+  DeleteOptions shortened;
+  shortened.grace_period_seconds = 1;
+  ASSERT_TRUE(client_->Delete(kPods, "default", "short", shortened).ok());
+  ASSERT_TRUE(client_->Delete(kPods, "default", "own").ok());
+  std::map<std::string, Json> terminating;
+  for (const auto& e : ReadUntil(w->get(), "DELETED")) {
+    if (e.type == "MODIFIED") terminating[e.object["metadata"]["name"]] = e.object["metadata"];
+  }
+  for (const auto& e : ReadUntil(w->get(), "DELETED")) {
+    if (e.type == "MODIFIED") terminating[e.object["metadata"]["name"]] = e.object["metadata"];
+  }
+  ASSERT_EQ(terminating.size(), 2u);
+  EXPECT_EQ(terminating["short"]["deletionGracePeriodSeconds"], 1);
+  EXPECT_EQ(terminating["own"]["deletionGracePeriodSeconds"], 30);
 }
 
 TEST_F(KubeTest, WatchFromCompactedVersionGets410) {

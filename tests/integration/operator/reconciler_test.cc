@@ -173,6 +173,28 @@ TEST_F(ReconcilerTest, RetryableExitRestartsTheWholeGangAndPermanentExitFails) {
   EXPECT_EQ(Status()["lastFailure"]["exitCode"], 3);
 }
 
+// A gang restart after a failure deletes the ranks other than 0 with a grace of 1 s: only rank
+// 0 has work left (the save of the state it kept); a hung rank held the next attempt back for
+// its pod's whole 30 s. Rank 0's pod keeps its own grace.
+TEST_F(ReconcilerTest, AGangRestartAfterAFailureGivesOnlyRankZeroItsGrace) {
+  CreateJob(Job(3, kGangRestart));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Failed", 138);
+  SetPodPhase("mnist-a0-2", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  ASSERT_EQ(Status()["attempt"], 1);
+  std::map<std::string, std::optional<std::int64_t>> grace;
+  for (const auto& w : client_.Writes()) {
+    if (w.verb == "delete" && w.plural == "pods") grace[w.name] = w.grace;
+  }
+  ASSERT_EQ(grace.size(), 3u);
+  EXPECT_EQ(grace["mnist-a0-0"], std::nullopt) << "rank 0 keeps its pod's grace to save";
+  EXPECT_EQ(grace["mnist-a0-1"], 1);
+  EXPECT_EQ(grace["mnist-a0-2"], 1);
+}
+
 TEST_F(ReconcilerTest, APodDeletedBySomeoneRestartsTheGang) {
   ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2, kGangRestart)));
   cache_.CatchUp(client_);

@@ -126,6 +126,58 @@ TEST_F(LocalRunTest, ARetryableSpawnErrorRestartsTheGang) {
   EXPECT_EQ(Terms(), "0\n");
 }
 
+// A gang restart after a failure gives the built-in runner's ranks other than 0 a grace of
+// kNoWorkLeftGrace, not the run's: rank 1, which ignores SIGTERM (as a hung rank cannot answer
+// it), is SIGKILLed after it and the next attempt starts. With the run's 10 minutes the test
+// would wait that long: a watchdog interrupts it after 2 minutes, which fails it.
+TEST_F(LocalRunTest, AGangRestartAfterAFailureKillsARankThatIgnoresSigtermWithoutItsGrace) {
+  const std::string runner = dir_ + "/runner.sh";
+  {
+    std::ofstream out(runner);
+    out << "#!/bin/sh\n"
+           "if [ \"$RINGTRAIN_ATTEMPT\" = 0 ]; then\n"
+           "  if [ \"$RINGTRAIN_RANK\" = 1 ]; then\n"
+           "    trap '' TERM; touch "
+        << dir_
+        << "/ready; while :; do sleep 0.05; done\n"
+           "  fi\n"
+           "  while [ ! -e "
+        << dir_
+        << "/ready ]; do sleep 0.01; done; exit 138\n"
+           "fi\n"
+           "exit 0\n";
+  }
+  fs::permissions(runner, fs::perms::owner_all);
+  auto job = api::ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: hung}\n"
+      "spec:\n  replicas: 2\n  train: {model: mlp, dataset: /nonexistent}\n"
+      "  runPolicy: {backoffLimit: 3, recovery: GangRestart}\n",
+      "hung.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  LocalRunOptions options;
+  options.runner_path = runner;
+  options.workdir = dir_ + "/work";
+  options.grace = std::chrono::minutes(10);
+  options.poll = std::chrono::milliseconds(20);
+  std::atomic<bool> interrupted{false}, kill_now{false}, done{false};
+  options.kill_now = &kill_now;
+  std::thread watchdog([&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (!done && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    interrupted = kill_now = !done;
+  });
+  auto result = RunLocal(*job, options, &interrupted);
+  done = true;
+  watchdog.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(result->interrupted) << "rank 1 was given the run's whole grace";
+  EXPECT_EQ(result->status.phase, "Succeeded");
+  EXPECT_EQ(result->status.attempt, 1);
+  EXPECT_EQ(result->status.restarts, 1);
+}
+
 // A rank the kernel OOM-killed read "Killed" (as a kill -9 from anyone): `ringtrain run` said
 // nothing of memory where a cluster says OOMKilled. The cgroup's oom_kill counter went up with
 // the SIGKILL: OOMKilled. A SIGKILL without it stays Killed. Found by a reviewing helper.

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <tuple>
 
 #include "common/runner_contract.h"
@@ -862,6 +864,9 @@ TEST(PlannerSpecChange, AnEditOfARunningGangRestartsItAtOnce) {
   Plan p = PlanReconcile(in);
   EXPECT_EQ(p.status.attempt, 1);
   EXPECT_EQ(Count(p, Kind::kDeleteReplica), 2);
+  for (const auto& a : p.actions) {
+    EXPECT_EQ(a.grace, std::nullopt) << a.name << ": a gang that trains agrees on its last step";
+  }
   ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
 }
@@ -2267,6 +2272,39 @@ TEST(PlannerInPlace, TheDecisionFollowsTheWaitTheSurvivorsWereStartedWith) {
   gang.spec.run_policy.recovery = "GangRestart";
   Plan restarts = PlanAt(gang, {survivor(std::chrono::seconds(120)), lost()}, At(5));
   EXPECT_EQ(restarts.status.attempt, 1) << "GangRestart asked for";
+}
+
+// A gang restart after a failure: of the built-in runner's ranks only rank 0 has work left in
+// its grace (the save of the state it kept); the others are deleted with kNoWorkLeftGrace, so a
+// hung one (SIGSTOPped: it cannot answer the SIGTERM) no longer holds the next attempt back for
+// its pod's 30 s. A restart of a gang that may still train (an edit) keeps every grace, as does
+// a spec.command image (its ranks may save on SIGTERM).
+TEST(PlannerInPlace, AGangRestartAfterAFailureShortensTheGraceOfRanksWithNothingToSave) {
+  const auto graces = [](const Plan& p) {
+    std::map<std::string, std::optional<Duration>> out;
+    for (const auto& a : p.actions) {
+      if (a.kind == Kind::kDeleteReplica) out[a.name] = a.grace;
+    }
+    return out;
+  };
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kFailed, 138, "Error"),
+                                             Replica(2, 0, ReplicaPhase::kRunning)};
+  auto job = InPlaceJob(3);
+  job.spec.run_policy.recovery = "GangRestart";
+  Plan failed = PlanAt(job, gang, At(5));
+  ASSERT_EQ(failed.status.attempt, 1);
+  auto g = graces(failed);
+  ASSERT_EQ(g.size(), 3u);
+  EXPECT_EQ(g["job-a0-0"], std::nullopt);
+  EXPECT_EQ(g["job-a0-1"], kNoWorkLeftGrace);
+  EXPECT_EQ(g["job-a0-2"], kNoWorkLeftGrace);
+
+  auto user = job;
+  user.spec.command = {"python3", "train.py"};
+  for (const auto& [name, grace] : graces(PlanAt(user, gang, At(5)))) {
+    EXPECT_EQ(grace, std::nullopt) << name << ": a spec.command rank may save on SIGTERM";
+  }
 }
 
 TEST(PlannerInPlace, CrashesStillExhaustBackoffLimit) {
