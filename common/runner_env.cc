@@ -74,7 +74,7 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
     out.emplace_back(kEnvCheckpointTimeout, seconds(e.checkpoint_timeout));
   }
   if (!e.gang_gate.empty()) out.emplace_back(kEnvGangGate, e.gang_gate);
-  if (e.recovery_timeout > Duration::zero()) {
+  if (e.recovery_timeout > Duration::zero() || e.say_recovery_timeout) {
     out.emplace_back(kEnvRecoveryTimeout, seconds(e.recovery_timeout));
   }
   if (!e.gang_gate.empty() && e.gang_gate_timeout != kGangGateTimeout) {

@@ -104,9 +104,12 @@ struct RankEnv {
   std::string gang_gate;  // "" = no gate (a local gang starts together)
   Duration gang_gate_timeout = kGangGateTimeout;
   Duration recovery_timeout{0};  // 0 = no in-place recovery
-  int host_ranks = 0;            // 0 = unset: local_world_size
-  int host_rank_base = 0;        // this process's first rank among host_ranks
-  std::string image;             // "" = not said (RINGTRAIN_IMAGE unset)
+  // Say recovery_timeout even when it is 0 (it is left out then otherwise): the operator's value
+  // must replace one a pod template sets (RankEnvVars' place in the list, not the template's).
+  bool say_recovery_timeout = false;
+  int host_ranks = 0;      // 0 = unset: local_world_size
+  int host_rank_base = 0;  // this process's first rank among host_ranks
+  std::string image;       // "" = not said (RINGTRAIN_IMAGE unset)
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

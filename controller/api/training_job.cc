@@ -296,6 +296,33 @@ std::optional<Duration> ParseRecoveryTimeout(const std::string& value) {
   return std::chrono::seconds(*seconds);
 }
 
+bool TemplateGivesTheGraceWork(const JobSpec& spec) {
+  if (spec.pod_template_json.empty()) return false;
+  const json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
+  if (!tmpl.is_object()) return false;
+  const auto pod = tmpl.find("spec");
+  if (pod == tmpl.end() || !pod->is_object()) return false;
+  if (const auto cs = pod->find("containers"); cs != pod->end() && cs->is_array()) {
+    for (const auto& c : *cs) {
+      if (!c.is_object()) continue;
+      if (c.value("name", json()) != "runner") return true;  // a sidecar
+      const auto life = c.find("lifecycle");
+      if (life != c.end() && life->is_object() && life->contains("preStop")) return true;
+    }
+  }
+  // A native sidecar: an init container that runs beside the others.
+  if (const auto init = pod->find("initContainers"); init != pod->end() && init->is_array()) {
+    for (const auto& c : *init) {
+      if (c.is_object() && c.value("restartPolicy", json()) == "Always") return true;
+    }
+  }
+  return false;
+}
+
+bool TemplateRunnerSetsEnv(const JobSpec& spec, std::string_view name) {
+  return TemplateRunnerEnvEntry(spec, name).has_value();
+}
+
 bool MayRecoverInPlace(const JobSpec& spec) {
   // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
   return spec.command.empty() && spec.run_policy.recovery == "InPlace" &&

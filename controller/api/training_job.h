@@ -277,6 +277,13 @@ Duration CollectiveTimeoutFor(const JobSpec& spec);
 // One RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS value as the runner takes it (an integer from 1 to
 // 86400); nullopt for any other (the runner refuses to start with it).
 std::optional<Duration> ParseCollectiveTimeout(const std::string& value);
+// Whether spec.template gives a pod's termination grace work besides the runner's: a container
+// other than the runner (a sidecar: a proxy draining, a log shipper flushing), a native sidecar
+// (an init container with restartPolicy Always), or a preStop hook on the runner.
+bool TemplateGivesTheGraceWork(const JobSpec& spec);
+// Whether spec.template's runner container has an env entry named `name` (any value or
+// reference).
+bool TemplateRunnerSetsEnv(const JobSpec& spec, std::string_view name);
 // Whether a lost rank of this spec may be recovered in place at all: the built-in runner on
 // CPUs with runPolicy.recovery InPlace (how long the survivors wait aside).
 bool MayRecoverInPlace(const JobSpec& spec);

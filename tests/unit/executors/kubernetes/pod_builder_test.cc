@@ -848,6 +848,50 @@ TEST(PodBuilderTest, TheTemplatesRecoveryTimeoutReachesThePod) {
             pod["metadata"]["annotations"][kSpecHashAnnotation]);
 }
 
+// Recorded on the real cluster (s41, job e): the template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS
+// edited from "0" to "60" restarted the gang (SpecChanged) though the hash ignores the value: at
+// 0 the operator left its own entry out and the template's stayed at the end of the list, in
+// another place than the operator's entry of any other wait. Now the operator's value replaces
+// the template's at the operator's place, 0 included; with runPolicy.recovery GangRestart a
+// template's wait no longer reaches the runner (its lost peer is never replaced alone).
+TEST(PodBuilderTest, AnEditOfTheTemplatesRecoveryWaitToOrFromZeroRestartsNoPod) {
+  auto with = [](const std::string& seconds, const std::string& recovery) {
+    return ParseJob(
+        "e", "default",
+        {{"replicas", 2},
+         {"runPolicy", {{"recovery", recovery}}},
+         {"template",
+          {{"spec",
+            {{"containers",
+              {{{"name", "runner"},
+                {"env",
+                 {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", seconds}},
+                  {{"name", "RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS"}, {"value", "20"}}}}}}}}}}}});
+  };
+  const auto waits = [](const Json& pod) {
+    std::vector<std::string> values;
+    for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+      if (e.value("name", "") == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") values.push_back(e["value"]);
+    }
+    return values;
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    const Json zero = BuildPod(with("0", "InPlace"), 0, rank, PodOptions{});
+    const Json sixty = BuildPod(with("60", "InPlace"), 0, rank, PodOptions{});
+    EXPECT_EQ(waits(zero), std::vector<std::string>{"0"});
+    EXPECT_EQ(waits(sixty), std::vector<std::string>{"60"});
+    EXPECT_EQ(zero["metadata"]["annotations"][kSpecHashAnnotation],
+              sixty["metadata"]["annotations"][kSpecHashAnnotation])
+        << "rank " << rank << ": the edit restarts nothing";
+    EXPECT_EQ(waits(BuildPod(with("60", "GangRestart"), 0, rank, PodOptions{})),
+              std::vector<std::string>{"0"});
+  }
+  // A template that does not name it: as before, nothing said at 0.
+  api::TrainingJob plain = ParseJob("e", "default", {{"replicas", 2}});
+  plain.spec.run_policy.recovery = "GangRestart";
+  EXPECT_TRUE(waits(BuildPod(plain, 0, 1, PodOptions{})).empty());
+}
+
 // Recorded on the real cluster (s40, job e2): the template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS
 // edited from 20 to 60 on a running job restarts no pod (the hash ignores the value), so the
 // pods wait 20 s; the operator said "it waits up to 60s" from the spec, and the job failed 15 s
