@@ -275,16 +275,20 @@ class Planner {
     // After a failure the gang trains no more, and of the built-in runner's ranks only rank 0
     // has work left in its grace: the save of the state it kept. The others exit at the
     // SIGTERM; one that cannot (hung, SIGSTOPped) held the next attempt back for its whole
-    // grace, 30 s of a 2-minute recovery. A restart of a gang that trains (a resize, an edit,
-    // an upgrade) keeps every grace: the ranks agree on a last step for rank 0 to save.
+    // grace, 30 s of a 2-minute recovery. A restart of a gang that may still train (a resize,
+    // an edit) keeps every grace: the ranks agree on a last step for rank 0 to save. So do
+    // pods whose template gives the grace other work (a sidecar, a preStop hook): the grace is
+    // the whole pod's.
     const bool failed = reason == "RetryableFailure" || reason == "RecoveryFailed" ||
                         reason == "Stalled" || reason == "Disrupted" || reason == "PodDeleted" ||
-                        reason == "NodeRejected" || reason == "NotPlaced";
+                        reason == "NodeRejected" || reason == "NotPlaced" ||
+                        reason == "OperatorUpgraded";
+    const bool nothing_to_save =
+        failed && spec_.command.empty() && !api::TemplateGivesTheGraceWork(spec_);
     for (const auto& r : in_.replicas) {
       Delete(r, "gang restart",
-             failed && spec_.command.empty() && r.rank != 0
-                 ? std::optional<Duration>(kNoWorkLeftGrace)
-                 : std::nullopt);
+             nothing_to_save && r.rank != 0 ? std::optional<Duration>(kNoWorkLeftGrace)
+                                            : std::nullopt);
     }
     const std::size_t deleting = plan_.actions.size() - before;
     // A resize restarts as the new size and deletes the old gang's pods: the event names both

@@ -2046,16 +2046,22 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
   if (has_finalizers || (t.group.empty() && t.plural == "pods")) {
     json prev = obj;
     if (MetaString(obj, "deletionTimestamp").empty()) {
-      // As recorded on v1.28 (transcripts/t4-01-pod-delete-grace.txt): a pod bound to a node
-      // gets the grace asked for (DeleteOptions.gracePeriodSeconds), else its own
-      // terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that far ahead;
-      // an unbound one goes at once. This fake has no kubelet to wait for: the pod is removed
-      // right after.
+      // As recorded on v1.28 (transcripts/t4-03-pod-delete-grace.txt, t4-04-ended-pod-delete.txt):
+      // a running pod bound to a node gets the grace asked for (DeleteOptions.gracePeriodSeconds),
+      // else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that
+      // far ahead; an unbound pod, or one that has ended (Succeeded, Failed), goes at once. This
+      // fake has no kubelet to wait for: the pod is removed right after.
       std::int64_t grace = 0;
       const json spec = obj.value("spec", json::object());
+      std::string phase;
+      if (const auto st = obj.find("status"); st != obj.end() && st->is_object()) {
+        if (const auto ph = st->find("phase"); ph != st->end() && ph->is_string()) {
+          phase = ph->get<std::string>();
+        }
+      }
       const auto node = spec.is_object() ? spec.find("nodeName") : spec.end();
       if (t.group.empty() && t.plural == "pods" && node != spec.end() && node->is_string() &&
-          !node->get<std::string>().empty()) {
+          !node->get<std::string>().empty() && phase != "Succeeded" && phase != "Failed") {
         grace = 30;
         if (const auto g = spec.find("terminationGracePeriodSeconds");
             g != spec.end() && g->is_number_integer()) {

@@ -656,7 +656,8 @@ TEST_F(WireFormatTest, PodsDefaultsDeletesAndStrategicMerge) {
 
 // A pod bound to a node is deleted with the grace asked for (DeleteOptions.gracePeriodSeconds),
 // else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that far
-// ahead; an unbound one with none: as t4-03-pod-delete-grace.txt recorded.
+// ahead; an unbound one, or one that has ended, with none: as t4-03-pod-delete-grace.txt and
+// t4-04-ended-pod-delete.txt recorded.
 TEST_F(WireFormatTest, ADeletedPodOnANodeGetsTheGraceAskedForElseItsOwn) {
   for (const char* name : {"short", "own", "unbound"}) {
     json pod = Pod(name);
@@ -678,6 +679,18 @@ TEST_F(WireFormatTest, ADeletedPodOnANodeGetsTheGraceAskedForElseItsOwn) {
   ASSERT_EQ(r.code, 200);
   EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 30) << r.body;
   r = conn_->Do("DELETE", std::string(kPods) + "/unbound", R"({"gracePeriodSeconds":5})");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0) << r.body;
+  // One that has ended goes at once too (t4-04-ended-pod-delete.txt).
+  json done = Pod("done");
+  done["spec"]["nodeName"] = "node-0";
+  ASSERT_EQ(conn_->Do("POST", kPods, done.dump()).code, 201);
+  ASSERT_EQ(conn_
+                ->Do("PATCH", std::string(kPods) + "/done/status",
+                     R"({"status":{"phase":"Succeeded"}})", "application/merge-patch+json")
+                .code,
+            200);
+  r = conn_->Do("DELETE", std::string(kPods) + "/done", R"({"gracePeriodSeconds":5})");
   ASSERT_EQ(r.code, 200);
   EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0) << r.body;
 }

@@ -989,6 +989,11 @@ TEST(PlannerUpgrade, ALostRankBesideASurvivorOfAnotherBuildRestartsTheGang) {
   EXPECT_EQ(p.status.last_failure->exit_code, 139);
   EXPECT_EQ(Count(p, Kind::kCreateReplica), 0);
   EXPECT_EQ(Count(p, Kind::kDeleteReplica), 3);
+  for (const auto& a : p.actions) {
+    // A rank was lost: the gang trains no more, and only rank 0 has a save to make.
+    EXPECT_EQ(a.grace, a.rank == 0 ? std::nullopt : std::optional<Duration>(kNoWorkLeftGrace))
+        << a.name;
+  }
   ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "OperatorUpgraded");
   const std::string& m = Cond(p.status, "Restarting")->message;
@@ -2305,6 +2310,24 @@ TEST(PlannerInPlace, AGangRestartAfterAFailureShortensTheGraceOfRanksWithNothing
   for (const auto& [name, grace] : graces(PlanAt(user, gang, At(5)))) {
     EXPECT_EQ(grace, std::nullopt) << name << ": a spec.command rank may save on SIGTERM";
   }
+  // The grace is the whole pod's: a template that gives it other work keeps it (a review found
+  // a sidecar draining, or a preStop hook, would get 1 s).
+  for (
+      const char* tmpl :
+      {R"({"spec":{"containers":[{"name":"runner"},{"name":"log-shipper","image":"x"}]}})",
+       R"({"spec":{"containers":[{"name":"runner","lifecycle":{"preStop":{"exec":{"command":["sync"]}}}}]}})",
+       R"({"spec":{"initContainers":[{"name":"proxy","image":"x","restartPolicy":"Always"}],"containers":[{"name":"runner"}]}})"}) {
+    auto sidecar = job;
+    sidecar.spec.pod_template_json = tmpl;
+    for (const auto& [name, grace] : graces(PlanAt(sidecar, gang, At(5)))) {
+      EXPECT_EQ(grace, std::nullopt) << name << ": " << tmpl;
+    }
+  }
+  auto plain = job;
+  plain.spec.pod_template_json =
+      R"({"spec":{"initContainers":[{"name":"fetch","image":"x"}],"containers":[{"name":"runner","env":[]}]}})";
+  EXPECT_EQ(graces(PlanAt(plain, gang, At(5)))["job-a0-1"], kNoWorkLeftGrace)
+      << "an init container that has ended does nothing in the grace";
 }
 
 TEST(PlannerInPlace, CrashesStillExhaustBackoffLimit) {
