@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <string_view>
 
+#include "common/random.h"
 #include "common/stop.h"
 
 namespace ringtrain::train {
@@ -400,9 +401,11 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
   // A file of this write's own: two writers of one step (a periodic write a timeout left behind
   // on its helper thread, then the save of the kept state at the same step) sharing one
   // temporary name truncated and interleaved each other's bytes, and the first rename published
-  // a file the other went on writing into.
+  // a file the other went on writing into. A random part too: in containers every runner may
+  // be pid 1, and two pods may share a volume.
   static std::atomic<std::uint64_t> writes{0};
-  std::string tmp = final_path + ".tmp." + std::to_string(::getpid()) + "." +
+  static const std::string process = std::to_string(::getpid()) + "-" + RandomToken(4);
+  std::string tmp = final_path + ".tmp." + process + "." +
                     std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
   Status s;
   {

@@ -60,7 +60,8 @@ for ((i = 0; i < kills; i++)); do
     when="right after a checkpoint write"
     deadline=$((SECONDS + 60))
     while [ $SECONDS -lt $deadline ]; do
-      if compgen -G "$ckpts/*.tmp" >/dev/null; then
+      # Each write has a temporary file of its own: ckpt-N.bin.tmp.PID-RANDOM.K.
+      if compgen -G "$ckpts/ckpt-*.bin.tmp*" >/dev/null; then
         when="during a checkpoint write"
         break
       fi

@@ -360,8 +360,8 @@ TEST_F(CheckpointTest, TwoWritersOfOneStepAtOnceLeaveOneWholeCheckpoint) {
   }
 }
 
-// What killed writers left (ckpt-N.bin.tmp of older versions, ckpt-N.bin.tmp.PID.K) goes once
-// every kept checkpoint is newer than N; a temporary file of a kept or newer step, and other
+// What killed writers left (ckpt-N.bin.tmp of older versions, ckpt-N.bin.tmp.PID-RANDOM.K) goes
+// once every kept checkpoint is newer than N; a temporary file of a kept or newer step, and other
 // names, stay.
 TEST_F(CheckpointTest, TemporaryFilesOlderThanEveryKeptCheckpointAreRemoved) {
   std::filesystem::create_directories(dir_);
