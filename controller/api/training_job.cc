@@ -226,14 +226,21 @@ std::vector<std::string> RunnerArgs(const JobSpec& spec, const std::string& chec
 
 namespace {
 
-// spec.template's runner container: the last container named "runner", as the pod builder
-// takes it; nullopt when there is none.
-std::optional<json> TemplateRunner(const JobSpec& spec) {
+// spec.template's pod spec; nullopt when there is none (or it is no object).
+std::optional<json> TemplatePodSpec(const JobSpec& spec) {
   if (spec.pod_template_json.empty()) return std::nullopt;
-  const json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
+  json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
   if (!tmpl.is_object()) return std::nullopt;
   const auto pod = tmpl.find("spec");
   if (pod == tmpl.end() || !pod->is_object()) return std::nullopt;
+  return std::move(*pod);
+}
+
+// spec.template's runner container: the last container named "runner", as the pod builder
+// takes it; nullopt when there is none.
+std::optional<json> TemplateRunner(const JobSpec& spec) {
+  const std::optional<json> pod = TemplatePodSpec(spec);
+  if (!pod) return std::nullopt;
   const auto containers = pod->find("containers");
   if (containers == pod->end() || !containers->is_array()) return std::nullopt;
   const json* runner = nullptr;
@@ -297,11 +304,8 @@ std::optional<Duration> ParseRecoveryTimeout(const std::string& value) {
 }
 
 bool TemplateGivesTheGraceWork(const JobSpec& spec) {
-  if (spec.pod_template_json.empty()) return false;
-  const json tmpl = json::parse(spec.pod_template_json, nullptr, /*allow_exceptions=*/false);
-  if (!tmpl.is_object()) return false;
-  const auto pod = tmpl.find("spec");
-  if (pod == tmpl.end() || !pod->is_object()) return false;
+  const std::optional<json> pod = TemplatePodSpec(spec);
+  if (!pod) return false;
   if (const auto cs = pod->find("containers"); cs != pod->end() && cs->is_array()) {
     for (const auto& c : *cs) {
       if (!c.is_object()) continue;
