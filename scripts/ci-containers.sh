@@ -4,8 +4,9 @@
 # then the container kubelet's own test (tests/e2e/container_kubelet_test.sh) and the system in
 # containers end to end: training to Succeeded with Prometheus scraping
 # the pods (tests/e2e/container_train_test.sh) and a SIGKILLed rank resumed from the checkpoint
-# (tests/e2e/container_restart_test.sh), and spec.command jobs failing alike in pods and under
-# `ringtrain run` (tests/e2e/container_command_test.sh). Prints the time of each step; exit code
+# (tests/e2e/container_restart_test.sh), a hung rank of a GangRestart job SIGKILLed after the 1 s
+# grace the controller asks for (tests/e2e/container_hung_rank_test.sh), and spec.command jobs
+# failing alike in pods and under `ringtrain run` (tests/e2e/container_command_test.sh). Prints the time of each step; exit code
 # 1 if any failed.
 # Env: BUILD_DIR (build; built by scripts/build.sh first if its binaries are missing).
 set -euo pipefail
@@ -21,7 +22,7 @@ t=$SECONDS
 BUILD_DIR=$build bash scripts/images.sh all
 echo "ci-containers: images took $((SECONDS - t)) s"
 failed=()
-for test in container_kubelet container_train container_restart container_command; do
+for test in container_kubelet container_train container_restart container_hung_rank container_command; do
   t=$SECONDS
   if RINGTRAIN_BUILD_DIR=$abs_build RINGTRAIN_SOURCE_DIR=$root \
     timeout 900 bash "tests/e2e/${test}_test.sh"; then

@@ -550,6 +550,8 @@ class FakeApiServer::Impl {
   // pod mounts loses its finalizer and goes.
   void ReleaseUnusedClaims(const std::string& ns);
   const ResourceType& Type(const std::string& plural) const;
+  // POST pods/NAME/binding, as a scheduler binds a pod to a node.
+  Result Bind(const HttpRequest& req, const Route& route);
   json Store(const ResourceType& t, json obj, const char* type, const json* previous);
   void Remove(const ResourceType& t, const json& obj);
   void Emit(const ResourceType& t, const char* type, const json& obj, const json* previous);
@@ -937,10 +939,19 @@ Result FakeApiServer::Impl::Dispatch(const HttpRequest& req) {
     if (rest.size() > 3) return not_found;
     if (route.type->namespaced && !route.name.empty()) return not_found;
   }
-  if (!route.sub.empty() && (route.sub != "status" || !route.type->status_subresource)) {
+  const bool binding = route.sub == "binding" && route.type->group.empty() &&
+                       route.type->plural == "pods" && !route.name.empty();
+  if (!route.sub.empty() && !binding &&
+      (route.sub != "status" || !route.type->status_subresource)) {
     return not_found;
   }
   const std::string& m = req.method;
+  if (binding) {
+    if (m == "POST") return Bind(req, route);
+    return ApiError{405, "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                    ojson::object()};
+  }
   bool is_watch = req.Query("watch") == "true" || req.Query("watch") == "1";
   if (route.name.empty()) {
     if (m == "GET" && is_watch) {
@@ -1999,6 +2010,59 @@ Result FakeApiServer::Impl::Patch(const HttpRequest& req, const Route& route) {
   return Update(req, route, std::move(next), true);
 }
 
+// As recorded on v1.28 (transcripts/t4-05-binding-graceful-delete.txt): 201 with a Status, the pod
+// bound (spec.nodeName, PodScheduled=True); 409 when it already has a node, 404 when missing.
+Result FakeApiServer::Impl::Bind(const HttpRequest& req, const Route& route) {
+  const ResourceType& t = *route.type;
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) {
+    return BadRequest(
+        "the body of the request was in an unknown format - accepted media types include: "
+        "application/json, application/yaml");
+  }
+  auto& objs = Objects(t);
+  auto it = objs.find(ObjKey(route.ns, route.name));
+  if (it == objs.end()) return NotFoundError(t, route.name);
+  std::string node;
+  if (const auto target = body.find("target"); target != body.end() && target->is_object()) {
+    if (const auto n = target->find("name"); n != target->end() && n->is_string()) {
+      node = n->get<std::string>();
+    }
+  }
+  if (node.empty()) {
+    return ApiError{500, "", "target.name: Required value", nullptr};
+  }
+  json obj = it->second;
+  const json spec = obj.value("spec", json::object());
+  if (const auto bound = spec.find("nodeName");
+      bound != spec.end() && bound->is_string() && !bound->get<std::string>().empty()) {
+    ojson d = ojson::object();
+    d["name"] = route.name;
+    d["kind"] = "pods/binding";
+    return ApiError{409, "Conflict",
+                    "Operation cannot be fulfilled on pods/binding \"" + route.name + "\": pod " +
+                        route.name + " is already assigned to node \"" + bound->get<std::string>() +
+                        "\"",
+                    d};
+  }
+  const json prev = obj;
+  obj["spec"]["nodeName"] = node;
+  if (!obj.contains("status") || !obj["status"].is_object()) obj["status"] = json::object();
+  json conditions = json::array();
+  if (const auto c = obj["status"].find("conditions"); c != obj["status"].end() && c->is_array()) {
+    for (const auto& cond : *c) {
+      if (!cond.is_object() || cond.value("type", "") != "PodScheduled") conditions.push_back(cond);
+    }
+  }
+  conditions.push_back({{"type", "PodScheduled"},
+                        {"status", "True"},
+                        {"lastProbeTime", nullptr},
+                        {"lastTransitionTime", Rfc3339Now()}});
+  obj["status"]["conditions"] = std::move(conditions);
+  Store(t, obj, "MODIFIED", &prev);
+  return ApiError{201, "", "", nullptr};
+}
+
 Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
   const ResourceType& t = *route.type;
   json opts = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
@@ -2043,14 +2107,20 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
   const json& m = obj["metadata"];
   bool has_finalizers =
       m.contains("finalizers") && m["finalizers"].is_array() && !m["finalizers"].empty();
-  if (has_finalizers || (t.group.empty() && t.plural == "pods")) {
+  const bool pod = t.group.empty() && t.plural == "pods";
+  bool graceful = false;  // a pod that stays, Terminating, until its kubelet deletes it with 0
+  if (has_finalizers || pod) {
     json prev = obj;
+    std::optional<std::int64_t> asked;
+    if (const auto g = opts.find("gracePeriodSeconds");
+        g != opts.end() && g->is_number_integer() && g->get<std::int64_t>() >= 0) {
+      asked = g->get<std::int64_t>();
+    }
     if (MetaString(obj, "deletionTimestamp").empty()) {
       // As recorded on v1.28 (transcripts/t4-03-pod-delete-grace.txt, t4-04-ended-pod-delete.txt):
       // a running pod bound to a node gets the grace asked for (DeleteOptions.gracePeriodSeconds),
       // else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that
-      // far ahead; an unbound pod, or one that has ended (Succeeded, Failed), goes at once. This
-      // fake has no kubelet to wait for: the pod is removed right after.
+      // far ahead; an unbound pod, or one that has ended (Succeeded, Failed), goes at once.
       std::int64_t grace = 0;
       const json spec = obj.value("spec", json::object());
       std::string phase;
@@ -2060,24 +2130,36 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
         }
       }
       const auto node = spec.is_object() ? spec.find("nodeName") : spec.end();
-      if (t.group.empty() && t.plural == "pods" && node != spec.end() && node->is_string() &&
-          !node->get<std::string>().empty() && phase != "Succeeded" && phase != "Failed") {
+      if (pod && node != spec.end() && node->is_string() && !node->get<std::string>().empty() &&
+          phase != "Succeeded" && phase != "Failed") {
         grace = 30;
         if (const auto g = spec.find("terminationGracePeriodSeconds");
             g != spec.end() && g->is_number_integer()) {
           grace = g->get<std::int64_t>();
         }
-        if (const auto g = opts.find("gracePeriodSeconds");
-            g != opts.end() && g->is_number_integer() && g->get<std::int64_t>() >= 0) {
-          grace = g->get<std::int64_t>();
-        }
+        if (asked) grace = *asked;
       }
       obj["metadata"]["deletionTimestamp"] =
           FormatRfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
       obj["metadata"]["deletionGracePeriodSeconds"] = grace;
       obj = Store(t, obj, "MODIFIED", &prev);
+      graceful = pod && grace > 0;
+    } else if (pod) {
+      // Already terminating (t4-05-binding-graceful-delete.txt): another delete may only shorten
+      // the grace; 0 (the kubelet's, once the containers have stopped) removes the pod.
+      const auto had = obj["metadata"].find("deletionGracePeriodSeconds");
+      const std::int64_t current =
+          had != obj["metadata"].end() && had->is_number_integer() ? had->get<std::int64_t>() : 0;
+      graceful = current > 0;
+      if (asked && *asked < current) {
+        obj["metadata"]["deletionTimestamp"] =
+            FormatRfc3339(std::chrono::system_clock::now() + std::chrono::seconds(*asked));
+        obj["metadata"]["deletionGracePeriodSeconds"] = *asked;
+        obj = Store(t, obj, "MODIFIED", &prev);
+        graceful = *asked > 0;
+      }
     }
-    if (has_finalizers) {
+    if (has_finalizers || graceful) {
       r.body = ForOutput(t, obj).dump() + "\n";
       if (t.group.empty() && t.plural == "persistentvolumeclaims") {
         ReleaseUnusedClaims(route.ns);

@@ -24,6 +24,12 @@ What it honours (anything else in a pod spec is ignored, and listed in the READM
   terminationMessagePolicy, terminationGracePeriodSeconds (pod deletion → SIGTERM, grace,
   SIGKILL). restartPolicy is treated as Never (the operator's pods use Never).
 
+It plays the scheduler's part too: it binds each pod it finds unbound to its node
+(pods/NAME/binding), so the API server deletes it as it deletes a bound pod: the pod stays,
+terminating, with deletionGracePeriodSeconds (the grace asked for, else its own). This kubelet
+then stops the container with that grace, reports how it ended, and deletes the pod with grace 0
+and its uid as precondition, as a kubelet does (transcripts/t4-05-binding-graceful-delete.txt).
+
 Every podman call has a timeout; SIGTERM/SIGINT stop every container it started and exit.
 """
 
@@ -46,6 +52,7 @@ import urllib.request
 LABEL = "dev.ringtrain.container-kubelet"
 PODMAN_TIMEOUT = 120  # seconds for one podman call (create/start/inspect)
 API_TIMEOUT = 20  # seconds for one API request
+NODE = "container-kubelet"  # the node this kubelet binds pods to
 MESSAGE_LIMIT = 4096  # bytes of a termination message, as the kubelet caps it
 LOG_FALLBACK_LINES = 80  # FallbackToLogsOnError: the last lines of the log, as the kubelet does
 LOG_FALLBACK_BYTES = 2048  # ... and at most this many bytes of them
@@ -95,6 +102,25 @@ class Api:
 
     def get(self, path):
         return self.request("GET", path)
+
+    def bind(self, ns, name):
+        """What a scheduler sends: the pod is bound to this kubelet's node."""
+        code, body = self.request("POST", "/api/v1/namespaces/%s/pods/%s/binding" % (ns, name), {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": NODE}})
+        if code not in (201, 404):
+            log("bind %s/%s: HTTP %d %s" % (ns, name, code, body.get("message", "")))
+        return code
+
+    def delete_stopped(self, ns, name, uid):
+        """What a kubelet sends once a deleted pod's containers have stopped: grace 0, with the
+        pod's uid as precondition so that a namesake created since is left alone."""
+        code, body = self.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (ns, name), {
+            "kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid}})
+        if code not in (200, 404, 409):
+            log("delete %s/%s: HTTP %d %s" % (ns, name, code, body.get("message", "")))
+        return code
 
     def patch_status(self, ns, name, status):
         path = "/api/v1/namespaces/%s/pods/%s/status" % (ns, name)
@@ -257,7 +283,14 @@ class Kubelet:
                 pod = Pod(obj)
                 with self.lock:
                     self.pods[uid] = pod
+                if not obj["spec"].get("nodeName"):
+                    self.api.bind(pod.ns, pod.name)
             if pod is None:
+                if terminating and obj["spec"].get("nodeName") == NODE:
+                    # Bound here, and nothing of it runs (this kubelet restarted, or its stop has
+                    # ended but the final delete did not get through): let it go.
+                    meta = obj["metadata"]
+                    self.api.delete_stopped(meta.get("namespace", "default"), meta["name"], uid)
                 continue
             pod.obj = obj
             if pod.downward and not terminating:
@@ -339,7 +372,7 @@ class Kubelet:
         values = {
             "metadata.name": pod.name, "metadata.namespace": pod.ns, "metadata.uid": pod.uid,
             "status.podIP": pod.ip, "status.hostIP": "127.0.0.1",
-            "spec.nodeName": "container-kubelet",
+            "spec.nodeName": NODE,
             "spec.serviceAccountName": pod.obj["spec"].get("serviceAccountName", "default"),
         }
         m = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
@@ -708,13 +741,18 @@ class Kubelet:
 
     # ---- stop -------------------------------------------------------------------------------
     def begin_stop(self, pod, deleted=False):
+        """deleted: gone from the API already (deleted with grace 0 by someone else); else it is
+        terminating, and is deleted once stopped."""
         if pod.stopping:
             return
         pod.stopping = True
-        grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
-        threading.Thread(target=self.stop_pod, args=(pod, grace), daemon=True).start()
+        grace = pod.obj["metadata"].get("deletionGracePeriodSeconds")
+        if grace is None:
+            grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
+        threading.Thread(target=self.stop_pod, args=(pod, int(grace), not deleted),
+                         daemon=True).start()
 
-    def stop_pod(self, pod, grace):
+    def stop_pod(self, pod, grace, finalize):
         try:
             if pod.state == "running":
                 log("%s/%s: deleted: SIGTERM, %ds grace, then SIGKILL" % (pod.ns, pod.name, grace))
@@ -724,10 +762,14 @@ class Kubelet:
                            check=False)
                 log("%s/%s: stopped after %.1fs, exit code %s" % (
                     pod.ns, pod.name, time.monotonic() - start, p.stdout.strip() or "?"))
+                if finalize:
+                    self.report_exit(pod)  # a terminal phase before the final delete, as v1.28
             podman(["rm", "-f", "--ignore", pod.container], check=False)
         finally:
             for d in pod.emptydirs:
                 shutil.rmtree(d, ignore_errors=True)
+            if finalize:
+                self.api.delete_stopped(pod.ns, pod.name, pod.uid)
             with self.lock:
                 self.used_ips.discard(pod.ip)
                 self.pods.pop(pod.uid, None)

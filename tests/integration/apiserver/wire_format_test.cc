@@ -695,6 +695,93 @@ TEST_F(WireFormatTest, ADeletedPodOnANodeGetsTheGraceAskedForElseItsOwn) {
   EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0) << r.body;
 }
 
+// A scheduler's binding, then a bound pod's graceful delete until its kubelet's delete with grace
+// 0, byte for byte as t4-05-binding-graceful-delete.txt recorded.
+TEST_F(WireFormatTest, ABoundPodStaysTerminatingUntilItsKubeletDeletesItWithGraceZero) {
+  auto r = conn_->Do("POST", kPods, Pod("bindme").dump());
+  ASSERT_EQ(r.code, 201);
+  const std::string uid = json::parse(r.body)["metadata"]["uid"];
+  const std::string path = std::string(kPods) + "/bindme";
+  const std::string binding =
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"bindme","namespace":"default"},"target":{"apiVersion":"v1","kind":"Node","name":"container-kubelet"}})";
+  r = conn_->Do("POST", path + "/binding", binding);
+  EXPECT_EQ(r.code, 201);
+  EXPECT_EQ(r.body,
+            R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success","code":201})"
+            "\n");
+  r = conn_->Do("POST", path + "/binding", binding);
+  EXPECT_EQ(r.code, 409);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on pods/binding \"bindme\": pod bindme is already assigned to node \"container-kubelet\"","reason":"Conflict","details":{"name":"bindme","kind":"pods/binding"},"code":409})"
+      "\n");
+  r = conn_->Do("POST", std::string(kPods) + "/nosuch/binding", binding);
+  EXPECT_EQ(r.code, 404);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"nosuch\" not found","reason":"NotFound","details":{"name":"nosuch","kind":"pods"},"code":404})"
+      "\n");
+  ASSERT_EQ(conn_->Do("POST", kPods, Pod("unbound").dump()).code, 201);
+  r = conn_->Do("POST", std::string(kPods) + "/unbound/binding",
+                R"({"apiVersion":"v1","kind":"Binding","target":{"kind":"Node"}})");
+  EXPECT_EQ(r.code, 500);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"target.name: Required value","code":500})"
+      "\n");
+  r = conn_->Do("GET", std::string(kPods) + "/unbound/binding");
+  EXPECT_EQ(r.code, 405);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server does not allow this method on the requested resource","reason":"MethodNotAllowed","details":{},"code":405})"
+      "\n");
+
+  r = conn_->Do("GET", path);
+  ASSERT_EQ(r.code, 200);
+  json pod = json::parse(r.body);
+  EXPECT_EQ(pod["spec"]["nodeName"], "container-kubelet");
+  ASSERT_EQ(pod["status"]["conditions"].size(), 1u) << r.body;
+  EXPECT_EQ(pod["status"]["conditions"][0]["type"], "PodScheduled");
+  EXPECT_EQ(pod["status"]["conditions"][0]["status"], "True");
+  EXPECT_TRUE(pod["status"]["conditions"][0]["lastProbeTime"].is_null());
+
+  // Its own 30 s; the pod stays, terminating.
+  r = conn_->Do("DELETE", path, R"({"kind":"DeleteOptions","apiVersion":"v1"})");
+  ASSERT_EQ(r.code, 200);
+  json m = json::parse(r.body)["metadata"];
+  EXPECT_EQ(m["deletionGracePeriodSeconds"], 30);
+  const std::string rv = m["resourceVersion"];
+  ASSERT_EQ(conn_->Do("GET", path).code, 200);
+  // Again without a grace, or with one not shorter: unchanged.
+  for (const char* opts : {R"({})", R"({"gracePeriodSeconds":30})"}) {
+    r = conn_->Do("DELETE", path, opts);
+    ASSERT_EQ(r.code, 200);
+    EXPECT_EQ(json::parse(r.body)["metadata"]["resourceVersion"], rv) << opts;
+    EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 30) << opts;
+  }
+  // A shorter one moves it.
+  r = conn_->Do("DELETE", path, R"({"gracePeriodSeconds":10})");
+  ASSERT_EQ(r.code, 200);
+  m = json::parse(r.body)["metadata"];
+  EXPECT_EQ(m["deletionGracePeriodSeconds"], 10);
+  EXPECT_NE(m["resourceVersion"], rv);
+  r = conn_->Do("DELETE", path, R"({"gracePeriodSeconds":20})");
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 10);
+  // The kubelet's final delete: a wrong uid is refused, its own removes the pod.
+  r = conn_->Do(
+      "DELETE", path,
+      R"({"gracePeriodSeconds":0,"preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}})");
+  EXPECT_EQ(r.code, 409);
+  ASSERT_EQ(conn_->Do("GET", path).code, 200);
+  r = conn_->Do(
+      "DELETE", path,
+      R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":0,"preconditions":{"uid":")" +
+          uid + R"("}})");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0);
+  EXPECT_EQ(conn_->Do("GET", path).code, 404);
+}
+
 // A merge patch that carries metadata.uid (how the operator marks a pod it is about to delete,
 // so the mark never lands on a namesake created since): the pod's own uid writes it; another is
 // 422 Invalid, nothing written, byte for byte as t4-02-pod-merge-patch-uid.txt recorded.
