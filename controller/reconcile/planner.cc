@@ -287,8 +287,9 @@ class Planner {
         failed && spec_.command.empty() && !api::TemplateGivesTheGraceWork(spec_);
     for (const auto& r : in_.replicas) {
       Delete(r, "gang restart",
-             nothing_to_save && r.rank != 0 ? std::optional<Duration>(kNoWorkLeftGrace)
-                                            : std::nullopt);
+             nothing_to_save && (r.rank != 0 || rank0_hung_)
+                 ? std::optional<Duration>(kNoWorkLeftGrace)
+                 : std::nullopt);
     }
     const std::size_t deleting = plan_.actions.size() - before;
     // A resize restarts as the new size and deletes the old gang's pods: the event names both
@@ -605,6 +606,9 @@ class Planner {
   const api::JobSpec& spec_;
   const std::string now_s_;
   Plan plan_;
+  // The failure being answered is a hung rank 0 (HandleFailure): a gang restart gives it the
+  // short grace too, as it can save nothing.
+  bool rank0_hung_ = false;
 };
 
 bool Planner::HandleResize() {
@@ -853,15 +857,6 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     if (pick == nullptr || better(*r, *pick)) pick = r;
   }
   if (pick == nullptr) return false;
-  // Only a consequence is known yet and the replica with the cause still runs: deleting the
-  // gang now would lose why. It ends on its own (collective timeout); wait for it, bounded.
-  if (IsConsequence(*pick) && active && first_end) {
-    const WallTime until = *first_end + kRootCauseGrace;
-    if (in_.now < until) {
-      Requeue(until);
-      return true;
-    }
-  }
   int rank = pick->rank;
   std::string message = pick->message;
   std::string what;
@@ -899,6 +894,22 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
     const bool deleted_by_us = r->phase == ReplicaPhase::kFailed && r->terminating &&
                                EndedOfADeletion(*r) && !DeletedByOthers(*r);
     if (r->phase == ReplicaPhase::kRunning || deleted_by_us) silent_peer = r;
+  }
+  // Rank 0 named by the peer that timed out waiting for it, whose /status has not answered
+  // since before that peer ended: hung (SIGSTOPped, frozen), not a rank that will still end with
+  // a cause of its own, nor one with a save to finish in its grace.
+  const auto& unanswered = in_.memory.rank0_unanswered;
+  rank0_hung_ = silent_peer != nullptr && silent_peer->rank == 0 &&
+                silent_peer->phase == ReplicaPhase::kRunning && first_end && unanswered &&
+                unanswered->first == st().attempt && unanswered->second <= *first_end;
+  // Only a consequence is known yet and the replica with the cause still runs: deleting the
+  // gang now would lose why. It ends on its own (collective timeout); wait for it, bounded.
+  if (IsConsequence(*pick) && active && first_end && !rank0_hung_) {
+    const WallTime until = *first_end + kRootCauseGrace;
+    if (in_.now < until) {
+      Requeue(until);
+      return true;
+    }
   }
   if (waited && *waited != rank && *waited < spec_.replicas) {
     // The rank that waited for a peer's return in vain reports the peer's loss: the peer is
@@ -1845,6 +1856,17 @@ void NoRateWithoutTraining(Plan* plan) {
   plan->status.progress->samples_per_second = 0;
 }
 
+// A rank 0 whose /status has not answered for kSilentRankZeroRate (SIGSTOPped, frozen, cut off)
+// shows no rate: the last one read is not the job's any more.
+void NoRateFromASilentRankZero(const PlanInput& in, const PlanMemory& memory, Plan* plan) {
+  const auto& since = memory.rank0_unanswered;
+  if (!since || since->first != plan->status.attempt || !plan->status.progress ||
+      plan->status.phase != "Running" || in.now - since->second < kSilentRankZeroRate) {
+    return;
+  }
+  plan->status.progress->samples_per_second = 0;
+}
+
 }  // namespace
 
 Plan PlanReconcile(const PlanInput& in) {
@@ -1862,6 +1884,13 @@ Plan PlanReconcile(const PlanInput& in) {
     }
   }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
+  if (in.progress && in.progress->reachable) {
+    memory.rank0_unanswered.reset();
+  } else if (in.progress && (!memory.rank0_unanswered ||
+                             memory.rank0_unanswered->first != in.job->status.attempt)) {
+    memory.rank0_unanswered = std::pair{in.job->status.attempt, in.now};
+  }
+  NoRateFromASilentRankZero(in, memory, &plan);
   if (in.progress && in.progress->reachable && in.progress->state == "recovering") {
     // The attempt the read belongs to: a pass that read it and restarted the gang must not
     // leave the next attempt's first outage as seen.

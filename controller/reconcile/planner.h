@@ -162,6 +162,11 @@ struct PlanMemory {
   std::optional<std::pair<int, int>> recovery_said;
   // The outage rank 0 was last read recovering from, as above, and when it was first read so.
   std::optional<std::pair<std::pair<int, int>, WallTime>> recovery_seen;
+  // (attempt, when) of the first read of rank 0's /status that failed since the last that
+  // succeeded: a rank 0 silent for kSilentRankZeroRate shows no samples/s, and one silent since
+  // before the peer that timed out waiting for it ended is hung (a gang restart gives it the
+  // short grace, and no wait for a cause of its own).
+  std::optional<std::pair<int, WallTime>> rank0_unanswered;
 };
 
 struct Plan {
@@ -267,6 +272,8 @@ inline constexpr Duration kUnseenLossGrace = std::chrono::seconds(10);
 // after a failure: it has nothing to save (only rank 0 writes checkpoints) and exits at the
 // SIGTERM; a hung one is killed after this instead of after the pod's 30 s.
 inline constexpr Duration kNoWorkLeftGrace = std::chrono::seconds(1);
+// How long rank 0's /status may go unanswered before the job shows no samples/s.
+inline constexpr Duration kSilentRankZeroRate = std::chrono::seconds(10);
 inline constexpr Duration kLossReportGrace = std::chrono::seconds(5);
 
 // True while the checkpoints die with rank 0's replica (PlanInput::checkpoints_ephemeral).

@@ -2982,6 +2982,60 @@ TEST(Planner, AStoreHostThatStoppedAnsweringIsNamed) {
   EXPECT_NE(Cond(other.status, "Restarting")->message.find("never rejoined"), std::string::npos);
 }
 
+// Recorded on the real cluster (s42, job f): rank 0 SIGSTOPped; rank 1 timed out after 20 s and
+// named it; the operator then waited its 30 s root-cause grace for rank 0 to end, and rank 0,
+// which could not answer the SIGTERM, its pod's 30 s grace: 90.5 s without training. A rank 0
+// whose /status has not answered since before its reporter ended is hung: the gang restarts at
+// once, rank 0 with the short grace too.
+TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
+  auto job = InPlaceJob(2);
+  job.spec.run_policy.recovery = "GangRestart";  // as job f's ranks were started (wait 0)
+  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "UNAVAILABLE: step 5876: gradient all-reduce: all-reduce: lost peer rank 0 (the rendezvous "
+      "store it hosts is unreachable: rendezvous store f-a0-0.f.default.svc:29500: recv: timed "
+      "out); here: all-reduce: timed out after 20s waiting for rank 0";
+  waited.finished_at = At(30);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
+  auto grace_of = [](const Plan& p, const std::string& name) {
+    for (const auto& a : p.actions) {
+      if (a.kind == Action::Kind::kDeleteReplica && a.name == name) return a.grace;
+    }
+    ADD_FAILURE() << name << " not deleted";
+    return std::optional<Duration>{};
+  };
+  PlanMemory silent;
+  silent.rank0_unanswered = std::pair{0, At(12)};
+  const Plan hung = PlanWith(job, gang, At(31), silent);
+  EXPECT_EQ(hung.status.attempt, 1) << "no wait for a cause of its own";
+  EXPECT_EQ(grace_of(hung, "job-a0-0"), kNoWorkLeftGrace);
+  EXPECT_EQ(hung.status.last_failure->rank, 0);
+
+  // Its /status answered after the reporter ended, or has not failed at all, or failed in
+  // another attempt: rank 0 may still end with a cause of its own and save; it is waited for
+  // and keeps its grace.
+  PlanMemory late = silent;
+  late.rank0_unanswered = std::pair{0, At(31)};
+  PlanMemory other_attempt = silent;
+  other_attempt.rank0_unanswered = std::pair{1, At(12)};
+  for (const PlanMemory& m : {late, other_attempt, PlanMemory{}}) {
+    EXPECT_EQ(PlanWith(job, gang, At(31), m).status.attempt, 0);
+    const Plan after = PlanWith(job, gang, At(61), m);
+    EXPECT_EQ(after.status.attempt, 1);
+    EXPECT_EQ(grace_of(after, "job-a0-0"), std::nullopt);
+  }
+  // Rank 1 hung, named by rank 0: rank 0 is the reporter and keeps its grace (its save).
+  auto reporter = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  reporter.message =
+      "DEADLINE_EXCEEDED: step 8863: gradient all-reduce: all-reduce: timed out "
+      "after 60s waiting for rank 1";
+  reporter.finished_at = At(30);
+  const Plan other =
+      PlanWith(job, {reporter, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), silent);
+  EXPECT_EQ(other.status.attempt, 1);
+  EXPECT_EQ(grace_of(other, "job-a0-1"), kNoWorkLeftGrace);
+}
+
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
 // took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
 TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
@@ -3558,6 +3612,48 @@ TEST(PlannerProgress, ARankZeroThatDoesNotTrainKeepsTheLastStepAtNoSpeed) {
   ASSERT_TRUE(first.status.progress.has_value());
   EXPECT_EQ(first.status.progress->step, 0);
   EXPECT_EQ(first.status.progress->samples_per_second, 0);
+}
+
+// Recorded on the real cluster (s42, job f): rank 0 SIGSTOPped, and SAMPLES/S showed its last
+// rate, 66630.3, for the minute until the restart. A rank 0 whose /status has not answered for
+// kSilentRankZeroRate shows none; its last step stays.
+TEST(PlannerProgress, ARankZeroSilentForLongShowsNoRate) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  job.status.progress = api::Progress{5628, 12, 66630.3, 0.17, "2026-11-21T10:00:05Z"};
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             Replica(1, 0, ReplicaPhase::kRunning)};
+  ObservedProgress unanswered;
+  unanswered.reachable = false;
+  unanswered.error = "recv: timed out";
+  PlanInput in;
+  in.job = &job;
+  in.replicas = gang;
+  in.now = At(6);
+  in.progress = unanswered;
+  Plan first = PlanReconcile(in);
+  ASSERT_TRUE(first.memory.rank0_unanswered.has_value());
+  EXPECT_EQ(first.memory.rank0_unanswered->second, At(6));
+  EXPECT_EQ(first.status.progress->samples_per_second, 66630.3) << "one failed read is no news";
+  // Later failed reads keep the first one's time; a pass without a read changes nothing.
+  in.memory = first.memory;
+  in.now = At(11);
+  EXPECT_EQ(PlanReconcile(in).memory.rank0_unanswered->second, At(6));
+  in.progress.reset();
+  in.now = At(16);
+  Plan silent = PlanReconcile(in);
+  EXPECT_EQ(silent.status.progress->samples_per_second, 0);
+  EXPECT_EQ(silent.status.progress->step, 5628);
+  // A read that succeeds forgets the silence.
+  contract::RunnerStatus read;
+  read.state = "running";
+  read.step = 5700;
+  read.samples_per_second = 70000;
+  in.progress = ObserveRunnerStatus(read);
+  in.now = At(21);
+  Plan back = PlanReconcile(in);
+  EXPECT_FALSE(back.memory.rank0_unanswered.has_value());
+  EXPECT_EQ(back.status.progress->samples_per_second, 70000);
 }
 
 }  // namespace
