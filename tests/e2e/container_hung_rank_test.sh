@@ -3,9 +3,9 @@
 # SIGSTOPped mid-training in a job with runPolicy.recovery GangRestart. Rank 0 gives up on it
 # after the collective timeout, keeps the gang's last step in a checkpoint and exits retryable;
 # the controller restarts the gang and deletes the hung rank with a 1 s grace (it has nothing to
-# save), so the kubelet SIGKILLs it after 1 s instead of its pod's 30 s. This is the chain
-# controller → API server (the pod stays, terminating, with deletionGracePeriodSeconds 1) →
-# kubelet (SIGTERM, 1 s, SIGKILL, then the final delete with grace 0), as on a real cluster.
+# save), so the kubelet SIGKILLs it after 2 s (a kubelet's least) instead of its pod's 30 s.
+# This is the chain controller → API server (the pod stays, terminating, with deletionGracePeriodSeconds 1) →
+# kubelet (SIGTERM, 2 s, SIGKILL, then the final delete with grace 0), as on a real cluster.
 # Attempt 1 resumes from the step rank 0 kept, and the job Succeeds.
 source "$(dirname "$0")/container_lib.sh"
 start_fake_cluster
@@ -35,7 +35,7 @@ wait_until 300 "rank 0 of attempt 0 past step 1100 (checkpoints at 500 and 1000)
 victim=$(podman ps -q --filter "label=io.kubernetes.pod.name=$job-a0-1" \
   --filter "label=dev.ringtrain.container-kubelet=$KUBELET_INSTANCE")
 [ -n "$victim" ] || fail "no container for $job-a0-1"
-stopped_at=$(step_of $job-a0-0 || echo 0)
+stopped_at=$(step_of $job-a0-0) || fail "rank 0's /status"
 echo "SIGSTOP to rank 1's runner at step $stopped_at"
 podman kill -s STOP "$victim" >/dev/null || fail "podman kill -s STOP"
 
@@ -45,7 +45,7 @@ k get tj "$job" | tee "$WORK/tj.txt"
   fail "attempt $(tj_field $job '{.status.attempt}'), expected one gang restart"
 echo "lastFailure: $(tj_field $job '{.status.lastFailure.message}')"
 # The hung rank got the 1 s grace, not its pod's 30 s; rank 0 (exited already) had nothing left.
-grep -q "default/$job-a0-1: deleted: SIGTERM, 1s grace" "$WORK/kubelet.log" ||
+grep -q "default/$job-a0-1: deleted with grace 1s" "$WORK/kubelet.log" ||
   fail "rank 1 was not deleted with a 1 s grace: $(grep "$job-a0-1" "$WORK/kubelet.log")"
 grep -q "default/$job-a0-1: stopped after .* exit code 137" "$WORK/kubelet.log" ||
   fail "rank 1 was not SIGKILLed"

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "common/time_format.h"
+
 namespace ringtrain::fake {
 namespace {
 
@@ -139,9 +141,19 @@ std::optional<std::string> PodQuotaExceeded(const json& quota, std::int64_t used
          ", limited: pods=" + std::to_string(limit);
 }
 
-bool CountsAgainstPodQuota(const json& pod) {
+bool CountsAgainstPodQuota(const json& pod, WallTime now) {
   const json* phase = Path(pod, {"status", "phase"});
-  return phase == nullptr || (*phase != "Succeeded" && *phase != "Failed");
+  if (phase != nullptr && (*phase == "Succeeded" || *phase == "Failed")) return false;
+  const json* deleted = Path(pod, {"metadata", "deletionTimestamp"});
+  const json* grace = Path(pod, {"metadata", "deletionGracePeriodSeconds"});
+  if (deleted != nullptr && deleted->is_string() && grace != nullptr &&
+      grace->is_number_integer()) {
+    if (const auto at = ParseRfc3339(deleted->get<std::string>());
+        at && now > *at + std::chrono::seconds(grace->get<std::int64_t>())) {
+      return false;
+    }
+  }
+  return true;
 }
 
 namespace {

@@ -10,6 +10,8 @@
 #include <optional>
 #include <string>
 
+#include "common/clock.h"
+
 namespace ringtrain::fake {
 
 inline constexpr char kEnforceLabel[] = "pod-security.kubernetes.io/enforce";
@@ -29,8 +31,10 @@ std::string Dns1035Message(const std::string& name);
 // would exceed `quota`'s spec.hard.pods; nullopt otherwise.
 std::optional<std::string> PodQuotaExceeded(const nlohmann::json& quota, std::int64_t used_pods);
 
-// Whether a pod still counts against a pods quota (not Succeeded or Failed).
-bool CountsAgainstPodQuota(const nlohmann::json& pod);
+// Whether a pod still counts against a pods quota at `now`: not Succeeded or Failed, nor
+// terminating past its deletionTimestamp plus its grace (quota's QuotaV1Pod: a pod stuck
+// terminating on a lost node is not charged).
+bool CountsAgainstPodQuota(const nlohmann::json& pod, WallTime now);
 
 // The cause message of changing an unbound claim's spec: "Forbidden: spec is immutable after
 // creation except resources.requests for bound claims\n" and Go's cmp.Diff of the two specs.

@@ -550,6 +550,9 @@ class FakeApiServer::Impl {
   // pod mounts loses its finalizer and goes.
   void ReleaseUnusedClaims(const std::string& ns);
   const ResourceType& Type(const std::string& plural) const;
+  // Marks *obj deleted as DeleteOptions `opts` ask (the pod strategy's grace, finalizers): true
+  // when it stays, *obj as now stored; false when the caller removes it.
+  bool MarkDeleted(const ResourceType& t, json* obj, const json& opts);
   // POST pods/NAME/binding, as a scheduler binds a pod to a node.
   Result Bind(const HttpRequest& req, const Route& route);
   json Store(const ResourceType& t, json obj, const char* type, const json* previous);
@@ -1344,7 +1347,9 @@ std::optional<ApiError> FakeApiServer::Impl::AdmitCreate(const ResourceType& t, 
   }
   std::int64_t used = 0;
   for (const auto& [key, pod] : Objects(t)) {
-    if (MetaString(pod, "namespace") == ns && CountsAgainstPodQuota(pod)) ++used;
+    if (MetaString(pod, "namespace") == ns &&
+        CountsAgainstPodQuota(pod, std::chrono::system_clock::now()))
+      ++used;
   }
   for (const auto& [key, quota] : Objects(Type("resourcequotas"))) {
     if (MetaString(quota, "namespace") != ns) continue;
@@ -1370,7 +1375,9 @@ void FakeApiServer::Impl::RefreshQuotas(const std::string& ns) {
     }
     std::int64_t used = 0;
     for (const auto& [pkey, pod] : Objects(Type("pods"))) {
-      if (MetaString(pod, "namespace") == ns && CountsAgainstPodQuota(pod)) ++used;
+      if (MetaString(pod, "namespace") == ns &&
+          CountsAgainstPodQuota(pod, std::chrono::system_clock::now()))
+        ++used;
     }
     json next = quota;
     next["status"]["hard"] = next["spec"]["hard"];
@@ -1911,8 +1918,14 @@ Result FakeApiServer::Impl::Update(const HttpRequest& req, const Route& route, j
   }
   const json* finalizers =
       next["metadata"].contains("finalizers") ? &next["metadata"]["finalizers"] : nullptr;
+  // store.go's ShouldDeleteDuringUpdate: a terminating object whose finalizers are gone goes,
+  // unless its deletion grace still runs (a pod waiting for its kubelet, whose status patches
+  // keep it: t4-05-binding-graceful-delete.txt).
+  const auto grace = next["metadata"].find("deletionGracePeriodSeconds");
+  const bool grace_runs = grace != next["metadata"].end() && grace->is_number_integer() &&
+                          grace->get<std::int64_t>() > 0;
   if (!MetaString(next, "deletionTimestamp").empty() &&
-      (finalizers == nullptr || finalizers->empty())) {
+      (finalizers == nullptr || finalizers->empty()) && !grace_runs) {
     objs[ObjKey(route.ns, route.name)] = next;
     Remove(t, next);
     r.body = ForOutput(t, next).dump() + "\n";
@@ -2020,47 +2033,140 @@ Result FakeApiServer::Impl::Bind(const HttpRequest& req, const Route& route) {
         "the body of the request was in an unknown format - accepted media types include: "
         "application/json, application/yaml");
   }
-  auto& objs = Objects(t);
-  auto it = objs.find(ObjKey(route.ns, route.name));
-  if (it == objs.end()) return NotFoundError(t, route.name);
+  std::string named;
+  if (const auto meta = body.find("metadata"); meta != body.end() && meta->is_object()) {
+    if (const auto n = meta->find("name"); n != meta->end() && n->is_string()) {
+      named = n->get<std::string>();
+    }
+  }
+  if (named != route.name) {
+    return ApiError{400, "BadRequest", "name in URL does not match name in Binding object",
+                    nullptr};
+  }
   std::string node;
+  std::string kind;
   if (const auto target = body.find("target"); target != body.end() && target->is_object()) {
     if (const auto n = target->find("name"); n != target->end() && n->is_string()) {
       node = n->get<std::string>();
     }
+    if (const auto k = target->find("kind"); k != target->end() && k->is_string()) {
+      kind = k->get<std::string>();
+    }
+  }
+  if (!kind.empty() && kind != "Node") {
+    return ApiError{
+        500, "",
+        "target.kind: Unsupported value: \"" + kind + "\": supported values: \"Node\", \"<empty>\"",
+        nullptr};
   }
   if (node.empty()) {
     return ApiError{500, "", "target.name: Required value", nullptr};
   }
+  auto& objs = Objects(t);
+  auto it = objs.find(ObjKey(route.ns, route.name));
+  if (it == objs.end()) return NotFoundError(t, route.name);
   json obj = it->second;
   const json spec = obj.value("spec", json::object());
-  if (const auto bound = spec.find("nodeName");
-      bound != spec.end() && bound->is_string() && !bound->get<std::string>().empty()) {
+  auto conflict = [&route](const std::string& why) {
     ojson d = ojson::object();
     d["name"] = route.name;
     d["kind"] = "pods/binding";
     return ApiError{409, "Conflict",
-                    "Operation cannot be fulfilled on pods/binding \"" + route.name + "\": pod " +
-                        route.name + " is already assigned to node \"" + bound->get<std::string>() +
-                        "\"",
+                    "Operation cannot be fulfilled on pods/binding \"" + route.name + "\": " + why,
                     d};
+  };
+  if (!MetaString(obj, "deletionTimestamp").empty()) {
+    return conflict("pod " + route.name + " is being deleted, cannot be assigned to a host");
+  }
+  if (const auto bound = spec.find("nodeName");
+      bound != spec.end() && bound->is_string() && !bound->get<std::string>().empty()) {
+    return conflict("pod " + route.name + " is already assigned to node \"" +
+                    bound->get<std::string>() + "\"");
   }
   const json prev = obj;
   obj["spec"]["nodeName"] = node;
   if (!obj.contains("status") || !obj["status"].is_object()) obj["status"] = json::object();
+  // PodScheduled=True, in place of one the scheduler wrote (Unschedulable), else appended.
+  const json scheduled = {{"type", "PodScheduled"},
+                          {"status", "True"},
+                          {"lastProbeTime", nullptr},
+                          {"lastTransitionTime", Rfc3339Now()}};
   json conditions = json::array();
+  bool replaced = false;
   if (const auto c = obj["status"].find("conditions"); c != obj["status"].end() && c->is_array()) {
     for (const auto& cond : *c) {
-      if (!cond.is_object() || cond.value("type", "") != "PodScheduled") conditions.push_back(cond);
+      const bool is = cond.is_object() && cond.value("type", "") == "PodScheduled";
+      conditions.push_back(is ? scheduled : cond);
+      replaced = replaced || is;
     }
   }
-  conditions.push_back({{"type", "PodScheduled"},
-                        {"status", "True"},
-                        {"lastProbeTime", nullptr},
-                        {"lastTransitionTime", Rfc3339Now()}});
+  if (!replaced) conditions.push_back(scheduled);
   obj["status"]["conditions"] = std::move(conditions);
   Store(t, obj, "MODIFIED", &prev);
   return ApiError{201, "", "", nullptr};
+}
+
+bool FakeApiServer::Impl::MarkDeleted(const ResourceType& t, json* obj, const json& opts) {
+  const json& m = (*obj)["metadata"];
+  const bool has_finalizers =
+      m.contains("finalizers") && m["finalizers"].is_array() && !m["finalizers"].empty();
+  const bool pod = t.group.empty() && t.plural == "pods";
+  if (!has_finalizers && !pod) return false;
+  const json prev = *obj;
+  // A negative grace is 1 (t4-05-binding-graceful-delete.txt's last sections).
+  std::optional<std::int64_t> asked;
+  if (const auto g = opts.find("gracePeriodSeconds"); g != opts.end() && g->is_number_integer()) {
+    asked = g->get<std::int64_t>() < 0 ? 1 : g->get<std::int64_t>();
+  }
+  const auto now = std::chrono::system_clock::now();
+  bool graceful = false;  // a pod that stays, Terminating, until its kubelet deletes it with 0
+  if (MetaString(*obj, "deletionTimestamp").empty()) {
+    // As recorded on v1.28 (transcripts/t4-03-pod-delete-grace.txt, t4-04-ended-pod-delete.txt):
+    // a running pod bound to a node gets the grace asked for (DeleteOptions.gracePeriodSeconds),
+    // else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that
+    // far ahead; an unbound pod, or one that has ended (Succeeded, Failed), goes at once.
+    std::int64_t grace = 0;
+    const json spec = obj->value("spec", json::object());
+    std::string phase;
+    if (const auto st = obj->find("status"); st != obj->end() && st->is_object()) {
+      if (const auto ph = st->find("phase"); ph != st->end() && ph->is_string()) {
+        phase = ph->get<std::string>();
+      }
+    }
+    const auto node = spec.is_object() ? spec.find("nodeName") : spec.end();
+    if (pod && node != spec.end() && node->is_string() && !node->get<std::string>().empty() &&
+        phase != "Succeeded" && phase != "Failed") {
+      grace = 30;
+      if (const auto g = spec.find("terminationGracePeriodSeconds");
+          g != spec.end() && g->is_number_integer()) {
+        grace = g->get<std::int64_t>();
+      }
+      if (asked) grace = *asked;
+    }
+    (*obj)["metadata"]["deletionTimestamp"] = FormatRfc3339(now + std::chrono::seconds(grace));
+    (*obj)["metadata"]["deletionGracePeriodSeconds"] = grace;
+    *obj = Store(t, *obj, "MODIFIED", &prev);
+    graceful = pod && grace > 0;
+  } else if (pod) {
+    // Already terminating (t4-05-binding-graceful-delete.txt): another delete may only shorten
+    // the grace, counted from the first delete (deletionTimestamp - old grace + new grace); 0
+    // (the kubelet's, once the containers have stopped) removes the pod.
+    const auto had = (*obj)["metadata"].find("deletionGracePeriodSeconds");
+    const std::int64_t current =
+        had != (*obj)["metadata"].end() && had->is_number_integer() ? had->get<std::int64_t>() : 0;
+    graceful = current > 0;
+    if (asked && *asked < current) {
+      const WallTime at = ParseRfc3339(MetaString(*obj, "deletionTimestamp"))
+                              .value_or(std::chrono::floor<std::chrono::seconds>(now) +
+                                        std::chrono::seconds(current));
+      (*obj)["metadata"]["deletionTimestamp"] =
+          FormatRfc3339(at - std::chrono::seconds(current) + std::chrono::seconds(*asked));
+      (*obj)["metadata"]["deletionGracePeriodSeconds"] = *asked;
+      *obj = Store(t, *obj, "MODIFIED", &prev);
+      graceful = *asked > 0;
+    }
+  }
+  return has_finalizers || graceful;
 }
 
 Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
@@ -2104,68 +2210,10 @@ Result FakeApiServer::Impl::Delete(const HttpRequest& req, const Route& route) {
     }
   }
   HttpResponse r;
-  const json& m = obj["metadata"];
-  bool has_finalizers =
-      m.contains("finalizers") && m["finalizers"].is_array() && !m["finalizers"].empty();
-  const bool pod = t.group.empty() && t.plural == "pods";
-  bool graceful = false;  // a pod that stays, Terminating, until its kubelet deletes it with 0
-  if (has_finalizers || pod) {
-    json prev = obj;
-    std::optional<std::int64_t> asked;
-    if (const auto g = opts.find("gracePeriodSeconds");
-        g != opts.end() && g->is_number_integer() && g->get<std::int64_t>() >= 0) {
-      asked = g->get<std::int64_t>();
-    }
-    if (MetaString(obj, "deletionTimestamp").empty()) {
-      // As recorded on v1.28 (transcripts/t4-03-pod-delete-grace.txt, t4-04-ended-pod-delete.txt):
-      // a running pod bound to a node gets the grace asked for (DeleteOptions.gracePeriodSeconds),
-      // else its own terminationGracePeriodSeconds (30 by default), and a deletionTimestamp that
-      // far ahead; an unbound pod, or one that has ended (Succeeded, Failed), goes at once.
-      std::int64_t grace = 0;
-      const json spec = obj.value("spec", json::object());
-      std::string phase;
-      if (const auto st = obj.find("status"); st != obj.end() && st->is_object()) {
-        if (const auto ph = st->find("phase"); ph != st->end() && ph->is_string()) {
-          phase = ph->get<std::string>();
-        }
-      }
-      const auto node = spec.is_object() ? spec.find("nodeName") : spec.end();
-      if (pod && node != spec.end() && node->is_string() && !node->get<std::string>().empty() &&
-          phase != "Succeeded" && phase != "Failed") {
-        grace = 30;
-        if (const auto g = spec.find("terminationGracePeriodSeconds");
-            g != spec.end() && g->is_number_integer()) {
-          grace = g->get<std::int64_t>();
-        }
-        if (asked) grace = *asked;
-      }
-      obj["metadata"]["deletionTimestamp"] =
-          FormatRfc3339(std::chrono::system_clock::now() + std::chrono::seconds(grace));
-      obj["metadata"]["deletionGracePeriodSeconds"] = grace;
-      obj = Store(t, obj, "MODIFIED", &prev);
-      graceful = pod && grace > 0;
-    } else if (pod) {
-      // Already terminating (t4-05-binding-graceful-delete.txt): another delete may only shorten
-      // the grace; 0 (the kubelet's, once the containers have stopped) removes the pod.
-      const auto had = obj["metadata"].find("deletionGracePeriodSeconds");
-      const std::int64_t current =
-          had != obj["metadata"].end() && had->is_number_integer() ? had->get<std::int64_t>() : 0;
-      graceful = current > 0;
-      if (asked && *asked < current) {
-        obj["metadata"]["deletionTimestamp"] =
-            FormatRfc3339(std::chrono::system_clock::now() + std::chrono::seconds(*asked));
-        obj["metadata"]["deletionGracePeriodSeconds"] = *asked;
-        obj = Store(t, obj, "MODIFIED", &prev);
-        graceful = *asked > 0;
-      }
-    }
-    if (has_finalizers || graceful) {
-      r.body = ForOutput(t, obj).dump() + "\n";
-      if (t.group.empty() && t.plural == "persistentvolumeclaims") {
-        ReleaseUnusedClaims(route.ns);
-      }
-      return r;
-    }
+  if (MarkDeleted(t, &obj, opts)) {
+    r.body = ForOutput(t, obj).dump() + "\n";
+    if (t.group.empty() && t.plural == "persistentvolumeclaims") ReleaseUnusedClaims(route.ns);
+    return r;
   }
   Remove(t, obj);
   if (t.custom) {
@@ -2188,7 +2236,12 @@ Result FakeApiServer::Impl::DeleteCollection(const HttpRequest& req, const Route
     if (t.namespaced && !route.ns.empty() && MetaString(obj, "namespace") != route.ns) continue;
     if (labels->Matches(obj) && fields->Matches(obj)) victims.push_back(obj);
   }
-  for (const auto& v : victims) Remove(t, v);
+  // Each as its own DELETE would go (a bound pod stays terminating, finalizers hold).
+  json opts = req.body.empty() ? json::object() : json::parse(req.body, nullptr, false);
+  if (opts.is_discarded() || !opts.is_object()) opts = json::object();
+  for (auto& v : victims) {
+    if (!MarkDeleted(t, &v, opts)) Remove(t, v);
+  }
   HttpResponse r;
   r.body = ListBody(t, victims, "", std::nullopt).dump() + "\n";
   return r;

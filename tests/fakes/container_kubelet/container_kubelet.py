@@ -52,7 +52,8 @@ import urllib.request
 LABEL = "dev.ringtrain.container-kubelet"
 PODMAN_TIMEOUT = 120  # seconds for one podman call (create/start/inspect)
 API_TIMEOUT = 20  # seconds for one API request
-NODE = "container-kubelet"  # the node this kubelet binds pods to
+NODE = "container-kubelet"  # the node this kubelet binds pods to (--node)
+MIN_GRACE = 2  # kuberuntime's minimumGracePeriodInSeconds: a shorter grace still gets 2 s
 MESSAGE_LIMIT = 4096  # bytes of a termination message, as the kubelet caps it
 LOG_FALLBACK_LINES = 80  # FallbackToLogsOnError: the last lines of the log, as the kubelet does
 LOG_FALLBACK_BYTES = 2048  # ... and at most this many bytes of them
@@ -99,6 +100,9 @@ class Api:
                 return e.code, json.loads(e.read() or b"{}")
             except ValueError:
                 return e.code, {}
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            # No answer (refused, reset, timed out) or not JSON: code 0; callers retry later.
+            return 0, {"message": repr(e)}
 
     def get(self, path):
         return self.request("GET", path)
@@ -283,8 +287,6 @@ class Kubelet:
                 pod = Pod(obj)
                 with self.lock:
                     self.pods[uid] = pod
-                if not obj["spec"].get("nodeName"):
-                    self.api.bind(pod.ns, pod.name)
             if pod is None:
                 if terminating and obj["spec"].get("nodeName") == NODE:
                     # Bound here, and nothing of it runs (this kubelet restarted, or its stop has
@@ -293,6 +295,8 @@ class Kubelet:
                     self.api.delete_stopped(meta.get("namespace", "default"), meta["name"], uid)
                 continue
             pod.obj = obj
+            if not terminating and not obj["spec"].get("nodeName"):
+                self.api.bind(pod.ns, pod.name)  # as a scheduler would (again if it failed)
             if pod.downward and not terminating:
                 self.refresh_downward_api(pod)
             if terminating:
@@ -741,12 +745,12 @@ class Kubelet:
 
     # ---- stop -------------------------------------------------------------------------------
     def begin_stop(self, pod, deleted=False):
-        """deleted: gone from the API already (deleted with grace 0 by someone else); else it is
-        terminating, and is deleted once stopped."""
+        """deleted: gone from the API already (deleted with grace 0 by someone else, a force
+        delete); else it is terminating, and is deleted once stopped."""
         if pod.stopping:
             return
         pod.stopping = True
-        grace = pod.obj["metadata"].get("deletionGracePeriodSeconds")
+        grace = 0 if deleted else pod.obj["metadata"].get("deletionGracePeriodSeconds")
         if grace is None:
             grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
         threading.Thread(target=self.stop_pod, args=(pod, int(grace), not deleted),
@@ -755,24 +759,36 @@ class Kubelet:
     def stop_pod(self, pod, grace, finalize):
         try:
             if pod.state == "running":
-                log("%s/%s: deleted: SIGTERM, %ds grace, then SIGKILL" % (pod.ns, pod.name, grace))
+                wait = max(grace, MIN_GRACE)
+                log("%s/%s: deleted with grace %ds: SIGTERM, SIGKILL after %ds" % (
+                    pod.ns, pod.name, grace, wait))
                 start = time.monotonic()
-                podman(["stop", "-t", str(grace), pod.container], timeout=grace + 60, check=False)
+                podman(["stop", "-t", str(wait), pod.container], timeout=wait + 60, check=False)
                 p = podman(["inspect", "--format", "{{.State.ExitCode}}", pod.container],
                            check=False)
                 log("%s/%s: stopped after %.1fs, exit code %s" % (
                     pod.ns, pod.name, time.monotonic() - start, p.stdout.strip() or "?"))
                 if finalize:
-                    self.report_exit(pod)  # a terminal phase before the final delete, as v1.28
+                    try:
+                        self.report_exit(pod)  # a terminal phase before the final delete (v1.28)
+                    except Exception as e:  # noqa: BLE001 - the container goes regardless
+                        log("%s/%s: reporting the end failed: %r" % (pod.ns, pod.name, e))
             podman(["rm", "-f", "--ignore", pod.container], check=False)
         finally:
-            for d in pod.emptydirs:
-                shutil.rmtree(d, ignore_errors=True)
-            if finalize:
-                self.api.delete_stopped(pod.ns, pod.name, pod.uid)
-            with self.lock:
-                self.used_ips.discard(pod.ip)
-                self.pods.pop(pod.uid, None)
+            try:
+                for d in pod.emptydirs:
+                    shutil.rmtree(d, ignore_errors=True)
+                if finalize:
+                    # Not answered: the pod stays terminating, and the next tick, which no longer
+                    # knows it, sends this again.
+                    self.api.delete_stopped(pod.ns, pod.name, pod.uid)
+            finally:
+                self.forget(pod)
+
+    def forget(self, pod):
+        with self.lock:
+            self.used_ips.discard(pod.ip)
+            self.pods.pop(pod.uid, None)
 
     def remove_stale_containers(self):
         p = podman(["ps", "-aq", "--filter", "label=%s=%s" % (LABEL, self.args.instance)],
@@ -857,6 +873,7 @@ class Kubelet:
 
 
 def main():
+    global NODE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--server", required=True, help="API server URL (http://127.0.0.1:PORT)")
     ap.add_argument("--token", default="", help="bearer token")
@@ -867,7 +884,9 @@ def main():
     ap.add_argument("--file-sd", default="", help="Prometheus file_sd JSON of metrics ports")
     ap.add_argument("--instance", default="e2e", help="label value of this kubelet's containers")
     ap.add_argument("--poll", type=float, default=0.5, help="seconds between pod lists")
+    ap.add_argument("--node", default=NODE, help="the node name it binds pods to")
     args = ap.parse_args()
+    NODE = args.node
     kubelet = Kubelet(args)
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda *_: kubelet.stop.set())

@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/time_format.h"
+#include "tests/fakes/apiserver/admission.h"
 #include "tests/integration/apiserver/fixtures.h"
 #include "tests/integration/apiserver/raw_http.h"
 
@@ -327,6 +329,24 @@ TEST_F(ClusterPolicyTest, PodQuotaAdmitsPartOfAGangThenRefuses) {
   r = conn_->Do("POST", "/api/v1/namespaces/quota-demo/pods",
                 RunnerPod("quota-job-a0-1", "quota-demo").dump());
   EXPECT_EQ(r.code, 201) << r.body;
+}
+
+// Quota's QuotaV1Pod: a pod that ended is not charged, nor one stuck terminating (a lost node's)
+// once its deletionTimestamp plus its grace have passed.
+TEST(PodQuota, ATerminatingPodCountsUntilItsDeletionTimestampAndGraceHavePassed) {
+  const WallTime at = *ParseRfc3339("2026-11-29T01:46:16Z");
+  json pod = {{"metadata",
+               {{"name", "b2"},
+                {"deletionTimestamp", "2026-11-29T01:46:16Z"},
+                {"deletionGracePeriodSeconds", 10}}},
+              {"status", {{"phase", "Running"}}}};
+  EXPECT_TRUE(fake::CountsAgainstPodQuota(pod, at));
+  EXPECT_TRUE(fake::CountsAgainstPodQuota(pod, at + std::chrono::seconds(10)));
+  EXPECT_FALSE(fake::CountsAgainstPodQuota(pod, at + std::chrono::seconds(11)));
+  pod["metadata"].erase("deletionTimestamp");
+  EXPECT_TRUE(fake::CountsAgainstPodQuota(pod, at + std::chrono::seconds(11)));
+  pod["status"]["phase"] = "Failed";
+  EXPECT_FALSE(fake::CountsAgainstPodQuota(pod, at));
 }
 
 TEST_F(ClusterPolicyTest, PersistentVolumeClaimsAnswerLikeTheRecordedServer) {

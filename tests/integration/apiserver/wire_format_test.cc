@@ -715,19 +715,52 @@ TEST_F(WireFormatTest, ABoundPodStaysTerminatingUntilItsKubeletDeletesItWithGrac
       r.body,
       R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on pods/binding \"bindme\": pod bindme is already assigned to node \"container-kubelet\"","reason":"Conflict","details":{"name":"bindme","kind":"pods/binding"},"code":409})"
       "\n");
-  r = conn_->Do("POST", std::string(kPods) + "/nosuch/binding", binding);
+  r = conn_->Do(
+      "POST", std::string(kPods) + "/nosuch/binding",
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"nosuch"},"target":{"name":"n"}})");
   EXPECT_EQ(r.code, 404);
   EXPECT_EQ(
       r.body,
       R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"nosuch\" not found","reason":"NotFound","details":{"name":"nosuch","kind":"pods"},"code":404})"
       "\n");
   ASSERT_EQ(conn_->Do("POST", kPods, Pod("unbound").dump()).code, 201);
-  r = conn_->Do("POST", std::string(kPods) + "/unbound/binding",
-                R"({"apiVersion":"v1","kind":"Binding","target":{"kind":"Node"}})");
+  const std::string unbound = std::string(kPods) + "/unbound/binding";
+  r = conn_->Do(
+      "POST", unbound,
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"unbound"},"target":{"kind":"Node"}})");
   EXPECT_EQ(r.code, 500);
   EXPECT_EQ(
       r.body,
       R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"target.name: Required value","code":500})"
+      "\n");
+  r = conn_->Do(
+      "POST", unbound,
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"unbound"},"target":{"kind":"Pod","name":"n"}})");
+  EXPECT_EQ(r.code, 500);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"target.kind: Unsupported value: \"Pod\": supported values: \"Node\", \"\u003cempty\u003e\"","code":500})"
+      "\n");
+  r = conn_->Do(
+      "POST", unbound,
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"other"},"target":{"name":"n"}})");
+  EXPECT_EQ(r.code, 400);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"name in URL does not match name in Binding object","reason":"BadRequest","code":400})"
+      "\n");
+  // A pod being deleted (unbound, held by a finalizer) is bound nowhere.
+  json held = Pod("held");
+  held["metadata"]["finalizers"] = {"example.com/hold"};
+  ASSERT_EQ(conn_->Do("POST", kPods, held.dump()).code, 201);
+  ASSERT_EQ(conn_->Do("DELETE", std::string(kPods) + "/held").code, 200);
+  r = conn_->Do(
+      "POST", std::string(kPods) + "/held/binding",
+      R"({"apiVersion":"v1","kind":"Binding","metadata":{"name":"held"},"target":{"name":"n"}})");
+  EXPECT_EQ(r.code, 409);
+  EXPECT_EQ(
+      r.body,
+      R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on pods/binding \"held\": pod held is being deleted, cannot be assigned to a host","reason":"Conflict","details":{"name":"held","kind":"pods/binding"},"code":409})"
       "\n");
   r = conn_->Do("GET", std::string(kPods) + "/unbound/binding");
   EXPECT_EQ(r.code, 405);
@@ -759,12 +792,29 @@ TEST_F(WireFormatTest, ABoundPodStaysTerminatingUntilItsKubeletDeletesItWithGrac
     EXPECT_EQ(json::parse(r.body)["metadata"]["resourceVersion"], rv) << opts;
     EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 30) << opts;
   }
-  // A shorter one moves it.
+  // A shorter one moves it, counted from the first delete.
+  const auto first = ParseRfc3339(m["deletionTimestamp"].get<std::string>());
+  ASSERT_TRUE(first.has_value());
   r = conn_->Do("DELETE", path, R"({"gracePeriodSeconds":10})");
   ASSERT_EQ(r.code, 200);
   m = json::parse(r.body)["metadata"];
   EXPECT_EQ(m["deletionGracePeriodSeconds"], 10);
   EXPECT_NE(m["resourceVersion"], rv);
+  EXPECT_EQ(m["deletionTimestamp"], FormatRfc3339(*first - std::chrono::seconds(20)));
+  // Status and label patches while it terminates keep it (its kubelet reports the end).
+  ASSERT_EQ(conn_
+                ->Do("PATCH", path + "/status", R"({"status":{"phase":"Failed"}})",
+                     "application/merge-patch+json")
+                .code,
+            200);
+  ASSERT_EQ(conn_
+                ->Do("PATCH", path, R"({"metadata":{"labels":{"x":"y"}}})",
+                     "application/merge-patch+json")
+                .code,
+            200);
+  r = conn_->Do("GET", path);
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["status"]["phase"], "Failed");
   r = conn_->Do("DELETE", path, R"({"gracePeriodSeconds":20})");
   EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 10);
   // The kubelet's final delete: a wrong uid is refused, its own removes the pod.
@@ -780,6 +830,25 @@ TEST_F(WireFormatTest, ABoundPodStaysTerminatingUntilItsKubeletDeletesItWithGrac
   ASSERT_EQ(r.code, 200);
   EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 0);
   EXPECT_EQ(conn_->Do("GET", path).code, 404);
+}
+
+// A negative grace is 1; a DELETE of a collection leaves a bound pod terminating as its own
+// DELETE does (t4-05-binding-graceful-delete.txt's last sections).
+TEST_F(WireFormatTest, ANegativeGraceIsOneAndACollectionDeleteIsGracefulToo) {
+  for (const char* name : {"neg", "coll"}) {
+    json pod = Pod(name, {{"set", "c"}});
+    pod["spec"]["nodeName"] = "node-0";
+    ASSERT_EQ(conn_->Do("POST", kPods, pod.dump()).code, 201);
+  }
+  auto r = conn_->Do("DELETE", std::string(kPods) + "/neg",
+                     R"({"kind":"DeleteOptions","apiVersion":"v1","gracePeriodSeconds":-5})");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 1);
+  r = conn_->Do("DELETE", std::string(kPods) + "?labelSelector=set%3Dc");
+  ASSERT_EQ(r.code, 200);
+  r = conn_->Do("GET", std::string(kPods) + "/coll");
+  ASSERT_EQ(r.code, 200);
+  EXPECT_EQ(json::parse(r.body)["metadata"]["deletionGracePeriodSeconds"], 30) << r.body;
 }
 
 // A merge patch that carries metadata.uid (how the operator marks a pod it is about to delete,
