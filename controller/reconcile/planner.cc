@@ -756,6 +756,8 @@ void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string&
 bool Planner::RecoverInPlace(const std::vector<const ObservedReplica*>& current,
                              const ObservedReplica& pick, const std::string& what) {
   if (!api::MayRecoverInPlace(spec_) || !SurvivorsWaitInPlace(current)) return false;
+  // A hung rank 0 is no survivor: a replacement would wait for it again.
+  if (rank0_hung_) return false;
   // The survivors hold the state: without one running, only a checkpoint can.
   bool survivor = false;
   std::vector<const ObservedReplica*> lost;

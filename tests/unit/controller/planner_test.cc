@@ -3034,6 +3034,13 @@ TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
       PlanWith(job, {reporter, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), silent);
   EXPECT_EQ(other.status.attempt, 1);
   EXPECT_EQ(grace_of(other, "job-a0-1"), kNoWorkLeftGrace);
+  // Where lost ranks are replaced in place, a hung rank 0 is no survivor to recover beside (a
+  // replacement of rank 1 would wait for it again): the gang restarts.
+  job.spec.run_policy.recovery = "InPlace";
+  const Plan in_place = PlanWith(job, gang, At(31), silent);
+  EXPECT_EQ(in_place.status.attempt, 1);
+  EXPECT_EQ(in_place.status.in_place_recoveries, 0);
+  EXPECT_EQ(grace_of(in_place, "job-a0-0"), kNoWorkLeftGrace);
 }
 
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
