@@ -900,10 +900,12 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   // Rank 0 named by the peer that timed out waiting for it, whose /status has not answered
   // since before that peer ended: hung (SIGSTOPped, frozen), not a rank that will still end with
   // a cause of its own, nor one with a save to finish in its grace.
-  const auto& unanswered = in_.memory.rank0_unanswered;
+  // Silent for kSilentRankZeroRate by then (one missed read is a blip), and not answering now.
+  const auto silent_since = RankZeroSilentSince(in_.memory, st().attempt);
   rank0_hung_ = silent_peer != nullptr && silent_peer->rank == 0 &&
-                silent_peer->phase == ReplicaPhase::kRunning && first_end && unanswered &&
-                unanswered->first == st().attempt && unanswered->second <= *first_end;
+                silent_peer->phase == ReplicaPhase::kRunning && first_end && silent_since &&
+                *first_end - *silent_since >= kSilentRankZeroRate &&
+                !(in_.progress && in_.progress->reachable);
   // Only a consequence is known yet and the replica with the cause still runs: deleting the
   // gang now would lose why. It ends on its own (collective timeout); wait for it, bounded.
   if (IsConsequence(*pick) && active && first_end && !rank0_hung_) {
@@ -1861,15 +1863,41 @@ void NoRateWithoutTraining(Plan* plan) {
 // A rank 0 whose /status has not answered for kSilentRankZeroRate (SIGSTOPped, frozen, cut off)
 // shows no rate: the last one read is not the job's any more.
 void NoRateFromASilentRankZero(const PlanInput& in, const PlanMemory& memory, Plan* plan) {
-  const auto& since = memory.rank0_unanswered;
-  if (!since || since->first != plan->status.attempt || !plan->status.progress ||
-      plan->status.phase != "Running" || in.now - since->second < kSilentRankZeroRate) {
+  const auto since = RankZeroSilentSince(memory, plan->status.attempt);
+  if (!since || !plan->status.progress || plan->status.phase != "Running" ||
+      in.now - *since < kSilentRankZeroRate) {
     return;
   }
   plan->status.progress->samples_per_second = 0;
 }
 
+// PlanMemory's account of rank 0's /status, after this pass's read (if any).
+void NoteRankZeroRead(const PlanInput& in, PlanMemory* memory) {
+  const int attempt = in.job->status.attempt;
+  const bool runs = std::any_of(in.replicas.begin(), in.replicas.end(), [attempt](const auto& r) {
+    return r.attempt == attempt && r.rank == 0 && r.phase == ReplicaPhase::kRunning &&
+           !r.terminating;
+  });
+  if (!runs || memory->rank0_attempt != attempt) {
+    memory->rank0_attempt = runs ? attempt : -1;
+    memory->rank0_answered = false;
+    memory->rank0_unanswered_since.reset();
+  }
+  if (!runs || !in.progress) return;
+  if (in.progress->reachable) {
+    memory->rank0_answered = true;
+    memory->rank0_unanswered_since.reset();
+  } else if (memory->rank0_answered && !memory->rank0_unanswered_since) {
+    memory->rank0_unanswered_since = in.now;
+  }
+}
+
 }  // namespace
+
+std::optional<WallTime> RankZeroSilentSince(const PlanMemory& memory, int attempt) {
+  if (memory.rank0_attempt != attempt || !memory.rank0_answered) return std::nullopt;
+  return memory.rank0_unanswered_since;
+}
 
 Plan PlanReconcile(const PlanInput& in) {
   PlanMemory memory = in.memory;
@@ -1886,12 +1914,7 @@ Plan PlanReconcile(const PlanInput& in) {
     }
   }
   if (in.progress && in.progress->reachable && in.progress->idle) memory.last_idle = in.now;
-  if (in.progress && in.progress->reachable) {
-    memory.rank0_unanswered.reset();
-  } else if (in.progress && (!memory.rank0_unanswered ||
-                             memory.rank0_unanswered->first != in.job->status.attempt)) {
-    memory.rank0_unanswered = std::pair{in.job->status.attempt, in.now};
-  }
+  NoteRankZeroRead(in, &memory);
   NoRateFromASilentRankZero(in, memory, &plan);
   if (in.progress && in.progress->reachable && in.progress->state == "recovering") {
     // The attempt the read belongs to: a pass that read it and restarted the gang must not

@@ -162,12 +162,20 @@ struct PlanMemory {
   std::optional<std::pair<int, int>> recovery_said;
   // The outage rank 0 was last read recovering from, as above, and when it was first read so.
   std::optional<std::pair<std::pair<int, int>, WallTime>> recovery_seen;
-  // (attempt, when) of the first read of rank 0's /status that failed since the last that
-  // succeeded: a rank 0 silent for kSilentRankZeroRate shows no samples/s, and one silent since
-  // before the peer that timed out waiting for it ended is hung (a gang restart gives it the
-  // short grace, and no wait for a cause of its own).
-  std::optional<std::pair<int, WallTime>> rank0_unanswered;
+  // Rank 0 of attempt `rank0_attempt` as its /status was read while it ran (not terminating):
+  // whether it answered once, and when the first read that failed since the last that succeeded
+  // was made. Forgotten whenever no rank 0 of the job's attempt runs (a replacement starts
+  // afresh). Silence counts only after an answer: an operator that cannot reach the pods at all
+  // (a NetworkPolicy) knows nothing. A rank 0 silent for kSilentRankZeroRate shows no samples/s;
+  // one silent that long before the peer that timed out waiting for it ended, and not answering
+  // now, is hung (RankZeroSilentSince).
+  int rank0_attempt = -1;
+  bool rank0_answered = false;
+  std::optional<WallTime> rank0_unanswered_since;
 };
+
+// When rank 0 of `attempt` went silent after it had answered (PlanMemory), if it is silent.
+std::optional<WallTime> RankZeroSilentSince(const PlanMemory& memory, int attempt);
 
 struct Plan {
   std::vector<Action> actions;

@@ -3005,25 +3005,45 @@ TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
     return std::optional<Duration>{};
   };
   PlanMemory silent;
-  silent.rank0_unanswered = std::pair{0, At(12)};
+  silent.rank0_attempt = 0;
+  silent.rank0_answered = true;
+  silent.rank0_unanswered_since = At(12);
   const Plan hung = PlanWith(job, gang, At(31), silent);
   EXPECT_EQ(hung.status.attempt, 1) << "no wait for a cause of its own";
   EXPECT_EQ(grace_of(hung, "job-a0-0"), kNoWorkLeftGrace);
   EXPECT_EQ(hung.status.last_failure->rank, 0);
 
-  // Its /status answered after the reporter ended, or has not failed at all, or failed in
-  // another attempt: rank 0 may still end with a cause of its own and save; it is waited for
-  // and keeps its grace.
+  // Not hung: its /status went silent only after the reporter ended, or less than
+  // kSilentRankZeroRate before (a blip), or never answered at all (an operator that cannot reach
+  // the pods knows nothing), or has not failed, or failed in another attempt. Rank 0 may still
+  // end with a cause of its own and save: it is waited for and keeps its grace.
   PlanMemory late = silent;
-  late.rank0_unanswered = std::pair{0, At(31)};
+  late.rank0_unanswered_since = At(31);
+  PlanMemory blip = silent;
+  blip.rank0_unanswered_since = At(25);
+  PlanMemory never_answered = silent;
+  never_answered.rank0_answered = false;
+  PlanMemory answering = silent;
+  answering.rank0_unanswered_since.reset();
   PlanMemory other_attempt = silent;
-  other_attempt.rank0_unanswered = std::pair{1, At(12)};
-  for (const PlanMemory& m : {late, other_attempt, PlanMemory{}}) {
+  other_attempt.rank0_attempt = 1;
+  for (const PlanMemory& m : {late, blip, never_answered, answering, other_attempt, PlanMemory{}}) {
     EXPECT_EQ(PlanWith(job, gang, At(31), m).status.attempt, 0);
     const Plan after = PlanWith(job, gang, At(61), m);
     EXPECT_EQ(after.status.attempt, 1);
     EXPECT_EQ(grace_of(after, "job-a0-0"), std::nullopt);
   }
+  // Nor is one that answers in this very pass.
+  PlanInput now_answers;
+  now_answers.job = &job;
+  now_answers.replicas = gang;
+  now_answers.now = At(31);
+  now_answers.memory = silent;
+  contract::RunnerStatus alive;
+  alive.state = "running";
+  alive.step = 5876;
+  now_answers.progress = ObserveRunnerStatus(alive);
+  EXPECT_EQ(PlanReconcile(now_answers).status.attempt, 0);
   // Rank 1 hung, named by rank 0: rank 0 is the reporter and keeps its grace (its save).
   auto reporter = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
   reporter.message =
@@ -3633,33 +3653,53 @@ TEST(PlannerProgress, ARankZeroSilentForLongShowsNoRate) {
   ObservedProgress unanswered;
   unanswered.reachable = false;
   unanswered.error = "recv: timed out";
+  contract::RunnerStatus read;
+  read.state = "running";
+  read.step = 5628;
+  read.samples_per_second = 66630.3;
   PlanInput in;
   in.job = &job;
   in.replicas = gang;
+  // Failed reads before any answer count for nothing (an operator that cannot reach the pod).
+  in.now = At(0);
+  in.progress = unanswered;
+  Plan unreached = PlanReconcile(in);
+  EXPECT_FALSE(unreached.memory.rank0_unanswered_since.has_value());
+  in.memory = unreached.memory;
+  in.now = At(1);
+  in.progress = ObserveRunnerStatus(read);
+  in.memory = PlanReconcile(in).memory;
+  EXPECT_TRUE(in.memory.rank0_answered);
   in.now = At(6);
   in.progress = unanswered;
   Plan first = PlanReconcile(in);
-  ASSERT_TRUE(first.memory.rank0_unanswered.has_value());
-  EXPECT_EQ(first.memory.rank0_unanswered->second, At(6));
+  ASSERT_TRUE(first.memory.rank0_unanswered_since.has_value());
+  EXPECT_EQ(*first.memory.rank0_unanswered_since, At(6));
   EXPECT_EQ(first.status.progress->samples_per_second, 66630.3) << "one failed read is no news";
   // Later failed reads keep the first one's time; a pass without a read changes nothing.
   in.memory = first.memory;
   in.now = At(11);
-  EXPECT_EQ(PlanReconcile(in).memory.rank0_unanswered->second, At(6));
+  EXPECT_EQ(*PlanReconcile(in).memory.rank0_unanswered_since, At(6));
   in.progress.reset();
   in.now = At(16);
   Plan silent = PlanReconcile(in);
   EXPECT_EQ(silent.status.progress->samples_per_second, 0);
   EXPECT_EQ(silent.status.progress->step, 5628);
+  // A rank 0 that no longer runs (ended, being replaced) is forgotten with its silence.
+  PlanInput ended = in;
+  ended.replicas = {Replica(0, 0, ReplicaPhase::kFailed, 137, "Error"),
+                    Replica(1, 0, ReplicaPhase::kRunning)};
+  ended.replicas[0].terminating = true;
+  const Plan gone = PlanReconcile(ended);
+  EXPECT_FALSE(gone.memory.rank0_answered);
+  EXPECT_FALSE(gone.memory.rank0_unanswered_since.has_value());
   // A read that succeeds forgets the silence.
-  contract::RunnerStatus read;
-  read.state = "running";
   read.step = 5700;
   read.samples_per_second = 70000;
   in.progress = ObserveRunnerStatus(read);
   in.now = At(21);
   Plan back = PlanReconcile(in);
-  EXPECT_FALSE(back.memory.rank0_unanswered.has_value());
+  EXPECT_FALSE(back.memory.rank0_unanswered_since.has_value());
   EXPECT_EQ(back.status.progress->samples_per_second, 70000);
 }
 
