@@ -897,10 +897,10 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
                                EndedOfADeletion(*r) && !DeletedByOthers(*r);
     if (r->phase == ReplicaPhase::kRunning || deleted_by_us) silent_peer = r;
   }
-  // Rank 0 named by the peer that timed out waiting for it, whose /status has not answered
-  // since before that peer ended: hung (SIGSTOPped, frozen), not a rank that will still end with
-  // a cause of its own, nor one with a save to finish in its grace.
-  // Silent for kSilentRankZeroRate by then (one missed read is a blip), and not answering now.
+  // Rank 0 named by the peer that timed out waiting for it, whose /status (which had answered)
+  // was silent for kSilentRankZeroRate before that peer ended (one missed read is a blip) and
+  // does not answer now: hung (SIGSTOPped, frozen), not a rank that will still end with a cause
+  // of its own, nor one with a save to finish in its grace.
   const auto silent_since = RankZeroSilentSince(in_.memory, st().attempt);
   rank0_hung_ = silent_peer != nullptr && silent_peer->rank == 0 &&
                 silent_peer->phase == ReplicaPhase::kRunning && first_end && silent_since &&
