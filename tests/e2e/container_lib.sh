@@ -96,3 +96,21 @@ wait_job_done() {
 pod_log() { cat "$WORK/kubelet/logs/default_$1.log"; }
 # accuracy_of POD: the test accuracy rank 0 printed at the end.
 accuracy_of() { pod_log "$1" | grep -o 'test_accuracy [0-9.]*' | tail -n1 | cut -d' ' -f2; }
+# pod_ip POD, step_of POD: a runner's step from its /status, straight from its pod IP on the
+# podman network.
+pod_ip() { k get pod "$1" -o 'jsonpath={.status.podIP}'; }
+step_of() {
+  curl -sf --max-time 2 "http://$(pod_ip "$1"):9400/status" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])'
+}
+# wait_past_step POD STEP: until that runner is past STEP (300 s at most).
+runner_past() { [ "$(step_of "$1" 2>/dev/null || echo 0)" -ge "$2" ]; }
+wait_past_step() { wait_until 300 "$1 past step $2 (checkpoints before it)" runner_past "$1" "$2"; }
+# container_of POD: the id of this kubelet's container of POD (fails the test if none).
+container_of() {
+  local id
+  id=$(podman ps -q --filter "label=io.kubernetes.pod.name=$1" \
+    --filter "label=dev.ringtrain.container-kubelet=$KUBELET_INSTANCE")
+  [ -n "$id" ] || fail "no container for $1"
+  echo "$id"
+}

@@ -57,17 +57,9 @@ fi
 echo "checkpoint volume: $mode"
 k apply -f "$WORK/job.yaml" >/dev/null || fail "job apply"
 
-# Rank 0's /status, straight from its pod IP on the podman network.
-pod_ip() { k get pod "$1" -o 'jsonpath={.status.podIP}'; }
-step_of() {
-  curl -sf --max-time 2 "http://$(pod_ip "$1"):9400/status" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["step"])'
-}
-past_checkpoint() { [ "$(step_of $job-a0-0 2>/dev/null || echo 0)" -ge 1100 ]; }
-wait_until 300 "rank 0 of attempt 0 past step 1100 (checkpoints at 500 and 1000)" past_checkpoint
-victim=$(podman ps -q --filter "label=io.kubernetes.pod.name=$job-a0-1" \
-  --filter "label=dev.ringtrain.container-kubelet=$KUBELET_INSTANCE")
-[ -n "$victim" ] || fail "no container for $job-a0-1"
+# Past the checkpoints at steps 500 and 1000.
+wait_past_step "$job-a0-0" 1100
+victim=$(container_of "$job-a0-1") || exit 1
 survivor_uid=$(k get pod "$job-a0-0" -o 'jsonpath={.metadata.uid}')
 killed_at=$(step_of $job-a0-0 || echo 0)
 echo "SIGKILL to rank 1's container at step $killed_at"
