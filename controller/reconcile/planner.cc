@@ -283,14 +283,7 @@ class Planner {
                         reason == "Stalled" || reason == "Disrupted" || reason == "PodDeleted" ||
                         reason == "NodeRejected" || reason == "NotPlaced" ||
                         reason == "OperatorUpgraded";
-    const bool nothing_to_save =
-        failed && spec_.command.empty() && !api::TemplateGivesTheGraceWork(spec_);
-    for (const auto& r : in_.replicas) {
-      Delete(r, "gang restart",
-             nothing_to_save && (r.rank != 0 || rank0_hung_)
-                 ? std::optional<Duration>(kNoWorkLeftGrace)
-                 : std::nullopt);
-    }
+    for (const auto& r : in_.replicas) Delete(r, "gang restart", GraceAfter(failed, r));
     const std::size_t deleting = plan_.actions.size() - before;
     // A resize restarts as the new size and deletes the old gang's pods: the event names both
     // sizes and the pods it deletes, never "all 1 replicas" while 2 pods go.
@@ -349,12 +342,25 @@ class Planner {
     SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
   }
 
-  void Cleanup() {
+  // The grace to delete `r` with when the gang stops: the short one for a built-in runner's
+  // rank that has nothing left to save after a failure (Restart says why), else its pod's own.
+  std::optional<Duration> GraceAfter(bool failed, const ObservedReplica& r) const {
+    const bool nothing_to_save =
+        failed && spec_.command.empty() && !api::TemplateGivesTheGraceWork(spec_);
+    return nothing_to_save && (r.rank != 0 || rank0_hung_)
+               ? std::optional<Duration>(kNoWorkLeftGrace)
+               : std::nullopt;
+  }
+
+  // `failed`: the job ends for a failure (permanent, backoffLimit reached), and the gang trains
+  // no more: the same graces as a gang restart's after a failure, so a hung rank does not hold
+  // its pod (and its GPU) for the whole grace. A deadline or a success keeps every grace.
+  void Cleanup(bool failed = false) {
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
       if (policy == api::CleanPodPolicy::kAll ||
           (policy == api::CleanPodPolicy::kRunning && Active(r))) {
-        Delete(r, "cleanPodPolicy " + std::string(contract::NameOf(policy)));
+        Delete(r, "cleanPodPolicy " + std::string(contract::NameOf(policy)), GraceAfter(failed, r));
       }
     }
   }
@@ -951,7 +957,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   }
   if (!IsRetryable(*pick)) {
     Finish(false, "PermanentFailure", what);
-    Cleanup();
+    Cleanup(/*failed=*/true);
     return true;
   }
   if (RecoverInPlace(current, *pick, what)) return true;
@@ -1031,7 +1037,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   }
   Finish(false, "BackoffLimitExceeded",
          what + "; backoffLimit " + std::to_string(spec_.run_policy.backoff_limit) + " reached");
-  Cleanup();
+  Cleanup(/*failed=*/true);
   return true;
 }
 
@@ -1420,7 +1426,7 @@ bool Planner::HandleStall() {
     Restart("Stalled", msg, true);
   } else {
     Finish(false, "Stalled", msg + "; backoffLimit reached");
-    Cleanup();
+    Cleanup(/*failed=*/true);
   }
   return true;
 }

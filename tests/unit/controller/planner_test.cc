@@ -3063,6 +3063,61 @@ TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
   EXPECT_EQ(grace_of(in_place, "job-a0-0"), kNoWorkLeftGrace);
 }
 
+// A job that fails for good stops its gang as a gang restart after a failure does: the ranks
+// with nothing left to save, a hung rank 0 among them, go with the short grace; a rank 0 that
+// may still save keeps its pod's. A job out of time keeps every grace (its ranks agree on a
+// last step to save).
+TEST(Planner, AJobThatFailsForGoodStopsItsHungRanksWithTheShortGrace) {
+  auto job = InPlaceJob(2);
+  job.spec.run_policy.recovery = "GangRestart";
+  job.spec.run_policy.backoff_limit = 0;
+  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "UNAVAILABLE: step 5876: gradient all-reduce: all-reduce: lost peer rank 0 (the rendezvous "
+      "store it hosts is unreachable: rendezvous store f-a0-0.f.default.svc:29500: recv: timed "
+      "out); here: all-reduce: timed out after 20s waiting for rank 0";
+  waited.finished_at = At(30);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
+  auto grace_of = [](const Plan& p, const std::string& name) {
+    for (const auto& a : p.actions) {
+      if (a.kind == Action::Kind::kDeleteReplica && a.name == name) return a.grace;
+    }
+    ADD_FAILURE() << name << " not deleted";
+    return std::optional<Duration>{};
+  };
+  PlanMemory silent;
+  silent.rank0_attempt = 0;
+  silent.rank0_answered = true;
+  silent.rank0_unanswered_since = At(12);
+  const Plan hung = PlanWith(job, gang, At(31), silent);
+  EXPECT_EQ(hung.status.phase, "Failed");
+  ASSERT_NE(Cond(hung.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(hung.status, "Failed")->reason, "BackoffLimitExceeded");
+  EXPECT_EQ(grace_of(hung, "job-a0-0"), kNoWorkLeftGrace);
+  // Not hung (its /status answers): rank 0 is waited for, then keeps its grace for its save.
+  const Plan answering = PlanWith(job, gang, At(61), PlanMemory{});
+  ASSERT_NE(Cond(answering.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(answering.status, "Failed")->reason, "BackoffLimitExceeded");
+  EXPECT_EQ(grace_of(answering, "job-a0-0"), std::nullopt);
+
+  // A permanent failure of rank 0: rank 1, which has nothing to save, goes with the short grace.
+  auto bad = Replica(0, 0, ReplicaPhase::kFailed, 2, "Error");
+  bad.message = "INVALID_ARGUMENT: --batch-size: must be positive";
+  bad.finished_at = At(30);
+  const Plan permanent = PlanWith(job, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), {});
+  ASSERT_NE(Cond(permanent.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(permanent.status, "Failed")->reason, "PermanentFailure");
+  EXPECT_EQ(grace_of(permanent, "job-a0-1"), kNoWorkLeftGrace);
+  // Not so for a spec.command program: its grace is its own.
+  auto own_program = job;
+  own_program.spec.command = {"python3", "train.py"};
+  const Plan own =
+      PlanWith(own_program, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{});
+  ASSERT_NE(Cond(own.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(own.status, "Failed")->reason, "PermanentFailure");
+  EXPECT_EQ(grace_of(own, "job-a0-1"), std::nullopt);
+}
+
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
 // took minutes to go (a sidecar that ignored SIGTERM): no replacement could exist meanwhile.
 TEST(Planner, APodsColumnSaysARankReplacedInPlaceWaitsForItsLostPodToGo) {
