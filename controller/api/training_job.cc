@@ -368,11 +368,29 @@ std::string IgnoredRunnerCommand(const JobSpec& spec) {
 }
 
 std::string IgnoredRecoveryTimeout(const JobSpec& spec) {
-  if (!MayRecoverInPlace(spec)) return "";
   const std::optional<json> set = TemplateRunnerEnvEntry(spec, contract::kEnvRecoveryTimeout);
   if (!set) return "";
   const std::string what =
       std::string("spec.template.spec.containers[runner].env ") + contract::kEnvRecoveryTimeout;
+  if (!MayRecoverInPlace(spec)) {
+    // The ranks get 0 in its place. A template that asks for none ("0", or "" for unset) was
+    // not ignored.
+    if (const auto value = set->find("value"); value != set->end() && value->is_string()) {
+      const std::string text = value->get<std::string>();
+      const std::optional<Duration> wait = ParseRecoveryTimeout(text);
+      if (text.empty() || (wait && *wait == Duration::zero())) return "";
+    } else if (!set->contains("valueFrom")) {
+      return "";
+    }
+    const std::string why = !spec.command.empty() ? "a spec.command program does not recover in "
+                                                    "place"
+                            : spec.gpus_per_replica > 0
+                                ? "GPU replicas do not recover in place yet"
+                                : "runPolicy.recovery is " + spec.run_policy.recovery +
+                                      " (a lost rank restarts the whole gang)";
+    return what + " is not passed on: " + why +
+           ", so no survivor waits for a replacement (the ranks get 0)";
+  }
   const std::string wait =
       std::to_string(
           std::chrono::duration_cast<std::chrono::seconds>(RecoveryTimeoutFor(spec)).count()) +

@@ -243,5 +243,35 @@ TEST_F(CheckpointReconcileTest, ARecoveryTimeoutNoPodGetsIsAWarning) {
             "120s");
 }
 
+// A wait in a GangRestart job's template reached no rank (the pods get 0), unsaid: said now,
+// and the pod's env says 0.
+TEST_F(CheckpointReconcileTest, ARecoveryWaitOfAGangRestartJobIsAWarning) {
+  const Json tmpl = {
+      {"spec",
+       {{"containers",
+         {{{"name", "runner"},
+           {"env", {{{"name", "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS"}, {"value", "60"}}}}}}}}}};
+  Create("gang",
+         {{"replicas", 1}, {"template", tmpl}, {"runPolicy", {{"recovery", "GangRestart"}}}});
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "gang").ok());
+  const auto pod = client_.Get(kube::kPods, "default", "gang-a0-0");
+  ASSERT_TRUE(pod.ok());
+  std::vector<std::string> waits;
+  for (const auto& e : (*pod)["spec"]["containers"][0]["env"]) {
+    if (e["name"] == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") waits.push_back(e["value"]);
+  }
+  EXPECT_EQ(waits, std::vector<std::string>{"0"});
+  std::vector<Json> events;
+  for (const auto& e : Events()) {
+    if (e["reason"] == "TemplateEnvIgnored") events.push_back(e);
+  }
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["message"],
+            "spec.template.spec.containers[runner].env RINGTRAIN_RECOVERY_TIMEOUT_SECONDS is not "
+            "passed on: runPolicy.recovery is GangRestart (a lost rank restarts the whole gang), "
+            "so no survivor waits for a replacement (the ranks get 0)");
+}
+
 }  // namespace
 }  // namespace ringtrain::op

@@ -260,11 +260,35 @@ TEST(Manifest, TheRecoveryTimeoutIsTheRunnerContainersOrTheDefault) {
       RecoveryTimeoutFor(spec_with(
           R"({"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"x"},{"name":"RINGTRAIN_RECOVERY_TIMEOUT_SECONDS","value":"30"})")),
       std::chrono::seconds(30));
-  // Where the wait is none of the runner's (a gang restart policy), nothing is read or said.
-  JobSpec gang_restart = value("120s");
-  gang_restart.run_policy.recovery = "GangRestart";
-  EXPECT_EQ(RecoveryTimeoutFor(gang_restart), Duration(0));
-  EXPECT_EQ(IgnoredRecoveryTimeout(gang_restart), "");
+  // Where no rank recovers in place (a gang restart policy, a spec.command program, GPU
+  // replicas), the ranks get 0: a template that asks for a wait is told it is not passed on
+  // (it was not, unsaid), one that asks for none ("0", "") is not.
+  for (const char* wait : {"60", "120s"}) {
+    JobSpec gang_restart = value(wait);
+    gang_restart.run_policy.recovery = "GangRestart";
+    EXPECT_EQ(RecoveryTimeoutFor(gang_restart), Duration(0));
+    EXPECT_EQ(IgnoredRecoveryTimeout(gang_restart),
+              "spec.template.spec.containers[runner].env RINGTRAIN_RECOVERY_TIMEOUT_SECONDS is not "
+              "passed on: runPolicy.recovery is GangRestart (a lost rank restarts the whole "
+              "gang), so no survivor waits for a replacement (the ranks get 0)")
+        << wait;
+  }
+  for (const char* none : {"0", ""}) {
+    JobSpec gang_restart = value(none);
+    gang_restart.run_policy.recovery = "GangRestart";
+    EXPECT_EQ(IgnoredRecoveryTimeout(gang_restart), "") << none;
+  }
+  JobSpec own_program = value("60");
+  own_program.command = {"python3", "train.py"};
+  EXPECT_NE(IgnoredRecoveryTimeout(own_program).find("a spec.command program does not recover"),
+            std::string::npos);
+  JobSpec gpus = value("60");
+  gpus.gpus_per_replica = 1;
+  EXPECT_NE(IgnoredRecoveryTimeout(gpus).find("GPU replicas do not recover in place yet"),
+            std::string::npos);
+  JobSpec gpus_by_reference = by_reference;
+  gpus_by_reference.gpus_per_replica = 1;
+  EXPECT_NE(IgnoredRecoveryTimeout(gpus_by_reference).find("is not passed on"), std::string::npos);
   // No value refuses the spec (it did, for a day: a job running before the upgrade failed).
   for (const char* any : {"120s", "", "x"}) {
     EXPECT_TRUE(ParseManifestYaml(

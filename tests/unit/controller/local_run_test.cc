@@ -178,6 +178,46 @@ TEST_F(LocalRunTest, AGangRestartAfterAFailureKillsARankThatIgnoresSigtermWithou
   EXPECT_EQ(result->status.restarts, 1);
 }
 
+// The template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS reached the runners of a GangRestart job under
+// `ringtrain run` (the operator's pods get 0 in its place): a survivor waited for a replacement
+// that a gang restart never starts. Each rank now gets what a pod of the job would: the
+// template's wait where ranks recover in place, 0 where they do not.
+TEST_F(LocalRunTest, ARankGetsTheRecoveryWaitItsPodWouldGet) {
+  const std::string runner = dir_ + "/runner.sh";
+  {
+    std::ofstream out(runner);
+    out << "#!/bin/sh\necho \"${RINGTRAIN_RECOVERY_TIMEOUT_SECONDS-unset}\" > " << dir_
+        << "/wait-$RINGTRAIN_RANK\n";
+  }
+  fs::permissions(runner, fs::perms::owner_all);
+  const auto waits_with = [&](const std::string& recovery) {
+    auto job = api::ParseManifestYaml(
+        "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: wait}\n"
+        "spec:\n  replicas: 2\n  train: {model: mlp, dataset: /nonexistent}\n"
+        "  runPolicy: {recovery: " +
+            recovery +
+            "}\n"
+            "  template:\n    spec:\n      containers:\n      - name: runner\n        env:\n"
+            "        - {name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: \"60\"}\n",
+        "wait.yaml");
+    EXPECT_TRUE(job.ok()) << job.status().ToString();
+    LocalRunOptions options;
+    options.runner_path = runner;
+    options.workdir = dir_ + "/work-" + recovery;
+    fs::create_directories(options.workdir);
+    options.poll = std::chrono::milliseconds(20);
+    std::atomic<bool> interrupted{false};
+    auto result = RunLocal(*job, options, &interrupted);
+    EXPECT_TRUE(result.ok()) << result.status().ToString();
+    std::ifstream in(dir_ + "/wait-1");
+    std::string wait;
+    std::getline(in, wait);
+    return wait;
+  };
+  EXPECT_EQ(waits_with("InPlace"), "60");
+  EXPECT_EQ(waits_with("GangRestart"), "0");
+}
+
 // A rank the kernel OOM-killed read "Killed" (as a kill -9 from anyone): `ringtrain run` said
 // nothing of memory where a cluster says OOMKilled. The cgroup's oom_kill counter went up with
 // the SIGKILL: OOMKilled. A SIGKILL without it stays Killed. Found by a reviewing helper.
