@@ -65,6 +65,10 @@ pod stubborn-pod '{"terminationGracePeriodSeconds":5,
 # Deleted with a grace shorter than its own (as the operator deletes ranks with nothing to save).
 pod hasty-pod '{"terminationGracePeriodSeconds":600,
   "containers":[{"name":"c","image":"'"$img"'","command":'"$(cmd 'trap "" TERM; while :; do sleep 0.1; done')"'}]}'
+# Deleted with its own grace, then again with a shorter one while it stops (kubectl delete
+# --grace-period=1 of a pod already terminating): the second delete brings the SIGKILL forward.
+pod slow-pod '{"terminationGracePeriodSeconds":600,
+  "containers":[{"name":"c","image":"'"$img"'","command":'"$(cmd 'trap "" TERM; while :; do sleep 0.1; done')"'}]}'
 # The runner image's default checkpoint path is writable by its user without any volume.
 pod ckpt-pod '{"containers":[{"name":"c","image":"'"$img"'","command":'"$(cmd 'touch /ckpt/probe && id -u > /dev/termination-log')"'}]}'
 # The real runner as PID 1 of its container (a gang of one): SIGTERM must stop it.
@@ -137,10 +141,14 @@ expect "pvc-reader message" "$(term pvc-reader message)" kept
 wait_until 120 "term-pod Running" phase_is term-pod Running
 wait_until 120 "stubborn-pod Running" phase_is stubborn-pod Running
 wait_until 120 "hasty-pod Running" phase_is hasty-pod Running
+wait_until 120 "slow-pod Running" phase_is slow-pod Running
 expect "hasty-pod's node (the kubelet binds the pods it runs)" "$(field hasty-pod '{.spec.nodeName}')" container-kubelet
 wait_until 120 "runner-pod training" grep -q "epoch 1/" "$WORK/kubelet/logs/default_runner-pod.log"
 k delete pod term-pod stubborn-pod runner-pod --wait=false >/dev/null || fail "delete"
 k delete pod hasty-pod --grace-period=1 --wait=false >/dev/null || fail "delete hasty-pod"
+k delete pod slow-pod --wait=false >/dev/null || fail "delete slow-pod"
+wait_until 60 "slow-pod's stop with its own grace" grep -q "default/slow-pod: deleted with grace 600s" "$WORK/kubelet.log"
+k delete pod slow-pod --grace-period=1 --wait=false >/dev/null || fail "delete slow-pod again"
 # A bound pod stays, terminating, until its kubelet has stopped it (t4-05-binding-graceful-delete.txt).
 expect "stubborn-pod's grace while it stops" "$(field stubborn-pod '{.metadata.deletionGracePeriodSeconds}')" 5
 wait_until 30 "term-pod's SIGTERM handler" grep -q got-SIGTERM "$WORK/hostout/term"
@@ -152,6 +160,10 @@ wait_until 60 "hasty-pod SIGKILLed after the grace asked for" stopped hasty-pod 
 grep -q "default/hasty-pod: deleted with grace 1s: SIGTERM, SIGKILL after 2s" "$WORK/kubelet.log" ||
   fail "hasty-pod's grace: $(grep hasty-pod "$WORK/kubelet.log")"
 echo "ok: hasty-pod stopped with the 1 s grace its delete asked for (2 s at least, as a kubelet), not its own 600 s"
+wait_until 60 "slow-pod SIGKILLed after the shorter grace of its second delete" stopped slow-pod 137
+grep -q "default/slow-pod: grace shortened to 1s: SIGKILL after 2s" "$WORK/kubelet.log" ||
+  fail "slow-pod's grace: $(grep slow-pod "$WORK/kubelet.log")"
+echo "ok: slow-pod's second delete shortened its grace from 600 s to 1 s while it stopped"
 wait_until 60 "term-pod stopped" stopped term-pod 0
 # 143: the runner's retryable "stopped by signal", long before the grace period's SIGKILL (137).
 wait_until 60 "the runner stopped by SIGTERM" stopped runner-pod 143
@@ -164,5 +176,5 @@ absent() {
   out=$(k get pod "$1" 2>&1) && return 1
   grep -q NotFound <<<"$out"
 }
-for p in term-pod stubborn-pod hasty-pod runner-pod; do wait_until 60 "$p gone from the API" absent "$p"; done
+for p in term-pod stubborn-pod hasty-pod slow-pod runner-pod; do wait_until 60 "$p gone from the API" absent "$p"; done
 echo PASS

@@ -207,6 +207,9 @@ class Pod:
         self.state = "pending"  # pending → running → finished, or gone
         self.waiting_reason = ""
         self.stopping = False
+        self.grace = None  # the grace its stop runs with, once stopping
+        self.kill_at = None  # time.monotonic() of its SIGKILL, once stopping; only moves earlier
+        self.stopped = False  # its container has stopped (or was never started)
         self.termination_log = ""
         self.log_path = ""
         self.emptydirs = []
@@ -746,14 +749,28 @@ class Kubelet:
     # ---- stop -------------------------------------------------------------------------------
     def begin_stop(self, pod, deleted=False):
         """deleted: gone from the API already (deleted with grace 0 by someone else, a force
-        delete); else it is terminating, and is deleted once stopped."""
-        if pod.stopping:
-            return
-        pod.stopping = True
+        delete); else it is terminating, and is deleted once stopped. Called again while it
+        stops (every tick): a shorter grace asked for since (a second delete) brings the SIGKILL
+        forward to that grace from now, at least MIN_GRACE, as a kubelet's new StopContainer
+        does; a longer one changes nothing."""
         grace = 0 if deleted else pod.obj["metadata"].get("deletionGracePeriodSeconds")
         if grace is None:
             grace = pod.obj["spec"].get("terminationGracePeriodSeconds", 30)
-        threading.Thread(target=self.stop_pod, args=(pod, int(grace), not deleted),
+        grace = int(grace)
+        with self.lock:
+            if pod.stopping:
+                if grace < pod.grace and not pod.stopped:
+                    pod.grace = grace
+                    kill_at = time.monotonic() + max(grace, MIN_GRACE)
+                    if kill_at < pod.kill_at:
+                        pod.kill_at = kill_at
+                        log("%s/%s: grace shortened to %ds: SIGKILL after %ds" % (
+                            pod.ns, pod.name, grace, max(grace, MIN_GRACE)))
+                return
+            pod.stopping = True
+            pod.grace = grace
+            pod.kill_at = time.monotonic() + max(grace, MIN_GRACE)
+        threading.Thread(target=self.stop_pod, args=(pod, grace, not deleted),
                          daemon=True).start()
 
     def stop_pod(self, pod, grace, finalize):
@@ -763,7 +780,25 @@ class Kubelet:
                 log("%s/%s: deleted with grace %ds: SIGTERM, SIGKILL after %ds" % (
                     pod.ns, pod.name, grace, wait))
                 start = time.monotonic()
-                podman(["stop", "-t", str(wait), pod.container], timeout=wait + 60, check=False)
+                # podman stop sends SIGTERM, then SIGKILL after its own wait; a shorter grace
+                # that arrives meanwhile (begin_stop) sends the SIGKILL sooner.
+                stop = subprocess.Popen(
+                    ["podman", "--runtime", "runc", "stop", "-t", str(wait), pod.container],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=PODMAN_CWD)
+                killed = False
+                give_up = start + wait + 60
+                while stop.poll() is None and time.monotonic() < give_up:
+                    with self.lock:
+                        kill_at = pod.kill_at
+                    if not killed and time.monotonic() >= kill_at:
+                        killed = True
+                        podman(["kill", "--signal", "KILL", pod.container], check=False)
+                    time.sleep(0.1)
+                if stop.poll() is None:
+                    stop.kill()
+                    stop.wait()
+                with self.lock:
+                    pod.stopped = True
                 p = podman(["inspect", "--format", "{{.State.ExitCode}}", pod.container],
                            check=False)
                 log("%s/%s: stopped after %.1fs, exit code %s" % (
