@@ -14,6 +14,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/group_janitor.h"
 #include "common/stop.h"
 
 namespace ringtrain {
@@ -236,7 +237,10 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
                                                                    : kExitCannotExecute);
   }
   // Also here, so the group exists before the first signal to it, whichever runs first.
-  if (new_group) (void)::setpgid(pid, pid);
+  if (new_group) {
+    (void)::setpgid(pid, pid);
+    JanitorWatchGroup(pid);  // killed even when this process is (ringtrain run's janitor)
+  }
   ::close(report_pipe[1]);
   ExecReport report;
   const bool failed = ReadExecReport(report_pipe[0], &report);
@@ -307,12 +311,16 @@ bool ChildProcess::Poll() {
     term_signal_ = WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0;
     // What the child left running in its group ends with it, as a container's processes end
     // with its first one. Its pid stays a group id (never reused) while any member lives.
-    if (own_group_) (void)::kill(-pid_, SIGKILL);
+    if (own_group_) {
+      (void)::kill(-pid_, SIGKILL);
+      JanitorForgetGroup(pid_);
+    }
     return true;
   }
   if (r < 0) {
     // ECHILD: reaped behind our back (SIGCHLD ignored, or someone's waitpid(-1)); the code is
     // lost, so report it as a failure the gang logic retries rather than a success.
+    if (own_group_) JanitorForgetGroup(pid_);  // its id may be anyone's now
     exited_ = true;
     exit_code_ = 128 + SIGKILL;
     term_signal_ = SIGKILL;

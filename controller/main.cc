@@ -25,6 +25,7 @@
 
 #include "common/env.h"
 #include "common/flags.h"
+#include "common/group_janitor.h"
 #include "common/logging.h"
 #include "common/process.h"
 #include "controller/api/training_job.h"
@@ -187,6 +188,12 @@ int Run(const std::vector<std::string>& args) {
           "pod's terminationGracePeriodSeconds; a second Ctrl-C kills at once",
           {0, 3600});
   if (int rc = ParseOrUsage(set, args); rc >= 0) return rc;
+  // Before anything is loaded (the janitor is a fork of this process, small now): what the
+  // ranks start is stopped even after a kill -9 of this process (common/group_janitor.h).
+  if (Status janitor = StartGroupJanitor(std::chrono::seconds(grace_seconds)); !janitor.ok()) {
+    spdlog::warn("{}: a kill -9 of ringtrain run would leave what its ranks start running",
+                 janitor.message());
+  }
   auto job = api::LoadManifestFile(manifest);
   if (!job.ok()) {
     std::fprintf(stderr, "error: %s\n", job.status().message().c_str());

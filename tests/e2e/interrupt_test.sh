@@ -53,6 +53,36 @@ kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "nohup: ringtrain run exited with $RC after SIGINT, expected 130"
 wait_until 30 "the ranks' sleep ended (nohup)" naps 0
+# Its janitor (a fork with its command line) ends with it.
+no_run() { ! pgrep -f -- "--workdir $1( |\$)" >/dev/null; }
+wait_until 30 "no process of the nohup run left" no_run "$WORK/nap-nohup"
+# A kill -9 of ringtrain run (the OOM killer, a CI job's timeout) stops nothing itself, and its
+# ranks die with it (PR_SET_PDEATHSIG), but what they started ran on, orphaned, until its
+# janitor (common/group_janitor.h): SIGTERM, then SIGKILL after the grace to what ignores it.
+stubborn_nap=$((778000 + $$ % 1000))
+cat >"$WORK/nap-kill.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: nap-kill}
+spec:
+  replicas: 2
+  command: ["sh", "-c", "(trap '' TERM; exec sleep $stubborn_nap) & sleep $nap; echo done"]
+YAML
+"$BIN/ringtrain" run "$WORK/nap-kill.yaml" --workdir "$WORK/nap-kill" --grace-period 2 \
+  >"$WORK/nap-kill.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+stubborn_naps() { [ "$(pgrep -fx "sleep $stubborn_nap" | wc -l)" = "$1" ]; }
+wait_until 60 "both ranks' sleep (kill -9)" naps 2
+wait_until 60 "both ranks' sleep that ignores SIGTERM" stubborn_naps 2
+kill -9 "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 137 ] || fail "kill -9: ringtrain run exited with $RC"
+wait_until 30 "the ranks' sleep ended after a kill -9 of ringtrain run" naps 0
+wait_until 60 "the sleep that ignores SIGTERM ended (SIGKILL after the grace)" stubborn_naps 0
+grep -qF "ended with 2 rank process group(s) still running: SIGTERM, SIGKILL after 2s" \
+  "$WORK/nap-kill.log" || fail "kill -9: no word of the janitor: $(tail -n 5 "$WORK/nap-kill.log")"
+wait_until 30 "the janitor of the killed run ended" no_run "$WORK/nap-kill"
 # A rank whose command failed ends the job: its peer's sleep ends with it.
 cat >"$WORK/nap-fail.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1
