@@ -95,6 +95,10 @@ TEST_F(KubectlTest, ApplyCrdAndExampleThenGetShowsPrinterColumns) {
                           {{"step", 420}, {"samplesPerSecond", 5120.5}, {"testAccuracy", 0.8528}}}})
           .ok());
 
+  // The schema's defaults are stored, except spec.image's: unset, the operator picks the image
+  // (its --runner-image), and a stored default showed one the pods did not run.
+  r = Kubectl("get tj fashion-mnist-mlp -o jsonpath={.spec.image}/{.spec.runPolicy.recovery}");
+  EXPECT_EQ(r.output, "/InPlace") << r.output;
   r = Kubectl("get tj");
   ASSERT_EQ(r.rc, 0) << r.output;
   std::istringstream lines(r.output);
