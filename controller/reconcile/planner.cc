@@ -973,6 +973,9 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
         return r->phase != ReplicaPhase::kFailed || IsConsequence(*r) || r->disruption ||
                DeletedByOthers(*r);
       })) {
+    // What ended it was the deletion, whatever its container's end reads (a kubelet reports the
+    // SIGTERM's 143 as Error before it removes the pod).
+    if (st().last_failure) st().last_failure->reason = "Deleted";
     Restart("PodDeleted",
             what + " (its pod was deleted, not by the operator: not counted against backoffLimit)",
             false);

@@ -2452,6 +2452,11 @@ TEST(Planner, PodsDeletedBySomeoneRestartTheGangUncounted) {
     EXPECT_EQ(p.status.restarts, 2) << in_place;
     ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
     EXPECT_EQ(Cond(p.status, "Restarting")->reason, "PodDeleted");
+    // lastFailure says the deletion, not its container's end ("Error", as a kubelet reports the
+    // SIGTERM's 143 before it removes the pod: the fake kubelet now does too).
+    ASSERT_TRUE(p.status.last_failure.has_value());
+    EXPECT_EQ(p.status.last_failure->reason, "Deleted") << in_place;
+    EXPECT_EQ(p.status.last_failure->exit_code, 143) << in_place;
     const Event* e = nullptr;
     for (const auto& ev : p.events) e = ev.reason == "GangRestart" ? &ev : e;
     ASSERT_NE(e, nullptr);
