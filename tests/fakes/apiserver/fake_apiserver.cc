@@ -497,7 +497,8 @@ class FakeApiServer::Impl {
   StatusOr<json> DirectCreate(const ResourceId& id, const std::string& ns, json obj);
   StatusOr<json> DirectPatch(const ResourceId& id, const std::string& ns, const std::string& name,
                              const json& patch, bool status_only);
-  Status DirectDelete(const ResourceId& id, const std::string& ns, const std::string& name);
+  Status DirectDelete(const ResourceId& id, const std::string& ns, const std::string& name,
+                      std::optional<std::int64_t> grace_seconds);
 
  private:
   struct Conn {
@@ -2497,14 +2498,17 @@ StatusOr<json> FakeApiServer::Impl::DirectPatch(const ResourceId& id, const std:
 }
 
 Status FakeApiServer::Impl::DirectDelete(const ResourceId& id, const std::string& ns,
-                                         const std::string& name) {
+                                         const std::string& name,
+                                         std::optional<std::int64_t> grace_seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   Route route;
   route.type = TypeForDirect(id);
   if (route.type == nullptr) return NotFound("no such resource " + id.resource);
   route.ns = route.type->namespaced ? ns : "";
   route.name = name;
-  return ToStatus(Delete(HttpRequest{}, route));
+  HttpRequest req;
+  if (grace_seconds) req.body = json{{"gracePeriodSeconds", *grace_seconds}}.dump();
+  return ToStatus(Delete(req, route));
 }
 
 // ------------------------------------------------------------------------------------------
@@ -2563,8 +2567,9 @@ StatusOr<json> FakeApiServer::PatchObject(const ResourceId& id, const std::strin
   return impl_->DirectPatch(id, ns, name, patch, false);
 }
 Status FakeApiServer::DeleteObject(const ResourceId& id, const std::string& ns,
-                                   const std::string& name) {
-  return impl_->DirectDelete(id, ns, name);
+                                   const std::string& name,
+                                   std::optional<std::int64_t> grace_seconds) {
+  return impl_->DirectDelete(id, ns, name, grace_seconds);
 }
 
 }  // namespace ringtrain::fake

@@ -98,7 +98,10 @@ class FakeApiServer {
   // Merge-patches the whole object (metadata and spec included), bypassing validation.
   StatusOr<nlohmann::json> PatchObject(const ResourceId& id, const std::string& ns,
                                        const std::string& name, const nlohmann::json& patch);
-  Status DeleteObject(const ResourceId& id, const std::string& ns, const std::string& name);
+  // As a DELETE without options, or with DeleteOptions.gracePeriodSeconds `grace_seconds` (a
+  // kubelet's 0 once a terminating pod's containers have stopped).
+  Status DeleteObject(const ResourceId& id, const std::string& ns, const std::string& name,
+                      std::optional<std::int64_t> grace_seconds = std::nullopt);
 
   class Impl;
 

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -92,6 +93,7 @@ void FakeKubelet::Loop() {
 void FakeKubelet::Tick() {
   std::vector<json> pods = server_->ListObjects(kPods, "");
   std::set<std::string> live;
+  std::map<std::string, std::int64_t> terminating;  // uid → the grace its delete asked for
   for (const auto& pod : pods) {
     const std::string uid = Meta(pod, "uid");
     bool deleting = pod["metadata"].contains("deletionTimestamp");
@@ -105,15 +107,43 @@ void FakeKubelet::Tick() {
       if (known) projections = it->second.projections;
     }
     if (known) Project(pod, projections);
+    if (deleting) {
+      const json& m = pod["metadata"];
+      terminating[uid] = m.value("deletionGracePeriodSeconds", std::int64_t{0});
+      // Bound here and nothing of it runs (never started: a Secret it waited for): let it go.
+      if (!known && pod.value("/spec/nodeName"_json_pointer, std::string()) == kNodeName) {
+        (void)server_->DeleteObject(kPods, Meta(pod, "namespace"), Meta(pod, "name"), 0);
+      }
+    }
     if (!known && !deleting && pod.value("/status/phase"_json_pointer, "Pending") == "Pending") {
       StartPod(pod);
     }
   }
   {
-    // A pod gone from the API (or being deleted) loses its process, as with a grace period 0.
     std::lock_guard<std::mutex> lock(mu_);
+    const SteadyTime now = std::chrono::steady_clock::now();
     for (auto& [uid, p] : procs_) {
-      if (p.child.running() && !live.count(uid)) p.child.RequestTerminate(Duration::zero());
+      if (!p.child.running() || live.count(uid)) continue;
+      const auto it = terminating.find(uid);
+      if (it == terminating.end()) {
+        // Gone from the API (deleted with grace 0): its process goes at once.
+        p.child.RequestTerminate(Duration::zero());
+        continue;
+      }
+      // Terminating: SIGTERM, SIGKILL after the grace; a shorter grace asked for since counts
+      // from now, as a kubelet's next StopContainer does.
+      const SteadyTime kill_at =
+          now + std::max<Duration>(std::chrono::seconds(it->second), kMinGrace);
+      if (!p.stopping) {
+        p.stopping = true;
+        p.grace_seconds = it->second;
+        p.kill_at = kill_at;
+        (void)p.child.Signal(SIGTERM);
+      } else if (it->second < p.grace_seconds) {
+        p.grace_seconds = it->second;
+        p.kill_at = std::min(p.kill_at, kill_at);
+      }
+      if (now >= p.kill_at) p.child.RequestTerminate(Duration::zero());
     }
   }
   Reap();
@@ -220,11 +250,13 @@ void FakeKubelet::StartPod(const json& pod) {
   if (argv.empty()) return;
   if (argv[0] == "ringtrain-runner") argv[0] = options_.runner_path;
 
-  // The port map first, so the operator never polls a port nobody serves.
+  // The port map first, so the operator never polls a port nobody serves; bound to this node as
+  // a scheduler's binding would (a deleted pod then stays Terminating until deleted with 0).
   (void)server_->PatchObject(
       kPods, ns, name,
       {{"metadata",
-        {{"annotations", {{"ringtrain.dev/metrics-port", std::to_string(metrics_port)}}}}}});
+        {{"annotations", {{"ringtrain.dev/metrics-port", std::to_string(metrics_port)}}}}},
+       {"spec", {{"nodeName", kNodeName}}}});
 
   SpawnOptions spawn;
   spawn.log_path = p.log;
@@ -268,9 +300,8 @@ void FakeKubelet::Reap() {
     std::string message = LastLines(ReadFile(p.termination_log), 4096);
     if (message.empty() && code != 0) message = LastLines(ReadFile(p.log), 2048);
     auto pod = server_->GetObject(kPods, p.ns, p.name);
-    if (!pod || Meta(*pod, "uid") != p.uid || (*pod)["metadata"].contains("deletionTimestamp")) {
-      continue;
-    }
+    if (!pod || Meta(*pod, "uid") != p.uid) continue;
+    const bool deleting = (*pod)["metadata"].contains("deletionTimestamp");
     const std::string now = FormatRfc3339(std::chrono::system_clock::now());
     json terminated = {{"exitCode", code},
                        {"reason", code == 0 ? "Completed" : "Error"},
@@ -285,6 +316,8 @@ void FakeKubelet::Reap() {
                         {"ready", false},
                         {"restartCount", 0},
                         {"state", {{"terminated", terminated}}}}})}});
+    // A terminating pod whose process has ended: what a kubelet sends last (v1.28).
+    if (deleting) (void)server_->DeleteObject(kPods, p.ns, p.name, 0);
   }
 }
 

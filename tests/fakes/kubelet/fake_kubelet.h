@@ -1,6 +1,10 @@
 // A kubelet stand-in for end-to-end tests: polls the fake API server's pods and runs each new
 // pod's runner as a local process, then reports phase, podIP and the container's exit code and
-// termination message through the pods' status. Deleting a pod kills its process.
+// termination message through the pods' status. It binds the pods it runs to its node
+// (kNodeName), so a deleted pod stays Terminating, as on a cluster, while its process gets
+// SIGTERM and, after deletionGracePeriodSeconds (at least 2 s, as kuberuntime gives; a second,
+// shorter delete brings it forward), SIGKILL; once the process has ended the kubelet reports how
+// and deletes the pod with grace 0. A pod removed outright (grace 0) loses its process at once.
 //
 // How a pod becomes a local process (all pods share 127.0.0.1):
 //  - command[0] "ringtrain-runner" becomes options.runner_path; args are kept;
@@ -42,6 +46,10 @@ struct FakeKubeletOptions {
 
 class FakeKubelet {
  public:
+  static constexpr char kNodeName[] = "fake-kubelet";
+  // kuberuntime's minimumGracePeriodInSeconds: a shorter grace still gets this long.
+  static constexpr Duration kMinGrace{std::chrono::seconds(2)};
+
   FakeKubelet(FakeApiServer* server, FakeKubeletOptions options);
   ~FakeKubelet();
   FakeKubelet(const FakeKubelet&) = delete;
@@ -71,6 +79,10 @@ class FakeKubelet {
     ChildProcess child;
     std::string termination_log;
     std::string log;
+    // Once its pod is terminating: SIGTERM sent, the grace it runs with, when SIGKILL follows.
+    bool stopping = false;
+    std::int64_t grace_seconds = 0;
+    SteadyTime kill_at{};
   };
   void Loop();
   void Tick();
