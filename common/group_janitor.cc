@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,14 +63,34 @@ std::int64_t NowMillis() {
   return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-bool AnyAlive(const pid_t* groups, int n) {
-  for (int i = 0; i < n; ++i) {
-    if (::kill(-groups[i], 0) == 0 || errno == EPERM) return true;
+// Drops the groups that have no process left (their ids may be reused from then on, by anyone):
+// how many are left.
+int DropEnded(pid_t* groups, int n) {
+  for (int i = 0; i < n;) {
+    if (::kill(-groups[i], 0) != 0 && errno == ESRCH) {
+      groups[i] = groups[--n];
+    } else {
+      ++i;
+    }
   }
-  return false;
+  return n;
 }
 
-[[noreturn]] void JanitorMain(int fd, std::int64_t grace_ms, pid_t owner) {
+// Closes every descriptor from `first` on: close_range(2), else (Linux < 5.9, a seccomp profile
+// that refuses it) one close(2) each, up to the descriptor limit.
+void CloseFrom(int first) {
+  if (::syscall(SYS_close_range, static_cast<unsigned>(first), ~0U, 0U) == 0) return;
+  rlimit lim{};
+  rlim_t last = 65536;
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY) last = lim.rlim_cur;
+  if (last > (1U << 20)) last = 1U << 20;
+  for (rlim_t fd = static_cast<rlim_t>(first); fd < last; ++fd) (void)::close(static_cast<int>(fd));
+}
+
+// `fd` (the pipe's read end) and `write_end` are above stdio (StartGroupJanitor moves them).
+[[noreturn]] void JanitorMain(int fd, int write_end, std::int64_t grace_ms, pid_t owner) {
+  // Its own copy of the write end first: with it open the pipe never reads end-of-file.
+  (void)::close(write_end);
   (void)::setpgid(0, 0);
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
@@ -92,7 +113,7 @@ bool AnyAlive(const pid_t* groups, int n) {
     (void)::dup2(fd, 3);
     fd = 3;
   }
-  (void)::syscall(SYS_close_range, 4U, ~0U, 0U);
+  CloseFrom(4);
 
   static pid_t groups[kMaxGroups];
   int n = 0;
@@ -121,7 +142,8 @@ bool AnyAlive(const pid_t* groups, int n) {
     std::memmove(buf, buf + i, have - i);
     have -= i;
   }
-  if (n > 0 && AnyAlive(groups, n)) {
+  n = DropEnded(groups, n);
+  if (n > 0) {
     Line line;
     line.Add("ringtrain: process ");
     line.Add(static_cast<long long>(owner));
@@ -133,10 +155,11 @@ bool AnyAlive(const pid_t* groups, int n) {
     (void)!::write(STDERR_FILENO, line.buf, line.len);
     for (int i = 0; i < n; ++i) (void)::kill(-groups[i], SIGTERM);
     const std::int64_t kill_at = NowMillis() + grace_ms;
-    while (AnyAlive(groups, n) && NowMillis() < kill_at) {
+    while ((n = DropEnded(groups, n)) > 0 && NowMillis() < kill_at) {
       const timespec nap{0, 100 * 1000 * 1000};
       (void)::nanosleep(&nap, nullptr);
     }
+    // Only the groups still alive a moment ago: an ended one's id may be someone else's now.
     for (int i = 0; i < n; ++i) (void)::kill(-groups[i], SIGKILL);
   }
   ::_exit(0);
@@ -150,6 +173,21 @@ Status StartGroupJanitor(Duration grace) {
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     return ErrnoStatus(StatusCode::kUnavailable, "group janitor: pipe", errno);
   }
+  // Above stdio: with stdin or stdout closed the pipe would get 0 or 1, which the janitor points
+  // at /dev/null (and this process's output would go into the pipe).
+  for (int& fd : fds) {
+    if (fd > STDERR_FILENO) continue;
+    const int moved = ::fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    const int err = errno;
+    ::close(fd);
+    fd = moved;
+    if (moved < 0) {
+      for (const int other : fds) {
+        if (other >= 0) ::close(other);
+      }
+      return ErrnoStatus(StatusCode::kUnavailable, "group janitor: fcntl", err);
+    }
+  }
   const pid_t owner = ::getpid();
   const std::int64_t grace_ms = std::max<std::int64_t>(
       0, std::chrono::duration_cast<std::chrono::milliseconds>(grace).count());
@@ -160,7 +198,7 @@ Status StartGroupJanitor(Duration grace) {
     ::close(fds[1]);
     return ErrnoStatus(StatusCode::kUnavailable, "group janitor: fork", err);
   }
-  if (pid == 0) JanitorMain(fds[0], grace_ms, owner);
+  if (pid == 0) JanitorMain(fds[0], fds[1], grace_ms, owner);
   ::close(fds[0]);
   (void)::fcntl(fds[1], F_SETFL, O_NONBLOCK);
   g_pid = pid;

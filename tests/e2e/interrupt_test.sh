@@ -68,8 +68,9 @@ spec:
   replicas: 2
   command: ["sh", "-c", "(trap '' TERM; exec sleep $stubborn_nap) & sleep $nap; echo done"]
 YAML
+# Its stdin closed: the janitor's pipe must not take descriptor 0 (which it points at /dev/null).
 "$BIN/ringtrain" run "$WORK/nap-kill.yaml" --workdir "$WORK/nap-kill" --grace-period 2 \
-  >"$WORK/nap-kill.log" 2>&1 &
+  >"$WORK/nap-kill.log" 2>&1 <&- &
 RUN_PID=$!
 PIDS+=($RUN_PID)
 stubborn_naps() { [ "$(pgrep -fx "sleep $stubborn_nap" | wc -l)" = "$1" ]; }
