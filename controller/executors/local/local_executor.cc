@@ -295,9 +295,10 @@ Status LocalRun::Spawn(int rank, int attempt) {
   rank_env.metrics_port = metrics_port;
   rank_env.termination_log = p.termination_log;
   rank_env.recovery_timeout = api::RecoveryTimeoutFor(spec);
-  // As in the operator's pods: ours replaces the template's, 0 included (a GangRestart job's
-  // survivor must not wait for a replacement that a gang restart never starts).
-  rank_env.say_recovery_timeout = api::TemplateRunnerSetsEnv(spec, contract::kEnvRecoveryTimeout);
+  // As in the operator's pods, ours replaces the template's, 0 included (a GangRestart job's
+  // survivor must not wait for a replacement that a gang restart never starts); and, said always,
+  // one this host exports too.
+  rank_env.say_recovery_timeout = true;
   // Every replica runs on this machine and sees all its GPUs (no device plugin hands each its
   // own): each rank picks its GPU, and NCCL or the TCP ring, by its place among all of them.
   rank_env.host_ranks = spec.world_size();

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -190,20 +191,23 @@ TEST_F(LocalRunTest, ARankGetsTheRecoveryWaitItsPodWouldGet) {
         << "/wait-$RINGTRAIN_RANK\n";
   }
   fs::permissions(runner, fs::perms::owner_all);
-  const auto waits_with = [&](const std::string& recovery) {
+  int runs = 0;
+  const auto waits_with = [&](const std::string& recovery, bool in_template = true) {
+    fs::remove(dir_ + "/wait-1");
     auto job = api::ParseManifestYaml(
         "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: wait}\n"
         "spec:\n  replicas: 2\n  train: {model: mlp, dataset: /nonexistent}\n"
         "  runPolicy: {recovery: " +
-            recovery +
-            "}\n"
-            "  template:\n    spec:\n      containers:\n      - name: runner\n        env:\n"
-            "        - {name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: \"60\"}\n",
+            recovery + "}\n" +
+            (in_template ? "  template:\n    spec:\n      containers:\n      - name: runner\n"
+                           "        env:\n"
+                           "        - {name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: \"60\"}\n"
+                         : ""),
         "wait.yaml");
     EXPECT_TRUE(job.ok()) << job.status().ToString();
     LocalRunOptions options;
     options.runner_path = runner;
-    options.workdir = dir_ + "/work-" + recovery;
+    options.workdir = dir_ + "/work-" + recovery + "-" + std::to_string(++runs);
     fs::create_directories(options.workdir);
     options.poll = std::chrono::milliseconds(20);
     std::atomic<bool> interrupted{false};
@@ -216,6 +220,11 @@ TEST_F(LocalRunTest, ARankGetsTheRecoveryWaitItsPodWouldGet) {
   };
   EXPECT_EQ(waits_with("InPlace"), "60");
   EXPECT_EQ(waits_with("GangRestart"), "0");
+  // Nor does a wait this host exports reach them (the ranks start from the host's env).
+  ASSERT_EQ(::setenv("RINGTRAIN_RECOVERY_TIMEOUT_SECONDS", "45", 1), 0);
+  const std::string from_host = waits_with("GangRestart", /*in_template=*/false);
+  ::unsetenv("RINGTRAIN_RECOVERY_TIMEOUT_SECONDS");
+  EXPECT_EQ(from_host, "0");
 }
 
 // A rank the kernel OOM-killed read "Killed" (as a kill -9 from anyone): `ringtrain run` said
