@@ -1444,7 +1444,11 @@ Plan Planner::Run() {
 
   if (api::IsTerminal(st().phase)) {
     CountFinalReplicas();
-    Cleanup();
+    // A delete that did not get through when the job ended is retried with the same grace.
+    const Condition* failed = FindCondition("Failed");
+    Cleanup(failed != nullptr && failed->status == "True" &&
+            (failed->reason == "PermanentFailure" || failed->reason == "BackoffLimitExceeded" ||
+             failed->reason == "Stalled"));
     if (spec_.run_policy.ttl_seconds_after_finished) {
       const Duration left =
           TtlLeft(st().completion_time, *spec_.run_policy.ttl_seconds_after_finished, in_.now);

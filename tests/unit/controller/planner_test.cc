@@ -3113,6 +3113,12 @@ TEST(Planner, AJobThatFailsForGoodStopsItsHungRanksWithTheShortGrace) {
   ASSERT_NE(Cond(permanent.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(permanent.status, "Failed")->reason, "PermanentFailure");
   EXPECT_EQ(grace_of(permanent, "job-a0-1"), kNoWorkLeftGrace);
+  // A later pass (the first delete did not get through) deletes with the same grace.
+  auto ended = job;
+  ended.status = permanent.status;
+  const Plan again =
+      PlanWith(ended, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(40), permanent.memory);
+  EXPECT_EQ(grace_of(again, "job-a0-1"), kNoWorkLeftGrace);
   // Not so for a spec.command program: its grace is its own.
   auto own_program = job;
   own_program.spec.command = {"python3", "train.py"};
@@ -3930,6 +3936,21 @@ TEST(PlannerProgress, AStalledRankZeroIsRunningWithoutProgressNotIdle) {
   ASSERT_NE(Cond(p.status, "Stalled"), nullptr);
   EXPECT_EQ(Cond(p.status, "Stalled")->status, "True");
   EXPECT_EQ(Cond(p.status, "Stalled")->reason, "ProgressDeadlineExceeded");
+  {
+    // The backoffLimit spent, the job fails for good and its gang goes as a gang restart's after
+    // a failure: rank 1, with nothing to save, with the short grace; rank 0 keeps its pod's.
+    auto spent = job;
+    spent.status.restarts = spent.spec.run_policy.backoff_limit;
+    const Plan failed = PlanWithProgress(spent, gang, At(306), stalled);
+    EXPECT_EQ(failed.status.phase, "Failed");
+    std::map<std::string, std::optional<Duration>> graces;
+    for (const auto& a : failed.actions) {
+      if (a.kind == Action::Kind::kDeleteReplica) graces[a.name] = a.grace;
+    }
+    ASSERT_EQ(graces.size(), 2u);
+    EXPECT_EQ(graces["job-a0-0"], std::nullopt);
+    EXPECT_EQ(graces["job-a0-1"], kNoWorkLeftGrace);
+  }
   read.state = "recovering";
   EXPECT_EQ(PlanWithProgress(job, gang, At(306), ObserveRunnerStatus(read)).status.phase,
             "Running");
