@@ -60,6 +60,8 @@ wait_until 30 "no process of the nohup run left" no_run "$WORK/nap-nohup"
 # ranks die with it (PR_SET_PDEATHSIG), but what they started ran on, orphaned, until its
 # janitor (common/group_janitor.h): SIGTERM, then SIGKILL after the grace to what ignores it.
 stubborn_nap=$((778000 + $$ % 1000))
+# Should the janitor fail, its orphans (the one ignores SIGTERM) must not outlive the test.
+trap 'pkill -9 -fx "sleep $stubborn_nap" || true; pkill -9 -fx "sleep $nap" || true; cleanup' EXIT
 cat >"$WORK/nap-kill.yaml" <<YAML
 apiVersion: ringtrain.dev/v1alpha1
 kind: TrainingJob
