@@ -352,10 +352,15 @@ class Planner {
                : std::nullopt;
   }
 
-  // `failed`: the job ends for a failure (permanent, backoffLimit reached), and the gang trains
-  // no more: the same graces as a gang restart's after a failure, so a hung rank does not hold
-  // its pod (and its GPU) for the whole grace. A deadline or a success keeps every grace.
-  void Cleanup(bool failed = false) {
+  // A job that ended for a failure (permanent, backoffLimit reached, stalled for good; its
+  // Failed condition says, on the pass that ends it and on any later one that retries a delete)
+  // trains no more: the same graces as a gang restart's after a failure, so a hung rank does not
+  // hold its pod (and its GPU) for the whole grace. A deadline or a success keeps every grace.
+  void Cleanup() {
+    const Condition* ended = FindCondition("Failed");
+    const bool failed = ended != nullptr && ended->status == "True" &&
+                        (ended->reason == "PermanentFailure" ||
+                         ended->reason == "BackoffLimitExceeded" || ended->reason == "Stalled");
     const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
     for (const auto& r : in_.replicas) {
       if (policy == api::CleanPodPolicy::kAll ||
@@ -957,7 +962,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   }
   if (!IsRetryable(*pick)) {
     Finish(false, "PermanentFailure", what);
-    Cleanup(/*failed=*/true);
+    Cleanup();
     return true;
   }
   if (RecoverInPlace(current, *pick, what)) return true;
@@ -1040,7 +1045,7 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   }
   Finish(false, "BackoffLimitExceeded",
          what + "; backoffLimit " + std::to_string(spec_.run_policy.backoff_limit) + " reached");
-  Cleanup(/*failed=*/true);
+  Cleanup();
   return true;
 }
 
@@ -1429,7 +1434,7 @@ bool Planner::HandleStall() {
     Restart("Stalled", msg, true);
   } else {
     Finish(false, "Stalled", msg + "; backoffLimit reached");
-    Cleanup(/*failed=*/true);
+    Cleanup();
   }
   return true;
 }
@@ -1444,11 +1449,7 @@ Plan Planner::Run() {
 
   if (api::IsTerminal(st().phase)) {
     CountFinalReplicas();
-    // A delete that did not get through when the job ended is retried with the same grace.
-    const Condition* failed = FindCondition("Failed");
-    Cleanup(failed != nullptr && failed->status == "True" &&
-            (failed->reason == "PermanentFailure" || failed->reason == "BackoffLimitExceeded" ||
-             failed->reason == "Stalled"));
+    Cleanup();
     if (spec_.run_policy.ttl_seconds_after_finished) {
       const Duration left =
           TtlLeft(st().completion_time, *spec_.run_policy.ttl_seconds_after_finished, in_.now);

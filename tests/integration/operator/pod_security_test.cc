@@ -121,6 +121,14 @@ class CheckpointReconcileTest : public ::testing::Test {
     events_.Flush();
     return client_.List(kube::kEvents, "default", {})->at("items").get<std::vector<Json>>();
   }
+  // Events() of one reason (read once, at the end: it stops the recorder).
+  std::vector<Json> EventsWithReason(const std::string& reason) {
+    std::vector<Json> out;
+    for (const auto& e : Events()) {
+      if (e["reason"] == reason) out.push_back(e);
+    }
+    return out;
+  }
   Json Conditions(const std::string& name) {
     return client_.Get(kube::kTrainingJobs, "default", name)->at("status")["conditions"];
   }
@@ -206,10 +214,7 @@ TEST_F(CheckpointReconcileTest, ATemplateCommandNoPodRunsIsAWarningOncePerGenera
   ASSERT_TRUE(client_.Update(kube::kTrainingJobs, "default", job).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "cmd").ok());
 
-  std::vector<Json> events;  // Events() stops the recorder: read once, at the end
-  for (const auto& e : Events()) {
-    if (e["reason"] == "TemplateCommandIgnored") events.push_back(e);
-  }
+  const std::vector<Json> events = EventsWithReason("TemplateCommandIgnored");
   ASSERT_EQ(events.size(), 1u) << "only the job that sets a command";
   EXPECT_EQ(events[0]["type"], "Warning");
   EXPECT_EQ(events[0]["count"], 2) << "once per generation (2), not once per pass (5)";
@@ -231,10 +236,7 @@ TEST_F(CheckpointReconcileTest, ARecoveryTimeoutNoPodGetsIsAWarning) {
   Create("odd", {{"replicas", 1}, {"template", tmpl}});
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "odd").ok());
   EXPECT_TRUE(client_.Get(kube::kPods, "default", "odd-a0-0").ok()) << "the job runs";
-  std::vector<Json> events;
-  for (const auto& e : Events()) {
-    if (e["reason"] == "TemplateEnvIgnored") events.push_back(e);
-  }
+  const std::vector<Json> events = EventsWithReason("TemplateEnvIgnored");
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["type"], "Warning");
   EXPECT_EQ(events[0]["message"],
@@ -261,10 +263,7 @@ TEST_F(CheckpointReconcileTest, ARecoveryWaitOfAGangRestartJobIsAWarning) {
     if (e["name"] == "RINGTRAIN_RECOVERY_TIMEOUT_SECONDS") waits.push_back(e["value"]);
   }
   EXPECT_EQ(waits, std::vector<std::string>{"0"});
-  std::vector<Json> events;
-  for (const auto& e : Events()) {
-    if (e["reason"] == "TemplateEnvIgnored") events.push_back(e);
-  }
+  const std::vector<Json> events = EventsWithReason("TemplateEnvIgnored");
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0]["type"], "Warning");
   EXPECT_EQ(events[0]["message"],

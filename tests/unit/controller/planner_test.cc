@@ -2987,6 +2987,36 @@ TEST(Planner, AStoreHostThatStoppedAnsweringIsNamed) {
   EXPECT_NE(Cond(other.status, "Restarting")->message.find("never rejoined"), std::string::npos);
 }
 
+// Rank 1 of attempt 0, failed at At(30) after its all-reduce timed out waiting for rank 0 (as
+// job f of s42 recorded it).
+ObservedReplica RankOneThatWaitedForRankZero() {
+  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "UNAVAILABLE: step 5876: gradient all-reduce: all-reduce: lost peer rank 0 (the rendezvous "
+      "store it hosts is unreachable: rendezvous store f-a0-0.f.default.svc:29500: recv: timed "
+      "out); here: all-reduce: timed out after 20s waiting for rank 0";
+  waited.finished_at = At(30);
+  return waited;
+}
+
+// The account of attempt 0's rank 0, whose /status answered, then not from `since` on.
+PlanMemory RankZeroSilentSince(WallTime since) {
+  PlanMemory silent;
+  silent.rank0_attempt = 0;
+  silent.rank0_answered = true;
+  silent.rank0_unanswered_since = since;
+  return silent;
+}
+
+// The grace `p` deletes `name` with; a test failure when it does not delete it.
+std::optional<Duration> DeleteGrace(const Plan& p, const std::string& name) {
+  for (const auto& a : p.actions) {
+    if (a.kind == Action::Kind::kDeleteReplica && a.name == name) return a.grace;
+  }
+  ADD_FAILURE() << name << " not deleted";
+  return std::nullopt;
+}
+
 // Recorded on the real cluster (s42, job f): rank 0 SIGSTOPped; rank 1 timed out after 20 s and
 // named it; the operator then waited its 30 s root-cause grace for rank 0 to end, and rank 0,
 // which could not answer the SIGTERM, its pod's 30 s grace: 90.5 s without training. A rank 0
@@ -2995,27 +3025,12 @@ TEST(Planner, AStoreHostThatStoppedAnsweringIsNamed) {
 TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
   auto job = InPlaceJob(2);
   job.spec.run_policy.recovery = "GangRestart";  // as job f's ranks were started (wait 0)
-  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
-  waited.message =
-      "UNAVAILABLE: step 5876: gradient all-reduce: all-reduce: lost peer rank 0 (the rendezvous "
-      "store it hosts is unreachable: rendezvous store f-a0-0.f.default.svc:29500: recv: timed "
-      "out); here: all-reduce: timed out after 20s waiting for rank 0";
-  waited.finished_at = At(30);
-  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
-  auto grace_of = [](const Plan& p, const std::string& name) {
-    for (const auto& a : p.actions) {
-      if (a.kind == Action::Kind::kDeleteReplica && a.name == name) return a.grace;
-    }
-    ADD_FAILURE() << name << " not deleted";
-    return std::optional<Duration>{};
-  };
-  PlanMemory silent;
-  silent.rank0_attempt = 0;
-  silent.rank0_answered = true;
-  silent.rank0_unanswered_since = At(12);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             RankOneThatWaitedForRankZero()};
+  const PlanMemory silent = RankZeroSilentSince(At(12));
   const Plan hung = PlanWith(job, gang, At(31), silent);
   EXPECT_EQ(hung.status.attempt, 1) << "no wait for a cause of its own";
-  EXPECT_EQ(grace_of(hung, "job-a0-0"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(hung, "job-a0-0"), kNoWorkLeftGrace);
   EXPECT_EQ(hung.status.last_failure->rank, 0);
 
   // Not hung: its /status went silent only after the reporter ended, or less than
@@ -3036,7 +3051,7 @@ TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
     EXPECT_EQ(PlanWith(job, gang, At(31), m).status.attempt, 0);
     const Plan after = PlanWith(job, gang, At(61), m);
     EXPECT_EQ(after.status.attempt, 1);
-    EXPECT_EQ(grace_of(after, "job-a0-0"), std::nullopt);
+    EXPECT_EQ(DeleteGrace(after, "job-a0-0"), std::nullopt);
   }
   // Nor is one that answers in this very pass.
   PlanInput now_answers;
@@ -3058,14 +3073,14 @@ TEST(Planner, AHungRankZeroIsRestartedWithoutWaitingAndWithTheShortGrace) {
   const Plan other =
       PlanWith(job, {reporter, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), silent);
   EXPECT_EQ(other.status.attempt, 1);
-  EXPECT_EQ(grace_of(other, "job-a0-1"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(other, "job-a0-1"), kNoWorkLeftGrace);
   // Where lost ranks are replaced in place, a hung rank 0 is no survivor to recover beside (a
   // replacement of rank 1 would wait for it again): the gang restarts.
   job.spec.run_policy.recovery = "InPlace";
   const Plan in_place = PlanWith(job, gang, At(31), silent);
   EXPECT_EQ(in_place.status.attempt, 1);
   EXPECT_EQ(in_place.status.in_place_recoveries, 0);
-  EXPECT_EQ(grace_of(in_place, "job-a0-0"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(in_place, "job-a0-0"), kNoWorkLeftGrace);
 }
 
 // A job that fails for good stops its gang as a gang restart after a failure does: the ranks
@@ -3076,34 +3091,19 @@ TEST(Planner, AJobThatFailsForGoodStopsItsHungRanksWithTheShortGrace) {
   auto job = InPlaceJob(2);
   job.spec.run_policy.recovery = "GangRestart";
   job.spec.run_policy.backoff_limit = 0;
-  auto waited = Replica(1, 0, ReplicaPhase::kFailed, 138, "Error");
-  waited.message =
-      "UNAVAILABLE: step 5876: gradient all-reduce: all-reduce: lost peer rank 0 (the rendezvous "
-      "store it hosts is unreachable: rendezvous store f-a0-0.f.default.svc:29500: recv: timed "
-      "out); here: all-reduce: timed out after 20s waiting for rank 0";
-  waited.finished_at = At(30);
-  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning), waited};
-  auto grace_of = [](const Plan& p, const std::string& name) {
-    for (const auto& a : p.actions) {
-      if (a.kind == Action::Kind::kDeleteReplica && a.name == name) return a.grace;
-    }
-    ADD_FAILURE() << name << " not deleted";
-    return std::optional<Duration>{};
-  };
-  PlanMemory silent;
-  silent.rank0_attempt = 0;
-  silent.rank0_answered = true;
-  silent.rank0_unanswered_since = At(12);
+  const std::vector<ObservedReplica> gang = {Replica(0, 0, ReplicaPhase::kRunning),
+                                             RankOneThatWaitedForRankZero()};
+  const PlanMemory silent = RankZeroSilentSince(At(12));
   const Plan hung = PlanWith(job, gang, At(31), silent);
   EXPECT_EQ(hung.status.phase, "Failed");
   ASSERT_NE(Cond(hung.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(hung.status, "Failed")->reason, "BackoffLimitExceeded");
-  EXPECT_EQ(grace_of(hung, "job-a0-0"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(hung, "job-a0-0"), kNoWorkLeftGrace);
   // Not hung (its /status answers): rank 0 is waited for, then keeps its grace for its save.
   const Plan answering = PlanWith(job, gang, At(61), PlanMemory{});
   ASSERT_NE(Cond(answering.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(answering.status, "Failed")->reason, "BackoffLimitExceeded");
-  EXPECT_EQ(grace_of(answering, "job-a0-0"), std::nullopt);
+  EXPECT_EQ(DeleteGrace(answering, "job-a0-0"), std::nullopt);
 
   // A permanent failure of rank 0: rank 1, which has nothing to save, goes with the short grace.
   auto bad = Replica(0, 0, ReplicaPhase::kFailed, 2, "Error");
@@ -3112,13 +3112,13 @@ TEST(Planner, AJobThatFailsForGoodStopsItsHungRanksWithTheShortGrace) {
   const Plan permanent = PlanWith(job, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), {});
   ASSERT_NE(Cond(permanent.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(permanent.status, "Failed")->reason, "PermanentFailure");
-  EXPECT_EQ(grace_of(permanent, "job-a0-1"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(permanent, "job-a0-1"), kNoWorkLeftGrace);
   // A later pass (the first delete did not get through) deletes with the same grace.
   auto ended = job;
   ended.status = permanent.status;
   const Plan again =
       PlanWith(ended, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(40), permanent.memory);
-  EXPECT_EQ(grace_of(again, "job-a0-1"), kNoWorkLeftGrace);
+  EXPECT_EQ(DeleteGrace(again, "job-a0-1"), kNoWorkLeftGrace);
   // Not so for a spec.command program: its grace is its own.
   auto own_program = job;
   own_program.spec.command = {"python3", "train.py"};
@@ -3126,7 +3126,7 @@ TEST(Planner, AJobThatFailsForGoodStopsItsHungRanksWithTheShortGrace) {
       PlanWith(own_program, {bad, Replica(1, 0, ReplicaPhase::kRunning)}, At(31), PlanMemory{});
   ASSERT_NE(Cond(own.status, "Failed"), nullptr);
   EXPECT_EQ(Cond(own.status, "Failed")->reason, "PermanentFailure");
-  EXPECT_EQ(grace_of(own, "job-a0-1"), std::nullopt);
+  EXPECT_EQ(DeleteGrace(own, "job-a0-1"), std::nullopt);
 }
 
 // On the real cluster, PODS said AllPodsRunning through a whole in-place recovery whose lost pod
