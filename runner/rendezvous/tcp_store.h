@@ -26,14 +26,21 @@ class PollServer;
 
 namespace ringtrain::rendezvous {
 
-// How long one non-blocking store operation (Set, Add, CompareSet) may take.
-inline constexpr Duration kDefaultStoreOpTimeout{std::chrono::seconds(30)};
+// How long one non-blocking store operation (Set, Add, CompareSet), or the handshake of a
+// reconnect, may wait for its answer. The server answers each in microseconds from its own
+// poll thread, which no training work holds up, so a store host silent this long is hung (a
+// SIGSTOPped rank 0, a frozen node), not slow: as long as the server gives a client to prove
+// its token, no longer. A survivor of a hung rank 0 tries an in-place recovery against its
+// store and gives up after this (30 s before: 49 s from the hang to the gang restart under
+// `ringtrain run` with a 10 s collective timeout, 29 s at 10 s).
+inline constexpr Duration kDefaultStoreOpTimeout{std::chrono::seconds(10)};
 // A blocking Get/Wait is answered by the server when its timeout passes; the client waits this
 // much longer for that answer (or less, if op_timeout is shorter) before calling the server
 // unresponsive, so Get(key, 1s) takes about 1s even when the store host hangs.
 inline constexpr Duration kStoreReplySlack{std::chrono::seconds(2)};
 // How long the server gives a fresh connection to prove the token before dropping it.
 inline constexpr Duration kStoreAuthTimeout{std::chrono::seconds(10)};
+static_assert(kDefaultStoreOpTimeout <= kStoreAuthTimeout);
 
 // What the server holds open at most: a port reachable by strangers must not let them use up
 // its descriptors. Connections that have not proved the token yet are dropped oldest first
