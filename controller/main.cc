@@ -20,6 +20,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 
@@ -371,9 +372,11 @@ int Run(const std::vector<std::string>& args) {
         account.in_place, account.gang_restarts, account.from_checkpoint,
         static_cast<long long>(account.steps_lost), account.seconds_without_training);
   }
+  // A value the summary holds as null is one JSON cannot write (a NaN loss): "nan", not 0.
   auto number = [&summary](const char* key) {
     auto it = summary.find(key);
-    return it != summary.end() && it->is_number() ? it->get<double>() : 0.0;
+    if (it == summary.end()) return 0.0;
+    return it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
   };
   if (summary.contains("test_accuracy")) {
     std::printf("  test accuracy %.4f, test loss %.4f, %.0f steps, %.0f samples/s\n",

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -376,6 +377,24 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
 Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& position,
                        const CheckpointModel& model, std::span<const float> params,
                        std::span<const float> optimizer_state, int keep) {
+  // A diverged state is no state to resume from, and would push out the good checkpoints that
+  // a run with other settings (a lower learning rate) resumes from: permanent, as the
+  // divergence itself (the training loop reads the loss first; this is what it cannot see:
+  // the update of the step a checkpoint follows).
+  for (const auto& [what, values] :
+       {std::pair{"weight", params}, {"optimizer state", optimizer_state}}) {
+    const auto bad =
+        std::find_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+    if (bad != values.end()) {
+      return FailedPrecondition(
+          "the " + std::string(what) + " at index " + std::to_string(bad - values.begin()) +
+          " is " + (std::isnan(*bad) ? "NaN" : "infinite") + " at step " +
+          std::to_string(position.global_step) +
+          ": the model diverged (a learning rate too high for it, spec.train.learningRate, or "
+          "inputs or targets too large: standardize them); this checkpoint is not written, "
+          "the ones before it are kept");
+    }
+  }
   RETURN_IF_ERROR(MakeDir(dir));
   // No recorded model: the second format, as before records existed.
   const bool record_model = !model.architecture.empty();

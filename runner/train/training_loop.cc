@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -21,6 +22,20 @@ namespace {
 // Loss, throughput and busy fraction are reported over windows of at least this long (and at
 // every epoch end): the CUDA engine's loss read-back is a pipeline bubble.
 constexpr double kReportSeconds = 1.0;
+
+// A step loss that is not finite: the weights are NaN or infinite from here on (synchronous data
+// parallelism: every rank's), and training them on, or restarting from the last checkpoint with
+// the same settings, repeats it. FailedPrecondition, permanent: the job fails with this cause,
+// its checkpoints (none written after the divergence was read) kept for a run with new settings.
+Status DivergedLoss(double sum, std::int64_t after_step, std::int64_t step) {
+  return FailedPrecondition(
+      "the training loss is " + std::string(std::isnan(sum) ? "NaN" : "infinite") + " in steps " +
+      std::to_string(after_step + 1) + ".." + std::to_string(step) +
+      ": the model diverged (a learning rate too high for it, spec.train.learningRate, or "
+      "inputs or targets too large: standardize them); stopped, since every step from here on "
+      "trains NaN weights, and a restart from the last checkpoint with the same settings does "
+      "the same");
+}
 
 // The engine lent to a helper thread of comm::WhileRootWorks (a copy of the state into or out of
 // it): the helper touches the engine only while it holds `mu` and `returned` is false, and the
@@ -405,6 +420,9 @@ class TrainingLoop::Pass {
   void OnDone(const std::optional<StepStats>& done);
   // Loss, throughput and busy fraction over the window since the last report.
   Status Report(bool force);
+  // Adds the engine's losses since the last take to the report window's; a loss that is not
+  // finite (the model diverged) ends the run for good (DivergedLoss).
+  Status TakeLoss();
   // The work between steps ends once this rank's shard is evaluated: the all-reduce after it
   // waits for the peers, and a peer that hangs there is a stall
   // (RunnerMetrics::EndWorkBetweenSteps).
@@ -437,7 +455,10 @@ class TrainingLoop::Pass {
   std::int64_t window_samples_ = 0;  // completed in the current report window
   double window_device_ = 0;
   double total_device_ = 0;
-  double mean_loss_ = -1;  // over the last report window
+  double mean_loss_ = -1;   // over the last report window
+  double window_loss_ = 0;  // the sum of the window's step losses taken so far, and their count
+  std::int64_t window_loss_steps_ = 0;
+  std::int64_t loss_taken_at_ = 0;  // the global step of the last take
   SteadyTime train_start_;
   SteadyTime window_start_;
   SteadyTime last_done_;
@@ -493,6 +514,7 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   progress_.recovery_steps_lost = result_.recovery_steps_lost;
   progress_.last_recovery_step = result_.last_recovery_step;
   progress_.start_step = start.global_step;
+  loss_taken_at_ = start.global_step;
   result_.resume_warning = start.warning;
   train_start_ = std::chrono::steady_clock::now();
   window_start_ = train_start_;
@@ -532,8 +554,10 @@ void TrainingLoop::Pass::OnDone(const std::optional<StepStats>& done) {
 Status TrainingLoop::Pass::Report(bool force) {
   const double window = SecondsSince(window_start_);
   if (!force && window < kReportSeconds) return Status::Ok();
-  ASSIGN_OR_RETURN(const auto loss, engine_.TakeLoss());
-  if (loss.second > 0) mean_loss_ = loss.first / static_cast<double>(loss.second);
+  RETURN_IF_ERROR(TakeLoss());
+  if (window_loss_steps_ > 0) mean_loss_ = window_loss_ / static_cast<double>(window_loss_steps_);
+  window_loss_ = 0;
+  window_loss_steps_ = 0;
   if (window > 0) {
     const double rate = static_cast<double>(window_samples_) / window;
     progress_.samples_per_second = rate * world_;
@@ -550,6 +574,17 @@ Status TrainingLoop::Pass::Report(bool force) {
   progress_.step = global_step_;
   progress_.loss = mean_loss_;
   if (m_) m_->UpdateProgress(progress_);
+  return Status::Ok();
+}
+
+Status TrainingLoop::Pass::TakeLoss() {
+  ASSIGN_OR_RETURN(const auto loss, engine_.TakeLoss());
+  if (loss.second > 0 && !std::isfinite(loss.first)) {
+    return DivergedLoss(loss.first, loss_taken_at_, global_step_);
+  }
+  loss_taken_at_ = global_step_;
+  window_loss_ += loss.first;
+  window_loss_steps_ += loss.second;
   return Status::Ok();
 }
 
@@ -597,6 +632,9 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
     ASSIGN_OR_RETURN(const std::optional<StepStats> flushed, engine_.Flush());
     OnDone(flushed);
   }
+  // A checkpoint holds no diverged state: the losses up to it are read first. (Within the
+  // report window, which it leaves as it is.)
+  if (checkpoint_now) RETURN_IF_ERROR(TakeLoss());
   RETURN_IF_ERROR(Report(epoch_done));
   // An evaluation or a checkpoint write takes as long as it takes, and is no stall (see
   // RunnerMetrics::BeginWorkBetweenSteps). The other ranks wait for rank 0's write inside

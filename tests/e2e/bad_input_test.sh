@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input gets a clear error and a permanent exit code: truncated or corrupt IDX files, test
 # images of another shape than the training images, a checkpoint dir that cannot be written, an
-# invalid manifest, an unknown flag, an unknown kernel backend.
+# invalid manifest, an unknown flag, an unknown kernel backend, a model that diverges.
 source "$(dirname "$0")/lib.sh"
 mkdir -p "$WORK/trunc" "$WORK/corrupt"
 cp "$DATA"/*.gz "$WORK/trunc/"
@@ -122,6 +122,49 @@ for cmd in validate run; do
     "$WORK/misfit-$cmd.log" || fail "misfit list, $cmd: layer not named"
 done
 [ ! -e "$WORK/misfit-run" ] || fail "misfit list: run went on to start ranks"
+
+# A model that diverges (learningRate 1e30) fails for good at once, naming the setting, with no
+# checkpoint of its NaN weights; one whose test set overflows the model (a loss JSON cannot
+# write) reads "test loss nan" in the summary, not 0.
+python3 - "$WORK" <<'PY'
+import random, sys
+d = sys.argv[1]
+random.seed(1)
+for name, n in (("train", 120), ("test", 30)):
+    with open(f"{d}/{name}.csv", "w") as f:
+        f.write("f0,f1,f2,f3,label\n")
+        for i in range(n):
+            c = i % 3
+            f.write(",".join(f"{c + random.random():.3f}" for _ in range(4)) + f",{c}\n")
+with open(f"{d}/overflow.csv", "w") as f:
+    f.write("f0,f1,f2,f3,label\n3e38,-3e38,3e38,-3e38,1\n1,1,1,1,1\n")
+PY
+csv_job() {  # NAME TEST_CSV LEARNING_RATE
+  cat >"$WORK/$1.yaml" <<YAML
+apiVersion: ringtrain.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: $1}
+spec:
+  replicas: 2
+  train:
+    model: {layers: [{dense: {units: 8}}, relu, {dense: {units: 3}}, softmax]}
+    dataset: {format: csv, train: $WORK/train.csv, test: $2, label: label, standardize: false}
+    epochs: 3
+    batchSizePerReplica: 8
+    learningRate: $3
+  checkpoint: {everySteps: 5}
+YAML
+  "$BIN/ringtrain" run "$WORK/$1.yaml" --workdir "$WORK/$1-run" >"$WORK/$1.log" 2>&1
+}
+csv_job diverged "$WORK/test.csv" 1e30 && rc=0 || rc=$?
+[ "$rc" = 1 ] || fail "diverged model: exit code $rc"
+grep -q "PermanentFailure: .*FAILED_PRECONDITION: the training loss is NaN in steps 1\.\..*spec.train.learningRate" \
+  "$WORK/diverged.log" || fail "diverged model: $(tail -3 "$WORK/diverged.log")"
+grep -q "restarts 0" "$WORK/diverged.log" || fail "diverged model: restarted"
+[ -z "$(find "$WORK/diverged-run" -name 'ckpt-*')" ] || fail "diverged model: a checkpoint written"
+csv_job overflow "$WORK/overflow.csv" 0.01 || fail "overflowing test set: $(tail -3 "$WORK/overflow.log")"
+grep -q "^  test accuracy [0-9.]*, test loss nan, " "$WORK/overflow.log" ||
+  fail "overflowing test set: $(tail -2 "$WORK/overflow.log")"
 
 RINGTRAIN_METRICS_PORT=-1 "$BIN/ringtrain-runner" --epoch 3 >"$WORK/flag.log" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || fail "unknown flag: exit code $rc"

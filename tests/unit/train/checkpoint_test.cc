@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -330,6 +332,41 @@ TEST_F(CheckpointTest, KeepsOnlyTheNewestTwoByDefault) {
   EXPECT_FALSE(std::filesystem::exists(Path(20)));
   EXPECT_TRUE(std::filesystem::exists(Path(30)));
   EXPECT_TRUE(std::filesystem::exists(Path(40)));
+}
+
+// A diverged state (a NaN weight, an infinite optimizer moment) is not written: it would push
+// out the good checkpoints that a run with a lower learning rate resumes from. Permanent, as
+// the divergence is.
+TEST_F(CheckpointTest, ADivergedStateIsNotWrittenAndTheGoodOnesAreKept) {
+  CheckpointPosition pos;
+  std::vector<float> params(kParams, 1.0f), state(kState, 2.0f);
+  for (std::int64_t step : {10, 20}) {
+    pos.global_step = step;
+    ASSERT_TRUE(WriteCheckpoint(dir_, pos, params, state).ok());
+  }
+  std::vector<float> nan_params = params;
+  nan_params[7] = std::nanf("");
+  std::vector<float> inf_state = state;
+  inf_state[3] = -std::numeric_limits<float>::infinity();
+  pos.global_step = 30;
+  const Status nan = WriteCheckpoint(dir_, pos, nan_params, state);
+  pos.global_step = 40;
+  const Status inf = WriteCheckpoint(dir_, pos, params, inf_state);
+  EXPECT_EQ(nan.code(), StatusCode::kFailedPrecondition) << nan.ToString();
+  EXPECT_FALSE(nan.retryable());
+  EXPECT_NE(nan.message().find("weight at index 7 is NaN at step 30"), std::string::npos)
+      << nan.ToString();
+  EXPECT_NE(nan.message().find("spec.train.learningRate"), std::string::npos) << nan.ToString();
+  EXPECT_EQ(inf.code(), StatusCode::kFailedPrecondition) << inf.ToString();
+  EXPECT_NE(inf.message().find("optimizer state at index 3 is infinite at step 40"),
+            std::string::npos)
+      << inf.ToString();
+  EXPECT_FALSE(std::filesystem::exists(Path(30)));
+  EXPECT_FALSE(std::filesystem::exists(Path(40)));
+  auto newest = LoadNewestCheckpoint(dir_, kParams, kState);
+  ASSERT_TRUE(newest.ok()) << newest.status().ToString();
+  EXPECT_EQ(newest->global_step, 20);
+  EXPECT_TRUE(std::filesystem::exists(Path(10)));
 }
 
 // Two writers of one step at once (a periodic write left behind on its helper thread by a

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -105,7 +106,7 @@ class FakeEngine final : public StepEngine {
   double data_wait_seconds() const override { return 0; }
   StatusOr<std::optional<StepStats>> Step(double lr) override {
     lrs_.push_back(lr);
-    loss_sum_ += static_cast<double>(enqueued_ + 1);
+    loss_sum_ += enqueued_ + 1 == nan_loss_at ? std::nan("") : static_cast<double>(enqueued_ + 1);
     ++loss_steps_;
     ++enqueued_;
     StepStats s{batch_, 0.001, 0.002, lag_ ? 0.0005 : 0.0};
@@ -134,6 +135,7 @@ class FakeEngine final : public StepEngine {
 
   std::vector<double> lrs_;
   int snapshots_ = 0;
+  std::int64_t nan_loss_at = -1;  // the step (from 1) whose loss is NaN
   // Called inside a checkpoint's snapshot, an evaluation, and before batch `index` (from 0).
   std::function<void()> while_snapshotting;
   std::function<void()> while_evaluating;
@@ -276,6 +278,57 @@ TEST(TrainingLoop, ACheckpointDirThatCannotBeCreatedFailsAtStartNamingTheField) 
   const auto series = Scrape(m);
   const auto steps = series.find("ringtrain_steps_total");
   EXPECT_EQ(steps == series.end() ? 0 : steps->second, 0) << "trained before failing";
+}
+
+// A loss that is not finite ends the run for good, naming the steps and the setting to change,
+// before a checkpoint of the diverged weights is written: here step 3's, the step a checkpoint
+// follows (checkpoint_every 3), mid-epoch and within the report window, so nothing but the
+// read before the checkpoint sees it in time.
+TEST(TrainingLoop, ADivergedLossIsAPermanentFailureBeforeTheNextCheckpoint) {
+  for (int lag : {0, 1}) {
+    SoloComm comm;
+    FakeEngine engine(lag, /*steps_per_epoch=*/4, /*epochs=*/2, /*batch=*/8);
+    engine.nan_loss_at = 3;
+    LoopDeps deps;
+    deps.comm = &comm;
+    deps.engine = &engine;
+    TrainingLoop loop(LoopConfig(), deps);
+    auto r = loop.Run();
+    ASSERT_FALSE(r.ok()) << "lag " << lag;
+    EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+    EXPECT_NE(r.status().message().find("the training loss is NaN in steps 1..3"),
+              std::string::npos)
+        << r.status().ToString();
+    EXPECT_NE(r.status().message().find("spec.train.learningRate"), std::string::npos);
+    EXPECT_EQ(engine.snapshots_, 0) << "lag " << lag << ": a checkpoint of the diverged state";
+  }
+}
+
+// The real CPU engine at a learning rate it cannot train at: its loss overflows within steps,
+// and the run fails for good instead of training NaN weights to a "success".
+TEST(TrainingLoop, CpuEngineThatDivergesFailsForGood) {
+  data::Dataset ds = Uniform28x28(32);
+  for (std::size_t i = 0; i < ds.labels.size(); ++i)
+    ds.labels[i] = static_cast<std::uint8_t>(i % 10);
+  SoloComm comm;
+  EngineDeps deps;
+  deps.comm = &comm;
+  deps.train = &ds;
+  deps.test = &ds;
+  TrainConfig config = LoopConfig();
+  config.learning_rate = 1e30;
+  config.warmup_epochs = 0;
+  auto trainer = rank::Trainer::Create(config, deps);
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  auto r = (*trainer)->Run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("the model diverged"), std::string::npos)
+      << r.status().ToString();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(config.checkpoint_dir, ec)) {
+    ADD_FAILURE() << "a checkpoint of a diverged model: " << e.path();
+  }
 }
 
 TEST(TrainingLoop, ARegressionModelExportsATestMseAndNoAccuracy) {
