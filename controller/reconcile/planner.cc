@@ -1661,9 +1661,12 @@ bool IsRetryable(const ObservedReplica& r) {
     std::transform(message.begin(), message.end(), message.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     // Not "exec format error": an image of another architecture may run on another node (the
-    // retry avoids this one).
+    // retry avoids this one); but `ringtrain run`'s ("not a binary for this machine", and a
+    // script with no #! line) has no other machine. "Argument list too long" (E2BIG): the same
+    // arguments on every node.
     for (const char* missing : {"executable file not found", "no such file or directory",
-                                "not found on path", "permission denied", "not a directory"}) {
+                                "not found on path", "permission denied", "not a directory",
+                                "not a binary for this machine", "argument list too long"}) {
       if (message.find(missing) != std::string::npos) return false;
     }
     return true;

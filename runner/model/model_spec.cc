@@ -21,6 +21,10 @@ constexpr int kMaxUnits = 65536;
 constexpr int kMaxFilters = 4096;
 constexpr int kMaxWindow = 15;
 constexpr int kMaxInputDim = 1 << 16;
+// A layer list goes to each rank as one argument (--model-spec), which Linux caps at 128 KiB
+// (MAX_ARG_STRLEN): a longer one fails every start with E2BIG. 1024 of the longest layer's
+// JSON (a conv2d, 70 bytes) fit in 72 KB.
+constexpr std::size_t kMaxLayers = 1024;
 
 struct KindName {
   LayerKind kind;
@@ -218,6 +222,10 @@ StatusOr<ModelSpec> ParseModelSpec(std::string_view text, std::string_view where
   if (!layers->is_array() || layers->empty()) {
     return InvalidArgument(root + ".layers: must be a non-empty list");
   }
+  if (layers->size() > kMaxLayers) {
+    return InvalidArgument(root + ".layers: at most " + std::to_string(kMaxLayers) +
+                           " layers, got " + std::to_string(layers->size()));
+  }
   for (std::size_t i = 0; i < layers->size(); ++i) {
     ASSIGN_OR_RETURN(LayerSpec layer,
                      ParseLayer((*layers)[i], root + ".layers[" + std::to_string(i) + "]"));
@@ -245,6 +253,12 @@ StatusOr<ShapeReport> InferShapes(const ModelSpec& spec) {
   Shape shape = spec.input;
   if (shape.c < 1 || shape.h < 1 || shape.w < 1) {
     return InvalidArgument("input: every dimension must be positive, got " + ShapeText(shape));
+  }
+  // Every shape from here on holds at most INT_MAX values (a flatten's width is an int).
+  if (shape.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    return InvalidArgument("input: " + ShapeText(shape) + " is too large (" +
+                           std::to_string(shape.size()) + " values a sample, at most " +
+                           std::to_string(std::numeric_limits<int>::max()) + ")");
   }
   for (std::size_t i = 0; i < spec.layers.size(); ++i) {
     const LayerSpec& l = spec.layers[i];

@@ -2028,7 +2028,12 @@ TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
        {"exec \"./nope.sh\": No such file or directory (relative to the workingDir /tmp/w)",
         "exec \"/data/train.sh\": Permission denied",
         "workingDir \"/nope\": No such file or directory",
-        "workingDir \"/etc/hosts\": Not a directory"}) {
+        "workingDir \"/etc/hosts\": Not a directory",
+        // ENOEXEC where there is no other machine to try (a script without #!).
+        "exec \"./noshebang.sh\": Exec format error (not a binary for this machine, and no #! "
+        "line)",
+        // E2BIG: arguments too long for one exec are as long on every node.
+        "exec \"/work/build/bin/ringtrain-runner\": Argument list too long"}) {
     ObservedReplica r = Replica(0, 0, ReplicaPhase::kFailed, 126, "StartError");
     r.message = local;
     EXPECT_FALSE(IsRetryable(r)) << local;

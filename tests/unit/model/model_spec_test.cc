@@ -131,6 +131,24 @@ TEST_F(ModelSpecTest, ParseErrorsNameThePath) {
                 "softmax_cross_entropy"));
   EXPECT_EQ(ParseError(R"({"input": [1, 4, 4], "layers": [{"max_pool2d": {"pool": 5}}]})"),
             "model.layers[0] max_pool2d: input 1x4x4 is smaller than the pool 5x5");
+  // A sample of more values than an int holds: refused, never a flatten that wraps around to a
+  // small width (131072 and 1,310,730 parameters for [2, 65536, 32769], 0 for [1, 65536,
+  // 65536]).
+  EXPECT_EQ(ParseError(R"({"input": [2, 65536, 32769], "layers": ["flatten", {"dense":
+                    {"units": 10}}, "softmax"]})"),
+            "model.input: 2x65536x32769 is too large (4295098368 values a sample, at most "
+            "2147483647)");
+  EXPECT_THAT(ParseError(R"({"input": [1, 65536, 65536], "layers": ["flatten"]})"),
+              HasSubstr("model.input: 1x65536x65536 is too large"));
+  // So many layers that the list is longer than one argument of a process may be (128 KiB):
+  // refused, not an E2BIG at every start.
+  const auto relus = [](int n) {
+    std::string json = R"({"input": [4], "layers": [)";
+    for (int i = 0; i < n; ++i) json += i == 0 ? "\"relu\"" : ", \"relu\"";
+    return json + "]}";
+  };
+  EXPECT_EQ(ParseError(relus(1025)), "model.layers: at most 1024 layers, got 1025");
+  EXPECT_EQ(MustParse(relus(1024)).layers.size(), 1024u);
 }
 
 // ---- shape inference ----
