@@ -2,13 +2,16 @@
 // default resources and the name rule. Parsing lives in training_job_parse.cc.
 #include "controller/api/training_job.h"
 
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "common/env.h"
 #include "common/flags.h"
 #include "common/json_fields.h"
 #include "common/runner_env.h"
 #include "common/runner_flags.h"
+#include "common/saturating.h"
 #include "common/utf8.h"
 
 namespace ringtrain::api {
@@ -122,8 +125,16 @@ DataShape DeclaredDataShape(const TrainSpec& t) {
   if (!t.dataset_spec) return shape;
   const data::DatasetSpec& d = *t.dataset_spec;
   const std::vector<int>& dims = d.input_shape;
-  if (dims.size() == 1) shape.input = model::Shape{dims[0], 1, 1};
-  if (dims.size() == 3) shape.input = model::Shape{dims[0], dims[1], dims[2]};
+  // As the ranks read the data (model::InputShapeOf): [h, w] is one channel of h x w, [c, h, w]
+  // as it is, [features] and any other rank flat.
+  if (!dims.empty()) {
+    std::vector<std::size_t> sizes(dims.begin(), dims.end());
+    std::size_t values = 1;
+    for (const std::size_t d : sizes) values = SaturatingMul(values, d);
+    if (values <= static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+      shape.input = model::InputShapeOf(sizes, values);
+    }
+  }
   if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
   if (d.task != data::Task::Kind::kClassification) shape.task = model::Task::kRegression;
   return shape;

@@ -823,6 +823,37 @@ TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {
       << job.status().message();
 }
 
+// Every inputShape the dataset object takes (1 to 4 dimensions) gives the model its input as the
+// ranks read the data (model::InputShapeOf): [h, w] one channel of h x w, [c, h, w] as it is,
+// [features] and 4 dimensions flat. Before, 2 and 4 were ignored: "model.input: required" though
+// inputShape was given, and a model.input of another layout ([100] for [8, 8]) passed.
+TEST(DatasetObject, EveryDeclaredShapeGivesTheModelItsInput) {
+  const auto manifest = [](const std::string& input, const std::string& shape) {
+    return "  train:\n    model:\n" + input +
+           "      layers: [flatten, {dense: {units: 10}}, softmax]\n"
+           "    dataset: {format: npy, trainX: /no/x.npy, trainY: /no/y.npy, testX: /no/tx.npy, "
+           "testY: /no/ty.npy, inputShape: " +
+           shape + ", classes: 10}\n";
+  };
+  for (const auto& [shape, want] :
+       std::vector<std::pair<std::string, model::Shape>>{{"[64]", {64, 1, 1}},
+                                                         {"[8, 8]", {1, 8, 8}},
+                                                         {"[3, 8, 8]", {3, 8, 8}},
+                                                         {"[1, 2, 4, 8]", {64, 1, 1}}}) {
+    auto job = ParseManifestYaml(WithSpec(manifest("", shape)), "s.yaml");
+    ASSERT_TRUE(job.ok()) << shape << ": " << job.status().ToString();
+    ASSERT_TRUE(job->spec.train.model_spec.has_value()) << shape;
+    EXPECT_EQ(job->spec.train.model_spec->input, want) << shape;
+  }
+  auto job = ParseManifestYaml(WithSpec(manifest("      input: [100]\n", "[8, 8]")), "s.yaml");
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(
+      job.status().message().find("spec.train.model.input: the model takes 100 features per sample "
+                                  "but the dataset has 1x8x8"),
+      std::string::npos)
+      << job.status().message();
+}
+
 // Without inputShape (nor classes) the dataset still says its task (an object's, classification
 // by default; a directory is IDX): a loss that does not fit it, or a preset over a regression, is
 // refused by the operator naming the field, not by every rank of a created gang (a permanent
