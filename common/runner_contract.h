@@ -25,6 +25,11 @@ inline constexpr std::string_view kCausedByPrefix = "caused by rank ";
 //   waited for it.
 inline constexpr std::string_view kRecoveryFailedMarker = "; in-place recovery failed: ";
 
+// A rank that refuses its newest checkpoint as another model's (a permanent failure) says this:
+// `ringtrain run` then offers no command to resume from that checkpoint, which would fail the
+// same way.
+inline constexpr std::string_view kCheckpointOfAnotherModel = ": written for another model: ";
+
 // On success (exit 0) rank 0 writes its final /status JSON object as the termination message,
 // so the final step, epoch and samples/s are known even when /status can no longer be read.
 // /status fields: step, epoch (epochs completed), samplesPerSecond, loss, and, when rank 0

@@ -29,6 +29,7 @@
 #include "common/group_janitor.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "common/runner_contract.h"
 #include "controller/api/training_job.h"
 #include "controller/controller_command.h"
 #include "controller/executors/local/local_dataset.h"
@@ -356,6 +357,11 @@ int Run(const std::vector<std::string>& args) {
       summary["resume_command"] = resume_command;
     }
   }
+  // The job failed on that very checkpoint: the resume command would fail the same way.
+  const bool of_another_model =
+      st.last_failure &&
+      st.last_failure->message.find(contract::kCheckpointOfAnotherModel) != std::string::npos;
+  if (of_another_model) summary.erase("resume_command");
   if (st.last_failure) {
     summary["last_failure"] = {{"rank", st.last_failure->rank},
                                {"exit_code", st.last_failure->exit_code},
@@ -411,10 +417,16 @@ int Run(const std::vector<std::string>& args) {
       }
     }
   }
-  if (!resume_command.empty()) {
+  if (!resume_command.empty() && !of_another_model) {
     std::printf("  newest checkpoint: step %lld, %s\n  to resume from it: %s\n",
                 static_cast<long long>(result->checkpoint_step), result->checkpoint_path.c_str(),
                 resume_command.c_str());
+  } else if (!resume_command.empty()) {
+    std::printf(
+        "  newest checkpoint: step %lld, %s: of another model (the failure above), so this job "
+        "cannot resume from it: move it away to train from step 0, or run the manifest it was "
+        "written for\n",
+        static_cast<long long>(result->checkpoint_step), result->checkpoint_path.c_str());
   }
   if (!summary_path.empty()) {
     std::ofstream out(summary_path, std::ios::trunc);

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "common/random.h"
+#include "common/runner_contract.h"
 #include "common/stop.h"
 
 namespace ringtrain::train {
@@ -334,10 +335,10 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
     } else if (out.model != want) {
       if (!SameComputation(out.model, want)) {
         return FailedPrecondition(
-            path + ": written for another model: the checkpoint's architecture is " +
-            Quoted(out.model.architecture) + " on data of shape " + Quoted(out.model.features) +
-            ", this job's is " + Quoted(want.architecture) + " on data of shape " +
-            Quoted(want.features) +
+            path + std::string(contract::kCheckpointOfAnotherModel) +
+            "the checkpoint's architecture is " + Quoted(out.model.architecture) +
+            " on data of shape " + Quoted(out.model.features) + ", this job's is " +
+            Quoted(want.architecture) + " on data of shape " + Quoted(want.features) +
             " (start it with an empty checkpoint directory or another job name)");
       }
       spdlog::info(

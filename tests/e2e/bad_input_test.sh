@@ -165,6 +165,16 @@ grep -q "restarts 0" "$WORK/diverged.log" || fail "diverged model: restarted"
 csv_job overflow "$WORK/overflow.csv" 0.01 || fail "overflowing test set: $(tail -3 "$WORK/overflow.log")"
 grep -q "^  test accuracy [0-9.]*, test loss nan, " "$WORK/overflow.log" ||
   fail "overflowing test set: $(tail -2 "$WORK/overflow.log")"
+# The same job again in its work directory with another model: refused on its checkpoint, and
+# no command offered to resume from that checkpoint (it would fail the same way).
+sed -i 's/units: 8/units: 16/' "$WORK/overflow.yaml"
+"$BIN/ringtrain" run "$WORK/overflow.yaml" --workdir "$WORK/overflow-run" \
+  --summary-json "$WORK/other.json" >"$WORK/other.log" 2>&1 && fail "another model resumed"
+grep -q "written for another model" "$WORK/other.log" || fail "another model: $(tail -3 "$WORK/other.log")"
+grep -q "of another model (the failure above), so this job cannot resume from it" "$WORK/other.log" ||
+  fail "another model: $(tail -2 "$WORK/other.log")"
+grep -q "to resume from it" "$WORK/other.log" && fail "another model: a resume command offered"
+grep -q resume_command "$WORK/other.json" && fail "another model: a resume_command in the summary"
 
 RINGTRAIN_METRICS_PORT=-1 "$BIN/ringtrain-runner" --epoch 3 >"$WORK/flag.log" 2>&1 && rc=0 || rc=$?
 [ "$rc" = 1 ] || fail "unknown flag: exit code $rc"
