@@ -323,8 +323,28 @@ int Run(const std::vector<std::string>& args) {
     auto r = nlohmann::json::parse(result->result_json, nullptr, false);
     if (r.is_object()) summary = r;
   }
+  // A job that ended without rank 0's result (failed, interrupted): how far it got is the last
+  // progress seen in rank 0's /status, said as such (from_last_progress), not left out.
+  if (!summary.contains("steps") && st.progress) {
+    const api::Progress& p = *st.progress;
+    summary["steps"] = p.step;
+    summary["epochs"] = p.epoch;
+    summary["samples_per_second"] = p.samples_per_second;
+    if (p.test_accuracy >= 0) summary["test_accuracy"] = p.test_accuracy;
+    if (p.test_mse >= 0) summary["test_mse"] = p.test_mse;
+    summary["from_last_progress"] = true;
+  }
   summary["job"] = job->metadata.name;
   summary["phase"] = result->interrupted ? "Interrupted" : st.phase;
+  if (result->interrupted) {
+    const int sig = g_first_signal.load() > 0 ? g_first_signal.load() : SIGINT;
+    summary["reason"] = "Interrupted";
+    const char* name = sig == SIGINT    ? "SIGINT"
+                       : sig == SIGTERM ? "SIGTERM"
+                       : sig == SIGHUP  ? "SIGHUP"
+                                        : "SIGQUIT";
+    summary["message"] = std::string("ringtrain run got ") + name + " and stopped the ranks";
+  }
   summary["restarts"] = st.restarts;
   summary["in_place_recoveries"] = st.in_place_recoveries;
   const api::RecoveryAccount& account = st.recovery;

@@ -189,12 +189,20 @@ timeout 60 "$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" >"$WORK/s
 [ "$rc" = 1 ] || fail "a second run in the same work dir exited with $rc: $(cat "$WORK/second.out")"
 grep -qF "work directory $WORK/run is in use by another \`ringtrain run\` (pid $RUN_PID)" \
   "$WORK/second.out" || fail "second run: no word of the lock: $(cat "$WORK/second.out")"
+# Progress seen (rank 0's /status): the summary of the interrupted run says how far it got.
+wait_until 120 "progress on the console" grep -q "| step [1-9]" "$WORK/ringtrain.log"
 kill -INT "$RUN_PID"
 wait_exit "$RUN_PID" 60
 [ "$RC" = 130 ] || fail "ringtrain run exited with $RC after SIGINT, expected 130"
 left=$(pgrep -f -- "$WORK/run/checkpoints" || true)
 [ -z "$left" ] || fail "runner processes left behind: $left"
 [ "$(json_get "$WORK/summary.json" phase)" = Interrupted ] || fail "summary phase"
+[ "$(json_get "$WORK/summary.json" reason)" = Interrupted ] &&
+  [ "$(json_get "$WORK/summary.json" message)" = "ringtrain run got SIGINT and stopped the ranks" ] ||
+  fail "summary reason/message: $(cat "$WORK/summary.json")"
+[ "$(json_get "$WORK/summary.json" from_last_progress)" = True ] &&
+  [ "$(json_get "$WORK/summary.json" steps)" -gt 0 ] ||
+  fail "summary: no steps from the last progress: $(cat "$WORK/summary.json")"
 # Rank 0 checkpointed as it stopped: the summary names that checkpoint and how to resume.
 step=$(json_get "$WORK/summary.json" checkpoint_step)
 ckpt=$(json_get "$WORK/summary.json" checkpoint_path)
