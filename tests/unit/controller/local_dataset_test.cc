@@ -321,9 +321,56 @@ TEST_F(LocalDatasetTest, IdxWithMoreThanTenClassesTakesTheSpecsClasses) {
           dir_.string() + "}\n");
   summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
-  EXPECT_NE(summary.status().message().find((dir_ / "t10k-labels-idx1-ubyte").string() +
+  EXPECT_NE(summary.status().message().find((dir_ / "train-labels-idx1-ubyte").string() +
                                             ": label 10 at index 10 is not below the model's 10 "
                                             "classes"),
+            std::string::npos)
+      << summary.status().message();
+}
+
+// The training split is read too, as every rank reads it: a label out of range there, a
+// training file cut short, or test images of another size than the training images are refused
+// naming the file, not left to every rank (validate read the test split alone).
+TEST_F(LocalDatasetTest, IdxTrainingFilesAreCheckedAsTheRanksCheckThem) {
+  const std::string manifest =
+      "    model:\n      layers: [flatten, {dense: {units: 3}}]\n"
+      "    dataset: {format: idx, train: " +
+      dir_.string() + ", classes: 3}\n";
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 3);
+  api::TrainingJob job = Job(manifest);
+  ASSERT_TRUE(CheckModelLocally(&job.spec.train).ok());
+  const std::string labels = (dir_ / "train-labels-idx1-ubyte").string();
+  const std::string images = (dir_ / "train-images-idx3-ubyte").string();
+  {  // label 7 at index 5 of the training labels
+    std::fstream f(labels, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(8 + 5);
+    f.put(7);
+  }
+  job = Job(manifest);
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(labels + ": label 7 at index 5 is not below the "
+                                                     "model's 3 classes"),
+            std::string::npos)
+      << summary.status().message();
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 3);
+  fs::resize_file(images, 16 + 24 * 9 - 5);
+  job = Job(manifest);
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find("spec.train.dataset.train: " + images),
+            std::string::npos)
+      << summary.status().message();
+  // Training images of 4x4 beside test images of 3x3.
+  const fs::path other = dir_ / "other";
+  fs::create_directories(other);
+  data::WriteIdxDir(other.string(), 24, 4, 4, 3);
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 3);
+  fs::copy_file(other / "train-images-idx3-ubyte", images, fs::copy_options::overwrite_existing);
+  job = Job(manifest);
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find((dir_ / "t10k-images-idx3-ubyte").string()),
             std::string::npos)
       << summary.status().message();
 }
