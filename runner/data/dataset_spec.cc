@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -144,13 +145,16 @@ Status ParseInputShape(Fields& f, DatasetSpec& spec) {
     if (!d.is_number_integer() && !d.is_number_unsigned()) {
       return InvalidArgument(di + ": must be an integer, got " + QuoteJson(d));
     }
-    const bool in_range =
-        d.is_number_unsigned()
-            ? d.get<std::uint64_t>() >= 1 && d.get<std::uint64_t>() <= kMaxShapeDim
-            : d.get<std::int64_t>() >= 1 && d.get<std::int64_t>() <= kMaxShapeDim;
+    // [features] as wide as a table may be (model.input takes as many), each of several
+    // dimensions at most kMaxShapeDim.
+    const std::uint64_t most = v->size() == 1 ? std::uint64_t{std::numeric_limits<int>::max()}
+                                              : std::uint64_t{kMaxShapeDim};
+    const bool in_range = d.is_number_unsigned()
+                              ? d.get<std::uint64_t>() >= 1 && d.get<std::uint64_t>() <= most
+                              : d.get<std::int64_t>() >= 1 &&
+                                    static_cast<std::uint64_t>(d.get<std::int64_t>()) <= most;
     if (!in_range) {
-      return InvalidArgument(di + ": must be 1.." + std::to_string(kMaxShapeDim) + ", got " +
-                             QuoteJson(d));
+      return InvalidArgument(di + ": must be 1.." + std::to_string(most) + ", got " + QuoteJson(d));
     }
     spec.input_shape.push_back(static_cast<int>(d.get<std::int64_t>()));
   }

@@ -209,8 +209,12 @@ StatusOr<ModelSpec> ParseModelSpec(std::string_view text, std::string_view where
     const std::string at = root + ".input[" + std::to_string(i) + "]";
     if (!d.is_number_integer()) return InvalidArgument(at + ": must be an integer");
     const auto v = d.get<std::int64_t>();
-    if (v < 1 || v > kMaxInputDim) {
-      return InvalidArgument(at + ": must be 1.." + std::to_string(kMaxInputDim) + ", got " +
+    // [features] of a table as wide as the data has (a CSV of 70,000 columns trains), each of
+    // [c, h, w] at most kMaxInputDim; the product is bounded in InferShapes.
+    const std::int64_t most =
+        input->size() == 1 ? std::numeric_limits<int>::max() : std::int64_t{kMaxInputDim};
+    if (v < 1 || v > most) {
+      return InvalidArgument(at + ": must be 1.." + std::to_string(most) + ", got " +
                              std::to_string(v));
     }
     dims[i] = static_cast<int>(v);

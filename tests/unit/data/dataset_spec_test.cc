@@ -51,6 +51,11 @@ TEST(DatasetSpec, CsvDefaultsAndEveryKey) {
   EXPECT_FALSE(s.standardize);
   EXPECT_EQ(s.test_fraction, 0.25);
   EXPECT_TRUE(s.test.empty());
+  // A table as wide as it is: [features] beyond one dimension's 65536.
+  EXPECT_EQ(Parse(R"({"format": "csv", "train": "w.csv", "testFraction": 0.5,
+      "inputShape": [70000]})")
+                .input_shape,
+            std::vector<int>{70000});
 
   const DatasetSpec r = Parse(R"({"format": "csv", "train": "x.csv", "trainLabels": "y.csv",
       "test": "xt.csv", "testLabels": "yt.csv", "task": "regression", "header": "none",
@@ -125,6 +130,10 @@ TEST(DatasetSpec, ErrorsNameTheField) {
        "dataset.inputShape"},
       {R"({"format": "csv", "train": "a", "test": "b", "inputShape": [18446744073709551615]})",
        "dataset.inputShape[0]"},
+      {R"({"format": "csv", "train": "a", "test": "b", "inputShape": [2147483648]})",
+       "dataset.inputShape[0]: must be 1..2147483647, got 2147483648"},
+      {R"({"format": "csv", "train": "a", "test": "b", "inputShape": [70000, 1]})",
+       "dataset.inputShape[0]: must be 1..65536, got 70000"},
       {R"({"format": "npy", "train": "a", "test": "b"})", "dataset.test: not a key of format npy"},
       {R"({"format": "npy", "train": "a"})", "dataset.train: format npy takes trainX"},
       {R"({"format": "npy", "trainX": "x", "testX": "a", "testY": "b"})",

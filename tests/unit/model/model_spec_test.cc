@@ -109,6 +109,14 @@ TEST_F(ModelSpecTest, ParseErrorsNameThePath) {
             "model.layers[0].dropout.rate: must be in [0, 1), got 1.0");
   EXPECT_EQ(ParseError(R"({"input": [1, 0, 4], "layers": ["relu"]})"),
             "model.input[1]: must be 1..65536, got 0");
+  // [features] as wide as a table may be (a CSV of 70,000 columns), each of [c, h, w] at most
+  // 65536.
+  EXPECT_EQ(MustParse(R"({"input": [70000], "layers": [{"dense": {"units": 2}}]})").input,
+            (Shape{70000, 1, 1}));
+  EXPECT_EQ(ParseError(R"({"input": [2147483648], "layers": ["relu"]})"),
+            "model.input[0]: must be 1..2147483647, got 2147483648");
+  EXPECT_EQ(ParseError(R"({"input": [1, 70000, 1], "layers": ["relu"]})"),
+            "model.input[1]: must be 1..65536, got 70000");
   EXPECT_EQ(ParseError(R"({"input": [1, 4], "layers": ["relu"]})"),
             "model.input: must be [channels, height, width] or [features]");
   EXPECT_EQ(ParseError(R"({"input": [4], "layers": []})"),
