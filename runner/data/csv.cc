@@ -172,6 +172,10 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   Parsed p;
   p.path = path;
   ASSIGN_OR_RETURN(std::string text, ReadText(path, o.max_bytes));
+  // A UTF-8 byte order mark (Excel's "CSV UTF-8", PowerShell's Export-Csv) is no part of the
+  // first cell, as pandas reads it: else its header name differs, invisibly, from the test
+  // file's, and a first number does not parse.
+  if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
   p.text = std::make_unique<std::string>(std::move(text));
   const char delim = PickDelimiter(*p.text, o.delimiter);
   if (delim != ',' && delim != ';' && delim != '\t' && delim != ' ') {

@@ -345,6 +345,30 @@ TEST_F(CsvTest, TestHeaderMustNameTheTrainingFeaturesInTheSameOrder) {
   EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
 }
 
+// A UTF-8 byte order mark (Excel's "CSV UTF-8") is read past, as pandas reads it: the header's
+// first name is the one the test file gives without it, and a file without a header parses.
+TEST_F(CsvTest, AByteOrderMarkIsNoPartOfTheFirstCell) {
+  CsvOptions o;
+  o.label_name = "label";
+  o.standardize = false;
+  const auto train = Write("bom.csv",
+                           "\xEF\xBB\xBF"
+                           "a,b,label\n1,5,0\n3,6,1\n");
+  const auto test = Write("plain.csv", "a,b,label\n2,7,1\n");
+  auto tt = LoadCsv({train, ""}, {test, ""}, o);
+  ASSERT_TRUE(tt.ok()) << tt.status().ToString();
+  EXPECT_EQ(tt->train.x, (std::vector<float>{1, 5, 3, 6}));
+  EXPECT_EQ(tt->test.x, (std::vector<float>{2, 7}));
+  o.label_name.clear();
+  o.header = CsvHeader::kNone;
+  const auto bare = Write("bom-bare.csv",
+                          "\xEF\xBB\xBF"
+                          "1,5,0\n3,6,1\n");
+  auto table = ReadCsv({bare, ""}, o);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  EXPECT_EQ(table->x, (std::vector<float>{1, 5, 3, 6}));
+}
+
 TEST_F(CsvTest, SplitHoldoutAndGatherCopyRows) {
   std::string text;
   for (int i = 0; i < 10; ++i) text += std::to_string(i) + "," + std::to_string(i % 2) + "\n";
