@@ -20,6 +20,9 @@ struct Dataset {
   int cols = 0;
   std::string images_path;  // where it was read from, for error messages
   std::string labels_path;
+  // Declared [features] (dataset.inputShape of one dimension): the model takes each image as
+  // rows x cols values in a row, as it takes a table's features, not as a 1 x rows x cols image.
+  bool flat = false;
   int sample_size() const { return rows * cols; }
 };
 

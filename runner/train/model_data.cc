@@ -54,7 +54,7 @@ data::Task TaskOf(const data::DatasetSpec& spec) {
 
 DataShape ShapeOf(const data::Dataset& ds, int classes) {
   DataShape s;
-  s.input = model::Shape{1, ds.rows, ds.cols};
+  s.input = ds.flat ? model::Shape{ds.rows * ds.cols, 1, 1} : model::Shape{1, ds.rows, ds.cols};
   s.outputs = classes;
   return s;
 }
@@ -87,6 +87,8 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
       RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, "dataset.inputShape", idx.train));
+      // [features]: flat, as the operator reads the declaration (api::DeclaredDataShape).
+      idx.train.flat = idx.test.flat = spec.input_shape.size() == 1;
       out.shape = ShapeOf(idx.train, classes);
       out.description = std::to_string(idx.train.count) + " training and " +
                         std::to_string(idx.test.count) + " test images from " + spec.train;

@@ -148,8 +148,9 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
         const data::Dataset& ds = is_train ? train : *loaded;
         RETURN_IF_ERROR(data::ValidateForModel(ds, train.rows, train.cols, shape.outputs));
       }
-      shape.input = model::Shape{1, train.rows, train.cols};
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, train));
+      train.flat = spec.input_shape.size() == 1;  // as every rank takes it (LoadTrainingData)
+      shape.input = train::ShapeOf(train, shape.outputs).input;
       return LocalDataShape{shape, spec.train + " (IDX)"};
     }
     case data::DatasetFormat::kCsv: {

@@ -141,7 +141,9 @@ TEST_F(ModelDataTest, IdxWithMoreThanTenClassesLoadsWithTheSpecsClasses) {
 }
 
 // IDX images keep their shape; a declared one must be it (or hold as many values), the same
-// check as `ringtrain validate`'s, naming the field and the images file.
+// check as `ringtrain validate`'s, naming the field and the images file. Declared [features]
+// they are flat, as the operator reads that declaration (api::DeclaredDataShape): a model of
+// input [9] trains on them (before, the operator passed it and every rank refused it).
 TEST_F(ModelDataTest, IdxImagesKeepTheirShapeAndTheDeclaredOneIsChecked) {
   data::WriteIdxDir(dir_.string(), 20, 3, 3, 10);
   data::DatasetSpec spec = data::IdxDatasetSpec(dir_.string());
@@ -149,7 +151,10 @@ TEST_F(ModelDataTest, IdxImagesKeepTheirShapeAndTheDeclaredOneIsChecked) {
     spec.input_shape = fits;
     auto loaded = LoadTrainingData(spec, 1, 10);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-    EXPECT_EQ(loaded->shape.input, (model::Shape{1, 3, 3}));
+    const model::Shape want = fits.size() == 1 ? model::Shape{9, 1, 1} : model::Shape{1, 3, 3};
+    EXPECT_EQ(loaded->shape.input, want);
+    EXPECT_EQ(loaded->idx->train.flat, fits.size() == 1);
+    EXPECT_EQ(loaded->idx->test.flat, fits.size() == 1);
   }
   spec.input_shape = {3, 3, 1};
   auto loaded = LoadTrainingData(spec, 1, 10);
