@@ -140,13 +140,16 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
       api::DataShape shape;
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
       shape.task = model::Task::kClassification;
-      data::Dataset train;
-      for (const bool is_train : {true, false}) {
+      auto load = [&](bool is_train) -> StatusOr<data::Dataset> {
         auto loaded = data::LoadFashionMnist(spec.train, is_train, data::kIdxLabelValues);
         if (!loaded.ok()) return loaded.status().WithContext(DatasetField(t, "train"));
-        if (is_train) train = *std::move(loaded);
-        const data::Dataset& ds = is_train ? train : *loaded;
-        RETURN_IF_ERROR(data::ValidateForModel(ds, train.rows, train.cols, shape.outputs));
+        return loaded;
+      };
+      ASSIGN_OR_RETURN(data::Dataset train, load(true));
+      RETURN_IF_ERROR(data::ValidateForModel(train, train.rows, train.cols, shape.outputs));
+      {
+        ASSIGN_OR_RETURN(const data::Dataset test, load(false));
+        RETURN_IF_ERROR(data::ValidateForModel(test, train.rows, train.cols, shape.outputs));
       }
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, train));
       train.flat = spec.input_shape.size() == 1;  // as every rank takes it (LoadTrainingData)
