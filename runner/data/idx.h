@@ -20,8 +20,9 @@ struct Dataset {
   int cols = 0;
   std::string images_path;  // where it was read from, for error messages
   std::string labels_path;
-  // Declared [features] (dataset.inputShape of one dimension): the model takes each image as
-  // rows x cols values in a row, as it takes a table's features, not as a 1 x rows x cols image.
+  // Declared other than an image (dataset.inputShape [features], or of four dimensions): the
+  // model takes each image as rows x cols values in a row, as it takes a table's features, not
+  // as a 1 x rows x cols image (DeclaredFlat).
   bool flat = false;
   int sample_size() const { return rows * cols; }
 };
@@ -53,6 +54,12 @@ StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int class
 // shape than the training set, or a label the model cannot output, is InvalidArgument naming the
 // file (checked once at load, because Gather trusts the shape and the indices).
 Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes);
+
+// Whether a declared dataset.inputShape makes IDX images flat: one that is no image ([h, w],
+// [1, h, w]), as model::InputShapeOf reads a declared shape for the operator and for tables.
+inline bool DeclaredFlat(const std::vector<int>& declared) {
+  return !declared.empty() && declared.size() != 2 && declared.size() != 3;
+}
 
 // Whether `ds`'s images have the per-sample shape a dataset declares (inputShape; empty: none),
 // for the runner and for `ringtrain validate`/`run` alike: [c, h, w] must be 1 × rows × cols

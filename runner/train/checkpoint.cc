@@ -89,7 +89,15 @@ std::uint64_t ShapeValues(std::string_view text) {
 // a sample in the order the dataset stores them whatever shape was declared, so the
 // parameters mean the same. This is how builds before the declared CSV shape recorded a CSV
 // job that declares a 3-D `inputShape` ("input=784x1x1", features "784"; now "1x28x28").
+// Also one architecture, its input included, on data declared in another layout of as many
+// values: the model reads the same values into the same input. This is how builds before IDX
+// images could be flat recorded an IDX job that declares `inputShape: [784]` for a model of
+// input [1, 28, 28] (features "1x28x28"; now "784").
 bool SameComputation(const CheckpointModel& had, const CheckpointModel& want) {
+  if (had.architecture == want.architecture) {
+    const std::uint64_t values = ShapeValues(want.features);
+    return values != 0 && ShapeValues(had.features) == values;
+  }
   constexpr std::string_view kInput = "input=";
   constexpr std::string_view kFlattenFirst = ";flatten;";
   auto split = [&](std::string_view arch, std::string_view* input, std::string_view* rest) {

@@ -87,8 +87,8 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
       RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, "dataset.inputShape", idx.train));
-      // [features]: flat, as the operator reads the declaration (api::DeclaredDataShape).
-      idx.train.flat = idx.test.flat = spec.input_shape.size() == 1;
+      // [features] or 4 dimensions: flat, as the operator reads it (api::DeclaredDataShape).
+      idx.train.flat = idx.test.flat = data::DeclaredFlat(spec.input_shape);
       out.shape = ShapeOf(idx.train, classes);
       out.description = std::to_string(idx.train.count) + " training and " +
                         std::to_string(idx.test.count) + " test images from " + spec.train;

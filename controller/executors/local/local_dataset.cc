@@ -152,7 +152,7 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
         RETURN_IF_ERROR(data::ValidateForModel(test, train.rows, train.cols, shape.outputs));
       }
       RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, train));
-      train.flat = spec.input_shape.size() == 1;  // as every rank takes it (LoadTrainingData)
+      train.flat = data::DeclaredFlat(spec.input_shape);  // as every rank (LoadTrainingData)
       shape.input = train::ShapeOf(train, shape.outputs).input;
       return LocalDataShape{shape, spec.train + " (IDX)"};
     }

@@ -375,6 +375,26 @@ TEST_F(LocalDatasetTest, IdxTrainingFilesAreCheckedAsTheRanksCheckThem) {
       << summary.status().message();
 }
 
+// An IDX set's declared inputShape gives the model the same input whether the files are read
+// (ringtrain run, validate, every rank) or only the declaration is (the operator): images for
+// [h, w] and [1, h, w], flat for [features] and four dimensions.
+TEST_F(LocalDatasetTest, IdxDeclaredShapesReadAlikeWithAndWithoutTheFiles) {
+  data::WriteIdxDir(dir_.string(), 24, 3, 3, 10);
+  for (const std::string shape : {"[9]", "[3, 3]", "[1, 3, 3]", "[1, 1, 3, 3]"}) {
+    const auto manifest = [&](const std::string& where) {
+      return "    model:\n      layers: [flatten, {dense: {units: 10}}]\n"
+             "    dataset: {format: idx, train: " +
+             where + ", inputShape: " + shape + ", classes: 10}\n";
+    };
+    api::TrainingJob here = Job(manifest(dir_.string()));
+    ASSERT_TRUE(CheckModelLocally(&here.spec.train).ok()) << shape;
+    api::TrainingJob declared = Job(manifest("/nonexistent/idx"));
+    ASSERT_TRUE(CheckModelLocally(&declared.spec.train).ok()) << shape;
+    ASSERT_TRUE(here.spec.train.model_spec && declared.spec.train.model_spec) << shape;
+    EXPECT_EQ(here.spec.train.model_spec->input, declared.spec.train.model_spec->input) << shape;
+  }
+}
+
 // NPY images of 8x8 declared [64]: validate and the runner apply the declared shape alike
 // (train::LoadTrainingData, model_data_test), so the model of 64 inputs passes both.
 TEST_F(LocalDatasetTest, NpyImagesTakeTheDeclaredInputShapeAsTheRunnerDoes) {

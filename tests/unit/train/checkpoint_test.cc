@@ -484,14 +484,24 @@ TEST_F(CheckpointTest, AnotherArchitectureOfTheSameSizeIsPermanentNamingBoth) {
   EXPECT_TRUE(std::filesystem::exists(Path(5)));
 }
 
+// Data of another size under the same architecture is another job's: permanent, naming both.
+// The same values declared in another layout are not (the model, its input included, reads
+// them alike): builds before IDX images could be flat recorded an IDX job declaring
+// inputShape [4] for a model of input [1, 2, 2] with features "1x2x2", now "4".
 TEST_F(CheckpointTest, AnotherDataShapeIsPermanentNamingBoth) {
-  ASSERT_TRUE(WriteModel(5, CheckpointModel{kTanh.architecture, "1x2x2"}).ok());
+  ASSERT_TRUE(WriteModel(5, CheckpointModel{kTanh.architecture, "1x3x3"}).ok());
   const ExpectedModel flat = Expect(kTanh, true);
   auto st = LoadNewestCheckpoint(dir_, kParams, kState, &flat);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(st.status().message().find("\"1x2x2\""), std::string::npos) << st.status().message();
+  EXPECT_NE(st.status().message().find("\"1x3x3\""), std::string::npos) << st.status().message();
   EXPECT_NE(st.status().message().find("\"4\""), std::string::npos) << st.status().message();
+  const std::string conv = "input=1x2x2;conv2d(filters=2,kernel=2);flatten;loss=mse";
+  ASSERT_TRUE(WriteModel(6, CheckpointModel{conv, "1x2x2"}).ok());
+  const ExpectedModel declared_flat = Expect(CheckpointModel{conv, "4"}, false);
+  st = LoadNewestCheckpoint(dir_, kParams, kState, &declared_flat);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->global_step, 6);
 }
 
 // Builds before the declared CSV shape recorded a CSV job that declares inputShape [1, 2, 2] as

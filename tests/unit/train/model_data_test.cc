@@ -147,14 +147,15 @@ TEST_F(ModelDataTest, IdxWithMoreThanTenClassesLoadsWithTheSpecsClasses) {
 TEST_F(ModelDataTest, IdxImagesKeepTheirShapeAndTheDeclaredOneIsChecked) {
   data::WriteIdxDir(dir_.string(), 20, 3, 3, 10);
   data::DatasetSpec spec = data::IdxDatasetSpec(dir_.string());
-  for (const std::vector<int>& fits : {std::vector<int>{1, 3, 3}, {3, 3}, {9}}) {
+  for (const std::vector<int>& fits : {std::vector<int>{1, 3, 3}, {3, 3}, {9}, {1, 1, 3, 3}}) {
     spec.input_shape = fits;
     auto loaded = LoadTrainingData(spec, 1, 10);
     ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-    const model::Shape want = fits.size() == 1 ? model::Shape{9, 1, 1} : model::Shape{1, 3, 3};
-    EXPECT_EQ(loaded->shape.input, want);
-    EXPECT_EQ(loaded->idx->train.flat, fits.size() == 1);
-    EXPECT_EQ(loaded->idx->test.flat, fits.size() == 1);
+    const bool flat = fits.size() == 1 || fits.size() == 4;
+    const model::Shape want = flat ? model::Shape{9, 1, 1} : model::Shape{1, 3, 3};
+    EXPECT_EQ(loaded->shape.input, want) << fits.size();
+    EXPECT_EQ(loaded->idx->train.flat, flat);
+    EXPECT_EQ(loaded->idx->test.flat, flat);
   }
   spec.input_shape = {3, 3, 1};
   auto loaded = LoadTrainingData(spec, 1, 10);
