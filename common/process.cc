@@ -95,12 +95,16 @@ std::string StartErrorMessage(const ExecReport& report, const std::string& file,
     return "workingDir \"" + working_dir + "\": " + std::strerror(report.error);
   }
   std::string m = "exec \"" + file + "\": ";
+  // Said whether the file was named or found on PATH: the planner takes it for an error no
+  // restart on this machine heals.
+  const char* no_program =
+      report.error == ENOEXEC ? " (not a binary for this machine, and no #! line)" : "";
   if (file.find('/') == std::string::npos) {
     if (IsNotFound(report.error)) return m + "not found on PATH (" + search_path + ")";
-    return m + std::strerror(report.error);
+    return m + std::strerror(report.error) + no_program;
   }
   m += std::strerror(report.error);
-  if (report.error == ENOEXEC) m += " (not a binary for this machine, and no #! line)";
+  m += no_program;
   if (file.front() != '/') {
     m += " (relative to " + (working_dir.empty() ? CurrentDir() : working_dir) + ")";
   }

@@ -229,8 +229,17 @@ TEST_F(ProcessTest, AFileThatIsNoProgramExits126) {
   auto child = ChildProcess::Spawn({dir_ + "/notes.txt"}, {}, options);
   ASSERT_TRUE(child.ok()) << child.status().ToString();
   EXPECT_EQ(child->exit_code(), kExitCannotExecute);
-  EXPECT_NE(child->start_error().find("Exec format error"), std::string::npos)
+  EXPECT_NE(child->start_error().find("Exec format error (not a binary for this machine, and no "
+                                      "#! line)"),
+            std::string::npos)
       << child->start_error();
+  // Found on PATH, the same words (which make it permanent, reconcile::IsRetryable).
+  auto found = ChildProcess::Spawn({"notes.txt"}, {{"PATH", dir_}}, options);
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_EQ(found->exit_code(), kExitCannotExecute);
+  EXPECT_EQ(found->start_error(),
+            "exec \"notes.txt\": Exec format error (not a binary for this machine, and no #! "
+            "line)");
 }
 
 TEST_F(ProcessTest, RunsInTheWorkingDirectoryAndResolvesRelativePathsThere) {
