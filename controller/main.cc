@@ -404,7 +404,21 @@ int Run(const std::vector<std::string>& args) {
     if (it == summary.end()) return 0.0;
     return it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
   };
-  if (summary.contains("test_accuracy")) {
+  if (summary.contains("from_last_progress")) {
+    // No final result: how far the job got as its progress last said it (no test loss there).
+    std::string line =
+        "  last progress seen: step " + std::to_string(summary["steps"].get<long long>());
+    if (summary.contains("test_accuracy")) {
+      char acc[64];
+      std::snprintf(acc, sizeof(acc), ", test accuracy %.4f", number("test_accuracy"));
+      line += acc;
+    } else if (summary.contains("test_mse")) {
+      char mse[64];
+      std::snprintf(mse, sizeof(mse), ", test MSE %.4f", number("test_mse"));
+      line += mse;
+    }
+    std::printf("%s\n", line.c_str());
+  } else if (summary.contains("test_accuracy")) {
     std::printf("  test accuracy %.4f, test loss %.4f, %.0f steps, %.0f samples/s\n",
                 number("test_accuracy"), number("test_loss"), number("steps"),
                 number("samples_per_second"));

@@ -203,6 +203,10 @@ left=$(pgrep -f -- "$WORK/run/checkpoints" || true)
 [ "$(json_get "$WORK/summary.json" from_last_progress)" = True ] &&
   [ "$(json_get "$WORK/summary.json" steps)" -gt 0 ] ||
   fail "summary: no steps from the last progress: $(cat "$WORK/summary.json")"
+# The console says the same, and no test loss it never read.
+grep -q "^  last progress seen: step $(json_get "$WORK/summary.json" steps)" "$WORK/ringtrain.log" ||
+  fail "console: no last progress line: $(tail -n 6 "$WORK/ringtrain.log")"
+grep -q "test loss" "$WORK/ringtrain.log" && fail "console: a test loss of an interrupted run"
 # Rank 0 checkpointed as it stopped: the summary names that checkpoint and how to resume.
 step=$(json_get "$WORK/summary.json" checkpoint_step)
 ckpt=$(json_get "$WORK/summary.json" checkpoint_path)
