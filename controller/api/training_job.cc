@@ -195,6 +195,15 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
     }
   }
   if (!report.ok()) return in_field(report.status());
+  // The list goes to each rank as one argument (--model-spec), which Linux caps at 128 KiB
+  // (MAX_ARG_STRLEN, with its NUL): a longer one would fail every start with E2BIG.
+  constexpr std::size_t kMaxArgBytes = 128 * 1024;
+  if (const std::size_t bytes = ModelSpecJson(spec).size(); bytes >= kMaxArgBytes) {
+    return InvalidArgument(root + ".layers: " + std::to_string(spec.layers.size()) +
+                           " layers make " + std::to_string(bytes) +
+                           " bytes of the ranks' --model-spec argument, and Linux takes at most " +
+                           std::to_string(kMaxArgBytes - 1) + " in one argument");
+  }
   t->model_spec = std::move(spec);
   return report;
 }

@@ -21,10 +21,6 @@ constexpr int kMaxUnits = 65536;
 constexpr int kMaxFilters = 4096;
 constexpr int kMaxWindow = 15;
 constexpr int kMaxInputDim = 1 << 16;
-// A layer list goes to each rank as one argument (--model-spec), which Linux caps at 128 KiB
-// (MAX_ARG_STRLEN): a longer one fails every start with E2BIG. 1024 of the longest layer's
-// JSON (a conv2d, 70 bytes) fit in 72 KB.
-constexpr std::size_t kMaxLayers = 1024;
 
 struct KindName {
   LayerKind kind;
@@ -225,10 +221,6 @@ StatusOr<ModelSpec> ParseModelSpec(std::string_view text, std::string_view where
   if (layers == doc.end()) return InvalidArgument(root + ".layers: required");
   if (!layers->is_array() || layers->empty()) {
     return InvalidArgument(root + ".layers: must be a non-empty list");
-  }
-  if (layers->size() > kMaxLayers) {
-    return InvalidArgument(root + ".layers: at most " + std::to_string(kMaxLayers) +
-                           " layers, got " + std::to_string(layers->size()));
   }
   for (std::size_t i = 0; i < layers->size(); ++i) {
     ASSIGN_OR_RETURN(LayerSpec layer,

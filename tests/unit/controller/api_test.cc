@@ -710,6 +710,32 @@ TEST(ModelList, PresetsAreCheckedAsTheRunnerBuildsThem) {
       << report.status().message();
 }
 
+// A list longer than one argument of a process may be (128 KiB) is refused naming its size,
+// not left to an E2BIG at every start (retried up to the backoffLimit); a long list that fits
+// trains as before.
+TEST(ModelList, AListLongerThanOneArgumentIsRefused) {
+  const auto relus = [](int n) {
+    std::string json = R"({"input": [4], "layers": [)";
+    for (int i = 0; i < n; ++i) json += i == 0 ? "\"relu\"" : ", \"relu\"";
+    return json + "]}";
+  };
+  TrainSpec fits;
+  fits.model_json = relus(5000);
+  ASSERT_TRUE(ResolveModel(&fits, std::nullopt).ok());
+  const auto args = RunnerArgs(JobSpec{.train = fits}, "");
+  EXPECT_LT(ArgValue(args, "--model-spec").size(), 128u * 1024);
+  TrainSpec long_list;
+  long_list.model_json = relus(20000);  // "relu", 7 bytes each: 140 KB
+  auto report = ResolveModel(&long_list, std::nullopt);
+  ASSERT_FALSE(report.ok());
+  EXPECT_NE(report.status().message().find("spec.train.model.layers: 20000 layers make "),
+            std::string::npos)
+      << report.status().message();
+  EXPECT_NE(report.status().message().find("Linux takes at most 131071 in one argument"),
+            std::string::npos)
+      << report.status().message();
+}
+
 TEST(Json, ApiObjectsCarryBothModelForms) {
   for (const std::string& model :
        {std::string(R"("cnn")"),
