@@ -398,10 +398,8 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
       return FailedPrecondition(
           "the " + std::string(what) + " at index " + std::to_string(bad - values.begin()) +
           " is " + (std::isnan(*bad) ? "NaN" : "infinite") + " at step " +
-          std::to_string(position.global_step) +
-          ": the model diverged (a learning rate too high for it, spec.train.learningRate, or "
-          "inputs or targets too large: standardize them); this checkpoint is not written, "
-          "the ones before it are kept");
+          std::to_string(position.global_step) + ": " + std::string(kDivergedCauses) +
+          "; this checkpoint is not written, the ones before it are kept");
     }
   }
   RETURN_IF_ERROR(MakeDir(dir));

@@ -7,6 +7,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/backoff.h"
@@ -56,7 +57,14 @@ struct CheckpointState : CheckpointPosition {
 // The file of the checkpoint at `global_step` in `dir`: <dir>/ckpt-<global_step>.bin.
 std::string CheckpointPath(const std::string& dir, std::int64_t global_step);
 
-// Writes CheckpointPath(dir, position.global_step) and keeps the newest `keep` files. Errors a
+// What a NaN or infinite loss or state says of its cause: the training loop's stop and the
+// checkpoint writer's refusal name the same setting.
+inline constexpr std::string_view kDivergedCauses =
+    "the model diverged (a learning rate too high for it, spec.train.learningRate, or inputs or "
+    "targets too large: standardize them)";
+
+// Writes CheckpointPath(dir, position.global_step) and keeps the newest `keep` files. A state
+// holding a NaN or infinity is not written (FailedPrecondition naming kDivergedCauses). Errors a
 // restart cannot fix (EACCES, EPERM, EROFS, ENOSPC, ENOTDIR, ...) are permanent (PermissionDenied
 // or FailedPrecondition) and name the path with strerror; others (EIO) stay retryable. `model` is
 // recorded in the file (format 3).

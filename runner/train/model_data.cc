@@ -72,6 +72,27 @@ StatusOr<DataShape> ShapeOf(const data::Table& t) {
   return s;
 }
 
+StatusOr<TrainingData::Idx> LoadIdxSplits(const data::DatasetSpec& spec, int classes,
+                                          std::string_view shape_field,
+                                          std::string_view file_context) {
+  auto load = [&](bool train) -> StatusOr<data::Dataset> {
+    auto loaded = data::LoadFashionMnist(spec.train, train, data::kIdxLabelValues);
+    if (!loaded.ok() && !file_context.empty()) return loaded.status().WithContext(file_context);
+    return loaded;
+  };
+  TrainingData::Idx idx;
+  // Labels against the model's classes in ValidateForModel: an error naming the file and the
+  // classes, whatever their number.
+  ASSIGN_OR_RETURN(idx.train, load(true));
+  RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
+  ASSIGN_OR_RETURN(idx.test, load(false));
+  RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
+  RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, shape_field, idx.train));
+  // [features] or 4 dimensions: flat, as the operator reads it (api::DeclaredDataShape).
+  idx.train.flat = idx.test.flat = data::DeclaredFlat(spec.input_shape);
+  return idx;
+}
+
 StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint64_t seed,
                                         int idx_classes) {
   TrainingData out;
@@ -79,16 +100,7 @@ StatusOr<TrainingData> LoadTrainingData(const data::DatasetSpec& spec, std::uint
   switch (spec.format) {
     case data::DatasetFormat::kIdx: {
       const int classes = spec.classes > 0 ? spec.classes : idx_classes;
-      TrainingData::Idx idx;
-      // Labels against the model's classes in ValidateForModel: an error naming the file and
-      // the classes, whatever their number.
-      ASSIGN_OR_RETURN(idx.train, data::LoadFashionMnist(spec.train, true, data::kIdxLabelValues));
-      ASSIGN_OR_RETURN(idx.test, data::LoadFashionMnist(spec.train, false, data::kIdxLabelValues));
-      RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
-      RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
-      RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, "dataset.inputShape", idx.train));
-      // [features] or 4 dimensions: flat, as the operator reads it (api::DeclaredDataShape).
-      idx.train.flat = idx.test.flat = data::DeclaredFlat(spec.input_shape);
+      ASSIGN_OR_RETURN(TrainingData::Idx idx, LoadIdxSplits(spec, classes, "dataset.inputShape"));
       out.shape = ShapeOf(idx.train, classes);
       out.description = std::to_string(idx.train.count) + " training and " +
                         std::to_string(idx.test.count) + " test images from " + spec.train;

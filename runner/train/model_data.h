@@ -52,6 +52,15 @@ struct TrainingData {
   const data::Table* table_test() const { return table ? &table->test : nullptr; }
 };
 
+// An IDX directory's two splits, as every rank loads them and `ringtrain validate`/`run` check
+// them: the labels against `classes`, the test images against the training images' size, a
+// declared inputShape (its errors naming `shape_field`) against the images, which it may make
+// flat (data::DeclaredFlat). A file that cannot be read is named under `file_context` when
+// given ("spec.train.dataset.train").
+StatusOr<TrainingData::Idx> LoadIdxSplits(const data::DatasetSpec& spec, int classes,
+                                          std::string_view shape_field,
+                                          std::string_view file_context = {});
+
 // Loads `spec`: IDX with `idx_classes` classes (the spec's `classes` when set), CSV through
 // data::LoadCsv and NPY through data::LoadNpy, a held-out test split (testFraction) drawn from
 // `seed` and standardised with the training split's statistics. The spec's inputShape, when

@@ -30,11 +30,10 @@ constexpr double kReportSeconds = 1.0;
 Status DivergedLoss(double sum, std::int64_t after_step, std::int64_t step) {
   return FailedPrecondition(
       "the training loss is " + std::string(std::isnan(sum) ? "NaN" : "infinite") + " in steps " +
-      std::to_string(after_step + 1) + ".." + std::to_string(step) +
-      ": the model diverged (a learning rate too high for it, spec.train.learningRate, or "
-      "inputs or targets too large: standardize them); stopped, since every step from here on "
-      "trains NaN weights, and a restart from the last checkpoint with the same settings does "
-      "the same");
+      std::to_string(after_step + 1) + ".." + std::to_string(step) + ": " +
+      std::string(kDivergedCauses) +
+      "; stopped, since every step from here on trains NaN weights, and a restart from the "
+      "last checkpoint with the same settings does the same");
 }
 
 // The engine lent to a helper thread of comm::WhileRootWorks (a copy of the state into or out of

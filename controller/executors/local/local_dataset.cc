@@ -140,20 +140,10 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
       api::DataShape shape;
       shape.outputs = spec.classes > 0 ? spec.classes : 10;
       shape.task = model::Task::kClassification;
-      auto load = [&](bool is_train) -> StatusOr<data::Dataset> {
-        auto loaded = data::LoadFashionMnist(spec.train, is_train, data::kIdxLabelValues);
-        if (!loaded.ok()) return loaded.status().WithContext(DatasetField(t, "train"));
-        return loaded;
-      };
-      ASSIGN_OR_RETURN(data::Dataset train, load(true));
-      RETURN_IF_ERROR(data::ValidateForModel(train, train.rows, train.cols, shape.outputs));
-      {
-        ASSIGN_OR_RETURN(const data::Dataset test, load(false));
-        RETURN_IF_ERROR(data::ValidateForModel(test, train.rows, train.cols, shape.outputs));
-      }
-      RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, kInputShape, train));
-      train.flat = data::DeclaredFlat(spec.input_shape);  // as every rank (LoadTrainingData)
-      shape.input = train::ShapeOf(train, shape.outputs).input;
+      ASSIGN_OR_RETURN(
+          const train::TrainingData::Idx idx,
+          train::LoadIdxSplits(spec, shape.outputs, kInputShape, DatasetField(t, "train")));
+      shape.input = train::ShapeOf(idx.train, shape.outputs).input;
       return LocalDataShape{shape, spec.train + " (IDX)"};
     }
     case data::DatasetFormat::kCsv: {
