@@ -321,9 +321,10 @@ find_cuda_libs() {
   driver_dirs=(/usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64)
   local needs=()
   [ -f "$abs/CUDA_NEEDS" ] && mapfile -t needs <"$abs/CUDA_NEEDS"
-  # Loaded by name at run time: the driver (by cudart_static), NVML, and nvrtc (cuDNN's
-  # runtime-compiled engines). Only the driver is required.
-  needs+=(libcuda.so.1 libnvidia-ml.so.1 libnvrtc.so.13)
+  # Loaded by name at run time: the driver (by cudart_static), NVML, cuBLAS (by the first GPU
+  # model: runner/model/cuda/cublas_loader.h) and nvrtc (cuDNN's runtime-compiled engines).
+  # The driver and cuBLAS are required.
+  needs+=(libcuda.so.1 libnvidia-ml.so.1 libcublas.so.13 libnvrtc.so.13)
   mkdir -p "$farm"
   LIB_PATH=$lib:$farm
   MISSING_CUDA=()

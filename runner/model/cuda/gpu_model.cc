@@ -38,6 +38,7 @@
 #include "runner/cuda/cuda_util.h"
 #include "runner/cuda/kernels.h"
 #include "runner/cuda/pinned_upload.h"
+#include "runner/model/cuda/cublas_loader.h"
 #include "runner/model/layer_plan.h"
 
 namespace ringtrain::gpu {
@@ -49,8 +50,12 @@ constexpr std::size_t kCublasWorkspaceBytes = 32u << 20;
 
 Status CublasStatus(cublasStatus_t s, std::string_view what) {
   if (s == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  // A status came from cuBLAS, so it is loaded.
+  const StatusOr<const CublasApi*> api = Cublas();
   const std::string m =
-      std::string(what) + ": " + cublasGetStatusName(s) + " (" + cublasGetStatusString(s) + ")";
+      std::string(what) + ": " +
+      (api.ok() ? std::string((*api)->status_name(s)) + " (" + (*api)->status_string(s) + ")"
+                : "cuBLAS status " + std::to_string(static_cast<int>(s)));
   switch (s) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return DeviceOutOfMemory(m, 0);
@@ -86,7 +91,6 @@ Status CudnnStatus(cudnnStatus_t s, std::string_view what) {
   }
 }
 
-#define RT_CUBLAS_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CublasStatus((expr), #expr))
 #define RT_CUDNN_RETURN_IF_ERROR(expr) RETURN_IF_ERROR(CudnnStatus((expr), #expr))
 
 template <typename T, cudnnStatus_t (*Destroy)(T)>
@@ -104,7 +108,9 @@ using ConvDesc = CudnnPtr<cudnnConvolutionDescriptor_t, cudnnDestroyConvolutionD
 
 struct CublasDeleter {
   void operator()(cublasHandle_t h) const {
-    if (h != nullptr) cublasDestroy(h);
+    // A handle was created, so cuBLAS is loaded.
+    if (h == nullptr) return;
+    if (const StatusOr<const CublasApi*> api = Cublas(); api.ok()) (*api)->destroy(h);
   }
 };
 using CublasHandle = std::unique_ptr<std::remove_pointer_t<cublasHandle_t>, CublasDeleter>;
@@ -217,15 +223,20 @@ class CudaModel final : public GpuModel {
     BindParams();
 
     // cuBLAS: the stream first (cublasSetStream resets the workspace), then our workspace.
+    // Loaded here, not at the process's start (cublas_loader.h).
+    ASSIGN_OR_RETURN(cublas_, Cublas());
     cublasHandle_t blas = nullptr;
-    RT_CUBLAS_RETURN_IF_ERROR(cublasCreate(&blas));
+    RETURN_IF_ERROR(CublasStatus(cublas_->create(&blas), "cublasCreate"));
     blas_.reset(blas);
-    RT_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas_.get(), stream_));
+    RETURN_IF_ERROR(CublasStatus(cublas_->set_stream(blas_.get(), stream_), "cublasSetStream"));
     RETURN_IF_ERROR(blas_workspace_.Allocate(kCublasWorkspaceBytes));
-    RT_CUBLAS_RETURN_IF_ERROR(
-        cublasSetWorkspace(blas_.get(), blas_workspace_.data(), blas_workspace_.bytes()));
-    RT_CUBLAS_RETURN_IF_ERROR(cublasSetMathMode(
-        blas_.get(), math_ == MathMode::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    RETURN_IF_ERROR(CublasStatus(
+        cublas_->set_workspace(blas_.get(), blas_workspace_.data(), blas_workspace_.bytes()),
+        "cublasSetWorkspace"));
+    RETURN_IF_ERROR(CublasStatus(
+        cublas_->set_math_mode(blas_.get(), math_ == MathMode::kTf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                                     : CUBLAS_DEFAULT_MATH),
+        "cublasSetMathMode"));
     compute_type_ = math_ == MathMode::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 
     const auto batch = static_cast<std::size_t>(config_.max_batch);
@@ -603,8 +614,8 @@ class CudaModel final : public GpuModel {
               int lda, const float* b, int ldb, float beta, float* c, int ldc) {
     const float alpha = 1.0f;
     return CublasStatus(
-        cublasGemmEx(blas_.get(), ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F, ldb,
-                     &beta, c, CUDA_R_32F, ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
+        cublas_->gemm_ex(blas_.get(), ta, tb, m, n, k, &alpha, a, CUDA_R_32F, lda, b, CUDA_R_32F,
+                         ldb, &beta, c, CUDA_R_32F, ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
   }
 
@@ -786,6 +797,7 @@ class CudaModel final : public GpuModel {
   DeviceBuffer<float> scratch_[2];                     // d(loss)/d(activation), ping-pong
   DeviceBuffer<kernels::DropoutState> dropout_state_;  // with dropout only
   PinnedUpload<kernels::DropoutState> dropout_upload_;
+  const CublasApi* cublas_ = nullptr;
   CublasHandle blas_;
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
   DeviceBuffer<unsigned char> blas_workspace_;
