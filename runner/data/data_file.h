@@ -38,7 +38,9 @@ class DataFile {
   // Appends up to `len` bytes to `out`, growing it only as bytes arrive; returns how many came
   // (fewer only at the end of the file).
   StatusOr<std::size_t> ReadUpTo(std::size_t len, std::string& out);
-  // Reads `total` bytes into `out`, in chunks, so a header that lies costs at most one chunk.
+  // Reads `total` bytes into `out`, in chunks, so a header that lies costs at most one chunk;
+  // `out`'s room for all of them is reserved first (address space, touched as bytes arrive), so
+  // the payload is never copied to a larger buffer.
   Status ReadPayload(std::uint64_t total, std::vector<unsigned char>& out, const char* what);
   // DataLoss unless the file has no more bytes.
   Status ExpectEnd();

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -258,6 +259,28 @@ TEST_F(IdxTest, HighlyCompressedButHonestGzipStillLoads) {
   auto ds = LoadIdx(WriteGz("zeros.gz", img), WriteGz("lab.gz", lab));
   ASSERT_TRUE(ds.ok()) << ds.status().ToString();
   EXPECT_EQ(ds->images.size(), 1000u * 64 * 64);
+}
+
+// The payload goes into one buffer of its own size: grown 16 MB at a time, the vector doubled and
+// copied (21 MB of pixels in a 32 MB buffer, after holding 16 + 32 MB), so loading a dataset
+// peaked at about twice its size.
+TEST_F(IdxTest, APayloadIsReadIntoOneBufferOfItsOwnSize) {
+  constexpr std::uint32_t kCount = 5200;  // x 64 x 64 = 21.3 MB: more than one 16 MB chunk
+  auto img = Header(3, {kCount, 64, 64});
+  for (std::size_t i = 0; i < std::size_t{kCount} * 64 * 64; ++i) {
+    img.push_back(static_cast<unsigned char>(i * 7 + i / 4096));
+  }
+  std::vector<unsigned char> lab = Header(1, {kCount});
+  lab.resize(lab.size() + kCount, 3);
+  for (bool gz : {false, true}) {
+    SCOPED_TRACE(gz ? "gzip" : "plain");
+    auto ds = gz ? LoadIdx(WriteGz("big.gz", img), WriteGz("lab.gz", lab))
+                 : LoadIdx(WriteRaw("big", img), WriteRaw("lab", lab));
+    ASSERT_TRUE(ds.ok()) << ds.status().ToString();
+    ASSERT_EQ(ds->images.size(), std::size_t{kCount} * 64 * 64);
+    EXPECT_EQ(ds->images.capacity(), ds->images.size());
+    EXPECT_TRUE(std::equal(ds->images.begin(), ds->images.end(), img.begin() + 16));
+  }
 }
 
 // Issue 10 item 1: a test set of another shape than the model's input is refused at load.
