@@ -252,19 +252,22 @@ Status CheckLocalGangMemory(const api::JobSpec& spec, const train::MemoryProbe& 
   const std::string& optimizer = config.optimizer.name;
   const std::uint64_t state = train::TrainingStateBytes(need->params, optimizer);
   const std::uint64_t copy = train::TrainingStateBytes(need->params, optimizer, true) - state;
-  const std::string what = "weights, gradients and " + optimizer + " state of " +
-                           Grouped(need->params) + " parameters, batches of " +
-                           std::to_string(config.batch_size) +
-                           " (batchSizePerReplica), the gradient reducer, and " +
-                           FormatMegabytes(data_bytes) + " of datasets each rank loads";
+  const std::string what =
+      "weights, gradients and " + optimizer + " state of " + Grouped(need->params) +
+      " parameters, batches of " + std::to_string(config.batch_size) +
+      " (batchSizePerReplica), the gradient reducer, " + FormatMegabytes(data_bytes) +
+      " of datasets each rank loads, and " + FormatMegabytes(train::kCpuRankRuntimeBytes) +
+      " of the runner's own (libraries, threads, heap)";
   const std::string where = memory.cgroup.empty()
                                 ? "this machine has (MemAvailable)"
                                 : "this machine's cgroup " + memory.cgroup + " (limit " +
                                       FormatMegabytes(memory.limit) + ", " +
                                       FormatMegabytes(memory.in_use) + " in use) has";
-  return train::CheckGangFits("spec.replicas", spec.replicas,
-                              SaturatingAdd(need->Bytes(optimizer, false), data_bytes), copy, what,
-                              memory.limit - memory.in_use, where);
+  return train::CheckGangFits(
+      "spec.replicas", spec.replicas,
+      SaturatingAdd(SaturatingAdd(need->Bytes(optimizer, false), data_bytes),
+                    train::kCpuRankRuntimeBytes),
+      copy, what, memory.limit - memory.in_use, where);
 }
 
 }  // namespace ringtrain::executors

@@ -453,7 +453,8 @@ TEST(ShippedExamples, ValidateAgainstTheLocalData) {
 // `ringtrain run`'s ranks share this machine: spec.replicas of them that do not fit together
 // are refused before any starts, naming spec.replicas, with the runner's own per-rank figures
 // (here 4,212,739 parameters, adam: 67.4 MB of state each, plus rank 0's 50.6 MB checkpoint
-// copy). The memory is a fake machine (MemAvailable), injected: no cgroup, no root needed.
+// copy) and the runner's own 10.5 MB each (kCpuRankRuntimeBytes). The memory is a fake machine
+// (MemAvailable), injected: no cgroup, no root needed.
 TEST_F(LocalDatasetTest, ALocalGangThatDoesNotFitTogetherIsRefusedNamingSpecReplicas) {
   const fs::path root = dir_ / "machine";
   fs::create_directories(root / "proc");
@@ -480,16 +481,20 @@ TEST_F(LocalDatasetTest, ALocalGangThatDoesNotFitTogetherIsRefusedNamingSpecRepl
     EXPECT_TRUE(checked.ok()) << checked.status().ToString();
     return *parsed;
   };
-  // 2 x 67.6 MB and 50.6 MB: 185.8 MB in all.
-  available(150'000'000);
+  // 2 x (67.6 + 10.5) MB and 50.6 MB: 206.8 MB in all. Without the runner's own 10.5 MB a
+  // rank, 185.8 MB, which 200 MB would hold.
+  available(200'000'000);
   const Status refused = CheckLocalGangMemory(job(2).spec, probe);
   EXPECT_EQ(refused.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(refused.message().find("spec.replicas: 2 local ranks need 2 x 67."), std::string::npos)
+  EXPECT_NE(refused.message().find("spec.replicas: 2 local ranks need 2 x 78."), std::string::npos)
+      << refused.message();
+  EXPECT_NE(refused.message().find("and 10.5 MB of the runner's own (libraries, threads, heap)"),
+            std::string::npos)
       << refused.message();
   EXPECT_NE(refused.message().find("weights, gradients and adam state of 4,212,739 parameters"),
             std::string::npos)
       << refused.message();
-  EXPECT_NE(refused.message().find("this machine has (MemAvailable) 150.0 MB available"),
+  EXPECT_NE(refused.message().find("this machine has (MemAvailable) 200.0 MB available"),
             std::string::npos)
       << refused.message();
   // One rank's own check is the runner's.
