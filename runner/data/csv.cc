@@ -20,6 +20,9 @@ StatusOr<std::string> ReadText(const std::string& path, std::uint64_t max_bytes)
   ASSIGN_OR_RETURN(DataFile file, DataFile::Open(path));
   const std::uint64_t cap = std::min(max_bytes, kMaxCsvBytes);
   std::string text;
+  // A plain file's size is its text's: room for it at once, not grown by doubling (a gzip's is
+  // unknown, and grows as bytes arrive).
+  if (!file.gzip()) text.reserve(static_cast<std::size_t>(std::min(file.size(), cap + 1)));
   ASSIGN_OR_RETURN(std::size_t got, file.ReadUpTo(static_cast<std::size_t>(cap) + 1, text));
   if (got > cap) {
     return InvalidArgument(path + ": more than " + std::to_string(cap) +
@@ -49,9 +52,10 @@ std::string_view Unquote(std::string_view s) {
   return s;
 }
 
-// Splits one line; a quoted cell may hold the delimiter. `delim` ' ' splits on runs of blanks.
-std::vector<std::string_view> SplitCells(std::string_view line, char delim) {
-  std::vector<std::string_view> cells;
+// Splits one line into `cells` (cleared first, its room reused); a quoted cell may hold the
+// delimiter. `delim` ' ' splits on runs of blanks.
+void SplitCells(std::string_view line, char delim, std::vector<std::string_view>& cells) {
+  cells.clear();
   if (delim == ' ') {
     std::size_t i = 0;
     while (i < line.size()) {
@@ -65,7 +69,7 @@ std::vector<std::string_view> SplitCells(std::string_view line, char delim) {
       }
       cells.push_back(Unquote(line.substr(start, i - start)));
     }
-    return cells;
+    return;
   }
   std::size_t start = 0;
   bool quoted = false;
@@ -76,12 +80,25 @@ std::vector<std::string_view> SplitCells(std::string_view line, char delim) {
       start = i + 1;
     }
   }
-  return cells;
 }
 
-// The non-blank lines of `text`, split into cells.
-std::vector<Line> SplitLines(std::string_view text, char delim) {
-  std::vector<Line> lines;
+// A non-blank line of the file, not yet split: its cells are split where they are read, into
+// one reused vector. Kept split, a file's cells took 16 bytes of view each and their vectors'
+// slack (a CSV of small integers peaked at 12 times its size).
+struct RawLine {
+  std::size_t number = 0;  // 1-based, for messages
+  std::string_view text;
+};
+
+Line Split(const RawLine& raw, char delim) {
+  Line line{raw.number, {}};
+  SplitCells(raw.text, delim, line.cells);
+  return line;
+}
+
+// The non-blank lines of `text`.
+std::vector<RawLine> SplitLines(std::string_view text) {
+  std::vector<RawLine> lines;
   std::size_t number = 0;
   while (!text.empty()) {
     const std::size_t nl = text.find('\n');
@@ -89,7 +106,7 @@ std::vector<Line> SplitLines(std::string_view text, char delim) {
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     ++number;
     if (Trim(raw).empty()) continue;
-    lines.push_back({number, SplitCells(raw, delim)});
+    lines.push_back({number, raw});
   }
   return lines;
 }
@@ -162,7 +179,8 @@ struct Parsed {
   std::optional<std::int64_t> announced_samples;
   std::optional<std::int64_t> announced_features;
   std::size_t columns = 0;
-  std::vector<Line> rows;
+  char delim = ',';
+  std::vector<RawLine> rows;
   // Owns what `rows` view: on the heap, so that moving a Parsed (and a short string's inline
   // buffer with it) does not leave the views dangling.
   std::unique_ptr<std::string> text;
@@ -182,13 +200,15 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
     return InvalidArgument(path + ": unsupported delimiter " + Quote(std::string(1, delim)) +
                            " (use ',', ';', tab or ' ')");
   }
-  std::vector<Line> lines = SplitLines(*p.text, delim);
+  p.delim = delim;
+  std::vector<RawLine> lines = SplitLines(*p.text);
   std::size_t first = 0;
   if (lines.empty()) return InvalidArgument(path + ": no samples (the file is empty)");
+  const Line line0 = Split(lines[0], delim);
   const bool counts = o.header == CsvHeader::kSklearnCounts ||
-                      (o.header == CsvHeader::kAuto && LooksLikeCounts(lines[0]));
+                      (o.header == CsvHeader::kAuto && LooksLikeCounts(line0));
   if (counts) {
-    const Line& c = lines[0];
+    const Line& c = line0;
     if (c.cells.size() < 2 || !ParseCount(c.cells[0]) || !ParseCount(c.cells[1])) {
       return InvalidArgument(path + ": line " + std::to_string(c.number) +
                              " is not a sklearn counts line (n_samples,n_features,names...)");
@@ -201,8 +221,9 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
     first = 1;
   }
   bool header = o.header == CsvHeader::kHeader;
+  const Line head = first < lines.size() ? Split(lines[first], delim) : Line{};
   if (!header && o.header != CsvHeader::kNone && first < lines.size()) {
-    const Line& l = lines[first];
+    const Line& l = head;
     header = LooksLikeHeader(l);
     if (!header && HasPandasIntegerNames(l)) {
       // pandas' integer names beside named columns are a header; a line of nothing but
@@ -219,22 +240,25 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
     }
   }
   if (header && first < lines.size()) {
-    for (auto c : lines[first].cells) p.names.emplace_back(c);
+    for (auto c : head.cells) p.names.emplace_back(c);
     ++first;
   }
-  p.rows.assign(std::make_move_iterator(lines.begin() + static_cast<std::ptrdiff_t>(first)),
-                std::make_move_iterator(lines.end()));
+  lines.erase(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(first));
+  p.rows = std::move(lines);
   if (p.rows.empty()) return InvalidArgument(path + ": no samples (no line after the header)");
-  p.columns = p.rows[0].cells.size();
+  std::vector<std::string_view> cells;
+  SplitCells(p.rows[0].text, delim, cells);
+  p.columns = cells.size();
   if (!p.names.empty() && p.names.size() != p.columns) {
     return DataLoss(path + ": the header names " + std::to_string(p.names.size()) +
                     " columns, line " + std::to_string(p.rows[0].number) + " has " +
                     std::to_string(p.columns));
   }
-  for (const Line& r : p.rows) {
-    if (r.cells.size() != p.columns) {
+  for (const RawLine& r : p.rows) {
+    SplitCells(r.text, delim, cells);
+    if (cells.size() != p.columns) {
       return DataLoss(path + ": line " + std::to_string(r.number) + " has " +
-                      std::to_string(r.cells.size()) + " columns, line " +
+                      std::to_string(cells.size()) + " columns, line " +
                       std::to_string(p.rows[0].number) + " has " + std::to_string(p.columns));
     }
   }
@@ -251,23 +275,25 @@ std::string ColumnName(const Parsed& p, std::size_t col) {
   return s;
 }
 
-StatusOr<float> Cell(const Parsed& p, const Line& row, std::size_t col) {
-  const std::string_view text = row.cells[col];
+// The cell `col` of `row` (split into `cells`) as a float. The message of a bad cell is made
+// only for it: made for every cell, it took most of the parse's time.
+StatusOr<float> Cell(const Parsed& p, const RawLine& row,
+                     const std::vector<std::string_view>& cells, std::size_t col) {
+  const std::string_view text = cells[col];
   const auto v = ParseNumber(text);
+  if (v && std::isfinite(*v) && std::abs(*v) <= 3.4e38) return static_cast<float>(*v);
   const std::string where =
       p.path + ": line " + std::to_string(row.number) + ", " + ColumnName(p, col) + ": ";
   if (!v) {
     return DataLoss(where + (text.empty() ? std::string("empty cell (missing value)")
                                           : Quote(text) + " is not a number"));
   }
-  if (!std::isfinite(*v) || std::abs(*v) > 3.4e38) {
-    return DataLoss(where + Quote(text) + " is not a finite float");
-  }
-  return static_cast<float>(*v);
+  return DataLoss(where + Quote(text) + " is not a finite float");
 }
 
-StatusOr<std::int32_t> Label(const Parsed& p, const Line& row, std::size_t col) {
-  const std::string_view text = row.cells[col];
+StatusOr<std::int32_t> Label(const Parsed& p, const RawLine& row,
+                             const std::vector<std::string_view>& cells, std::size_t col) {
+  const std::string_view text = cells[col];
   const auto v = ParseNumber(text);
   if (!v || !(*v >= 0 && *v < 2147483647.0) || std::floor(*v) != *v) {
     return DataLoss(p.path + ": line " + std::to_string(row.number) + ", " + ColumnName(p, col) +
@@ -330,10 +356,12 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     if (!label_col || c != *label_col) t.feature_names.push_back(px.names[c]);
   }
   t.x.reserve(t.n * t.features);
-  for (const Line& row : px.rows) {
+  std::vector<std::string_view> cells;
+  for (const RawLine& row : px.rows) {
+    SplitCells(row.text, px.delim, cells);
     for (std::size_t c = 0; c < px.columns; ++c) {
       if (label_col && c == *label_col) continue;
-      ASSIGN_OR_RETURN(float v, Cell(px, row, c));
+      ASSIGN_OR_RETURN(float v, Cell(px, row, cells, c));
       t.x.push_back(v);
     }
   }
@@ -367,8 +395,9 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     }
     t.labels.reserve(t.n);
     std::int32_t top = -1;
-    for (const Line& row : ys->rows) {
-      ASSIGN_OR_RETURN(std::int32_t label, Label(*ys, row, y_first));
+    for (const RawLine& row : ys->rows) {
+      SplitCells(row.text, ys->delim, cells);
+      ASSIGN_OR_RETURN(std::int32_t label, Label(*ys, row, cells, y_first));
       const int limit = t.task.classes > 0 ? t.task.classes : kMaxClasses;
       if (label >= limit) {
         return DataLoss(ys->path + ": line " + std::to_string(row.number) + ", " +
@@ -387,9 +416,10 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     }
     t.task.targets = static_cast<int>(y_count);
     t.targets.reserve(t.n * y_count);
-    for (const Line& row : ys->rows) {
+    for (const RawLine& row : ys->rows) {
+      SplitCells(row.text, ys->delim, cells);
       for (std::size_t c = y_first; c < y_first + y_count; ++c) {
-        ASSIGN_OR_RETURN(float v, Cell(*ys, row, c));
+        ASSIGN_OR_RETURN(float v, Cell(*ys, row, cells, c));
         t.targets.push_back(v);
       }
     }
