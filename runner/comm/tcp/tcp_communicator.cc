@@ -129,31 +129,54 @@ Status TcpCommunicator::Connect() {
   ASSIGN_OR_RETURN(int port, net::LocalPort(listener));
   RETURN_IF_ERROR(store_.Set(AddrKey(rank_), options_.advertise_host + ":" + std::to_string(port)));
 
-  auto addr = store_.Get(AddrKey(right_), options_.connect_timeout);
-  if (!addr.ok()) {
-    return addr.status().WithContext("waiting for the address of rank " + std::to_string(right_));
+  // Each wait for another rank below goes in slices, checking between them that no rank has
+  // failed: one that failed before it joined never will.
+  const auto slice_end = [](SteadyTime end) {
+    return std::min(end, DeadlineAfter(kGangProbeInterval));
+  };
+  const auto sliced_out = [](const Status& s, SteadyTime end) {
+    return s.code() == StatusCode::kDeadlineExceeded && std::chrono::steady_clock::now() < end;
+  };
+  const std::string waiting_addr = "waiting for the address of rank " + std::to_string(right_);
+  const SteadyTime addr_deadline = DeadlineAfter(options_.connect_timeout);
+  StatusOr<std::string> addr = Unavailable("not asked");
+  for (;;) {
+    const SteadyTime end = slice_end(addr_deadline);
+    addr =
+        store_.Get(AddrKey(right_),
+                   std::max(Duration::zero(),
+                            std::chrono::ceil<Duration>(end - std::chrono::steady_clock::now())));
+    if (!sliced_out(addr.status(), addr_deadline)) break;
+    RETURN_IF_ERROR(GangStillForming(waiting_addr));
   }
+  if (!addr.ok()) return addr.status().WithContext(waiting_addr);
   auto colon = addr->rfind(':');
   if (colon == std::string::npos) {
     return InvalidArgument("rank " + std::to_string(right_) + " published a bad address: " + *addr);
   }
   std::string host = addr->substr(0, colon);
   int right_port = std::atoi(addr->c_str() + colon + 1);
-  auto right = net::ConnectWithRetry(host, right_port, deadline);
-  if (!right.ok()) {
-    return right.status().WithContext("connecting to rank " + std::to_string(right_) + " at " +
-                                      *addr);
+  const std::string connecting = "connecting to rank " + std::to_string(right_) + " at " + *addr;
+  StatusOr<net::Socket> right = Unavailable("not attempted");
+  for (;;) {
+    right = net::ConnectWithRetry(host, right_port, slice_end(deadline));
+    if (!sliced_out(right.status(), deadline)) break;
+    RETURN_IF_ERROR(GangStillForming(connecting));
   }
+  if (!right.ok()) return right.status().WithContext(connecting);
   // Send our hello before accepting: every rank connects first, so waiting for the right
   // neighbour's reply here would wait around the whole ring.
   RETURN_IF_ERROR(SendHello(*right, rank_, size_, key, deadline)
                       .WithContext("hello to rank " + std::to_string(right_)));
 
+  const std::string waiting_left = "waiting for rank " + std::to_string(left_) + " to connect";
   for (;;) {
-    auto in = net::Accept(listener, deadline);
-    if (!in.ok()) {
-      return in.status().WithContext("waiting for rank " + std::to_string(left_) + " to connect");
+    auto in = net::Accept(listener, slice_end(deadline));
+    if (sliced_out(in.status(), deadline)) {
+      RETURN_IF_ERROR(GangStillForming(waiting_left));
+      continue;
     }
+    if (!in.ok()) return in.status().WithContext(waiting_left);
     Status hello =
         RecvHello(*in, left_, size_, key, std::min(deadline, DeadlineAfter(kHelloTimeout)));
     if (hello.ok()) {
@@ -181,6 +204,14 @@ Status TcpCommunicator::Connect() {
   spdlog::debug("tcp communicator rank {}/{}: ring connected (left {}, right {})", rank_, size_,
                 left_, right_);
   return Status::Ok();
+}
+
+Status TcpCommunicator::GangStillForming(const std::string& waiting) const {
+  const auto first = gang_failure_.Probe();
+  if (!first.ok()) return Unavailable(waiting + ": " + first.status().message());
+  if (!first->has_value()) return Status::Ok();
+  return Unavailable(waiting +
+                     ": the gang failed first: " + rendezvous::GangFailure::Describe(**first));
 }
 
 void TcpCommunicator::Abort() {

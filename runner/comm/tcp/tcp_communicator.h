@@ -24,6 +24,8 @@ namespace ringtrain::comm {
 inline constexpr std::size_t kDefaultChunkBytes = 256 * 1024;
 // Connecting the ring is part of the rendezvous: the contract's one default.
 inline constexpr Duration kDefaultCommConnectTimeout = contract::kRendezvousTimeout;
+// How often forming the ring checks whether another rank has failed (TcpCommunicator::Connect).
+inline constexpr Duration kGangProbeInterval{std::chrono::seconds(1)};
 
 struct TcpCommOptions {
   int rank = 0;
@@ -84,6 +86,11 @@ class TcpCommunicator final : public Communicator {
 
   TcpCommunicator(rendezvous::Store& store, const TcpCommOptions& options);
   Status Connect();
+  // Between the slices (kGangProbeInterval) of Connect's waits for another rank: a failure a
+  // rank of the gang has recorded (it will never join the ring), or a store that no longer
+  // answers (rank 0, which hosts it, is gone), ends the wait with Unavailable naming `waiting`
+  // and that cause, instead of waiting out connect_timeout (300 s by default).
+  Status GangStillForming(const std::string& waiting) const;
 
   // The one hot loop behind every collective. The incoming stream is spans_[1..n_spans)
   // concatenated; the outgoing stream is spans_[0] followed by the incoming stream as it is

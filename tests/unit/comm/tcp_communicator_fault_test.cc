@@ -18,6 +18,7 @@
 #include "common/net.h"
 #include "common/stop.h"
 #include "runner/comm/tcp/tcp_communicator.h"
+#include "runner/rendezvous/failure.h"
 #include "runner/rendezvous/memory_store.h"
 #include "tests/unit/comm/gang.h"
 
@@ -122,6 +123,58 @@ TEST(TcpCommunicatorFaultTest, StalledRankTimesOutNamingIt) {
   Status late = gang[kStalled]->AllReduce(bufs[kStalled].data(), 1000, ReduceOp::kSum);
   EXPECT_FALSE(late.ok());
   EXPECT_TRUE(late.retryable()) << late.ToString();
+}
+
+// A rank that fails while the ring forms (after the rendezvous, before it connects: its listener
+// cannot bind, it is OOM-killed) records its cause; the others stop waiting for it at once with
+// that cause (retryable), instead of waiting out connect_timeout (300 s by default). Rank 2 of 3
+// fails either before it publishes its address (rank 1 waits for the address, rank 0 for its
+// connection) or after (rank 1 is refused at that address). Without the check the survivors fail
+// only after connect_timeout, with DeadlineExceeded and no cause.
+TEST(TcpCommunicatorFaultTest, ARankThatFailsWhileTheRingFormsEndsTheOthersWaitWithItsCause) {
+  for (bool published : {false, true}) {
+    SCOPED_TRACE(published ? "after publishing its address" : "before publishing its address");
+    rendezvous::MemoryStore store;
+    if (published) {
+      // A port nobody listens on any more.
+      auto gone = net::Listen("127.0.0.1", 0);
+      ASSERT_TRUE(gone.ok()) << gone.status().ToString();
+      auto port = net::LocalPort(*gone);
+      ASSERT_TRUE(port.ok());
+      ASSERT_TRUE(store.Set("comm/addr/2", "127.0.0.1:" + std::to_string(*port)).ok());
+    }
+    std::latch waiting(2);
+    auto s = RunRanks(3, [&](int r) -> Status {
+      if (r == 2) {
+        waiting.wait();
+        const auto first = rendezvous::GangFailure(store, 2).Publish(
+            Unavailable("tcp communicator: bind 10.255.255.1:0: Cannot assign requested address"));
+        return first.ok() ? Status::Ok() : first.status();
+      }
+      TcpCommOptions o;
+      o.rank = r;
+      o.size = 3;
+      o.bind_host = "127.0.0.1";
+      o.connect_timeout = std::chrono::seconds(30);
+      waiting.count_down();
+      auto c = TcpCommunicator::Create(store, o);
+      return c.ok() ? Status::Ok() : c.status();
+    });
+    ASSERT_TRUE(s[2].ok()) << s[2].ToString();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(s[r].code(), StatusCode::kUnavailable) << "rank " << r << ": " << s[r].ToString();
+      EXPECT_NE(s[r].message().find("the gang failed first: UNAVAILABLE: tcp communicator: bind "
+                                    "10.255.255.1:0: Cannot assign requested address (rank 2)"),
+                std::string::npos)
+          << "rank " << r << ": " << s[r].message();
+    }
+    EXPECT_NE(s[0].message().find("waiting for rank 2 to connect"), std::string::npos)
+        << s[0].message();
+    EXPECT_NE(s[1].message().find(published ? "connecting to rank 2 at 127.0.0.1:"
+                                            : "waiting for the address of rank 2"),
+              std::string::npos)
+        << s[1].message();
+  }
 }
 
 TEST(TcpCommunicatorFaultTest, WorldOfTwoLosesItsOnlyPeer) {
