@@ -84,7 +84,14 @@ StatusOr<std::string> RecvFrame(const net::Socket& s, SteadyTime deadline) {
   std::uint32_t be;
   RETURN_IF_ERROR(net::RecvAll(s, &be, sizeof(be), deadline));
   std::uint32_t len = ntohl(be);
-  if (len > kMaxFrameBytes) return DataLoss("frame of " + std::to_string(len) + " bytes");
+  // A violation of the protocol by the peer is retryable, as a peer that is not the store at all
+  // (another service at its address, a stale port) or a corrupt stream is no property of the
+  // job: a restart meets a new store.
+  if (len > kMaxFrameBytes) {
+    return Unavailable("a frame of " + std::to_string(len) + " bytes, more than " +
+                       std::to_string(kMaxFrameBytes) +
+                       ": not a ringtrain rendezvous store, or a corrupt stream");
+  }
   std::string payload(len, '\0');
   RETURN_IF_ERROR(net::RecvAll(s, payload.data(), len, deadline));
   return payload;

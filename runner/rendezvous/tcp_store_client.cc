@@ -120,7 +120,7 @@ StatusOr<std::int64_t> TcpStoreClient::Add(const std::string& key, std::int64_t 
   ASSIGN_OR_RETURN(std::string body, Call(req, DeadlineAfter(Clamp(options_.op_timeout))));
   Reader r(body);
   std::uint64_t v;
-  if (!r.U64(v)) return DataLoss("rendezvous store: malformed add reply");
+  if (!r.U64(v)) return Unavailable("rendezvous store: malformed add reply");
   return static_cast<std::int64_t>(v);
 }
 

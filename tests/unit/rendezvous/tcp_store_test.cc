@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <thread>
@@ -224,6 +225,32 @@ TEST(TcpStoreTest, SilentServerTimesOutTheHandshake) {
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), StatusCode::kDeadlineExceeded) << client.status().ToString();
   EXPECT_NE(client.status().message().find("handshake"), std::string::npos);
+}
+
+// Another service at the store's address is retryable whatever its first bytes say: an SSH
+// server's banner read as a frame's length (1.4 GB) was DataLoss, permanent, where a 5-byte
+// frame of garbage was Unavailable.
+TEST(TcpStoreTest, AnotherServiceAtTheStoresAddressIsRetryableWhateverItSends) {
+  for (const std::string& banner :
+       {std::string("SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"), std::string("\0\0\0\5hello", 9)}) {
+    SCOPED_TRACE(banner.substr(0, 8));
+    auto listener = net::Listen("127.0.0.1", 0);
+    ASSERT_TRUE(listener.ok());
+    std::atomic<bool> done{false};
+    std::thread service([&] {
+      while (!done.load()) {
+        auto c = net::Accept(*listener, DeadlineAfter(100ms));
+        if (c.ok()) (void)net::SendAll(*c, banner.data(), banner.size(), DeadlineAfter(1s));
+      }
+    });
+    auto client = Connect(*net::LocalPort(*listener), kToken, 1s);
+    done.store(true);
+    service.join();
+    ASSERT_FALSE(client.ok());
+    EXPECT_TRUE(client.status().retryable()) << client.status().ToString();
+    EXPECT_NE(client.status().message().find("not a ringtrain rendezvous store"), std::string::npos)
+        << client.status().ToString();
+  }
 }
 
 TEST(TcpStoreTest, GarbageFromAStrangerDoesNotHurtTheServer) {
