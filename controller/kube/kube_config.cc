@@ -252,7 +252,8 @@ StatusOr<KubeConfig> Parse(const Reader& r, const Json& root) {
                       "v1.19); use a token, a client certificate or an exec plugin");
       }
     }
-    for (const char* unsupported : {"act-as", "act-as-uid", "act-as-groups", "act-as-user-extra"}) {
+    // client-go's names for them (clientcmd/api/v1 AuthInfo: Impersonate*, kubectl's --as).
+    for (const char* unsupported : {"as", "as-uid", "as-groups", "as-user-extra"}) {
       if (Fields(user, at).Find(unsupported) != nullptr) {
         return r.Fail(at + "." + unsupported + ": impersonation is not supported");
       }

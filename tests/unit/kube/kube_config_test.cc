@@ -407,8 +407,15 @@ TEST_F(KubeConfigTest, UnsupportedAuthIsRefusedByName) {
           {"auth-provider \"oidc\""});
   Refused(head + "users: [{name: u, user: {username: admin, password: pw}}]\n",
           {"users[0].user.username", "basic authentication"});
-  Refused(head + "users: [{name: u, user: {token: t, act-as: bob}}]\n",
-          {"users[0].user.act-as", "impersonation"});
+  // The keys client-go writes (kubectl config set-credentials --as, --as-group, --as-uid).
+  Refused(head + "users: [{name: u, user: {token: t, as: bob}}]\n",
+          {"users[0].user.as: impersonation is not supported"});
+  Refused(head + "users: [{name: u, user: {token: t, as-groups: [system:masters]}}]\n",
+          {"users[0].user.as-groups: impersonation is not supported"});
+  Refused(head + "users: [{name: u, user: {token: t, as-uid: \"1\"}}]\n",
+          {"users[0].user.as-uid: impersonation is not supported"});
+  Refused(head + "users: [{name: u, user: {token: t, as-user-extra: {scopes: [a]}}}]\n",
+          {"users[0].user.as-user-extra: impersonation is not supported"});
   Refused(
       "current-context: c\nclusters: [{name: k, cluster: {server: s, proxy-url: "
       "\"http://proxy:3128\"}}]\ncontexts: [{name: c, context: {cluster: k}}]\n",
