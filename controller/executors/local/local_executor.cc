@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,7 +17,6 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -57,34 +57,31 @@ struct Process {
   int nproc_per_node = 0;
 };
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// At most the first `max_bytes` of a file.
-std::string ReadHead(const std::string& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary);
-  std::string out(max_bytes, '\0');
-  in.read(out.data(), static_cast<std::streamsize>(max_bytes));
-  out.resize(static_cast<std::size_t>(in.gcount()));
-  return out;
-}
-
-// At most the last `max_bytes` of a file (a rank's log can be long).
-std::string ReadTail(const std::string& path, std::size_t max_bytes) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  const std::streamoff from =
-      std::max<std::streamoff>(0, size - static_cast<std::streamoff>(max_bytes));
-  in.seekg(from);
-  std::string out(static_cast<std::size_t>(size - from), '\0');
-  in.read(out.data(), static_cast<std::streamsize>(out.size()));
-  out.resize(static_cast<std::size_t>(in.gcount()));
+// At most `max_bytes` of a file a rank (or a user's program) wrote, from its head or its tail
+// (a rank's log can be long), read without trusting what is at the path: opened without
+// blocking and read only when it is a regular file, so a FIFO put in its place (a program's own
+// mkfifo) cannot stop the supervision loop until a writer comes, nor a device feed it forever.
+// "" when missing, unreadable or not a regular file.
+std::string ReadRankFile(const std::string& path, std::size_t max_bytes, bool tail = false) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string out;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    const std::uint64_t from = tail && size > max_bytes ? size - max_bytes : 0;
+    out.resize(static_cast<std::size_t>(std::min<std::uint64_t>(size - from, max_bytes)));
+    std::size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n =
+          ::pread(fd, out.data() + got, out.size() - got, static_cast<off_t>(from + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<std::size_t>(n);
+    }
+    out.resize(got);
+  }
+  ::close(fd);
   return out;
 }
 
@@ -393,9 +390,10 @@ void LocalRun::Reap() {
     }
     if (p.deleting) p.reason = "Deleted";
     // Read once, as the kubelet does when the container ends (FallbackToLogsOnError).
-    p.message = TerminationMessage(ReadHead(p.termination_log, kTerminationMessageMaxBytes),
-                                   p.exit_code != 0 ? ReadTail(p.log, kLogFallbackMaxBytes) : "",
-                                   p.exit_code);
+    p.message = TerminationMessage(
+        ReadRankFile(p.termination_log, kTerminationMessageMaxBytes),
+        p.exit_code != 0 ? ReadRankFile(p.log, kLogFallbackMaxBytes, /*tail=*/true) : "",
+        p.exit_code);
   }
 }
 
@@ -572,7 +570,8 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   if (options_.tty) std::fputs("\n", stdout);
   result.status = state_.status;
   result.wall_seconds = std::chrono::duration<double>(options_.clock->SteadyNow() - start).count();
-  result.result_json = ReadFile(ResultPath(state_.status.attempt));
+  // Rank 0's result: a few hundred bytes; more is no result of ours.
+  result.result_json = ReadRankFile(ResultPath(state_.status.attempt), 1 << 20);
   if (job_.spec.command.empty()) {
     result.checkpoint_dir = CheckpointDir();
     if (auto newest = NewestCheckpointFile(result.checkpoint_dir)) {

@@ -2,6 +2,7 @@
 // process cannot be started at all (fork fails, its log cannot be opened) is a failed replica
 // with reason StartError that the planner judges like any other, never the end of the run:
 // the ranks already running get SIGTERM and their grace, and the run ends with its summary.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -177,6 +178,52 @@ TEST_F(LocalRunTest, AGangRestartAfterAFailureKillsARankThatIgnoresSigtermWithou
   EXPECT_EQ(result->status.phase, "Succeeded");
   EXPECT_EQ(result->status.attempt, 1);
   EXPECT_EQ(result->status.restarts, 1);
+}
+
+// A program that puts a FIFO where its termination log goes (its own mkfifo) must not stop the
+// supervision: the log was opened for reading, blocking until a writer came, and the job stayed
+// Pending after the rank exited. Now only a regular file is read, and the rank's message falls
+// back to its output, as the kubelet's does. A watchdog writes to the FIFO after 60 s, so that
+// without the fix the test fails instead of hanging.
+TEST_F(LocalRunTest, AFifoInPlaceOfTheTerminationLogDoesNotStopTheRun) {
+  auto job = api::ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: fifo}\n"
+      "spec:\n  replicas: 1\n"
+      "  command: [sh, -c, 'rm -f \"$RINGTRAIN_TERMINATION_LOG\"; "
+      "mkfifo \"$RINGTRAIN_TERMINATION_LOG\" && echo \"$RINGTRAIN_TERMINATION_LOG\" > " +
+          dir_ +
+          "/fifo; echo its last words; exit 3']\n"
+          "  runPolicy: {backoffLimit: 0}\n",
+      "fifo.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  LocalRunOptions options;
+  options.workdir = dir_ + "/work";
+  options.poll = std::chrono::milliseconds(20);
+  std::atomic<bool> interrupted{false}, done{false}, unblocked{false};
+  std::thread watchdog([&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (done) return;
+    std::ifstream in(dir_ + "/fifo");
+    std::string fifo;
+    std::getline(in, fifo);
+    const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+    if (fd >= 0) {
+      unblocked = true;
+      ::close(fd);
+    }
+  });
+  auto result = RunLocal(*job, options, &interrupted);
+  done = true;
+  watchdog.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(unblocked) << "the run waited on the FIFO until the watchdog opened it";
+  EXPECT_EQ(result->status.phase, "Failed");
+  ASSERT_TRUE(result->status.last_failure.has_value());
+  EXPECT_NE(result->status.last_failure->message.find("its last words"), std::string::npos)
+      << result->status.last_failure->message;
 }
 
 // The template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS reached the runners of a GangRestart job under
