@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/stop.h"
 #include "runner/data/data_file.h"
 
 namespace ringtrain::data {
@@ -80,6 +81,13 @@ void SplitCells(std::string_view line, char delim, std::vector<std::string_view>
       start = i + 1;
     }
   }
+}
+
+// Every 4096 rows: StoppedStatus naming the file once a stop (SIGTERM, SIGINT) is requested, so a
+// large file is not parsed to its end first.
+Status CheckNotStopped(std::size_t row, const std::string& path) {
+  if (row % 4096 != 0 || !StopRequested()) return Status::Ok();
+  return StoppedStatus("data loading (parsing " + path + ")");
 }
 
 // A non-blank line of the file, not yet split: its cells are split where they are read, into
@@ -254,7 +262,9 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
                     " columns, line " + std::to_string(p.rows[0].number) + " has " +
                     std::to_string(p.columns));
   }
+  std::size_t seen = 0;
   for (const RawLine& r : p.rows) {
+    RETURN_IF_ERROR(CheckNotStopped(++seen, path));
     SplitCells(r.text, delim, cells);
     if (cells.size() != p.columns) {
       return DataLoss(path + ": line " + std::to_string(r.number) + " has " +
@@ -357,7 +367,9 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
   }
   t.x.reserve(t.n * t.features);
   std::vector<std::string_view> cells;
+  std::size_t seen = 0;
   for (const RawLine& row : px.rows) {
+    RETURN_IF_ERROR(CheckNotStopped(++seen, px.path));
     SplitCells(row.text, px.delim, cells);
     for (std::size_t c = 0; c < px.columns; ++c) {
       if (label_col && c == *label_col) continue;

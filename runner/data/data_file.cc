@@ -9,6 +9,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "common/stop.h"
 #include "runner/data/idx.h"
 
 namespace ringtrain::data {
@@ -85,6 +86,11 @@ StatusOr<DataFile> DataFile::Open(const std::string& path) {
   return DataFile(std::move(impl), path, static_cast<std::uint64_t>(st.st_size), gzip);
 }
 
+Status DataFile::CheckNotStopped() const {
+  if (StopRequested()) return StoppedStatus("data loading (reading " + path_ + ")");
+  return Status::Ok();
+}
+
 std::uint64_t DataFile::max_content_bytes() const {
   if (!gzip_) return size_;
   std::uint64_t bound = 0;
@@ -98,6 +104,7 @@ StatusOr<std::size_t> DataFile::ReadUpTo(std::size_t len, std::string& out) {
   char buf[1 << 16];
   std::size_t got = 0;
   while (got < len) {
+    RETURN_IF_ERROR(CheckNotStopped());
     const auto want = static_cast<unsigned>(std::min(len - got, sizeof buf));
     const int n = gzread(impl_->f, buf, want);
     if (n < 0) return ReadFailed(impl_->f, errno, path_, nullptr);
@@ -114,7 +121,10 @@ StatusOr<std::size_t> DataFile::ReadUpTo(std::size_t len, std::string& out) {
 Status DataFile::ReadExact(void* buf, std::size_t len, const char* what) {
   auto* p = static_cast<unsigned char*>(buf);
   while (len > 0) {
-    const unsigned chunk = len > (1u << 30) ? (1u << 30) : static_cast<unsigned>(len);
+    RETURN_IF_ERROR(CheckNotStopped());
+    // 8 MB at a time: a SIGTERM is noticed between them, not after a whole file of the slow
+    // volume.
+    const unsigned chunk = len > (8u << 20) ? (8u << 20) : static_cast<unsigned>(len);
     const int n = gzread(impl_->f, p, chunk);
     if (n < 0) return ReadFailed(impl_->f, errno, path_, what);
     if (n == 0) {

@@ -44,6 +44,9 @@ class DataFile {
   Status ReadPayload(std::uint64_t total, std::vector<unsigned char>& out, const char* what);
   // DataLoss unless the file has no more bytes.
   Status ExpectEnd();
+  // StoppedStatus naming the file once a stop (SIGTERM, SIGINT) is requested: the reads above
+  // check it between their chunks, and a reader's own loops over what it read may too.
+  Status CheckNotStopped() const;
 
  private:
   struct Impl;

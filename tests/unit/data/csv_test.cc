@@ -1,5 +1,7 @@
 #include "runner/data/csv.h"
 
+#include <csignal>
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -10,6 +12,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "common/stop.h"
 
 namespace ringtrain::data {
 namespace {
@@ -57,6 +61,26 @@ TEST_F(CsvTest, ReadsHeaderAndLabelColumnByName) {
   EXPECT_EQ(t->labels, (std::vector<std::int32_t>{2, 0}));
   EXPECT_EQ(t->task.classes, 3);  // the largest label + 1
   EXPECT_EQ(t->shape, (std::vector<std::size_t>{2}));
+}
+
+// A SIGTERM while a dataset loads ends the load (Cancelled, naming the file) instead of waiting
+// for the whole file to be read and parsed (7.9 s for a 180 MB CSV). The request comes before
+// the read here; a stop during it is seen between its chunks in the same way.
+TEST_F(CsvTest, AStopRequestEndsTheLoadNamingTheFile) {
+  const auto path = Write("a.csv", "f1,label\n1,2\n4,0\n");
+  CsvOptions o;
+  o.label_name = "label";
+  ResetStopForTest();
+  RequestStop(SIGTERM);
+  auto t = ReadCsv({path, ""}, o);
+  ResetStopForTest();
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kCancelled) << t.status().ToString();
+  EXPECT_NE(Error(t).find("stopped by SIGTERM during data loading (reading " + path + ")"),
+            std::string::npos)
+      << Error(t);
+  // And without one, the same file loads.
+  EXPECT_TRUE(ReadCsv({path, ""}, o).ok());
 }
 
 TEST_F(CsvTest, NoHeaderLabelIndexFromTheStartOrTheEnd) {

@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "common/stop.h"
 #include "runner/data/idx.h"
 
 namespace ringtrain::data {
@@ -281,6 +283,23 @@ TEST_F(IdxTest, APayloadIsReadIntoOneBufferOfItsOwnSize) {
     EXPECT_EQ(ds->images.capacity(), ds->images.size());
     EXPECT_TRUE(std::equal(ds->images.begin(), ds->images.end(), img.begin() + 16));
   }
+}
+
+// A SIGTERM while the images load ends the load between two chunks (Cancelled, naming the
+// file), not after the whole file.
+TEST_F(IdxTest, AStopRequestEndsTheLoadNamingTheFile) {
+  std::string images, labels;
+  WriteValid(&images, &labels);
+  ResetStopForTest();
+  RequestStop(SIGTERM);
+  auto ds = LoadIdx(images, labels);
+  ResetStopForTest();
+  ASSERT_FALSE(ds.ok());
+  EXPECT_EQ(ds.status().code(), StatusCode::kCancelled) << ds.status().ToString();
+  EXPECT_NE(ds.status().message().find("during data loading (reading " + images + ")"),
+            std::string::npos)
+      << ds.status().message();
+  EXPECT_TRUE(LoadIdx(images, labels).ok());
 }
 
 // Issue 10 item 1: a test set of another shape than the model's input is refused at load.
