@@ -99,11 +99,12 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   rank_env.termination_log = "/dev/termination-log";
   rank_env.gang_gate = std::string(kGangGateDir) + "/" + kGangGateFile;
   rank_env.recovery_timeout = api::RecoveryTimeoutFor(spec);
-  // The template's own value is replaced by the operator's, 0 included (left out, the template's
-  // "0" stayed at its own place in the list: an edit between 0 and a wait changed the pod's hash
-  // and restarted the gang, and with runPolicy.recovery GangRestart a template's wait reached a
-  // runner whose lost peer is never replaced alone).
-  rank_env.say_recovery_timeout = api::TemplateRunnerSetsEnv(spec, contract::kEnvRecoveryTimeout);
+  // Said always, 0 included, as `ringtrain run` says it: left out where no rank recovers in place
+  // (GangRestart, a spec.command program, GPU replicas), an image's own ENV of it reached a
+  // runner whose lost peer is never replaced alone, and the template's own value (replaced by
+  // the operator's) stayed at its own place in the list. No pod stamp hashes the env, so pods of
+  // an older operator restart nothing.
+  rank_env.say_recovery_timeout = true;
   if (spec.run_policy.scheduling_timeout_seconds > 0) {
     rank_env.gang_gate_timeout =
         std::chrono::seconds(spec.run_policy.scheduling_timeout_seconds) + kGangGateSlack;
