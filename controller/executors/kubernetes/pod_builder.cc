@@ -198,12 +198,18 @@ void ApplySecurityDefaults(Json* pod_spec) {
   if (!pod_spec->contains("automountServiceAccountToken")) {
     (*pod_spec)["automountServiceAccountToken"] = false;  // the runner never calls the API
   }
-  for (auto& c : (*pod_spec)["containers"]) {
-    if (!c.is_object()) continue;  // the API server refuses such a pod with the reason
-    Json& csc = c["securityContext"];
-    if (!csc.is_object()) csc = Json::object();
-    if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
-    if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", Json::array({"ALL"})}};
+  // The template's init containers too (native sidecars among them): "restricted" checks them
+  // as it checks the others, so one left without these refused the whole pod.
+  for (const char* list : {"containers", "initContainers"}) {
+    const auto it = pod_spec->find(list);
+    if (it == pod_spec->end() || !it->is_array()) continue;
+    for (auto& c : *it) {
+      if (!c.is_object()) continue;  // the API server refuses such a pod with the reason
+      Json& csc = c["securityContext"];
+      if (!csc.is_object()) csc = Json::object();
+      if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
+      if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", Json::array({"ALL"})}};
+    }
   }
 }
 

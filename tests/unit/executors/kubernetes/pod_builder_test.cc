@@ -168,6 +168,36 @@ TEST(PodSecurityTest, PodIsRestrictedAndTheTemplateMayOverride) {
             Json({{"add", {"SYS_PTRACE"}}}));
 }
 
+// The template's init containers, a native sidecar among them, get the same defaults: the
+// "restricted" standard checks them too, and one without refused the whole pod (review). A field
+// an init container sets still wins.
+TEST(PodSecurityTest, InitContainersAreRestrictedToo) {
+  Json pod = BuildPod(
+      ParseJob("j", "default",
+               {{"replicas", 1},
+                {"template",
+                 {{"spec",
+                   {{"initContainers",
+                     {{{"name", "init"}, {"image", "busybox"}},
+                      {{"name", "nat"}, {"image", "proxy"}, {"restartPolicy", "Always"}},
+                      {{"name", "own"},
+                       {"image", "busybox"},
+                       {"securityContext", {{"capabilities", {{"add", {"NET_ADMIN"}}}}}}}}}}}}}}),
+      0, 0, PodOptions{});
+  const Json restricted = {{"allowPrivilegeEscalation", false},
+                           {"capabilities", {{"drop", {"ALL"}}}}};
+  const Json& init = pod["spec"]["initContainers"];
+  ASSERT_EQ(init.size(), 3u) << init.dump();
+  EXPECT_EQ(init[0]["securityContext"], restricted);
+  EXPECT_EQ(init[1]["securityContext"], restricted);
+  EXPECT_EQ(init[2]["securityContext"], Json({{"allowPrivilegeEscalation", false},
+                                              {"capabilities", {{"add", {"NET_ADMIN"}}}}}));
+  // No template, no init containers made up.
+  EXPECT_FALSE(
+      BuildPod(ParseJob("j", "default", {{"replicas", 1}}), 0, 0, PodOptions{})["spec"].contains(
+          "initContainers"));
+}
+
 TEST(PodSecurityTest, ResourcesComeFromTheSpecWithDefaults) {
   auto runner = [](Json spec) {
     spec["replicas"] = 1;
