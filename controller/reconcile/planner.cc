@@ -1475,10 +1475,9 @@ Plan Planner::Run() {
     SetCondition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true");
     EndCondition("Running", "Suspended", "job suspended");
     EndCondition("Restarting", "Suspended", "job suspended");
-    // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains.
-    if (FindCondition(kPodsReadyCondition) != nullptr) {
-      SetCondition(kPodsReadyCondition, false, "Suspended", "the job is suspended: " + replicas);
-    }
+    // No replica runs (kubectl get tj shows this reason as PODS), and nothing trains: said of a
+    // job created suspended too, whose PODS column was empty.
+    RecordCondition(kPodsReadyCondition, false, "Suspended", "the job is suspended: " + replicas);
     if (st().progress) st().progress->samples_per_second = 0;
     st().replicas = {};
     return std::move(plan_);

@@ -412,6 +412,28 @@ TEST(Planner, ActiveDeadlineIsNeverEarlyForAStartTimeStoredToTheSecond) {
   EXPECT_EQ(Cond(late.status, "Failed")->reason, "DeadlineExceeded");
 }
 
+// A job created suspended says so in PodsReady (kubectl get tj's PODS column) as a job suspended
+// while running does: it had no PodsReady at all, and the column was empty (review). Its resume
+// creates the gang, and the column then says the pods start.
+TEST(Planner, AJobCreatedSuspendedShowsItInThePodsColumn) {
+  auto job = Job(2);
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(job, {}, kT0);
+  EXPECT_EQ(s.status.phase, "Suspended");
+  EXPECT_EQ(Count(s, Kind::kCreateReplica), 0);
+  const api::Condition* pods = Cond(s.status, kPodsReadyCondition);
+  ASSERT_NE(pods, nullptr) << "PODS must not be blank";
+  EXPECT_EQ(pods->status, "False");
+  EXPECT_EQ(pods->reason, "Suspended");
+  EXPECT_EQ(pods->message, "the job is suspended: its replicas are deleted");
+  job.status = s.status;
+  job.spec.run_policy.suspend = false;
+  Plan r = PlanAt(job, {}, At(10));
+  EXPECT_EQ(Count(r, Kind::kCreateReplica), 2);
+  ASSERT_NE(Cond(r.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(r.status, kPodsReadyCondition)->reason, kPodsStartingReason);
+}
+
 TEST(Planner, SuspendDeletesAndResumeRecreates) {
   auto job = Job(2);
   job.status.phase = "Running";
