@@ -51,6 +51,11 @@ const std::map<std::string, Predicate>& Rules() {
          return self.is_string() &&
                 (self.get<std::string>().empty() || self.get<std::string>().front() == '/');
        }},
+      {"has(self.volumeClaim) == has(oldSelf.volumeClaim)",
+       [](const json& self, const json* old) -> std::optional<bool> {
+         if (old == nullptr) return std::nullopt;
+         return (Field(self, "volumeClaim") != nullptr) == (Field(*old, "volumeClaim") != nullptr);
+       }},
       {"!(has(self.volumeClaim) && has(self.volume))",
        [](const json& self, const json*) -> std::optional<bool> {
          return !(Field(self, "volumeClaim") != nullptr && Field(self, "volume") != nullptr);
