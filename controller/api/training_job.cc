@@ -122,7 +122,13 @@ DataShape DeclaredDataShape(const TrainSpec& t) {
   // against it even when neither the sample shape nor the classes are declared.
   DataShape shape;
   shape.task = model::Task::kClassification;
-  if (!t.dataset_spec) return shape;
+  // A directory of IDX files: the ranks give the model 10 classes (runner --model's, which the
+  // operator never sets), and refuse labels beyond them. Left unknown, a layer list of another
+  // width was created as pods that every rank refused (review).
+  if (!t.dataset_spec) {
+    shape.outputs = 10;
+    return shape;
+  }
   const data::DatasetSpec& d = *t.dataset_spec;
   const std::vector<int>& dims = d.input_shape;
   // As the ranks read the data (model::InputShapeOf): [h, w] is one channel of h x w, [c, h, w]

@@ -67,8 +67,10 @@ struct TrainSpec {
 
 // spec.checkpoint.volumeClaim: the operator creates the PVC <job>-checkpoints, owned by the job.
 struct CheckpointVolumeClaim {
-  std::string size = "1Gi";        // a quantity
-  std::string storage_class_name;  // "" = the cluster's default StorageClass
+  std::string size = "1Gi";  // a quantity
+  // nullopt: the cluster's default StorageClass; "" (given): none, as a PersistentVolumeClaim
+  // reads it (a PersistentVolume made for the claim binds it, nothing is provisioned).
+  std::optional<std::string> storage_class_name;
   std::vector<std::string> access_modes = {"ReadWriteOnce"};
   bool operator==(const CheckpointVolumeClaim&) const = default;
 };
@@ -292,7 +294,8 @@ inline bool RecoversInPlace(const JobSpec& spec) { return RecoveryTimeoutFor(spe
 
 // What spec.train.dataset declares without being read: its task (always known: a directory is
 // IDX, a classification; an object's task defaults to classification), and its inputShape and
-// classes (a classification's) when it states them.
+// classes (a classification's) when it states them; a directory has 10 classes, as the ranks
+// read it.
 DataShape DeclaredDataShape(const TrainSpec& t);
 
 // The layer list as the runner's --model-spec JSON, every default written out:

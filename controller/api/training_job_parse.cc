@@ -198,7 +198,11 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
     if (const json* size = v.Find("size"); size != nullptr) {
       RETURN_IF_ERROR(ParseQuantity(*size, v.Path("size"), &out.size));
     }
-    RETURN_IF_ERROR(v.String("storageClassName", &out.storage_class_name));
+    if (v.Find("storageClassName") != nullptr) {
+      std::string sc;
+      RETURN_IF_ERROR(v.String("storageClassName", &sc));
+      out.storage_class_name = std::move(sc);
+    }
     if (const json* modes = v.Find("accessModes"); modes != nullptr) {
       if (!modes->is_array() || modes->empty()) {
         return InvalidArgument(v.Path("accessModes") + ": must be a non-empty list");

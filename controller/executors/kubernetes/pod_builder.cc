@@ -536,7 +536,8 @@ std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job) {
   if (!claim) return std::nullopt;
   Json spec = {{"accessModes", claim->access_modes},
                {"resources", {{"requests", {{"storage", claim->size}}}}}};
-  if (!claim->storage_class_name.empty()) spec["storageClassName"] = claim->storage_class_name;
+  // "" given is kept: no class, as Kubernetes reads it, not the default one.
+  if (claim->storage_class_name) spec["storageClassName"] = *claim->storage_class_name;
   return Json{{"apiVersion", "v1"},
               {"kind", "PersistentVolumeClaim"},
               {"metadata", ChildMetadata(job, CheckpointClaimName(job.metadata.name))},

@@ -550,11 +550,18 @@ void Reconciler::ExplainPendingClaims(const Json& pod, ObservedReplica* r,
       continue;  // cannot tell: the scheduler's words stand
     } else if (text(*got, "status", "phase") == "Pending") {
       const std::string sc = text(*got, "spec", "storageClassName");
+      const Json* spec = got->is_object() && got->contains("spec") ? &(*got)["spec"] : nullptr;
+      const bool asks_none = spec != nullptr && spec->is_object() &&
+                             spec->contains("storageClassName") &&
+                             (*spec)["storageClassName"] == "";
       why = "PersistentVolumeClaim " + claim + " is Pending: " +
-            (sc.empty() ? std::string("it names no StorageClass and the cluster had no default "
-                                      "one, so nothing provisions it (set a storageClassName, "
-                                      "or mark a StorageClass as the default)")
-                        : "StorageClass " + sc + " has not provisioned a volume for it yet");
+            (asks_none    ? std::string("it asks for no StorageClass (storageClassName \"\"), so "
+                                           "only a PersistentVolume made for it binds it, and none "
+                                           "has")
+             : sc.empty() ? std::string("it names no StorageClass and the cluster had no default "
+                                        "one, so nothing provisions it (set a storageClassName, "
+                                        "or mark a StorageClass as the default)")
+                          : "StorageClass " + sc + " has not provisioned a volume for it yet");
     } else {
       continue;
     }

@@ -739,8 +739,8 @@ TEST(ModelList, AListLongerThanOneArgumentIsRefused) {
 TEST(Json, ApiObjectsCarryBothModelForms) {
   for (const std::string& model :
        {std::string(R"("cnn")"),
-        std::string(R"({"input":[13],"layers":[{"dense":{"units":8}},"tanh",)"
-                    R"({"dense":{"units":3}},"softmax"]})")}) {
+        std::string(R"({"input":[784],"layers":[{"dense":{"units":8}},"tanh",)"
+                    R"({"dense":{"units":10}},"softmax"]})")}) {
     const std::string doc =
         R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob","metadata":{"name":"j"},)"
         R"("spec":{"train":{"model":)" +
@@ -754,7 +754,7 @@ TEST(Json, ApiObjectsCarryBothModelForms) {
     } else {
       ASSERT_TRUE(job->spec.train.model_spec.has_value());
       EXPECT_EQ(job->spec.train.model_spec->layers.size(), 4u);
-      EXPECT_NE(ArgValue(args, "--model-spec").find(R"("input":[13])"), std::string::npos);
+      EXPECT_NE(ArgValue(args, "--model-spec").find(R"("input":[784])"), std::string::npos);
     }
   }
 }
@@ -805,6 +805,28 @@ TEST(DatasetObject, ErrorsNameTheField) {
     ASSERT_FALSE(job.ok()) << spec;
     EXPECT_NE(job.status().message().find(expected), std::string::npos) << job.status().message();
   }
+}
+
+// A directory of IDX files (the default dataset among them) has the 10 classes the ranks give it:
+// a layer list of another width is refused before any pod, as `ringtrain validate` refuses it
+// with the files. Before, the operator created the pods and every rank refused the model.
+TEST(ModelList, ADirectoryOfIdxFilesHasTenClasses) {
+  const std::string twelve =
+      "  train:\n    model:\n      input: [1, 28, 28]\n      layers: [flatten, {dense: {units: "
+      "12}}]\n";
+  for (const std::string& dataset : {std::string(), std::string("    dataset: /data/my-mnist\n")}) {
+    auto job = ParseManifestYaml(WithSpec(twelve + dataset), "m.yaml");
+    ASSERT_FALSE(job.ok()) << dataset;
+    EXPECT_NE(job.status().message().find("m.yaml: spec.train.model.layers[1] dense: output 12 "
+                                          "units but the dataset has 10 classes"),
+              std::string::npos)
+        << job.status().message();
+  }
+  auto ten = ParseManifestYaml(
+      WithSpec("  train:\n    model:\n      input: [1, 28, 28]\n      layers: [flatten, "
+               "{dense: {units: 10}}]\n"),
+      "m.yaml");
+  EXPECT_TRUE(ten.ok()) << ten.status().ToString();
 }
 
 TEST(DatasetObject, DeclaredShapeCompletesAndChecksTheModel) {

@@ -263,6 +263,21 @@ TEST(CheckpointStorageTest, ClaimIsOwnedByTheJobAndMountedWhereRankZeroRuns) {
   EXPECT_FALSE(CheckpointMount(BuildPod(rwx, 0, 1, PodOptions{}), "/out").second.is_null());
 }
 
+// storageClassName as a PersistentVolumeClaim reads it: not given, the cluster's default class;
+// "" given, no class (a PersistentVolume made for the claim binds it). The "" was dropped, so the
+// default class provisioned a new volume beside the one made for the job (review).
+TEST(CheckpointStorageTest, AnEmptyStorageClassNameAsksForNone) {
+  const auto claim_spec = [](const Json& claim) {
+    api::TrainingJob job =
+        ParseJob("c", "ml", {{"replicas", 1}, {"checkpoint", {{"volumeClaim", claim}}}});
+    return (*BuildCheckpointClaim(job))["spec"];
+  };
+  const Json none = claim_spec({{"storageClassName", ""}});
+  ASSERT_TRUE(none.contains("storageClassName")) << none.dump();
+  EXPECT_EQ(none["storageClassName"], "");
+  EXPECT_FALSE(claim_spec(Json::object()).contains("storageClassName"));
+}
+
 TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
   api::TrainingJob nfs = ParseJob(
       "n", "default",
