@@ -102,8 +102,8 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   // Said always, 0 included, as `ringtrain run` says it: left out where no rank recovers in place
   // (GangRestart, a spec.command program, GPU replicas), an image's own ENV of it reached a
   // runner whose lost peer is never replaced alone, and the template's own value (replaced by
-  // the operator's) stayed at its own place in the list. No pod stamp hashes the env, so pods of
-  // an older operator restart nothing.
+  // the operator's) stayed at its own place in the list. The spec hash counts the entry only
+  // where earlier operators wrote it (RecoveryEntryHashed), so their pods keep their hash.
   rank_env.say_recovery_timeout = true;
   if (spec.run_policy.scheduling_timeout_seconds > 0) {
     rank_env.gang_gate_timeout =
@@ -453,8 +453,17 @@ void AvoidNodes(const api::TrainingJob& job, int attempt, Json* pod_spec) {
 // replacement), hashed as the default earlier operators always passed on, so their pods keep
 // their hash whatever the template says.
 // RINGTRAIN_IMAGE repeats the container's image (hashed there), and pods built before it existed
-// must keep their hash.
-std::string BuildHash(const Json& meta, const Json& spec) {
+// must keep their hash. `recovery_entry_hashed` (RecoveryEntryHashed): whether the recovery
+// timeout's entry counts at all.
+// Operators before session 45 said the recovery timeout only where it was above 0 or the template
+// named it; their pods, which have no entry elsewhere, must keep their hash (an upgrade followed
+// by any edit restarted such a gang as SpecChanged).
+bool RecoveryEntryHashed(const api::JobSpec& spec) {
+  return api::RecoveryTimeoutFor(spec) > Duration::zero() ||
+         api::TemplateRunnerSetsEnv(spec, contract::kEnvRecoveryTimeout);
+}
+
+std::string BuildHash(const Json& meta, const Json& spec, bool recovery_entry_hashed) {
   Json hashed = {{"metadata", meta}, {"spec", spec}};
   for (auto& c : hashed["spec"]["containers"]) {
     if (StringAt(c, "name") != kContainerName || !c.contains("env") || !c["env"].is_array()) {
@@ -465,6 +474,7 @@ std::string BuildHash(const Json& meta, const Json& spec) {
       const std::string name = StringAt(e, "name");
       if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage) continue;
       if (name == contract::kEnvRecoveryTimeout) {
+        if (!recovery_entry_hashed) continue;
         // Hashed as the default every earlier operator passed on, whatever the template says.
         Json same = e;
         same["value"] = std::to_string(
@@ -580,7 +590,7 @@ std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
   static const PodOptions kNeutral{"ringtrain.dev/default-runner", "ringtrain-runner", "/ckpt"};
   Json pod_meta, spec;
   BuildPodUnstamped(job, attempt, rank, kNeutral, &pod_meta, &spec);
-  return BuildHash(pod_meta, spec);
+  return BuildHash(pod_meta, spec, RecoveryEntryHashed(job.spec));
 }
 
 std::string RunnerImage(const api::JobSpec& spec, const PodOptions& options) {

@@ -723,6 +723,21 @@ TEST(PodBuilderTest, TheSpecHashOfAPodIsTheOneEarlierReleasesStamped) {
   EXPECT_EQ(PodSpecHash(job, 0, 1), "37bbac12fb1e3984");
 }
 
+// Jobs whose pods had no recovery-timeout entry before session 45 (GangRestart, a program of the
+// user's own) keep the hash those operators stamped, though the entry is now said ("0"): an
+// upgrade followed by any edit restarted such a gang as SpecChanged (review). The hashes are
+// the ones f3a85c5's builder stamped.
+TEST(PodBuilderTest, TheSpecHashOfAGangRestartOrCommandPodIsTheOneEarlierReleasesStamped) {
+  api::TrainingJob gang =
+      ParseJob("mnist", "default", {{"replicas", 2}, {"runPolicy", {{"recovery", "GangRestart"}}}});
+  gang.metadata.generation = 1;
+  EXPECT_EQ(PodSpecHash(gang, 0, 1), "2854104282b0d234");
+  api::TrainingJob command =
+      ParseJob("mnist", "default", {{"replicas", 2}, {"command", {"python3", "train.py"}}});
+  command.metadata.generation = 1;
+  EXPECT_EQ(PodSpecHash(command, 0, 1), "0bcee38468d41e63");
+}
+
 // The second stamp: what the operator's own options (which the spec hash leaves out) made of
 // the pod, as far as they decide it for this job.
 TEST(PodBuilderTest, APodCarriesTheHashOfTheOptionsThatBuiltIt) {
