@@ -199,16 +199,35 @@ void ApplySecurityDefaults(Json* pod_spec) {
     (*pod_spec)["automountServiceAccountToken"] = false;  // the runner never calls the API
   }
   // The template's init containers too (native sidecars among them): "restricted" checks them
-  // as it checks the others, so one left without these refused the whole pod.
+  // as it checks the others, so one left without these refused the whole pod. A container that
+  // asks for what the defaults contradict keeps it: a privileged one, or one adding SYS_ADMIN,
+  // gets no allowPrivilegeEscalation: false (the API server refuses the two together), and an
+  // init container that runs as root (a chown, a sysctl) keeps root's capabilities.
+  const bool pod_root = root_requested;
   for (const char* list : {"containers", "initContainers"}) {
     const auto it = pod_spec->find(list);
     if (it == pod_spec->end() || !it->is_array()) continue;
+    const bool init = std::string_view(list) == "initContainers";
     for (auto& c : *it) {
       if (!c.is_object()) continue;  // the API server refuses such a pod with the reason
       Json& csc = c["securityContext"];
       if (!csc.is_object()) csc = Json::object();
-      if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
-      if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", Json::array({"ALL"})}};
+      const bool privileged = csc.contains("privileged") && csc["privileged"] == true;
+      bool sys_admin = false;
+      if (const auto caps = csc.find("capabilities"); caps != csc.end() && caps->is_object()) {
+        if (const auto add = caps->find("add"); add != caps->end() && add->is_array()) {
+          for (const Json& cap : *add) {
+            sys_admin = sys_admin || cap == "SYS_ADMIN" || cap == "CAP_SYS_ADMIN";
+          }
+        }
+      }
+      const bool root = csc.contains("runAsUser") ? csc["runAsUser"] == 0 : pod_root;
+      if (!csc.contains("allowPrivilegeEscalation") && !privileged && !sys_admin) {
+        csc["allowPrivilegeEscalation"] = false;
+      }
+      if (!csc.contains("capabilities") && !privileged && !(init && root)) {
+        csc["capabilities"] = {{"drop", Json::array({"ALL"})}};
+      }
     }
   }
 }

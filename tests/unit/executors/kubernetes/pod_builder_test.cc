@@ -192,6 +192,33 @@ TEST(PodSecurityTest, InitContainersAreRestrictedToo) {
   EXPECT_EQ(init[1]["securityContext"], restricted);
   EXPECT_EQ(init[2]["securityContext"], Json({{"allowPrivilegeEscalation", false},
                                               {"capabilities", {{"add", {"NET_ADMIN"}}}}}));
+  // What a container asks for that the defaults contradict, it keeps (review): a privileged
+  // one, or one adding SYS_ADMIN, gets no allowPrivilegeEscalation: false (the API server
+  // refuses "cannot set allowPrivilegeEscalation to false and privileged to true"), and an init
+  // container that runs as root keeps root's capabilities (a chown needs CAP_CHOWN).
+  Json own =
+      BuildPod(ParseJob("j", "default",
+                        {{"replicas", 1},
+                         {"template",
+                          {{"spec",
+                            {{"initContainers",
+                              {{{"name", "sysctl"},
+                                {"image", "busybox"},
+                                {"securityContext", {{"privileged", true}}}},
+                               {{"name", "mount"},
+                                {"image", "busybox"},
+                                {"securityContext", {{"capabilities", {{"add", {"SYS_ADMIN"}}}}}}},
+                               {{"name", "chown"},
+                                {"image", "busybox"},
+                                {"securityContext", {{"runAsUser", 0}}}}}}}}}}}),
+               0, 0, PodOptions{});
+  const Json& asked = own["spec"]["initContainers"];
+  EXPECT_EQ(asked[0]["securityContext"], Json({{"privileged", true}}));
+  EXPECT_EQ(asked[1]["securityContext"], Json({{"capabilities", {{"add", {"SYS_ADMIN"}}}}}));
+  EXPECT_EQ(asked[2]["securityContext"],
+            Json({{"runAsUser", 0}, {"allowPrivilegeEscalation", false}}));
+  // The runner container keeps its defaults as before.
+  EXPECT_EQ(own["spec"]["containers"][0]["securityContext"], restricted);
   // No template, no init containers made up.
   EXPECT_FALSE(
       BuildPod(ParseJob("j", "default", {{"replicas", 1}}), 0, 0, PodOptions{})["spec"].contains(
