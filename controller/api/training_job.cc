@@ -142,6 +142,8 @@ DataShape DeclaredDataShape(const TrainSpec& t) {
     }
   }
   if (d.task == data::Task::Kind::kClassification) shape.outputs = d.classes;
+  // IDX files without `classes`: the ranks' 10, as for a directory.
+  if (d.format == data::DatasetFormat::kIdx && shape.outputs <= 0) shape.outputs = 10;
   if (d.task != data::Task::Kind::kClassification) shape.task = model::Task::kRegression;
   return shape;
 }

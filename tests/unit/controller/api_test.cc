@@ -807,14 +807,17 @@ TEST(DatasetObject, ErrorsNameTheField) {
   }
 }
 
-// A directory of IDX files (the default dataset among them) has the 10 classes the ranks give it:
+// A directory of IDX files (the default dataset among them), or an IDX object without `classes`,
+// has the 10 classes the ranks give it:
 // a layer list of another width is refused before any pod, as `ringtrain validate` refuses it
 // with the files. Before, the operator created the pods and every rank refused the model.
 TEST(ModelList, ADirectoryOfIdxFilesHasTenClasses) {
   const std::string twelve =
       "  train:\n    model:\n      input: [1, 28, 28]\n      layers: [flatten, {dense: {units: "
       "12}}]\n";
-  for (const std::string& dataset : {std::string(), std::string("    dataset: /data/my-mnist\n")}) {
+  for (const std::string& dataset :
+       {std::string(), std::string("    dataset: /data/my-mnist\n"),
+        std::string("    dataset: {format: idx, train: /data/my-mnist}\n")}) {
     auto job = ParseManifestYaml(WithSpec(twelve + dataset), "m.yaml");
     ASSERT_FALSE(job.ok()) << dataset;
     EXPECT_NE(job.status().message().find("m.yaml: spec.train.model.layers[1] dense: output 12 "
