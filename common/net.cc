@@ -263,7 +263,8 @@ StatusOr<Socket> ConnectAttempt(const std::string& host, int port, SteadyTime de
 }
 
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
-                                  Duration attempt_timeout) {
+                                  Duration attempt_timeout,
+                                  const std::function<Status()>& between) {
   Backoff backoff;
   Status last = Unavailable("connect " + HostPort(host, port) + ": not attempted");
   Duration budget = std::max(attempt_timeout, Duration(1));
@@ -275,6 +276,7 @@ StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime 
     if (s.ok()) return s;
     last = s.status();
     if (s.status().code() == StatusCode::kCancelled) return s.status();
+    if (between) RETURN_IF_ERROR(between());
     if (unanswered) {
       // Unanswered: resolve again at once, and give the next attempt longer.
       budget = std::min(budget * 2, kMaxConnectAttemptTimeout);

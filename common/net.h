@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -63,9 +64,12 @@ Resolver SetResolverForTest(Resolver resolver);
 StatusOr<Socket> ConnectAttempt(const std::string& host, int port, SteadyTime deadline,
                                 Duration attempt_timeout);
 // Retries resolution and connection with jittered backoff until the deadline, each attempt
-// bounded as above; the last error is reported with the number of attempts.
+// bounded as above; the last error is reported with the number of attempts. `between`, when
+// given, runs after each failed attempt: its error ends the retries (another rank failed, and
+// the one dialled will never answer).
 StatusOr<Socket> ConnectWithRetry(const std::string& host, int port, SteadyTime deadline,
-                                  Duration attempt_timeout = kConnectAttemptTimeout);
+                                  Duration attempt_timeout = kConnectAttemptTimeout,
+                                  const std::function<Status()>& between = {});
 // Counts ConnectWithRetry's failed attempts, each as it starts to back off: a test starts the
 // server only once a client has been refused (the retry, not a lucky first try, is tested).
 const EventCounter& ConnectRetriesForTest();

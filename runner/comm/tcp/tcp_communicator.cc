@@ -149,6 +149,12 @@ Status TcpCommunicator::Connect() {
     if (!sliced_out(addr.status(), addr_deadline)) break;
     RETURN_IF_ERROR(GangStillForming(waiting_addr));
   }
+  if (!addr.ok() && addr.status().code() == StatusCode::kDeadlineExceeded) {
+    // The store's words name the last slice's timeout, not the whole wait.
+    return DeadlineExceeded(waiting_addr + ": not published within " +
+                            FormatDuration(options_.connect_timeout) + " (store key " +
+                            AddrKey(right_) + ")");
+  }
   if (!addr.ok()) return addr.status().WithContext(waiting_addr);
   auto colon = addr->rfind(':');
   if (colon == std::string::npos) {
@@ -156,13 +162,11 @@ Status TcpCommunicator::Connect() {
   }
   std::string host = addr->substr(0, colon);
   int right_port = std::atoi(addr->c_str() + colon + 1);
+  // The gang is checked between connect attempts (at most the backoff's 2 s apart), not by
+  // slicing the deadline, which would cap every attempt and name lookup at a slice.
   const std::string connecting = "connecting to rank " + std::to_string(right_) + " at " + *addr;
-  StatusOr<net::Socket> right = Unavailable("not attempted");
-  for (;;) {
-    right = net::ConnectWithRetry(host, right_port, slice_end(deadline));
-    if (!sliced_out(right.status(), deadline)) break;
-    RETURN_IF_ERROR(GangStillForming(connecting));
-  }
+  auto right = net::ConnectWithRetry(host, right_port, deadline, net::kConnectAttemptTimeout,
+                                     [&] { return GangStillForming(connecting); });
   if (!right.ok()) return right.status().WithContext(connecting);
   // Send our hello before accepting: every rank connects first, so waiting for the right
   // neighbour's reply here would wait around the whole ring.

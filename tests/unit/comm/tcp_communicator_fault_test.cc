@@ -177,6 +177,24 @@ TEST(TcpCommunicatorFaultTest, ARankThatFailsWhileTheRingFormsEndsTheOthersWaitW
   }
 }
 
+// With no failure recorded, a rank that never comes is waited for the whole connect_timeout, and
+// the error names that wait, not the last one-second slice of it.
+TEST(TcpCommunicatorFaultTest, ARankThatNeverComesIsWaitedForTheWholeConnectTimeout) {
+  rendezvous::MemoryStore store;
+  TcpCommOptions o;
+  o.rank = 1;
+  o.size = 3;
+  o.bind_host = "127.0.0.1";
+  o.connect_timeout = std::chrono::seconds(3);
+  auto c = TcpCommunicator::Create(store, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("waiting for the address of rank 2: not published within "
+                                      "3s (store key comm/addr/2)"),
+            std::string::npos)
+      << c.status().message();
+}
+
 TEST(TcpCommunicatorFaultTest, WorldOfTwoLosesItsOnlyPeer) {
   rendezvous::MemoryStore store;
   auto gang = MakeGang(store, 2, ShortTimeout());
