@@ -388,9 +388,16 @@ int Run(const std::vector<std::string>& args) {
                                {"reason", st.last_failure->reason},
                                {"message", st.last_failure->message}};
   }
-  std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d, in-place recoveries %d\n",
+  // Replacements ordered (status.inPlaceRecoveries) and recoveries completed (rank 0's account)
+  // differ when a replacement's gang restarted before it rejoined: said side by side then, not
+  // as one "in-place recoveries" here and another count on the next line.
+  const std::string in_place = account.in_place == st.in_place_recoveries
+                                   ? std::to_string(st.in_place_recoveries)
+                                   : std::to_string(st.in_place_recoveries) + " ordered, " +
+                                         std::to_string(account.in_place) + " completed";
+  std::printf("TrainingJob %s %s in %.1fs: world size %d, restarts %d, in-place recoveries %s\n",
               job->metadata.name.c_str(), summary["phase"].get<std::string>().c_str(),
-              result->wall_seconds, job->spec.world_size(), st.restarts, st.in_place_recoveries);
+              result->wall_seconds, job->spec.world_size(), st.restarts, in_place.c_str());
   if (account.in_place + account.gang_restarts > 0) {
     std::printf(
         "  recoveries: %d in place, %d gang restart(s) (%d from a checkpoint): %lld step(s) lost, "
