@@ -29,6 +29,11 @@ inline constexpr std::string_view kRecoveryFailedMarker = "; in-place recovery f
 // `ringtrain run` then offers no command to resume from that checkpoint, which would fail the
 // same way.
 inline constexpr std::string_view kCheckpointOfAnotherModel = ": written for another model: ";
+// Marks a retryable failure of rank 0's own checkpoint I/O (the volume failed it after the
+// read's retries: EIO, ESTALE, a rename refused): the gang restarts, the rank exits retryable.
+// It is no lost peer, so no in-place recovery round takes it up: a round reads or writes the same
+// file again at once, and rounds do not count against backoffLimit (they looped forever).
+inline constexpr std::string_view kCheckpointIoFailed = "rank 0's checkpoint I/O failed: ";
 
 // On success (exit 0) rank 0 writes its final /status JSON object as the termination message,
 // so the final step, epoch and samples/s are known even when /status can no longer be read.

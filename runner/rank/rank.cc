@@ -86,8 +86,11 @@ class DrainWatchdog {
   std::thread thread_;
 };
 
-// A lost peer (the communication errors, never a stop) is worth a next round.
+// A lost peer (the communication errors, never a stop) is worth a next round; a retryable
+// failure of rank 0's checkpoint I/O is not (contract::kCheckpointIoFailed): the rank exits and
+// the gang restarts.
 bool IsPeerLoss(const Status& s) {
+  if (s.message().find(contract::kCheckpointIoFailed) != std::string::npos) return false;
   return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded ||
          s.code() == StatusCode::kAborted;
 }

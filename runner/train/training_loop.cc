@@ -229,6 +229,12 @@ StatusOr<TrainingLoop::Start> TrainingLoop::SyncStart() {
       failure = Status::Ok();
     } else {
       if (failure.ok()) failure = ckpt.status();
+      // What the volume may heal, after the read's own retries: marked, so that the ranks exit
+      // for a gang restart instead of taking it for a lost peer (runner_contract.h).
+      if (failure.retryable() && failure.code() != StatusCode::kCancelled) {
+        failure =
+            Status(failure.code(), std::string(contract::kCheckpointIoFailed) + failure.message());
+      }
       header[0] = -1;
       header[6] = static_cast<std::int64_t>(failure.code());
     }
@@ -334,8 +340,13 @@ Status TrainingLoop::WriteCheckpointWith(bool writes, const CheckpointPosition& 
             return engine->Snapshot(write->params, write->state, write->pos.optimizer_steps);
           }));
         }
-        return WriteCheckpoint(dir, write->pos, write->model, write->params, write->state)
-            .WithContext("checkpoint");
+        Status wrote = WriteCheckpoint(dir, write->pos, write->model, write->params, write->state);
+        // A write the volume refused for now (EIO, a rename refused): no lost peer either.
+        if (wrote.retryable() && wrote.code() != StatusCode::kCancelled) {
+          return Status(wrote.code(), std::string(contract::kCheckpointIoFailed) +
+                                          "checkpoint: " + wrote.message());
+        }
+        return wrote.WithContext("checkpoint");
       });
   lease->Return();
   RETURN_IF_ERROR(worked);

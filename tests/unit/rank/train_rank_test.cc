@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -509,6 +510,39 @@ TEST(TrainRank, APeerLostWithoutInPlaceRecoverySavesTheLastCompletedStep) {
   EXPECT_FALSE(store.Get("r1/arrived/0", Duration::zero()).ok())
       << "rank 0 waited for a next round without in-place recovery";
   ExpectCheckpointOfKeptState(config.checkpoint_dir, ref);
+  std::filesystem::remove_all(config.checkpoint_dir);
+}
+
+// A checkpoint read the volume keeps failing (here the kernel's own EIO: a checkpoint that is a
+// link to /proc/self/mem), after the read's 3 retries, ends the rank with a retryable code for a
+// gang restart, marked as rank 0's checkpoint I/O. It was taken for a lost peer: with in-place
+// recovery on, a round formed and read the same file again, forever, never counting against
+// backoffLimit (review: 16 rounds in 110 s).
+TEST(TrainRank, ACheckpointReadTheVolumeKeepsFailingIsNoLostPeer) {
+  const data::Dataset ds = testing::SyntheticImages(64, 28, 28, 3);
+  model::SetKernelThreads(1);
+  ResetStopForTest();
+  train::TrainConfig config = KeptConfig();
+  config.checkpoint_dir = UniqueDir("eio_read");
+  std::filesystem::create_directories(config.checkpoint_dir);
+  std::filesystem::create_symlink("/proc/self/mem",
+                                  train::CheckpointPath(config.checkpoint_dir, 5));
+  rendezvous::MemoryStore store;
+  const train::RankEnv env = KeptEnv("30");  // in-place recovery on
+  KeptReports got{config.checkpoint_dir, {}, {}};
+  const RankDeps deps = LosingRankZeroDeps(store, env, ds, 1 << 30, got);
+  Placement cpu;
+  auto result = TrainRank(env, config, cpu, deps);
+  ASSERT_FALSE(result.ok());
+  const Status& s = result.status();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.ToString();
+  EXPECT_NE(s.message().find(contract::kCheckpointIoFailed), std::string::npos) << s.ToString();
+  EXPECT_NE(s.message().find(std::strerror(EIO)), std::string::npos) << s.ToString();
+  EXPECT_EQ(ExitCodeFor(s), kExitRetryable);
+  EXPECT_FALSE(store.Get("r1/arrived/0", Duration::zero()).ok())
+      << "rank 0 took its own checkpoint read for a lost peer and formed a recovery round";
+  EXPECT_TRUE(std::filesystem::is_symlink(train::CheckpointPath(config.checkpoint_dir, 5)))
+      << "a file the volume may heal is kept";
   std::filesystem::remove_all(config.checkpoint_dir);
 }
 
