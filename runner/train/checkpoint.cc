@@ -245,10 +245,19 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
                            : StatusCode::kDataLoss,
                        what + (" " + path), err);
   };
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  // Only a regular file is a checkpoint: a FIFO by that name blocked the open until the read's
+  // timeout (1800 s), a socket failed it with ENXIO, read as a volume's error and retried. Such
+  // a file is unreadable (DataLoss), skipped for an older one. Opened without blocking, and
+  // checked again once open, for what took its place meanwhile.
+  struct stat pre {};
+  if (::stat(path.c_str(), &pre) == 0 && !S_ISREG(pre.st_mode)) {
+    return DataLoss(path + ": not a regular file");
+  }
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (fd.get() < 0) return os_error("open", errno);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return os_error("stat", errno);
+  if (!S_ISREG(st.st_mode)) return DataLoss(path + ": not a regular file");
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
   auto read_all = [&](void* data, std::size_t len) -> Status {
     char* p = static_cast<char*>(data);
@@ -316,12 +325,29 @@ StatusOr<CheckpointState> ReadCheckpoint(const std::string& path, std::size_t nu
   const bool same_model = static_cast<std::uint64_t>(h.num_params) == num_params &&
                           static_cast<std::uint64_t>(h.state_size) == state_size;
   CheckpointState out;
-  out.params.resize(static_cast<std::size_t>(h.num_params));
-  out.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
-  RETURN_IF_ERROR(read_all(out.params.data(), out.params.size() * sizeof(float)));
-  RETURN_IF_ERROR(read_all(out.optimizer_state.data(), out.optimizer_state.size() * sizeof(float)));
-  const std::uint32_t crc = v2 ? Crc(h, record, out.params, out.optimizer_state)
-                               : Crc(h1, record, out.params, out.optimizer_state);
+  std::uint32_t crc = 0;
+  if (same_model) {
+    out.params.resize(static_cast<std::size_t>(h.num_params));
+    out.optimizer_state.resize(static_cast<std::size_t>(h.state_size));
+    RETURN_IF_ERROR(read_all(out.params.data(), out.params.size() * sizeof(float)));
+    RETURN_IF_ERROR(
+        read_all(out.optimizer_state.data(), out.optimizer_state.size() * sizeof(float)));
+    crc = v2 ? Crc(h, record, out.params, out.optimizer_state)
+             : Crc(h1, record, out.params, out.optimizer_state);
+  } else {
+    // Another model's counts: checked whole (a corrupt file is skipped, an intact one of
+    // another model refused), but streamed, nothing of it kept. Allocated, counts that a sparse
+    // file of 40 GB holds failed the read with bad_alloc before an older checkpoint was tried.
+    uLong c = v2 ? Crc(h, record, {}, {}) : Crc(h1, record, {}, {});
+    std::vector<char> chunk(std::size_t{1} << 20);
+    for (std::uint64_t left = payload_bytes; left > 0;) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left, chunk.size()));
+      RETURN_IF_ERROR(read_all(chunk.data(), n));
+      c = crc32(c, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(n));
+      left -= n;
+    }
+    crc = static_cast<std::uint32_t>(c);
+  }
   if (crc != h.crc) return DataLoss(path + ": checksum mismatch (torn or corrupt checkpoint)");
   if (v3) {
     const std::size_t nl = record.find('\n');
@@ -520,6 +546,12 @@ StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size
                            ", was interrupted by a stop request)");
       }
       st = ReadCheckpoint(it->second, num_params, state_size, expected);
+    }
+    // The name says which is the newest: a file that holds another step (a copy, a rename) would
+    // be resumed from in another's place, and kept forever by the retention of the newest.
+    if (st.ok() && st->global_step != it->first) {
+      st = DataLoss(it->second + ": named for step " + std::to_string(it->first) +
+                    " but holds step " + std::to_string(st->global_step));
     }
     if (st.ok()) return st;
     if (st.status().code() != StatusCode::kDataLoss) return st.status();
