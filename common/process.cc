@@ -178,7 +178,9 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
   int log_fd = -1;
   if (!options.log_path.empty()) {
     log_fd = AboveStdio(
-        ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+        // Truncated, so never through a symbolic link to a file elsewhere.
+        ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+               0644));
     if (log_fd < 0) return ErrnoStatus(StatusCode::kUnavailable, "open " + options.log_path, errno);
   }
   const bool new_group = options.new_process_group;

@@ -461,7 +461,8 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
                     std::to_string(writes.fetch_add(1, std::memory_order_relaxed));
   Status s;
   {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    // A new file, never one a link points to: O_EXCL does not follow a symbolic link.
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir + ": open " + tmp, errno);
     s = WriteAll(fd.get(), &h, sizeof(h), tmp);
     if (s.ok()) s = WriteAll(fd.get(), record.data(), record.size(), tmp);
@@ -494,11 +495,15 @@ Status WriteCheckpoint(const std::string& dir, const CheckpointPosition& positio
 
 Status CheckCheckpointDirWritable(const std::string& dir) {
   RETURN_IF_ERROR(MakeDir(dir));
-  const std::string probe = dir + "/.ringtrain-write-probe";
+  // A name of this process's own, created new (O_EXCL does not follow a symbolic link): a fixed
+  // name opened with O_TRUNC let a link planted there truncate any file the rank could write
+  // (review: as root, any file).
+  const std::string probe =
+      dir + "/.ringtrain-write-probe." + std::to_string(::getpid()) + "-" + RandomToken(4);
   Status s;
   {
-    Fd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir, errno);
+    Fd fd(::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return ErrnoStatus("checkpoint dir " + dir + ": write probe " + probe, errno);
     // A block, so a full volume (ENOSPC) shows now rather than at the first checkpoint.
     std::vector<char> block(4096, 0);
     s = WriteAll(fd.get(), block.data(), block.size(), probe).WithContext("checkpoint dir " + dir);

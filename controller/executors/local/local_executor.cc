@@ -653,7 +653,9 @@ std::optional<std::pair<std::int64_t, std::string>> NewestCheckpointFile(const s
 
 StatusOr<WorkDirLock> WorkDirLock::Acquire(const std::string& dir, int (*flock)(int, int)) {
   const std::string path = dir + "/" + kFileName;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Not through a symbolic link: the pid is written into it (a link there made that write land
+  // in the link's target).
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     return ErrnoStatus(StatusCode::kFailedPrecondition, "work directory lock " + path, errno);
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

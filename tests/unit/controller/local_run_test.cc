@@ -345,6 +345,24 @@ TEST_F(LocalRunTest, ASecondRunInALockedWorkDirIsRefused) {
   EXPECT_TRUE(WorkDirLock::Acquire(work).ok()) << "the lock outlived its holder";
 }
 
+// The lock file is never opened through a link (review: a link planted there got the pid written
+// into its target): the run is refused, naming the lock, and the target is untouched.
+TEST_F(LocalRunTest, ALinkInPlaceOfTheLockIsRefusedNotWrittenThrough) {
+  const std::string work = dir_ + "/work";
+  const std::string victim = dir_ + "/victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  fs::create_symlink(victim, work + "/" + WorkDirLock::kFileName);
+  auto lock = WorkDirLock::Acquire(work);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(lock.status().message().find("work directory lock " + work + "/"), std::string::npos)
+      << lock.status().message();
+  std::ifstream in(victim);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "precious");
+}
+
 // A work directory on a file system without locks (NFS without its lock daemon answers flock
 // with ENOLCK) runs, unlocked, saying so; it was refused, so no run could use such a directory.
 TEST_F(LocalRunTest, AWorkDirThatCannotBeLockedRunsUnlockedSayingSo) {

@@ -324,6 +324,22 @@ TEST_F(CheckpointTest, WritableDirPassesAndLeavesNoProbe) {
   EXPECT_TRUE(std::filesystem::is_empty(dir_));
 }
 
+// A link planted where the probe (or a checkpoint's temporary) would go is never written
+// through (review: a link at the fixed probe name truncated its target to 4096 NUL bytes).
+TEST_F(CheckpointTest, ALinkInTheCheckpointDirIsNeverWrittenThrough) {
+  const std::string victim = dir_ + "-victim.txt";
+  { std::ofstream(victim) << "precious"; }
+  std::filesystem::create_directories(dir_);
+  std::filesystem::create_symlink(victim, dir_ + "/.ringtrain-write-probe");
+  ASSERT_TRUE(CheckCheckpointDirWritable(dir_).ok());
+  ASSERT_TRUE(Write(10, 1.0f).ok());
+  std::ifstream in(victim);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "precious");
+  std::filesystem::remove(victim);
+}
+
 TEST_F(CheckpointTest, KeepsOnlyTheNewestTwoByDefault) {
   CheckpointPosition pos;
   std::vector<float> params(kParams, 1.0f), state(kState, 2.0f);
