@@ -3,10 +3,12 @@
 // (retryable) with a one-line reason in the termination log.
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <openssl/rand.h>
 
+#include <cerrno>
 #include <fstream>
 #include <new>
 #include <nlohmann/json.hpp>
@@ -80,14 +82,28 @@ Status WriteResult(const std::string& path, const train::TrainResult& r) {
   } else {
     j["test_accuracy"] = r.test_accuracy;
   }
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) return Unavailable("cannot write result file " + path);
-    out << j.dump(2) << "\n";
+  // Every write checked, the close too: on a full volume the file was left empty and the run
+  // "Succeeded" with no accuracy (review).
+  const std::string tmp = path + ".tmp";
+  const std::string text = j.dump(2) + "\n";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return ErrnoStatus(StatusCodeForErrno(errno), "result file " + tmp, errno);
+  std::size_t done = 0;
+  int err = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : EIO;
+      break;
+    }
+    done += static_cast<std::size_t>(n);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Unavailable("cannot rename result file " + path);
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err == 0 && std::rename(tmp.c_str(), path.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlink(tmp.c_str());
+    return ErrnoStatus(StatusCodeForErrno(err), "result file " + path, err);
   }
   return Status::Ok();
 }
