@@ -284,6 +284,14 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   if (!workdir_lock->unheld().empty()) spdlog::warn("{}", workdir_lock->unheld());
+  // And the job's own checkpoint directory, which runs in other work directories may share.
+  auto checkpoint_lock = executors::LockCheckpointDir(job->spec, workdir);
+  if (!checkpoint_lock.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", manifest.c_str(),
+                 checkpoint_lock.status().message().c_str());
+    return 1;
+  }
+  if (!checkpoint_lock->unheld().empty()) spdlog::warn("{}", checkpoint_lock->unheld());
   if (runner.find('/') != std::string::npos) runner = std::filesystem::absolute(runner).string();
   spdlog::info("TrainingJob {}: {} replicas (world size {}), logs in {}", job->metadata.name,
                job->spec.replicas, job->spec.world_size(), workdir);

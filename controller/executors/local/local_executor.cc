@@ -692,6 +692,31 @@ StatusOr<WorkDirLock> WorkDirLock::Acquire(const std::string& dir, int (*flock)(
   return WorkDirLock(fd);
 }
 
+StatusOr<WorkDirLock> LockCheckpointDir(const api::JobSpec& spec, const std::string& workdir) {
+  if (spec.checkpoint.path.empty() || !spec.command.empty()) return WorkDirLock();
+  std::error_code ec;
+  std::filesystem::create_directories(spec.checkpoint.path, ec);
+  // One the ranks cannot use either: they say why, naming the field.
+  if (ec) return WorkDirLock();
+  const auto dir = std::filesystem::weakly_canonical(spec.checkpoint.path, ec);
+  const auto work = std::filesystem::weakly_canonical(workdir, ec);
+  if (ec) return WorkDirLock();
+  const auto [w, d] = std::mismatch(work.begin(), work.end(), dir.begin(), dir.end());
+  if (w == work.end()) return WorkDirLock();  // inside the work directory
+  auto lock = WorkDirLock::Acquire(dir.string());
+  if (lock.ok() || lock.status().code() != StatusCode::kFailedPrecondition) return lock;
+  const std::string& m = lock.status().message();
+  const std::string in_use = " is in use by another `ringtrain run`";
+  const std::size_t at = m.find(in_use);
+  if (at == std::string::npos) return lock.status();
+  const std::size_t until = m.find(": two runs", at);
+  return FailedPrecondition(
+      "spec.checkpoint.path " + spec.checkpoint.path +
+      m.substr(at, until == std::string::npos ? std::string::npos : until - at) +
+      ": two runs there would resume from and remove each other's checkpoints; wait for it to "
+      "end, or give this one another checkpoint.path");
+}
+
 WorkDirLock::~WorkDirLock() {
   if (fd_ >= 0) ::close(fd_);  // releases the flock
 }

@@ -98,6 +98,15 @@ class WorkDirLock {
   std::string unheld_;
 };
 
+// The checkpoint directory a job names itself (spec.checkpoint.path): locked as the work
+// directory is, for the run's life, so that two runs of the job, each in its own work
+// directory, do not resume from and remove each other's checkpoints (review: the second resumed
+// from the first's step 4900, and the first then failed on a temporary the second removed).
+// Nothing to lock (an empty holder) for a job without one, a program of the user's own, or a
+// path inside `workdir` (the work directory's lock holds it). FailedPrecondition naming the
+// field and the holder's pid when another run holds it.
+StatusOr<WorkDirLock> LockCheckpointDir(const api::JobSpec& spec, const std::string& workdir);
+
 // spec.template's runner container as the local ranks of this process get it (its environment,
 // its working directory; see local_container.h); an error names the field and what to do.
 StatusOr<LocalContainer> LocalContainerForRun(const api::JobSpec& spec);

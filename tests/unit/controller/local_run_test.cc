@@ -363,6 +363,35 @@ TEST_F(LocalRunTest, ALinkInPlaceOfTheLockIsRefusedNotWrittenThrough) {
   EXPECT_EQ(text, "precious");
 }
 
+// A checkpoint directory the job names itself is held for the run's life too: two runs of the
+// job in their own work directories resumed from and removed each other's checkpoints (review).
+// A path inside the work directory is the work directory's lock's; a program of the user's own
+// has nothing of ours to guard.
+TEST_F(LocalRunTest, TheJobsOwnCheckpointDirIsHeldByOneRunAtATime) {
+  api::JobSpec spec;
+  spec.checkpoint.path = dir_ + "/shared-ckpt";
+  auto first = LockCheckpointDir(spec, dir_ + "/work");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_TRUE(fs::exists(spec.checkpoint.path + "/" + WorkDirLock::kFileName));
+  auto second = LockCheckpointDir(spec, dir_ + "/other-work");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find("spec.checkpoint.path " + spec.checkpoint.path +
+                                           " is in use by another `ringtrain run` (pid " +
+                                           std::to_string(::getpid()) + "): two runs there"),
+            std::string::npos)
+      << second.status().message();
+  { const WorkDirLock released = std::move(*first); }
+  EXPECT_TRUE(LockCheckpointDir(spec, dir_ + "/other-work").ok());
+  // Inside the work directory: not locked again (the process would refuse itself).
+  api::JobSpec inside;
+  inside.checkpoint.path = dir_ + "/work/ckpt";
+  auto work = WorkDirLock::Acquire(dir_ + "/work");
+  ASSERT_TRUE(work.ok());
+  EXPECT_TRUE(LockCheckpointDir(inside, dir_ + "/work").ok());
+  EXPECT_FALSE(fs::exists(inside.checkpoint.path + "/" + WorkDirLock::kFileName));
+}
+
 // A work directory on a file system without locks (NFS without its lock daemon answers flock
 // with ENOLCK) runs, unlocked, saying so; it was refused, so no run could use such a directory.
 TEST_F(LocalRunTest, AWorkDirThatCannotBeLockedRunsUnlockedSayingSo) {
