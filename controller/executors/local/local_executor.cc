@@ -503,7 +503,39 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
           if (!p.exited) p.child.RequestTerminate(Duration::zero());
         }
       }
-      if (!AnyAlive()) break;
+      if (!AnyAlive()) {
+        // Ranks that had already finished when the interrupt came (all exited 0, rank 0's
+        // result written) make a job that Succeeded, not one interrupted (review: a run whose
+        // ranks trained to the end was reported Interrupted, with a resume command and exit 130).
+        const bool all_completed =
+            !procs_.empty() && std::all_of(procs_.begin(), procs_.end(), [&](const auto& e) {
+              const Process& p = e.second;
+              return p.attempt != state_.status.attempt || (p.exited && p.exit_code == 0);
+            });
+        if (result.interrupted && !finished && all_completed) {
+          // They exited 0 on their own account: observed as completed, not as deleted.
+          for (auto& [name, p] : procs_) {
+            if (p.attempt == state_.status.attempt) {
+              p.deleting = false;
+              p.reason = "Completed";
+            }
+          }
+          reconcile::PlanInput in;
+          in.job = &state_;
+          in.replicas = Observe();
+          in.now = options_.clock->Now();
+          in.steady_now = options_.clock->SteadyNow();
+          in.memory = memory_;
+          in.collective_timeout = collective_timeout_;
+          reconcile::Plan plan = reconcile::PlanReconcile(in);
+          if (plan.status.phase == "Succeeded") {
+            state_.status = plan.status;
+            result.interrupted = false;
+            Say("interrupted, but every rank had already finished: the job Succeeded", true);
+          }
+        }
+        break;
+      }
       std::this_thread::sleep_for(options_.poll);
       continue;
     }

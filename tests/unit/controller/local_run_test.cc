@@ -226,6 +226,38 @@ TEST_F(LocalRunTest, AFifoInPlaceOfTheTerminationLogDoesNotStopTheRun) {
       << result->status.last_failure->message;
 }
 
+// Ranks that finish when the interrupt comes (every one exits 0: a run whose last steps were
+// training as Ctrl-C came) make a job that Succeeded, not one interrupted (review: reported
+// Interrupted, with a resume command and exit code 130). Here each rank answers SIGTERM by
+// exiting 0.
+TEST_F(LocalRunTest, RanksThatAllSucceedAfterAnInterruptMakeASucceededJob) {
+  auto job = api::ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: done}\n"
+      "spec:\n  replicas: 2\n"
+      "  command: [sh, -c, 'trap \"exit 0\" TERM; touch " +
+          dir_ + "/ready-$RINGTRAIN_RANK; while :; do sleep 0.05; done']\n",
+      "done.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  LocalRunOptions options;
+  options.workdir = dir_ + "/work";
+  options.poll = std::chrono::milliseconds(20);
+  std::atomic<bool> interrupted{false}, done{false};
+  std::thread interrupter([&] {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done && std::chrono::steady_clock::now() < give_up &&
+           !(fs::exists(dir_ + "/ready-0") && fs::exists(dir_ + "/ready-1"))) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    interrupted = true;
+  });
+  auto result = RunLocal(*job, options, &interrupted);
+  done = true;
+  interrupter.join();
+  ASSERT_TRUE(result.ok()) << result.status().ToString();
+  EXPECT_FALSE(result->interrupted);
+  EXPECT_EQ(result->status.phase, "Succeeded");
+}
+
 // The template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS reached the runners of a GangRestart job under
 // `ringtrain run` (the operator's pods get 0 in its place): a survivor waited for a replacement
 // that a gang restart never starts. Each rank now gets what a pod of the job would: the
