@@ -211,6 +211,19 @@ void LocalRun::RemoveStaleResults() const {
     const std::string name = entry.path().filename().string();
     // Also what an earlier version wrote (result-attempt-N.json, whatever the job).
     if (name.starts_with(ResultPrefix()) || name.starts_with("result-attempt-")) {
+      // A directory by that name (not ours to empty) is moved aside, saying so: left there, rank
+      // 0's rename of its result onto it failed, retryably, after all the training (review: a
+      // job that trained to the end used up its restarts on it).
+      if (std::filesystem::symlink_status(entry.path(), ec).type() ==
+          std::filesystem::file_type::directory) {
+        const std::string aside = entry.path().string() + ".moved-aside";
+        std::filesystem::rename(entry.path(), aside, ec);
+        Say(entry.path().string() + " is a directory where rank 0 writes its result: " +
+                (ec ? "it cannot be moved aside (" + ec.message() + "), so the result will fail"
+                    : "moved aside to " + aside),
+            true);
+        continue;
+      }
       std::filesystem::remove(entry.path(), ec);
     }
   }

@@ -258,6 +258,27 @@ TEST_F(LocalRunTest, RanksThatAllSucceedAfterAnInterruptMakeASucceededJob) {
   EXPECT_EQ(result->status.phase, "Succeeded");
 }
 
+// A directory where rank 0 writes its result (left by anything) is moved aside at start, not left
+// to fail rank 0's rename after all the training (review: the job used up its restarts on it).
+TEST_F(LocalRunTest, ADirectoryWhereTheResultGoesIsMovedAside) {
+  const std::string result = dir_ + "/work/result-aside-attempt-0.json";
+  fs::create_directories(result + "/x");
+  auto job = api::ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: aside}\n"
+      "spec:\n  replicas: 1\n  command: [\"true\"]\n",
+      "aside.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  LocalRunOptions options;
+  options.workdir = dir_ + "/work";
+  options.poll = std::chrono::milliseconds(20);
+  std::atomic<bool> interrupted{false};
+  auto run = RunLocal(*job, options, &interrupted);
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  EXPECT_EQ(run->status.phase, "Succeeded");
+  EXPECT_FALSE(fs::exists(result));
+  EXPECT_TRUE(fs::exists(result + ".moved-aside/x"));
+}
+
 // The template's RINGTRAIN_RECOVERY_TIMEOUT_SECONDS reached the runners of a GangRestart job under
 // `ringtrain run` (the operator's pods get 0 in its place): a survivor waited for a replacement
 // that a gang restart never starts. Each rank now gets what a pod of the job would: the
