@@ -137,6 +137,9 @@ class LocalRun {
   void Kill(Process& p, std::optional<Duration> grace = std::nullopt);
   std::vector<ObservedReplica> Observe() const;
   std::optional<reconcile::ObservedProgress> PollProgress();
+  // What the planner is given now: the job, its replicas as observed, the clocks and what it
+  // remembers; `progress` is this pass's read of rank 0's /status, if any.
+  reconcile::PlanInput PlanInputNow(std::optional<reconcile::ObservedProgress> progress) const;
   void PrintProgress(bool force);
   // Where the built-in runner keeps this job's checkpoints: spec.checkpoint.path, else a folder
   // of the work directory named after the job, so another job in the same work directory
@@ -479,6 +482,19 @@ void LocalRun::PrintProgress(bool force) {
   std::fflush(stdout);
 }
 
+reconcile::PlanInput LocalRun::PlanInputNow(
+    std::optional<reconcile::ObservedProgress> progress) const {
+  reconcile::PlanInput in;
+  in.job = &state_;
+  in.progress = std::move(progress);
+  in.replicas = Observe();
+  in.now = options_.clock->Now();
+  in.steady_now = options_.clock->SteadyNow();
+  in.memory = memory_;
+  in.collective_timeout = collective_timeout_;
+  return in;
+}
+
 StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
   const SteadyTime start = options_.clock->SteadyNow();
   state_ = job_;
@@ -533,14 +549,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
               p.reason = "Completed";
             }
           }
-          reconcile::PlanInput in;
-          in.job = &state_;
-          in.replicas = Observe();
-          in.now = options_.clock->Now();
-          in.steady_now = options_.clock->SteadyNow();
-          in.memory = memory_;
-          in.collective_timeout = collective_timeout_;
-          reconcile::Plan plan = reconcile::PlanReconcile(in);
+          const reconcile::Plan plan = reconcile::PlanReconcile(PlanInputNow(std::nullopt));
           if (plan.status.phase == "Succeeded") {
             state_.status = plan.status;
             result.interrupted = false;
@@ -552,15 +561,8 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
       std::this_thread::sleep_for(options_.poll);
       continue;
     }
-    reconcile::PlanInput in;
-    in.job = &state_;
-    in.progress = PollProgress();  // this pass's read only: the planner judges each read once
-    in.replicas = Observe();
-    in.now = options_.clock->Now();
-    in.steady_now = options_.clock->SteadyNow();
-    in.memory = memory_;
-    in.collective_timeout = collective_timeout_;
-    reconcile::Plan plan = reconcile::PlanReconcile(in);
+    // This pass's read only: the planner judges each read once.
+    reconcile::Plan plan = reconcile::PlanReconcile(PlanInputNow(PollProgress()));
     memory_ = plan.memory;
     if (plan.status.attempt != state_.status.attempt) progress_.reset();
     state_.status = plan.status;

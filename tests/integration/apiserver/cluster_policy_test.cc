@@ -254,28 +254,24 @@ TEST_F(ClusterPolicyTest, OurCrdRefusesWhatTheOperatorCannotServe) {
   const std::string added_or_removed =
       "Invalid value: \"object\": spec.checkpoint.volumeClaim cannot be added or removed once the "
       "job exists";
-  r = patch(R"({"spec":{"checkpoint":{"volumeClaim":null}}})");
-  EXPECT_EQ(r.code, 422) << r.body;
-  EXPECT_NE(json::parse(r.body, nullptr, false)
-                .value("message", "")
-                .find("spec.checkpoint: " + added_or_removed),
-            std::string::npos)
-      << r.body;
-  json plain = Job("plain");
-  r = conn_->Do("POST", kTj, plain.dump());
+  const auto refused_as_added_or_removed = [&](const RawResponse& got) {
+    EXPECT_EQ(got.code, 422) << got.body;
+    EXPECT_NE(json::parse(got.body, nullptr, false)
+                  .value("message", "")
+                  .find("spec.checkpoint: " + added_or_removed),
+              std::string::npos)
+        << got.body;
+  };
+  refused_as_added_or_removed(patch(R"({"spec":{"checkpoint":{"volumeClaim":null}}})"));
+  r = conn_->Do("POST", kTj, Job("plain").dump());
   ASSERT_EQ(r.code, 201) << r.body;
-  r = conn_->Do("PATCH", std::string(kTj) + "/plain",
-                R"({"spec":{"checkpoint":{"volumeClaim":{"size":"1Gi"}}}})",
-                "application/merge-patch+json");
-  EXPECT_EQ(r.code, 422) << r.body;
-  EXPECT_NE(json::parse(r.body, nullptr, false)
-                .value("message", "")
-                .find("spec.checkpoint: " + added_or_removed),
-            std::string::npos)
-      << r.body;
+  const auto patch_plain = [&](const std::string& body) {
+    return conn_->Do("PATCH", std::string(kTj) + "/plain", body, "application/merge-patch+json");
+  };
+  refused_as_added_or_removed(
+      patch_plain(R"({"spec":{"checkpoint":{"volumeClaim":{"size":"1Gi"}}}})"));
   // Other edits of the checkpoint block still go through.
-  r = conn_->Do("PATCH", std::string(kTj) + "/plain", R"({"spec":{"checkpoint":{"everySteps":7}}})",
-                "application/merge-patch+json");
+  r = patch_plain(R"({"spec":{"checkpoint":{"everySteps":7}}})");
   EXPECT_EQ(r.code, 200) << r.body;
   // spec.train.model and spec.train.dataset: a string (defaulted as before) or an object kept
   // whole; the operator, not the schema, checks an object (issue 21).
