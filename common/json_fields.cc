@@ -1,5 +1,7 @@
 #include "common/json_fields.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -166,8 +168,17 @@ Status Fields::Enum(const std::string& key, const std::vector<std::string>& allo
       return Status::Ok();
     }
   }
+  // A choice that is no plain word (a delimiter: ",", a tab, a blank) is quoted as JSON, else
+  // the list cannot be read.
+  const auto plain = [](const std::string& a) {
+    return !a.empty() && std::all_of(a.begin(), a.end(), [](char c) {
+      return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+    });
+  };
   std::string list;
-  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  for (const auto& a : allowed) {
+    list += (list.empty() ? "" : ", ") + (plain(a) ? a : QuoteJson(json(a)));
+  }
   return InvalidArgument(Path(key) + ": must be one of " + list + ", got " + QuoteJson(json(v)));
 }
 

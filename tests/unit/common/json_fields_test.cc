@@ -60,6 +60,9 @@ TEST(FieldsTest, ErrorsNameTheFullFieldPath) {
   EXPECT_EQ(f.Enum("mode", {"None", "All"}, &e).message(),
             "spec.runPolicy.mode: must be one of None, All, got \"Some\"");
   EXPECT_EQ(e, "None");
+  // Choices that are no plain word (delimiters) are quoted, else the list cannot be read.
+  EXPECT_EQ(f.Enum("mode", {"auto", ",", "\t", " "}, &e).message(),
+            "spec.runPolicy.mode: must be one of auto, \",\", \"\\t\", \" \", got \"Some\"");
   EXPECT_EQ(f.Strings("cmd", &l).message(),
             "spec.runPolicy.cmd[1]: must be a string, got an integer 2");
   EXPECT_TRUE(l.empty());
