@@ -119,12 +119,27 @@ std::vector<RawLine> SplitLines(std::string_view text) {
   return lines;
 }
 
+// The first line's delimiter: ',' where it has one, else ';' (Excel's CSV where the decimal mark
+// is a comma), else a tab, else runs of blanks.
 char PickDelimiter(std::string_view text, char requested) {
   if (requested != 0) return requested;
   const std::string_view first = text.substr(0, text.find('\n'));
   if (first.find(',') != std::string_view::npos) return ',';
+  if (first.find(';') != std::string_view::npos) return ';';
   if (first.find('\t') != std::string_view::npos) return '\t';
   return ' ';
+}
+
+// What the delimiter is called in a message.
+std::string DelimiterName(char delim) {
+  switch (delim) {
+    case '\t':
+      return "tab";
+    case ' ':
+      return "blanks";
+    default:
+      return std::string("'") + delim + "'";
+  }
 }
 
 std::optional<double> ParseNumber(std::string_view s) {
@@ -202,6 +217,15 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   // first cell, as pandas reads it: else its header name differs, invisibly, from the test
   // file's, and a first number does not parse.
   if (text.starts_with("\xEF\xBB\xBF")) text.erase(0, 3);
+  // A NUL byte is in no text: another format's file (a .npy, an IDX file) parsed as text fails
+  // on its "columns" or cells otherwise, naming neither the file's kind nor the fix.
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {
+    const bool npy = text.starts_with("\x93NUMPY");
+    return InvalidArgument(path + ": not a text file (byte " + std::to_string(nul) + " is NUL)" +
+                           (npy ? ": it is a .npy file; say format: npy and trainX/trainY"
+                                : ": a CSV dataset is text, comma, semicolon, tab or blank "
+                                  "separated"));
+  }
   p.text = std::make_unique<std::string>(std::move(text));
   const char delim = PickDelimiter(*p.text, o.delimiter);
   if (delim != ',' && delim != ';' && delim != '\t' && delim != ' ') {
@@ -232,7 +256,11 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   const Line head = first < lines.size() ? Split(lines[first], delim) : Line{};
   if (!header && o.header != CsvHeader::kNone && first < lines.size()) {
     const Line& l = head;
-    header = LooksLikeHeader(l);
+    // A line naming the label column is its header, whatever other names look like numbers
+    // (years: "2019,2020,species").
+    header = LooksLikeHeader(l) ||
+             (!o.label_name.empty() && !ParseNumber(o.label_name) &&
+              std::find(l.cells.begin(), l.cells.end(), o.label_name) != l.cells.end());
     if (!header && HasPandasIntegerNames(l)) {
       // pandas' integer names beside named columns are a header; a line of nothing but
       // 0, 1, ..., n-1 may be either, and guessing would add or drop a sample silently.
@@ -279,6 +307,13 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   return p;
 }
 
+// Which delimiter split the lines, for a message where another would have found the columns.
+std::string SplitOn(const Parsed& p) {
+  return " (its lines split on " + DelimiterName(p.delim) +
+         "; set the dataset's delimiter, spec.train.dataset.delimiter in a TrainingJob, if it is "
+         "another)";
+}
+
 std::string ColumnName(const Parsed& p, std::size_t col) {
   std::string s = "column " + std::to_string(col + 1);
   if (col < p.names.size()) s += " (" + Quote(p.names[col]) + ")";
@@ -298,7 +333,10 @@ StatusOr<float> Cell(const Parsed& p, const RawLine& row,
     return DataLoss(where + (text.empty() ? std::string("empty cell (missing value)")
                                           : Quote(text) + " is not a number"));
   }
-  return DataLoss(where + Quote(text) + " is not a finite float");
+  if (std::isfinite(*v)) {
+    return DataLoss(where + Quote(text) + " is beyond float32's range (|x| <= 3.4e38)");
+  }
+  return DataLoss(where + Quote(text) + " is not a finite number");
 }
 
 StatusOr<std::int32_t> Label(const Parsed& p, const RawLine& row,
@@ -321,7 +359,14 @@ StatusOr<std::size_t> LabelColumn(const Parsed& p, const CsvOptions& o) {
     const auto it = std::find(p.names.begin(), p.names.end(), o.label_name);
     if (it == p.names.end()) {
       return InvalidArgument(p.path + ": no column named " + Quote(o.label_name) +
-                             " in the header");
+                             " in the header" + SplitOn(p));
+    }
+    // Two columns of the label's name: taking the first would train on the other as a feature.
+    if (const auto again = std::find(it + 1, p.names.end(), o.label_name); again != p.names.end()) {
+      return InvalidArgument(p.path + ": the header names two columns " + Quote(o.label_name) +
+                             " (columns " + std::to_string(it - p.names.begin() + 1) + " and " +
+                             std::to_string(again - p.names.begin() + 1) +
+                             "): which is the label?");
     }
     return static_cast<std::size_t>(it - p.names.begin());
   }
@@ -352,8 +397,17 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
   if (!separate) {
     ASSIGN_OR_RETURN(label_col, LabelColumn(px, o));
     if (px.columns < 2) {
-      return InvalidArgument(px.path + ": one column: no features beside the label column");
+      return InvalidArgument(px.path + ": one column: no features beside the label column" +
+                             SplitOn(px));
     }
+  }
+  // A first column without a name is the row index pandas' to_csv (and R's write.csv) writes
+  // unless told not to: trained on as a feature, it leaks the order of the rows.
+  if (!px.names.empty() && px.names[0].empty() && !(label_col && *label_col == 0)) {
+    return InvalidArgument(px.path +
+                           ": column 1 has no name in the header: a row index, as "
+                           "pandas' to_csv writes it (write the file with index=False), would be "
+                           "trained on as a feature");
   }
   t.features = px.columns - (label_col ? 1 : 0);
   t.shape = {t.features};
@@ -407,6 +461,7 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     }
     t.labels.reserve(t.n);
     std::int32_t top = -1;
+    std::size_t top_line = 0;
     for (const RawLine& row : ys->rows) {
       SplitCells(row.text, ys->delim, cells);
       ASSIGN_OR_RETURN(std::int32_t label, Label(*ys, row, cells, y_first));
@@ -417,10 +472,17 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
                         " is not below the " + std::to_string(limit) +
                         (t.task.classes > 0 ? " classes" : " classes a model may have"));
       }
-      top = std::max(top, label);
+      if (label > top) {
+        top = label;
+        top_line = row.number;
+      }
       t.labels.push_back(label);
     }
-    if (t.task.classes == 0) t.task.classes = top + 1;
+    if (t.task.classes == 0) {
+      t.task.classes = top + 1;
+      t.classes_from = "the largest label, " + std::to_string(top) + " (" + ys->path + " line " +
+                       std::to_string(top_line) + "), plus one";
+    }
   } else {
     if (t.task.targets != 0 && static_cast<std::size_t>(t.task.targets) != y_count) {
       return InvalidArgument(ys->path + ": " + std::to_string(y_count) +

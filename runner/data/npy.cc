@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string_view>
@@ -249,6 +250,16 @@ StatusOr<Array> ReadArray(const std::string& path) {
   return a;
 }
 
+// Why a value is no float32 sample: NaN or an infinity, or a finite double beyond float32's range
+// (numpy's isfinite says True of 1e300: "not finite" would send the user looking for the wrong
+// thing).
+std::string NotAFloat32(double v) {
+  if (!std::isfinite(v)) return " is not a finite number";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", v);
+  return " is " + std::string(text) + ", beyond float32's range (|x| <= 3.4e38)";
+}
+
 }  // namespace
 
 StatusOr<NpyHeader> ParseNpyHeader(const std::string& path, const std::string& bytes) {
@@ -342,7 +353,7 @@ StatusOr<Table> ReadNpy(const NpySplitFiles& files, const NpyOptions& o) {
     const double v = Element(xa.header.dtype, xa.payload.data(), i) * scale;
     if (!std::isfinite(v) || std::abs(v) > 3.4e38) {
       return DataLoss(files.x + ": sample " + std::to_string(i / t.features) + ", feature " +
-                      std::to_string(i % t.features) + " is not a finite float");
+                      std::to_string(i % t.features) + NotAFloat32(v));
     }
     t.x[i] = static_cast<float>(v);
   }
@@ -368,6 +379,7 @@ StatusOr<Table> ReadNpy(const NpySplitFiles& files, const NpyOptions& o) {
     const int limit = t.task.classes > 0 ? t.task.classes : kMaxClasses;
     t.labels.resize(t.n);
     std::int32_t top = -1;
+    std::size_t top_sample = 0;
     for (std::size_t i = 0; i < t.n; ++i) {
       const double v = Element(ya.header.dtype, ya.payload.data(), i);
       if (!(v >= 0 && v < limit)) {
@@ -376,9 +388,16 @@ StatusOr<Table> ReadNpy(const NpySplitFiles& files, const NpyOptions& o) {
                         std::to_string(limit) + ")");
       }
       t.labels[i] = static_cast<std::int32_t>(v);
-      top = std::max(top, t.labels[i]);
+      if (t.labels[i] > top) {
+        top = t.labels[i];
+        top_sample = i;
+      }
     }
-    if (t.task.classes == 0) t.task.classes = top + 1;
+    if (t.task.classes == 0) {
+      t.task.classes = top + 1;
+      t.classes_from = "the largest label, " + std::to_string(top) + " (" + files.y + " sample " +
+                       std::to_string(top_sample) + "), plus one";
+    }
   } else {
     if (per == 0 || (t.task.targets != 0 && per != static_cast<std::uint64_t>(t.task.targets))) {
       return InvalidArgument(files.y + ": y has shape " + ShapeString(ys) + ", the task has " +
@@ -390,7 +409,7 @@ StatusOr<Table> ReadNpy(const NpySplitFiles& files, const NpyOptions& o) {
       const double v = Element(ya.header.dtype, ya.payload.data(), i);
       if (!std::isfinite(v) || std::abs(v) > 3.4e38) {
         return DataLoss(files.y + ": the target of sample " + std::to_string(i / per) +
-                        " is not a finite float");
+                        NotAFloat32(v));
       }
       t.targets[i] = static_cast<float>(v);
     }

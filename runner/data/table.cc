@@ -34,6 +34,7 @@ Table Rows(const Table& all, const std::vector<std::size_t>& order, std::size_t 
   t.feature_names = all.feature_names;
   t.path = all.path;
   t.labels_path = all.labels_path;
+  t.classes_from = all.classes_from;
   t.x.resize(t.n * t.features);
   const std::size_t tw = static_cast<std::size_t>(all.task.targets);
   if (all.task.classification()) {

@@ -45,6 +45,9 @@ struct Table {
   std::vector<std::string> feature_names;
   std::string path;         // where x came from, for error messages
   std::string labels_path;  // where the labels/targets came from (== path for one CSV file)
+  // Where task.classes came from when the labels said it (the largest + 1), for a message that
+  // finds the model's width short of it: one stray label of 65535 makes 65536 classes.
+  std::string classes_from;
 };
 
 // Per-feature standardisation: x' = (x - mean) * scale, scale = 1/std (1 for a column whose

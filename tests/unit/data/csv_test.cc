@@ -116,9 +116,82 @@ TEST_F(CsvTest, NonNumericCellNamesFileLineAndColumn) {
   EXPECT_NE(Error(ReadCsv({empty, ""}, CsvOptions{})).find("line 1, column 2: empty cell"),
             std::string::npos);
   const auto nan = Write("c.csv", "1,nan,0\n");
-  EXPECT_NE(Error(ReadCsv({nan, ""}, CsvOptions{})).find("not a finite float"), std::string::npos);
+  EXPECT_NE(Error(ReadCsv({nan, ""}, CsvOptions{}))
+                .find("line 1, column 2: \"nan\" is not a finite number"),
+            std::string::npos);
+  // Finite, but no float32: said so, not "not finite" (which sends the user looking for NaNs).
   const auto huge = Write("d.csv", "1,1e39,0\n");
-  EXPECT_NE(Error(ReadCsv({huge, ""}, CsvOptions{})).find("not a finite float"), std::string::npos);
+  EXPECT_NE(Error(ReadCsv({huge, ""}, CsvOptions{}))
+                .find("\"1e39\" is beyond float32's range (|x| <= 3.4e38)"),
+            std::string::npos)
+      << Error(ReadCsv({huge, ""}, CsvOptions{}));
+}
+
+TEST_F(CsvTest, ASemicolonFileIsReadWithoutSayingTheDelimiter) {
+  // Excel writes ';' where the decimal mark is a comma; pandas' sep=None sniffs it too.
+  const auto path = Write("a.csv", "f0;species;f1\n1;0;2.5\n3;1;4\n");
+  CsvOptions o;
+  o.label_name = "species";
+  auto t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->x, (std::vector<float>{1, 2.5f, 3, 4}));
+  EXPECT_EQ(t->labels, (std::vector<std::int32_t>{0, 1}));
+  // Without a header too.
+  const auto bare = Write("b.csv", "1;2.5;0\n3;4;1\n");
+  auto u = ReadCsv({bare, ""}, CsvOptions{});
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_EQ(u->features, 2u);
+  // A delimiter it cannot guess: the message says what the lines were split on.
+  const auto piped = Write("c.csv", "a|species\n1|0\n");
+  EXPECT_EQ(Error(ReadCsv({piped, ""}, o)),
+            piped +
+                ": no column named \"species\" in the header (its lines split on blanks; "
+                "set the dataset's delimiter, spec.train.dataset.delimiter in a TrainingJob, "
+                "if it is another)");
+}
+
+TEST_F(CsvTest, AHeaderThatNamesTheLabelColumnIsAHeaderWhateverItsOtherNames) {
+  // Years as column names: line 1 has numbers, but it names the label column.
+  const auto path = Write("a.csv", "2019,2020,species,2021\n1,2,0,3\n4,5,1,6\n");
+  CsvOptions o;
+  o.label_name = "species";
+  auto t = ReadCsv({path, ""}, o);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->n, 2u);
+  EXPECT_EQ(t->feature_names, (std::vector<std::string>{"2019", "2020", "2021"}));
+}
+
+TEST_F(CsvTest, AColumnThatCouldBeTheLabelOrAnIndexIsRefusedNotTrainedOn) {
+  CsvOptions o;
+  o.label_name = "species";
+  // pandas' df.to_csv() writes its index as an unnamed first column.
+  const auto indexed = Write("a.csv", ",f0,species\n0,1.5,0\n1,2.5,1\n");
+  EXPECT_EQ(Error(ReadCsv({indexed, ""}, o)),
+            indexed +
+                ": column 1 has no name in the header: a row index, as pandas' to_csv "
+                "writes it (write the file with index=False), would be trained on as a "
+                "feature");
+  const auto twice = Write("b.csv", "species,f0,species\n0,1.5,0\n1,2.5,1\n");
+  EXPECT_EQ(Error(ReadCsv({twice, ""}, o)),
+            twice +
+                ": the header names two columns \"species\" (columns 1 and 3): which is the "
+                "label?");
+  // Written without the index: read.
+  const auto plain = Write("c.csv", "f0,species\n1.5,0\n2.5,1\n");
+  EXPECT_TRUE(ReadCsv({plain, ""}, o).ok());
+}
+
+TEST_F(CsvTest, AnotherFormatsFileIsRefusedAsNoText) {
+  const std::string npy("\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, }", 56);
+  const auto path = Write("x.npy", npy);
+  auto t = ReadCsv({path, ""}, CsvOptions{});
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Error(t), path +
+                          ": not a text file (byte 7 is NUL): it is a .npy file; say format: "
+                          "npy and trainX/trainY");
+  const auto idx = Write("images-idx3-ubyte", std::string("\0\0\x08\x03\0\0\0\x02", 8));
+  EXPECT_NE(Error(ReadCsv({idx, ""}, CsvOptions{})).find(idx + ": not a text file (byte 0 is NUL)"),
+            std::string::npos);
 }
 
 TEST_F(CsvTest, RaggedRowsAndBadHeaderAreErrors) {

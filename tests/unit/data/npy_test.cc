@@ -61,6 +61,8 @@ TEST_F(NpyTest, ReadsUint8ImagesScaledToUnitRangeAndInt64Labels) {
   EXPECT_FLOAT_EQ(t->x[2], 0.2f);
   EXPECT_EQ(t->labels, (std::vector<std::int32_t>{0, 2}));
   EXPECT_EQ(t->task.classes, 3);
+  // Said by the labels: which one.
+  EXPECT_EQ(t->classes_from, "the largest label, 2 (" + Labels() + " sample 1), plus one");
   EXPECT_TRUE(ValidateTable(*t).ok());
 }
 
@@ -114,7 +116,10 @@ TEST_F(NpyTest, HeaderErrorsNameTheFile) {
       {Npy("<f4", "(2,)", Bytes<float>({1})), "truncated file"},
       {Npy("<f4", "(2,)", Bytes<float>({1, 2, 3})), "more data than the header announces"},
       {Npy("<f4", "(2,)", Bytes<float>({1, std::numeric_limits<float>::infinity()})),
-       "sample 1, feature 0 is not a finite float"},
+       "sample 1, feature 0 is not a finite number"},
+      // Finite (numpy's isfinite says True) but no float32: said so, not "not finite".
+      {Npy("<f8", "(2,)", Bytes<double>({1, 1.6e301})),
+       "sample 1, feature 0 is 1.6e+301, beyond float32's range (|x| <= 3.4e38)"},
       {Npy("<f4", "(99999999999999999999,)", ""), "over 2^64"},
   };
   int i = 0;
