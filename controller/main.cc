@@ -147,8 +147,18 @@ int Validate(const std::vector<std::string>& args) {
     }
     summary = *std::move(checked);
   }
+  // Files that are not here were not read: said, since `ringtrain run` here would refuse them
+  // (a misspelt test file), and only a cluster whose ranks have them can run the job.
+  std::vector<std::string> not_here;
+  if (job->spec.command.empty()) not_here = executors::DatasetPathsNotHere(job->spec.train);
   std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", manifest.c_str(),
               job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
+  for (const std::string& path : not_here) {
+    std::printf(
+        "note: %s: not on this machine, so not read (`ringtrain run` here will refuse it; "
+        "ranks that have it elsewhere read it)\n",
+        path.c_str());
+  }
   if (const std::string ignored = api::IgnoredRunnerCommand(job->spec); !ignored.empty()) {
     std::printf("note: %s\n", ignored.c_str());
   }

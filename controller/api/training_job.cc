@@ -199,7 +199,8 @@ StatusOr<model::ShapeReport> ResolveModel(TrainSpec* t, const std::optional<Data
           std::to_string(report->output.c) + " unit(s)");
     } else {
       report = model::CheckAgainstDataset(spec, data->input.value_or(spec.input), task,
-                                          data->outputs > 0 ? data->outputs : report->output.c);
+                                          data->outputs > 0 ? data->outputs : report->output.c,
+                                          data->outputs_from);
     }
   }
   if (!report.ok()) return in_field(report.status());

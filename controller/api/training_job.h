@@ -38,6 +38,7 @@ struct DataShape {
   std::optional<model::Shape> input;
   int outputs = 0;
   std::optional<model::Task> task;
+  std::string outputs_from;  // data::Table::classes_from, when the files said the classes
 };
 
 struct TrainSpec {

@@ -109,7 +109,8 @@ StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& lab
   return ds;
 }
 
-Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
+Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes, std::string_view whose,
+                        std::string_view hint) {
   const std::string images = ds.images_path.empty() ? "in-memory images" : ds.images_path;
   const std::string labels = ds.labels_path.empty() ? "in-memory labels" : ds.labels_path;
   if (ds.count == 0) return InvalidArgument(images + ": no samples");
@@ -127,8 +128,8 @@ Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes) {
   for (std::size_t i = 0; i < ds.count; ++i) {
     if (ds.labels[i] >= classes) {
       return InvalidArgument(labels + ": label " + std::to_string(ds.labels[i]) + " at index " +
-                             std::to_string(i) + " is not below the model's " +
-                             std::to_string(classes) + " classes");
+                             std::to_string(i) + " is not below " + std::string(whose) + " " +
+                             std::to_string(classes) + " classes" + std::string(hint));
     }
   }
   return Status::Ok();

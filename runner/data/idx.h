@@ -52,8 +52,10 @@ StatusOr<Dataset> LoadFashionMnist(const std::string& dir, bool train, int class
 
 // Whether `ds` fits a model of rows × cols inputs and `classes` outputs: a test set of another
 // shape than the training set, or a label the model cannot output, is InvalidArgument naming the
-// file (checked once at load, because Gather trusts the shape and the indices).
-Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes);
+// file (checked once at load, because Gather trusts the shape and the indices). The message says
+// "not below <whose> <classes> classes<hint>": the model's, or the dataset's with what sets them.
+Status ValidateForModel(const Dataset& ds, int rows, int cols, int classes,
+                        std::string_view whose = "the model's", std::string_view hint = {});
 
 // Whether a declared dataset.inputShape makes IDX images flat: one that is no image ([h, w],
 // [1, h, w]), as model::InputShapeOf reads a declared shape for the operator and for tables.

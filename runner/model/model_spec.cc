@@ -348,8 +348,8 @@ Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values) {
   return s.size() == values ? s : flat;
 }
 
-StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task,
-                                          int outputs) {
+StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task, int outputs,
+                                          std::string_view outputs_from) {
   const bool classes = task == Task::kClassification;
   if ((spec.loss == Loss::kSoftmaxCrossEntropy) != classes) {
     return InvalidArgument("loss: " + std::string(NameOf(spec.loss)) + " does not fit a " +
@@ -379,9 +379,15 @@ StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Tas
         break;
       }
     }
+    // Classes the labels said: which label said so, and what says it otherwise.
+    const std::string from =
+        classes && !outputs_from.empty()
+            ? " (" + std::string(outputs_from) +
+                  "; the dataset's classes, spec.train.dataset.classes, says how many)"
+            : "";
     return InvalidArgument(setter + ": output " + std::to_string(out.c) +
                            " units but the dataset has " + std::to_string(outputs) +
-                           (classes ? " classes" : " target values"));
+                           (classes ? " classes" : " target values") + from);
   }
   if (classes && outputs < 2) {
     return InvalidArgument(

@@ -133,8 +133,9 @@ Shape InputShapeOf(const std::vector<std::size_t>& dims, std::size_t values);
 // `outputs` features: the number of classes of a classification, the width of a regression's
 // targets ("layers[7] dense: output 12 units but the dataset has 10 classes"). The one check of
 // the runner (train::ResolveModelSpec) and of `ringtrain validate`/`run` (api::ResolveModel).
-StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task,
-                                          int outputs);
+// `outputs_from`, when the labels said the classes, is where from (data::Table::classes_from).
+StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Task task, int outputs,
+                                          std::string_view outputs_from = {});
 
 // The architecture as one line, identical for identical architectures and different otherwise
 // (init excluded: it does not change what a checkpoint holds), e.g.

@@ -69,6 +69,7 @@ StatusOr<DataShape> ShapeOf(const data::Table& t) {
   s.input = model::InputShapeOf(t.shape, t.features);
   s.regression = !t.task.classification();
   s.outputs = s.regression ? t.task.targets : t.task.classes;
+  s.outputs_from = t.classes_from;
   return s;
 }
 
@@ -81,12 +82,17 @@ StatusOr<TrainingData::Idx> LoadIdxSplits(const data::DatasetSpec& spec, int cla
     return loaded;
   };
   TrainingData::Idx idx;
-  // Labels against the model's classes in ValidateForModel: an error naming the file and the
-  // classes, whatever their number.
+  // Labels against the dataset's classes in ValidateForModel: an error naming the file, the
+  // classes, whatever their number, and what sets them (Fashion-MNIST's 10 unless said).
+  const std::string_view hint =
+      spec.classes > 0 ? " (spec.train.dataset.classes)"
+                       : " (Fashion-MNIST's; spec.train.dataset.classes says how many there are)";
   ASSIGN_OR_RETURN(idx.train, load(true));
-  RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes));
+  RETURN_IF_ERROR(data::ValidateForModel(idx.train, idx.train.rows, idx.train.cols, classes,
+                                         "the dataset's", hint));
   ASSIGN_OR_RETURN(idx.test, load(false));
-  RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes));
+  RETURN_IF_ERROR(data::ValidateForModel(idx.test, idx.train.rows, idx.train.cols, classes,
+                                         "the dataset's", hint));
   RETURN_IF_ERROR(data::CheckDeclaredShape(spec.input_shape, shape_field, idx.train));
   // [features] or 4 dimensions: flat, as the operator reads it (api::DeclaredDataShape).
   idx.train.flat = idx.test.flat = data::DeclaredFlat(spec.input_shape);
@@ -170,7 +176,8 @@ StatusOr<model::ModelSpec> ResolveModelSpec(const TrainConfig& config, const Dat
   }
   const model::Task task =
       shape.regression ? model::Task::kRegression : model::Task::kClassification;
-  auto checked = model::CheckAgainstDataset(spec, shape.input, task, shape.outputs);
+  auto checked =
+      model::CheckAgainstDataset(spec, shape.input, task, shape.outputs, shape.outputs_from);
   if (!checked.ok()) {
     // The loss is a field of the spec: "model.loss: mse does not fit ...", as ParseModelSpec
     // names it; a layer or the input follows "model: ".

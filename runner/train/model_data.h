@@ -26,6 +26,7 @@ struct DataShape {
   model::Shape input;
   int outputs = 0;  // classes, or target values per sample
   bool regression = false;
+  std::string outputs_from;  // data::Table::classes_from
 };
 
 // The IDX images: 1 × rows × cols, `classes` outputs.

@@ -118,6 +118,40 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
 
 }  // namespace
 
+std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t) {
+  const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
+  std::vector<std::pair<std::string, std::string>> paths;
+  const bool test_files = spec.test_fraction == 0;
+  switch (spec.format) {
+    case data::DatasetFormat::kIdx:
+      paths = {{DatasetField(t, "train"), spec.train}};
+      break;
+    case data::DatasetFormat::kCsv:
+      paths = {{DatasetField(t, "train"), spec.train},
+               {DatasetField(t, "trainLabels"), spec.train_labels}};
+      if (test_files) {
+        paths.emplace_back(DatasetField(t, "test"), spec.test);
+        paths.emplace_back(DatasetField(t, "testLabels"), spec.test_labels);
+      }
+      break;
+    case data::DatasetFormat::kNpy:
+      paths = {{DatasetField(t, "trainX"), spec.train_x},
+               {DatasetField(t, "trainY"), spec.train_y}};
+      if (test_files) {
+        paths.emplace_back(DatasetField(t, "testX"), spec.test_x);
+        paths.emplace_back(DatasetField(t, "testY"), spec.test_y);
+      }
+      break;
+  }
+  std::vector<std::string> out;
+  for (const auto& [field, path] : paths) {
+    if (SeesWhatRanksOpen(path, DatasetLocation::kMaybeElsewhere) && !Exists(path)) {
+      out.push_back(field + ": " + path);
+    }
+  }
+  return out;
+}
+
 StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLocation where) {
   const api::DataShape declared = api::DeclaredDataShape(t);
   const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
@@ -192,6 +226,7 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
   api::DataShape shape;
   shape.input = model::InputShapeOf(table.shape, table.features);
   shape.outputs = table.task.classification() ? table.task.classes : table.task.targets;
+  shape.outputs_from = table.classes_from;
   shape.task =
       table.task.classification() ? model::Task::kClassification : model::Task::kRegression;
   return LocalDataShape{shape, table.path + " (" + std::to_string(table.n) + " samples)"};
@@ -199,7 +234,19 @@ StatusOr<LocalDataShape> ReadLocalDataShape(const api::TrainSpec& t, DatasetLoca
 
 StatusOr<std::string> CheckModelLocally(api::TrainSpec* t, DatasetLocation where) {
   ASSIGN_OR_RETURN(LocalDataShape data, ReadLocalDataShape(*t, where));
-  ASSIGN_OR_RETURN(model::ShapeReport report, api::ResolveModel(t, data.shape));
+  auto resolved = api::ResolveModel(t, data.shape);
+  if (!resolved.ok() && where == DatasetLocation::kMaybeElsewhere) {
+    // Files this check could not read: named, as the likelier cause of a shape it did not know
+    // (a misspelt trainY) than the model.
+    std::string absent;
+    for (const std::string& p : DatasetPathsNotHere(*t)) absent += (absent.empty() ? "" : "; ") + p;
+    if (!absent.empty()) {
+      return Status(
+          resolved.status().code(),
+          resolved.status().message() + " (not on this machine, so not read: " + absent + ")");
+    }
+  }
+  ASSIGN_OR_RETURN(model::ShapeReport report, std::move(resolved));
   model::Shape input{1, 28, 28};
   if (t->model_spec) {
     input = t->model_spec->input;

@@ -42,6 +42,10 @@ enum class DatasetLocation {
 StatusOr<LocalDataShape> ReadLocalDataShape(
     const api::TrainSpec& t, DatasetLocation where = DatasetLocation::kMaybeElsewhere);
 
+// The dataset's paths (as "field: path") that are not on this machine, where `ringtrain validate`
+// checks only what the spec declares. Paths it cannot judge ($(VAR)) are left out.
+std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t);
+
 // Resolves and checks spec.train.model against ReadLocalDataShape (api::ResolveModel) and
 // returns a Keras-like summary: one line per layer with its output shape and parameters, then
 // the total. Sets t->model_spec for a layer list. Errors name the field or the layer.

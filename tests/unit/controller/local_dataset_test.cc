@@ -82,6 +82,35 @@ TEST_F(LocalDatasetTest, AListThatDoesNotFitTheFilesIsRefusedNamingTheLayer) {
       << summary.status().message();
 }
 
+// Classes the labels said (none declared): one stray label makes them, and the message says which.
+TEST_F(LocalDatasetTest, ClassesTheLabelsSaidAreTracedToTheLargestLabel) {
+  std::ofstream(dir_ / "stray.csv") << "a,b,target\n1,2,0\n2,3,65535\n3,4,2\n";
+  const std::string csv = (dir_ / "stray.csv").string();
+  api::TrainingJob job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          csv + ", testFraction: 0.34, label: target}\n");
+  auto summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_EQ(summary.status().message(),
+            "spec.train.model.layers[0] dense: output 3 units but the dataset has 65536 classes "
+            "(the largest label, 65535 (" +
+                csv +
+                " line 3), plus one; the dataset's classes, spec.train.dataset.classes, says how "
+                "many)");
+  // Declared: the label is refused where it is.
+  job =
+      Job("    model:\n      layers: [{dense: {units: 3}}]\n"
+          "    dataset: {format: csv, train: " +
+          csv + ", testFraction: 0.34, label: target, classes: 3}\n");
+  summary = CheckModelLocally(&job.spec.train);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_NE(summary.status().message().find(csv + ": line 3, column 3 (\"target\"): label 65535 is "
+                                                  "not below the 3 classes"),
+            std::string::npos)
+      << summary.status().message();
+}
+
 // The loss against the dataset's task, as the runner checks it (train::ResolveModelSpec), and
 // before the units: the units are then worded from the task.
 TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt) {
@@ -154,8 +183,23 @@ TEST_F(LocalDatasetTest, AbsentFilesFallBackToTheDeclaredShape) {
             missing + ", test: " + missing + "}\n");
   summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
-  EXPECT_NE(summary.status().message().find("spec.train.model.input: required"), std::string::npos)
-      << summary.status().message();
+  // ... and the files not read are named: a misspelt path is the likelier cause.
+  EXPECT_EQ(summary.status().message(),
+            "spec.train.model.input: required: the dataset's sample shape is not known here (give "
+            "spec.train.model.input or spec.train.dataset.inputShape) (not on this machine, so "
+            "not read: spec.train.dataset.train: " +
+                missing + "; spec.train.dataset.test: " + missing + ")");
+  // The training file here and the test file not: the test file is named (validate says it in
+  // a note).
+  job = Job("    model:\n      layers: [{dense: {units: 3}}]\n    dataset: {format: csv, train: " +
+            Csv() + ", test: " + missing + ", label: target}\n");
+  EXPECT_TRUE(CheckModelLocally(&job.spec.train).ok());
+  EXPECT_EQ(DatasetPathsNotHere(job.spec.train),
+            std::vector<std::string>{"spec.train.dataset.test: " + missing});
+  job = Job("    model: mlp\n    dataset: {format: npy, trainX: " + Csv() + ", trainY: " + missing +
+            ", testFraction: 0.2}\n");
+  EXPECT_EQ(DatasetPathsNotHere(job.spec.train),
+            std::vector<std::string>{"spec.train.dataset.trainY: " + missing});
 }
 
 // `ringtrain run` starts its ranks on this machine: a dataset path that is not here is refused
@@ -322,8 +366,9 @@ TEST_F(LocalDatasetTest, IdxWithMoreThanTenClassesTakesTheSpecsClasses) {
   summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find((dir_ / "train-labels-idx1-ubyte").string() +
-                                            ": label 10 at index 10 is not below the model's 10 "
-                                            "classes"),
+                                            ": label 10 at index 10 is not below the dataset's 10 "
+                                            "classes (Fashion-MNIST's; spec.train.dataset.classes "
+                                            "says how many there are)"),
             std::string::npos)
       << summary.status().message();
 }
@@ -350,7 +395,8 @@ TEST_F(LocalDatasetTest, IdxTrainingFilesAreCheckedAsTheRanksCheckThem) {
   auto summary = CheckModelLocally(&job.spec.train);
   ASSERT_FALSE(summary.ok());
   EXPECT_NE(summary.status().message().find(labels + ": label 7 at index 5 is not below the "
-                                                     "model's 3 classes"),
+                                                     "dataset's 3 classes "
+                                                     "(spec.train.dataset.classes)"),
             std::string::npos)
       << summary.status().message();
   data::WriteIdxDir(dir_.string(), 24, 3, 3, 3);

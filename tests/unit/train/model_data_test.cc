@@ -134,8 +134,9 @@ TEST_F(ModelDataTest, IdxWithMoreThanTenClassesLoadsWithTheSpecsClasses) {
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(loaded.status().message().find((dir_ / "train-labels-idx1-ubyte").string() +
-                                           ": label 10 at index 10 is not below the model's 10 "
-                                           "classes"),
+                                           ": label 10 at index 10 is not below the dataset's 10 "
+                                           "classes (Fashion-MNIST's; spec.train.dataset.classes "
+                                           "says how many there are)"),
             std::string::npos)
       << loaded.status().message();
 }
