@@ -165,6 +165,9 @@ int Validate(const std::vector<std::string>& args) {
   if (const std::string ignored = api::IgnoredRecoveryTimeout(job->spec); !ignored.empty()) {
     std::printf("note: %s\n", ignored.c_str());
   }
+  if (const std::string ignored = api::IgnoredMomentum(job->spec); !ignored.empty()) {
+    std::printf("note: %s\n", ignored.c_str());
+  }
   // Valid for a cluster; only this machine's `ringtrain run` cannot do it.
   if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
     std::printf("note: `ringtrain run` will refuse this job: %s\n", local.message().c_str());
@@ -223,6 +226,9 @@ int Run(const std::vector<std::string>& args) {
     return 1;
   }
   for (const auto& note : container->notes) spdlog::warn("{}: {}", manifest, note);
+  if (const std::string ignored = api::IgnoredMomentum(job->spec); !ignored.empty()) {
+    spdlog::warn("{}: {}", manifest, ignored);
+  }
   // The model is checked against the dataset before any rank starts (a layer list without an
   // input takes the dataset's).
   if (job->spec.command.empty()) {

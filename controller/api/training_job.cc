@@ -396,6 +396,18 @@ std::string IgnoredRunnerCommand(const JobSpec& spec) {
                                : "spec.command, which is its whole command line");
 }
 
+std::string IgnoredMomentum(const JobSpec& spec) {
+  const TrainSpec& t = spec.train;
+  // The default (0.9, Adam's own beta1) is every job's: only another value was asked for.
+  if (!spec.command.empty() || t.optimizer != "adam" || t.momentum == TrainSpec{}.momentum) {
+    return "";
+  }
+  char value[32];
+  std::snprintf(value, sizeof(value), "%g", t.momentum);
+  return std::string("spec.train.momentum: ") + value +
+         " is not used: it is optimizer sgd's; adam's first-moment decay (beta1) is 0.9";
+}
+
 std::string IgnoredRecoveryTimeout(const JobSpec& spec) {
   const std::optional<json> set = TemplateRunnerEnvEntry(spec, contract::kEnvRecoveryTimeout);
   if (!set) return "";

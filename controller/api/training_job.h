@@ -331,6 +331,10 @@ std::string IgnoredRunnerCommand(const JobSpec& spec);
 // the wait the survivors get instead; "" otherwise. Said where IgnoredRunnerCommand is, as the
 // Warning event TemplateEnvIgnored.
 std::string IgnoredRecoveryTimeout(const JobSpec& spec);
+// "spec.train.momentum: 0.5 is not used: ..." for a job of optimizer adam that asks for another
+// momentum than the default (the CRD's 0.9 is every job's), else "". Said where
+// IgnoredRunnerCommand is.
+std::string IgnoredMomentum(const JobSpec& spec);
 
 // The longest job name: it names the headless Service, which must be a DNS-1035 label, and
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.

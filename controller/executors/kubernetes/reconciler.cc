@@ -619,6 +619,10 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
     if (!env.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
       events_->Record(pass.raw, "Warning", "TemplateEnvIgnored", env);
     }
+    const std::string momentum = api::IgnoredMomentum(job.spec);
+    if (!momentum.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
+      events_->Record(pass.raw, "Warning", "MomentumIgnored", momentum);
+    }
   }
 
   std::vector<ObservedReplica> replicas;

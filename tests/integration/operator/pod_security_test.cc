@@ -245,6 +245,25 @@ TEST_F(CheckpointReconcileTest, ARecoveryTimeoutNoPodGetsIsAWarning) {
             "120s");
 }
 
+// A momentum asked of adam, which has none, is said once, not refused (a job that ran before).
+TEST_F(CheckpointReconcileTest, AMomentumAdamDoesNotUseIsAWarning) {
+  Create("adam", {{"replicas", 1}, {"train", {{"optimizer", "adam"}, {"momentum", 0.5}}}});
+  // The default (the CRD's 0.9, on every job) and sgd's are used: nothing said of them.
+  Create("sgd", {{"replicas", 1}, {"train", {{"optimizer", "sgd"}, {"momentum", 0.5}}}});
+  Create("plain", {{"replicas", 1}});
+  for (const char* name : {"adam", "sgd", "plain"}) {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", name).ok());
+  }
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "adam-a0-0").ok()) << "the job runs";
+  const std::vector<Json> events = EventsWithReason("MomentumIgnored");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "adam");
+  EXPECT_EQ(events[0]["type"], "Warning");
+  EXPECT_EQ(events[0]["message"],
+            "spec.train.momentum: 0.5 is not used: it is optimizer sgd's; adam's first-moment "
+            "decay (beta1) is 0.9");
+}
+
 // A wait in a GangRestart job's template reached no rank (the pods get 0), unsaid: said now,
 // and the pod's env says 0.
 TEST_F(CheckpointReconcileTest, ARecoveryWaitOfAGangRestartJobIsAWarning) {
