@@ -202,6 +202,35 @@ class Planner {
     plan_.actions.push_back({Action::Kind::kDeleteReplica, r.rank, r.attempt, r.name, why, grace});
   }
 
+  // Force-deletes each pod still terminating kStuckTerminatingAfter past its deletion deadline
+  // with its containers not known to have ended (its node no longer reports), and comes back
+  // for one not yet that late. Said in a Warning event naming the pod and its node.
+  void ForceDeleteStuck() {
+    for (const auto& r : in_.replicas) {
+      if (!r.terminating || !r.deletion_deadline || r.phase == ReplicaPhase::kSucceeded ||
+          r.phase == ReplicaPhase::kFailed) {
+        continue;
+      }
+      const WallTime due = *r.deletion_deadline + kStuckTerminatingAfter;
+      if (in_.now < due) {
+        Requeue(due);
+        continue;
+      }
+      Action a{Action::Kind::kDeleteReplica, r.rank, r.attempt, r.name, "stuck terminating"};
+      a.force = true;
+      plan_.actions.push_back(std::move(a));
+      plan_.events.push_back(
+          {"Warning", "ForceDeleted",
+           "pod " + r.name + (r.node.empty() ? "" : " on node " + r.node) +
+               " was still terminating " +
+               std::to_string(
+                   std::chrono::duration_cast<std::chrono::seconds>(kStuckTerminatingAfter)
+                       .count()) +
+               "s past its deletion deadline, its containers not reported stopped (its node "
+               "does not answer): deleted without waiting for the node (grace 0)"});
+    }
+  }
+
   void Requeue(WallTime at) {
     if (at <= in_.now) at = in_.now;
     // Never further than the longest duration a spec may say: an executor adds it to its clock.
@@ -1446,6 +1475,7 @@ Plan Planner::Run() {
     st().start_time = now_s_;
   }
   st().observed_generation = job_.metadata.generation;
+  ForceDeleteStuck();
 
   if (api::IsTerminal(st().phase)) {
     CountFinalReplicas();

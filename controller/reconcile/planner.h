@@ -35,6 +35,9 @@ struct ObservedReplica {
   bool disruption = false;        // pod condition DisruptionTarget (preemption, eviction)
   std::string disruption_reason;  // its reason (DeletionByTaintManager, PreemptionByScheduler, ...)
   bool terminating = false;       // deletion requested, not gone yet
+  // When a terminating pod was due to be gone (metadata.deletionTimestamp: the delete plus its
+  // grace); nullopt when not terminating or not known (a local process).
+  std::optional<WallTime> deletion_deadline;
   // The executor marked it before deleting it (a released partial gang): its deletion is the
   // executor's own, as PlanMemory::deleted says, but durable across an executor's restart.
   bool deleted_by_executor = false;
@@ -120,7 +123,17 @@ struct Action {
   // For deletes: the termination grace the replica gets (SIGTERM, then SIGKILL after it);
   // nullopt: its own (the pod's terminationGracePeriodSeconds).
   std::optional<Duration> grace;
+  // For deletes: remove the object now (gracePeriodSeconds 0), without its node's word that the
+  // containers stopped: for a pod whose node stopped answering (kStuckTerminatingAfter).
+  bool force = false;
 };
+
+// How long past its deletion deadline a terminating pod whose containers are not known to have
+// ended is waited for before it is force-deleted. A healthy kubelet kills the containers at the
+// deadline and reports it within seconds; a node that stopped answering (partitioned, its
+// kubelet or driver hung) keeps the pod Terminating until the Node object goes, which a
+// machine still alive never does: waiting for it blocked the gang's restart for good.
+inline constexpr Duration kStuckTerminatingAfter = std::chrono::seconds(120);
 
 struct Event {
   std::string type;  // Normal | Warning

@@ -109,7 +109,11 @@ class FakeKubeClient final : public KubeClient {
         it->second["metadata"].value("uid", "") != options.precondition_uid) {
       return Aborted("precondition failed: uid");
     }
-    if (graceful_pod_deletes_ && r.plural == "pods") {
+    // A delete of grace 0 of a terminating pod removes it, as the real server does
+    // (tests/fakes/apiserver/transcripts/t4-05-binding-graceful-delete.txt).
+    const bool forced = r.plural == "pods" && options.grace_period_seconds == 0 &&
+                        it->second["metadata"].contains("deletionTimestamp");
+    if (graceful_pod_deletes_ && r.plural == "pods" && !forced) {
       Json& meta = it->second["metadata"];
       if (!meta.contains("deletionTimestamp")) {
         meta["deletionTimestamp"] = "2030-01-01T00:00:00Z";

@@ -750,6 +750,9 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   const Json meta = pod.value("metadata", Json::object());
   r.name = meta.value("name", "");
   r.terminating = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
+  if (r.terminating && meta["deletionTimestamp"].is_string()) {
+    r.deletion_deadline = ParseRfc3339(meta["deletionTimestamp"].get<std::string>());
+  }
   const Json labels = meta.value("labels", Json::object());
   auto label_int = [&](const char* key) {
     auto it = labels.find(key);

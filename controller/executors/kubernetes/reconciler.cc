@@ -129,14 +129,15 @@ void Reconciler::ForgetMemory(const std::string& key) {
 }
 
 Status Reconciler::DeletePod(const std::string& key, const Json& pod, reconcile::PlanMemory* record,
-                             std::optional<Duration> grace) {
+                             std::optional<Duration> grace, bool force) {
   const std::string name = MetaString(pod, "name");
   kube::DeleteOptions opts;
   // Only ever delete the pod we observed, not a namesake created since.
   opts.precondition_uid = MetaString(pod, "uid");
   if (grace) {
-    opts.grace_period_seconds =
-        std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::seconds>(*grace).count());
+    // 0 only when forced: 0 removes the object at once, without the kubelet's word.
+    opts.grace_period_seconds = std::max<std::int64_t>(
+        force ? 0 : 1, std::chrono::duration_cast<std::chrono::seconds>(*grace).count());
   }
   expectations_.ExpectDelete(key, name);
   Status st = client_->Delete(kube::kPods, MetaString(pod, "namespace"), name, opts);
@@ -790,6 +791,16 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         spdlog::debug("job {}: deleting pod {} ({})", pass.key, a.name, a.reason);
         // Remembered once the delete succeeded (DeletePod): a failed one is retried by the next
         // pass, and until then the pod's end is not ours.
+        if (a.force) {
+          // Its deletion was asked for before (ours or another's, as remembered then): this
+          // delete only stops waiting for its node, and is not remembered as one of ours.
+          spdlog::warn(
+              "job {}: force-deleting pod {}, still terminating past its deletion "
+              "deadline (its node does not answer)",
+              pass.key, a.name);
+          RETURN_IF_ERROR(DeletePod(pass.key, *it->second, nullptr, Duration::zero(), true));
+          break;
+        }
         RETURN_IF_ERROR(DeletePod(pass.key, *it->second, &pass.memory->plan, a.grace));
         break;
       }

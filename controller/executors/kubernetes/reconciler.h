@@ -179,9 +179,10 @@ class Reconciler {
   // succeeded or found the pod gone (404); a delete that failed is no release (the pod may still
   // end of someone else's deletion, or run on), and a namesake (409 on the uid) none of ours.
   // `grace`: the pod's termination grace for this delete (nullopt: its own), in whole seconds,
-  // at least 1 (0 would remove it from the API before its containers stop).
+  // at least 1 (0 would remove it from the API before its containers stop), unless `force`
+  // (reconcile::Action::force: a pod whose node no longer answers).
   Status DeletePod(const std::string& key, const Json& pod, reconcile::PlanMemory* record = nullptr,
-                   std::optional<Duration> grace = std::nullopt);
+                   std::optional<Duration> grace = std::nullopt, bool force = false);
   JobMemory& Memory(const std::string& key);
   void ForgetMemory(const std::string& key);
 

@@ -373,6 +373,34 @@ void ExpectAnUncountedPodDeletedRestart(const Json& status) {
   EXPECT_EQ(Condition(status, "Restarting")["reason"], "PodDeleted");
 }
 
+// A pod whose node stopped answering stays Terminating (v1.28 keeps it until its Node object
+// goes): past its deletion deadline by kStuckTerminatingAfter it is deleted with grace 0, which
+// removes it, and nothing before that (review: the gang restart waited for it forever).
+TEST_F(ReconcilerTest, APodStuckTerminatingIsDeletedWithGraceZeroPastItsDeadline) {
+  client_.GracefulPodDeletes();
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(Job(2)));
+  Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-1");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() + std::chrono::seconds(30));
+  pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+  client_.Set(kube::kPods, "default", pod);  // its node's kubelet never reports again
+  cache_.CatchUp(client_);
+  auto forced = [&] {
+    int n = 0;
+    for (const auto& w : client_.Writes()) {
+      n += w.verb == "delete" && w.plural == "pods" && w.grace == 0 ? 1 : 0;
+    }
+    return n;
+  };
+  clock_.Advance(std::chrono::seconds(149));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(forced(), 0);
+  cache_.CatchUp(client_);
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(forced(), 1);
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok()) << "removed";
+}
+
 // Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training
 // gang. Both got a deletionTimestamp while Running; each runner answered the SIGTERM with exit
 // 143 (reason Error, its termination message), rank 1 first. No survivor: the gang restarts,

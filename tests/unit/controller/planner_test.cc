@@ -197,6 +197,43 @@ TEST(Planner, RestartWaitsForTheOldGangThenCreatesTheNext) {
   EXPECT_EQ(Cond(running.status, "Restarting")->status, "False");
 }
 
+// A pod of the old gang whose node stopped answering stays Terminating for good (v1.28 keeps it
+// until its Node object goes): the restart waited for it forever (review). Past its deletion
+// deadline by kStuckTerminatingAfter it is force-deleted, said in an event naming its node; a
+// pod that ended (a finalizer keeps it) is not.
+TEST(Planner, APodStuckTerminatingIsForceDeletedPastItsDeadline) {
+  auto job = Job(2);
+  job.status.phase = "Restarting";
+  job.status.attempt = 1;
+  job.status.restarts = 1;
+  auto lost = Replica(1, 0, ReplicaPhase::kRunning);
+  lost.terminating = true;
+  lost.node = "n-lost";
+  lost.deletion_deadline = At(30);
+  auto ended = Replica(0, 0, ReplicaPhase::kFailed, 143);
+  ended.terminating = true;
+  ended.deletion_deadline = At(30);
+  Plan waiting = PlanAt(job, {ended, lost}, At(149));
+  EXPECT_TRUE(waiting.actions.empty());
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  EXPECT_LE(*waiting.requeue_after, std::chrono::seconds(1)) << "back when it is due";
+  Plan forced = PlanAt(job, {ended, lost}, At(150));
+  ASSERT_EQ(forced.actions.size(), 1u);
+  EXPECT_EQ(forced.actions[0].kind, Kind::kDeleteReplica);
+  EXPECT_EQ(forced.actions[0].name, "job-a0-1");
+  EXPECT_TRUE(forced.actions[0].force);
+  ASSERT_EQ(forced.events.size(), 1u);
+  EXPECT_EQ(forced.events[0].reason, "ForceDeleted");
+  EXPECT_EQ(forced.events[0].message,
+            "pod job-a0-1 on node n-lost was still terminating 120s past its deletion deadline, "
+            "its containers not reported stopped (its node does not answer): deleted without "
+            "waiting for the node (grace 0)");
+  job.status = forced.status;
+  // Once it is gone, the next gang is created (the ended one meets no one).
+  EXPECT_EQ(Count(PlanAt(job, {ended}, At(151)), Kind::kCreateReplica), 2);
+  EXPECT_EQ(Count(PlanAt(job, {}, At(152)), Kind::kCreateReplica), 2);
+}
+
 // Recorded on the real cluster (s35): from a gang restart until the new gang's pods existed,
 // kubectl get tj showed an empty PODS column (PodsReady's reason): the restart erased the
 // condition. It now says the old pods terminate; the new attempt's placement wait still starts
