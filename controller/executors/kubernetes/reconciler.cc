@@ -855,6 +855,19 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
     if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
     return FailedCreate(pass, r.status(), "pod " + a.name, replacement);
   }
+  if (!r.ok()) {
+    // The name is taken. By this job's own pod (a create whose answer was lost, not yet in the
+    // cache): expected, as created. By another's (the pod of a job of this name deleted a moment
+    // ago, still terminating): no pod of this job will appear under it, and the expectation
+    // held the job for its whole timeout (30 s) after the old pod had gone (review). Retried
+    // with the queue's backoff instead.
+    auto holder = client_->Get(kube::kPods, pass.ns, a.name);
+    if (holder.ok() && OwnedBy(*holder, job.metadata.uid)) return Status::Ok();
+    expectations_.Lower(pass.key, a.name);
+    return Unavailable("create pod " + a.name + ": the name is held by another owner's pod (" +
+                       (holder.ok() ? "uid " + MetaString(*holder, "uid") : "gone since") +
+                       "), a job of this name deleted before it: created once it is gone");
+  }
   if (r.ok()) {
     pass.gang.push_back(*r);
     ++pass.created;

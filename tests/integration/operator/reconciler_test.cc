@@ -373,6 +373,40 @@ void ExpectAnUncountedPodDeletedRestart(const Json& status) {
   EXPECT_EQ(Condition(status, "Restarting")["reason"], "PodDeleted");
 }
 
+// `kubectl delete -f job.yaml; kubectl apply -f job.yaml`: the old job's pods still terminate
+// when the new job's are created under the same names. The create's AlreadyExists was taken as
+// a pod of the job, and the expectation held the job for its whole timeout after the old pods
+// had gone (30 s in the review's run); now it is retried and the gang created once they go.
+TEST_F(ReconcilerTest, APodNameHeldByADeletedNamesakesPodIsTakenOnceItGoes) {
+  Json stray = {{"apiVersion", "v1"},
+                {"kind", "Pod"},
+                {"metadata",
+                 {{"name", "mnist-a0-0"},
+                  {"namespace", "default"},
+                  {"uid", "old-pod"},
+                  {"deletionTimestamp", FormatRfc3339(clock_.Now() + std::chrono::seconds(30))},
+                  {"ownerReferences",
+                   {{{"apiVersion", "ringtrain.dev/v1alpha1"},
+                     {"kind", "TrainingJob"},
+                     {"name", "mnist"},
+                     {"uid", "the-deleted-job"},
+                     {"controller", true}}}}}}};
+  client_.Set(kube::kPods, "default", stray);
+  ASSERT_NO_FATAL_FAILURE(CreateJob(Job(2)));
+  auto first = reconciler_->Reconcile("default", "mnist");
+  EXPECT_FALSE(first.ok());
+  EXPECT_NE(first.status().message().find("create pod mnist-a0-0: the name is held by another "
+                                          "owner's pod (uid old-pod)"),
+            std::string::npos)
+      << first.status().message();
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", {}).ok());
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  auto pod = client_.Get(kube::kPods, "default", "mnist-a0-0");
+  ASSERT_TRUE(pod.ok()) << "created at once, not after the expectations' timeout";
+  EXPECT_NE((*pod)["metadata"]["uid"], "old-pod");
+}
+
 // A pod whose node stopped answering stays Terminating (v1.28 keeps it until its Node object
 // goes): past its deletion deadline by kStuckTerminatingAfter it is deleted with grace 0, which
 // removes it, and nothing before that (review: the gang restart waited for it forever).
