@@ -37,6 +37,9 @@ std::optional<Duration> Earliest(std::optional<Duration> a, std::optional<Durati
 
 // The API server could not answer now (down, overloaded, slow): retried by the work queue,
 // not the user's business. Every other refusal is about the job and is shown on it.
+// Pod creates refused retryably in a row before the refusal is said on the job (FailedCreate).
+constexpr int kTransientCreatesSaid = 3;
+
 bool Transient(const Status& st) {
   return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kResourceExhausted ||
          st.code() == StatusCode::kDeadlineExceeded;
@@ -852,9 +855,17 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
   auto r = client_->Create(kube::kPods, pass.ns, pod);
   if (!r.ok() && r.status().code() != StatusCode::kAlreadyExists) {
     expectations_.Lower(pass.key, a.name);
-    if (Transient(r.status())) return r.status().WithContext("create pod " + a.name);
+    // A retryable refusal is retried by the queue, unsaid, a few times: an API server's moment
+    // of trouble. One that persists (an admission webhook that is down answers every create
+    // with a 500) is said on the job and releases a partial gang, as a 403 or a 422 is: it
+    // held the placed ranks, and said nothing but in the controller's log (review).
+    if (Transient(r.status()) && ++pass.memory->transient_create_failures < kTransientCreatesSaid) {
+      return r.status().WithContext("create pod " + a.name);
+    }
+    pass.memory->transient_create_failures = 0;
     return FailedCreate(pass, r.status(), "pod " + a.name, replacement);
   }
+  if (r.ok()) pass.memory->transient_create_failures = 0;
   if (!r.ok()) {
     // The name is taken. By this job's own pod (a create whose answer was lost, not yet in the
     // cache): expected, as created. By another's (the pod of a job of this name deleted a moment

@@ -92,6 +92,9 @@ class Reconciler {
     SteadyTime last_poll{};
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
+    // Pod creates refused in a row with a retryable error (a 500 of an admission webhook that
+    // is down, a 503): past kTransientCreatesSaid, a refusal like any other (FailedCreate).
+    int transient_create_failures = 0;
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
     // The generation whose ignored template command (api::IgnoredRunnerCommand) was looked

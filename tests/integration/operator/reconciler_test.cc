@@ -1117,6 +1117,43 @@ TEST_F(FailedCreateTest, PartialGangIsReleasedAndRetriedWhole) {
   EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
 }
 
+// An admission webhook that is down answers every pod create with a 500 (InternalError), which
+// is retryable: it was retried unsaid for good, the placed rank kept, the job Pending with
+// "PodsStarting" (review). Past a few such refusals in a row it is a refusal like a 403.
+TEST_F(FailedCreateTest, ACreateRefusedRetryablyTimeAfterTimeIsSaidAndReleasesThePartialGang) {
+  CreateJob(Job(2));
+  const ::ringtrain::Status webhook = Unavailable(
+      "Internal error occurred: failed calling webhook \"sidecar-injector.istio.io\": failed to "
+      "call webhook: Post \"https://istiod.istio-system.svc:443/inject\": dial tcp "
+      "10.96.0.10:443: connect: connection refused");
+  client_.FailNext("create", "pods", webhook, 3, /*skip=*/1);
+  RetryAtOnce();
+  for (int pass = 0; pass < 2; ++pass) {
+    auto r = reconciler_->Reconcile("default", "mnist");
+    EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << "retried, unsaid, at first";
+    cache_.CatchUp(client_);
+  }
+  EXPECT_FALSE(Condition(Status(), "ReplicaFailure").is_object());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  auto third = reconciler_->Reconcile("default", "mnist");
+  ExpectARefusalWaits(third);
+  Json c = Condition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(c.is_object());
+  EXPECT_EQ(c["reason"], "FailedCreate");
+  EXPECT_EQ(c["message"], webhook.message());
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok())
+      << "the placed rank is released";
+  int said = 0;
+  for (const Json& e : Events()) said += e["reason"] == "FailedCreate" ? 1 : 0;
+  EXPECT_EQ(said, 1);
+  // The webhook back: the gang is created whole.
+  cache_.CatchUp(client_);
+  auto retried = reconciler_->Reconcile("default", "mnist");
+  ASSERT_TRUE(retried.ok()) << retried.status().ToString();
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+}
+
 // The released pod is marked as the operator's before it is deleted: its runner ends of the
 // deletion while the pod terminates, and an operator started meanwhile (a leader change) reads
 // the mark where the first one had its memory. Without it the new one took the release for a
