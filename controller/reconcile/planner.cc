@@ -989,13 +989,18 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   for (const auto* r : current) {
     if (r->phase == ReplicaPhase::kFailed) AvoidNodeOf(*r);
   }
+  // The peer that stopped answering may be gone with its node (the taint manager deletes its
+  // pod, DisruptionTarget, after the survivor timed out waiting): its node is avoided as a
+  // failed one's is (a node fault only: AvoidNodeOf), and the restart is a disruption's.
+  if (silent_peer != nullptr) AvoidNodeOf(*silent_peer);
+  const bool disrupted = pick->disruption || (silent_peer != nullptr && silent_peer->disruption);
   if (!IsRetryable(*pick)) {
     Finish(false, "PermanentFailure", what);
     Cleanup();
     return true;
   }
   if (RecoverInPlace(current, *pick, what)) return true;
-  if (pick->disruption) {
+  if (disrupted) {
     Restart("Disrupted", what + " (disruption: not counted against backoffLimit)", false);
     return true;
   }

@@ -2902,6 +2902,34 @@ TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
   EXPECT_EQ(in_place.status.attempt, 0);
 }
 
+// The peer a survivor timed out on, deleted since by the taint manager with its node
+// (DisruptionTarget DeletionByTaintManager): a disruption, not counted, and its node avoided,
+// as when the peer's own failure is the one seen first (review: counted, node not avoided).
+TEST(Planner, AHungPeerGoneWithItsNodeIsADisruptionAndItsNodeIsAvoided) {
+  auto job = Job(2);
+  job.status.phase = "Running";
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  auto lost = Replica(1, 0, ReplicaPhase::kRunning);
+  lost.terminating = true;
+  lost.disruption = true;
+  lost.disruption_reason = "DeletionByTaintManager";
+  lost.node = "n-lost";
+  const Plan p = PlanWith(job, {waited, lost}, At(31), PlanMemory{});
+  EXPECT_EQ(p.status.attempt, 1);
+  EXPECT_EQ(p.status.restarts, 0) << "a disruption spends no backoffLimit";
+  ASSERT_NE(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(p.status, "Restarting")->reason, "Disrupted");
+  ASSERT_EQ(p.status.avoided_nodes.size(), 1u);
+  EXPECT_EQ(p.status.avoided_nodes[0].node, "n-lost");
+  EXPECT_TRUE(p.status.avoided_nodes[0].required);
+  ASSERT_TRUE(p.status.last_failure.has_value());
+  EXPECT_EQ(p.status.last_failure->rank, 1);
+}
+
 // Recorded on the real cluster (s40, job c0b: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS 0, no in-place
 // recovery): rank 1 SIGSTOPped, its pod Running; rank 0's all-reduce timed out waiting for it
 // and rank 0 exited 138. The operator said "rank 0 (c0b-a0-0) failed with exit code 138" and
