@@ -683,8 +683,8 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
 std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pass& pass) {
   JobMemory& memory = *pass.memory;
   auto it = pass.pod_by_name.find(reconcile::ReplicaName(pass.name, pass.job.status.attempt, 0));
-  if (it == pass.pod_by_name.end() ||
-      pass.in.steady_now - memory.last_poll < options_.progress_interval) {
+  const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
+  if (it == pass.pod_by_name.end() || pass.in.steady_now - memory.last_poll < wait) {
     return std::nullopt;
   }
   const Json& pod = *it->second;
@@ -700,6 +700,9 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
       fetch_(ip, MetricsPort(pod), options_.progress_timeout);
   if (progress && !progress->reachable) {
     spdlog::debug("job {}: rank 0's /status: {}", pass.key, progress->error);
+    ++memory.failed_polls;
+  } else if (progress) {
+    memory.failed_polls = 0;
   }
   return progress;
 }

@@ -90,6 +90,12 @@ class Reconciler {
     bool children_ready = false;
     reconcile::PlanMemory plan;  // the planner's (vanished pods, the create-retry gate)
     SteadyTime last_poll{};
+    // Reads of rank 0's /status that failed in a row: each doubles the wait before the next
+    // (up to 8 progress intervals). A read that times out holds one of the shared workers for
+    // its whole timeout; many jobs whose /status does not answer (a NetworkPolicy that drops
+    // the packets) queued every other job behind them (review: 13.6 s to create a new job's
+    // pods beside 150 such jobs).
+    int failed_polls = 0;
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
     // Pod creates refused in a row with a retryable error (a 500 of an admission webhook that

@@ -2038,6 +2038,45 @@ TEST_F(ReconcilerTest, AJobWithAKueueQueueMakesOneKueuePodGroup) {
             std::string::npos);
 }
 
+// A /status that does not answer holds a shared worker for the read's timeout: reads of it back
+// off (each failure doubles the wait, up to 8 intervals), so that many such jobs do not queue
+// every other job behind them (review: 150 of them delayed a new job's pods by 13.6 s). A read
+// that succeeds brings the interval back.
+TEST_F(ReconcilerTest, ReadsOfAStatusThatDoesNotAnswerBackOff) {
+  std::atomic<int> reads{0};
+  std::atomic<bool> answers{false};
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  Reconciler reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                        [&](const std::string&, int, Duration) {
+                          ++reads;
+                          reconcile::ObservedProgress p;
+                          p.reachable = answers.load();
+                          if (!p.reachable) p.error = "timed out";
+                          return std::optional<reconcile::ObservedProgress>(p);
+                        });
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  // One pass every 5 s (the progress interval) for 155 s: reads at 0, 10, 30, 70, 110, 150.
+  for (int t = 0; t <= 155; t += 5) {
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+    clock_.Advance(std::chrono::seconds(5));
+  }
+  EXPECT_EQ(reads.load(), 6);
+  // Answering again: read at 190 (the wait after the last failure), then every interval (195,
+  // 200).
+  answers = true;
+  for (int t = 160; t <= 200; t += 5) {
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+    clock_.Advance(std::chrono::seconds(5));
+  }
+  EXPECT_EQ(reads.load(), 6 + 3);
+}
+
 // Issue 10.4: past progressDeadlineSeconds, a rank 0 whose /status cannot be read (here: the
 // real HTTP fetcher against a closed port) is reported as Stalled=Unknown, not restarted; the
 // same deadline with a read that succeeds and shows no new step still restarts the gang.
