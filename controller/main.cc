@@ -34,6 +34,7 @@
 #include "controller/controller_command.h"
 #include "controller/executors/local/local_dataset.h"
 #include "controller/executors/local/local_executor.h"
+#include "runner/train/checkpoint.h"
 
 namespace ringtrain {
 namespace {
@@ -395,6 +396,25 @@ int Run(const std::vector<std::string>& args) {
   if (!result->checkpoint_path.empty()) {
     summary["checkpoint_step"] = result->checkpoint_step;
     summary["checkpoint_path"] = result->checkpoint_path;
+    // Without rank 0's result, a checkpoint newer than the last progress seen (an interrupt
+    // within a /status read's second of the last one, or before any) is how far the job got:
+    // its header's step and epoch, not "steps": 0 beside "checkpoint_step": 256 (review).
+    const std::int64_t seen = summary.contains("steps") && summary["steps"].is_number_integer()
+                                  ? summary["steps"].get<std::int64_t>()
+                                  : -1;
+    if ((!summary.contains("steps") || summary.contains("from_last_progress")) &&
+        result->checkpoint_step > seen) {
+      if (auto at = train::ReadCheckpointHeader(result->checkpoint_path);
+          at.ok() && at->global_step == result->checkpoint_step) {
+        summary["steps"] = at->global_step;
+        summary["epochs"] = at->epoch;
+        summary["from_checkpoint"] = true;
+        // A rate of 0 is the last read's "not known yet", not a measurement.
+        if (summary.contains("samples_per_second") && summary["samples_per_second"] == 0.0) {
+          summary.erase("samples_per_second");
+        }
+      }
+    }
     if (result->interrupted || st.phase != "Succeeded") {
       resume_command = "ringtrain run " + ShellQuote(manifest);
       if (job->spec.checkpoint.path.empty()) resume_command += " --workdir " + ShellQuote(workdir);
@@ -435,10 +455,14 @@ int Run(const std::vector<std::string>& args) {
     if (it == summary.end()) return 0.0;
     return it->is_number() ? it->get<double>() : std::numeric_limits<double>::quiet_NaN();
   };
-  if (summary.contains("from_last_progress")) {
-    // No final result: how far the job got as its progress last said it (no test loss there).
+  if (summary.contains("from_last_progress") || summary.contains("from_checkpoint")) {
+    // No final result: how far the job got as its progress last said it (no test loss there),
+    // or its newest checkpoint, when that is newer.
     std::string line =
-        "  last progress seen: step " + std::to_string(summary["steps"].get<long long>());
+        std::string(summary.contains("from_checkpoint") ? "  trained to step "
+                                                        : "  last progress seen: step ") +
+        std::to_string(summary["steps"].get<long long>());
+    if (summary.contains("from_checkpoint")) line += " (its newest checkpoint)";
     if (summary.contains("test_accuracy")) {
       char acc[64];
       std::snprintf(acc, sizeof(acc), ", test accuracy %.4f", number("test_accuracy"));

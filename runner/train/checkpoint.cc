@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -523,6 +524,31 @@ bool WaitToReadCheckpointAgain(Duration d) {
     if (!SleepOrStop(std::min(Duration{left}, kDrainCheck))) return false;
   }
   return false;
+}
+
+StatusOr<CheckpointPosition> ReadCheckpointHeader(const std::string& path) {
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) return ErrnoStatus("open " + path, errno);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + path, errno);
+  if (!S_ISREG(st.st_mode)) return DataLoss(path + ": not a regular file");
+  // Formats 1 to 3 share the first 52 bytes: the magic, global_step at 8, epoch at 48.
+  HeaderV1 h{};
+  static_assert(offsetof(HeaderV1, global_step) == offsetof(HeaderV2, global_step) &&
+                offsetof(HeaderV1, epoch) == offsetof(HeaderV2, epoch));
+  const ssize_t n = ::pread(fd.get(), &h, offsetof(HeaderV1, epoch) + sizeof(h.epoch), 0);
+  if (n < 0) return ErrnoStatus("read " + path, errno);
+  const bool ours = std::memcmp(h.magic, kMagicV1, sizeof(kMagicV1)) == 0 ||
+                    std::memcmp(h.magic, kMagicV2, sizeof(kMagicV2)) == 0 ||
+                    std::memcmp(h.magic, kMagicV3, sizeof(kMagicV3)) == 0;
+  if (static_cast<std::size_t>(n) < offsetof(HeaderV1, epoch) + sizeof(h.epoch) || !ours ||
+      h.global_step < 0 || h.epoch < 0) {
+    return DataLoss(path + ": not a ringtrain checkpoint");
+  }
+  CheckpointPosition p;
+  p.global_step = h.global_step;
+  p.epoch = h.epoch;
+  return p;
 }
 
 StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size_t num_params,

@@ -121,4 +121,10 @@ StatusOr<CheckpointState> LoadNewestCheckpoint(const std::string& dir, std::size
                                                const ExpectedModel* expected = nullptr,
                                                const CheckpointReadRetry& retry = {});
 
+// The step and epoch a checkpoint's header says (global_step, epoch; the rest left as it is),
+// read without blocking from a regular file, its payload neither read nor checked: how far a job
+// got, for a summary (`ringtrain run`), never what to resume from. DataLoss for a file that is
+// no checkpoint of ours.
+StatusOr<CheckpointPosition> ReadCheckpointHeader(const std::string& path);
+
 }  // namespace ringtrain::train

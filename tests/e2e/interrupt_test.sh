@@ -203,9 +203,19 @@ left=$(pgrep -f -- "$WORK/run/checkpoints" || true)
 [ "$(json_get "$WORK/summary.json" from_last_progress)" = True ] &&
   [ "$(json_get "$WORK/summary.json" steps)" -gt 0 ] ||
   fail "summary: no steps from the last progress: $(cat "$WORK/summary.json")"
-# The console says the same, and no test loss it never read.
-grep -q "^  last progress seen: step $(json_get "$WORK/summary.json" steps)" "$WORK/ringtrain.log" ||
-  fail "console: no last progress line: $(tail -n 6 "$WORK/ringtrain.log")"
+# Never behind the checkpoint rank 0 wrote as it stopped (the last /status read may be a second
+# older: "steps": 0 beside "checkpoint_step": 256 was seen), and the console says the same, and
+# no test loss it never read.
+steps=$(json_get "$WORK/summary.json" steps)
+[ "$steps" -ge "$(json_get "$WORK/summary.json" checkpoint_step)" ] ||
+  fail "summary: steps $steps behind the newest checkpoint: $(cat "$WORK/summary.json")"
+if [ "$(json_get "$WORK/summary.json" from_checkpoint)" = True ]; then
+  grep -q "^  trained to step $steps (its newest checkpoint)" "$WORK/ringtrain.log" ||
+    fail "console: no 'trained to' line: $(tail -n 6 "$WORK/ringtrain.log")"
+else
+  grep -q "^  last progress seen: step $steps" "$WORK/ringtrain.log" ||
+    fail "console: no last progress line: $(tail -n 6 "$WORK/ringtrain.log")"
+fi
 grep -q "test loss" "$WORK/ringtrain.log" && fail "console: a test loss of an interrupted run"
 # Rank 0 checkpointed as it stopped: the summary names that checkpoint and how to resume.
 step=$(json_get "$WORK/summary.json" checkpoint_step)
