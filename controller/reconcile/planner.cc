@@ -207,10 +207,13 @@ class Planner {
   // for one not yet that late. Said in a Warning event naming the pod and its node.
   void ForceDeleteStuck() {
     for (const auto& r : in_.replicas) {
-      if (!r.terminating || !r.deletion_deadline || r.phase == ReplicaPhase::kSucceeded ||
-          r.phase == ReplicaPhase::kFailed) {
-        continue;
-      }
+      // Ended (and no sidecar keeps the pod running): its node reported it, and a finalizer
+      // keeps it. Already deleted with grace 0 (ours, or a person's --force): only a finalizer
+      // keeps it now, which another delete does not lift (each pass said "deleted" again).
+      const bool ended =
+          (r.phase == ReplicaPhase::kSucceeded || r.phase == ReplicaPhase::kFailed) &&
+          !r.pod_running;
+      if (!r.terminating || !r.deletion_deadline || ended || r.deletion_forced) continue;
       const WallTime due = *r.deletion_deadline + kStuckTerminatingAfter;
       if (in_.now < due) {
         Requeue(due);

@@ -38,6 +38,8 @@ struct ObservedReplica {
   // When a terminating pod was due to be gone (metadata.deletionTimestamp: the delete plus its
   // grace); nullopt when not terminating or not known (a local process).
   std::optional<WallTime> deletion_deadline;
+  // Deleted with grace 0 already (metadata.deletionGracePeriodSeconds 0): a finalizer keeps it.
+  bool deletion_forced = false;
   // The executor marked it before deleting it (a released partial gang): its deletion is the
   // executor's own, as PlanMemory::deleted says, but durable across an executor's restart.
   bool deleted_by_executor = false;

@@ -110,10 +110,16 @@ class FakeKubeClient final : public KubeClient {
       return Aborted("precondition failed: uid");
     }
     // A delete of grace 0 of a terminating pod removes it, as the real server does
-    // (tests/fakes/apiserver/transcripts/t4-05-binding-graceful-delete.txt).
-    const bool forced = r.plural == "pods" && options.grace_period_seconds == 0 &&
-                        it->second["metadata"].contains("deletionTimestamp");
-    if (graceful_pod_deletes_ && r.plural == "pods" && !forced) {
+    // (tests/fakes/apiserver/transcripts/t4-05-binding-graceful-delete.txt), unless a finalizer
+    // keeps it: its grace is then 0.
+    const Json& md = it->second["metadata"];
+    const bool finalized = md.contains("finalizers") && !md["finalizers"].empty();
+    const bool forced =
+        r.plural == "pods" && options.grace_period_seconds == 0 && md.contains("deletionTimestamp");
+    if (forced && finalized) {
+      it->second["metadata"]["deletionGracePeriodSeconds"] = 0;
+      it->second["metadata"]["resourceVersion"] = std::to_string(++rv_);
+    } else if (graceful_pod_deletes_ && r.plural == "pods" && !forced) {
       Json& meta = it->second["metadata"];
       if (!meta.contains("deletionTimestamp")) {
         meta["deletionTimestamp"] = "2030-01-01T00:00:00Z";

@@ -752,6 +752,8 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   r.terminating = meta.contains("deletionTimestamp") && !meta["deletionTimestamp"].is_null();
   if (r.terminating && meta["deletionTimestamp"].is_string()) {
     r.deletion_deadline = ParseRfc3339(meta["deletionTimestamp"].get<std::string>());
+    const auto grace = meta.find("deletionGracePeriodSeconds");
+    r.deletion_forced = grace != meta.end() && grace->is_number_integer() && *grace == 0;
   }
   const Json labels = meta.value("labels", Json::object());
   auto label_int = [&](const char* key) {

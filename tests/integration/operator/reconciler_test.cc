@@ -433,6 +433,21 @@ TEST_F(ReconcilerTest, APodStuckTerminatingIsDeletedWithGraceZeroPastItsDeadline
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   EXPECT_EQ(forced(), 1);
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok()) << "removed";
+  // One a finalizer keeps (Kueue's) stays, its grace 0: deleted so once, not on every pass.
+  pod = *client_.Get(kube::kPods, "default", "mnist-a0-0");
+  pod["metadata"]["deletionTimestamp"] = FormatRfc3339(clock_.Now() - std::chrono::seconds(200));
+  pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+  pod["metadata"]["finalizers"] = {"kueue.x-k8s.io/managed"};
+  client_.Set(kube::kPods, "default", pod);
+  for (int pass = 0; pass < 3; ++pass) {
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+    clock_.Advance(std::chrono::seconds(5));
+  }
+  EXPECT_EQ(forced(), 2);
+  EXPECT_EQ((*client_.Get(kube::kPods, "default",
+                          "mnist-a0-0"))["metadata"]["deletionGracePeriodSeconds"],
+            0);
 }
 
 // Recorded on the real v1.28 cluster (s1-both): `kubectl delete pod` of both pods of a training

@@ -229,6 +229,16 @@ TEST(Planner, APodStuckTerminatingIsForceDeletedPastItsDeadline) {
             "its containers not reported stopped (its node does not answer): deleted without "
             "waiting for the node (grace 0)");
   job.status = forced.status;
+  // A runner that ended while a sidecar keeps its pod running: its node reported nothing either.
+  auto sidecar = ended;
+  sidecar.pod_running = true;
+  EXPECT_EQ(Count(PlanAt(job, {sidecar}, At(150)), Kind::kDeleteReplica), 1);
+  // Deleted with grace 0 already (a finalizer keeps it): not again, pass after pass.
+  auto held = lost;
+  held.deletion_forced = true;
+  const Plan again = PlanAt(job, {held}, At(400));
+  EXPECT_EQ(Count(again, Kind::kDeleteReplica), 0);
+  EXPECT_TRUE(again.events.empty());
   // Once it is gone, the next gang is created (the ended one meets no one).
   EXPECT_EQ(Count(PlanAt(job, {ended}, At(151)), Kind::kCreateReplica), 2);
   EXPECT_EQ(Count(PlanAt(job, {}, At(152)), Kind::kCreateReplica), 2);
