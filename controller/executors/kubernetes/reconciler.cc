@@ -37,8 +37,11 @@ std::optional<Duration> Earliest(std::optional<Duration> a, std::optional<Durati
 
 // The API server could not answer now (down, overloaded, slow): retried by the work queue,
 // not the user's business. Every other refusal is about the job and is shown on it.
-// Pod creates refused retryably in a row before the refusal is said on the job (FailedCreate).
-constexpr int kTransientCreatesSaid = 3;
+// How long pod creates of one attempt may be refused retryably, in a row, before the refusal
+// is said on the job (FailedCreate). Time, not a count: the queue retries within milliseconds
+// (20 ms, 40 ms, ...), so three refusals were a sub-second blip of an API server (an etcd
+// leader change, a webhook's pod rolling over) that released placed ranks (review).
+constexpr Duration kTransientCreatesSaidAfter = std::chrono::seconds(30);
 
 bool Transient(const Status& st) {
   return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kResourceExhausted ||
@@ -683,10 +686,14 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
 std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pass& pass) {
   JobMemory& memory = *pass.memory;
   auto it = pass.pod_by_name.find(reconcile::ReplicaName(pass.name, pass.job.status.attempt, 0));
-  const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
-  if (it == pass.pod_by_name.end() || pass.in.steady_now - memory.last_poll < wait) {
-    return std::nullopt;
+  if (it == pass.pod_by_name.end()) return std::nullopt;
+  // Another rank 0 (a new attempt, a replacement): it inherits no backoff of the old one's.
+  if (const std::string uid = MetaString(*it->second, "uid"); uid != memory.polled_uid) {
+    memory.polled_uid = uid;
+    memory.failed_polls = 0;
   }
+  const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
+  if (pass.in.steady_now - memory.last_poll < wait) return std::nullopt;
   const Json& pod = *it->second;
   const Json status = pod.value("status", Json::object());
   const std::string ip = status.value("podIP", "");
@@ -862,13 +869,18 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
     // of trouble. One that persists (an admission webhook that is down answers every create
     // with a 500) is said on the job and releases a partial gang, as a 403 or a 422 is: it
     // held the placed ranks, and said nothing but in the controller's log (review).
-    if (Transient(r.status()) && ++pass.memory->transient_create_failures < kTransientCreatesSaid) {
-      return r.status().WithContext("create pod " + a.name);
+    if (Transient(r.status())) {
+      auto& since = pass.memory->transient_creates_since;
+      const SteadyTime now = clock_->SteadyNow();
+      if (!since || since->first != a.attempt) since = std::pair{a.attempt, now};
+      if (now - since->second < kTransientCreatesSaidAfter) {
+        return r.status().WithContext("create pod " + a.name);
+      }
     }
-    pass.memory->transient_create_failures = 0;
+    pass.memory->transient_creates_since.reset();
     return FailedCreate(pass, r.status(), "pod " + a.name, replacement);
   }
-  if (r.ok()) pass.memory->transient_create_failures = 0;
+  if (r.ok()) pass.memory->transient_creates_since.reset();
   if (!r.ok()) {
     // The name is taken. By this job's own pod (a create whose answer was lost, not yet in the
     // cache): expected, as created. By another's (the pod of a job of this name deleted a moment
@@ -878,9 +890,21 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
     auto holder = client_->Get(kube::kPods, pass.ns, a.name);
     if (holder.ok() && OwnedBy(*holder, job.metadata.uid)) return Status::Ok();
     expectations_.Lower(pass.key, a.name);
-    return Unavailable("create pod " + a.name + ": the name is held by another owner's pod (" +
-                       (holder.ok() ? "uid " + MetaString(*holder, "uid") : "gone since") +
-                       "), a job of this name deleted before it: created once it is gone");
+    if (!holder.ok() && holder.status().code() != StatusCode::kNotFound) {
+      return holder.status().WithContext("create pod " + a.name + ": the name is taken; get it");
+    }
+    if (!holder.ok()) {
+      return Unavailable("create pod " + a.name +
+                         ": the name was taken, and is free now: "
+                         "created again next time");
+    }
+    const Json* controller = ControllerRef(*holder);
+    return Unavailable("create pod " + a.name + ": the name is held by another owner's pod (uid " +
+                       MetaString(*holder, "uid") + ", " +
+                       (controller != nullptr ? "controller " + StringField(*controller, "kind") +
+                                                    " uid " + StringField(*controller, "uid")
+                                              : std::string("no controller")) +
+                       (Deleting(*holder) ? ", terminating" : "") + "): created once it is gone");
   }
   if (r.ok()) {
     pass.gang.push_back(*r);

@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/clock.h"
@@ -96,11 +97,13 @@ class Reconciler {
     // the packets) queued every other job behind them (review: 13.6 s to create a new job's
     // pods beside 150 such jobs).
     int failed_polls = 0;
+    std::string polled_uid;  // the rank 0 pod they were of
     bool pods_ready_observed = false;
     int pod_group_attempt = -1;  // the attempt whose PodGroup is known to be right
-    // Pod creates refused in a row with a retryable error (a 500 of an admission webhook that
-    // is down, a 503): past kTransientCreatesSaid, a refusal like any other (FailedCreate).
-    int transient_create_failures = 0;
+    // Since when pod creates of an attempt (first) are refused in a row with a retryable error
+    // (a 500 of an admission webhook that is down, a 503): past kTransientCreatesSaidAfter, a
+    // refusal like any other (FailedCreate). Reset by a create that succeeds.
+    std::optional<std::pair<int, SteadyTime>> transient_creates_since;
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
     // The generation whose ignored template command (api::IgnoredRunnerCommand) was looked
