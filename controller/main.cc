@@ -151,7 +151,12 @@ int Validate(const std::vector<std::string>& args) {
   // Files that are not here were not read: said, since `ringtrain run` here would refuse them
   // (a misspelt test file), and only a cluster whose ranks have them can run the job.
   std::vector<std::string> not_here;
-  if (job->spec.command.empty()) not_here = executors::DatasetPathsNotHere(job->spec.train);
+  if (job->spec.command.empty()) {
+    // A relative path under the template's workingDir is the ranks' to open there.
+    const auto container = executors::LocalContainerForRun(job->spec);
+    not_here = executors::DatasetPathsNotHere(job->spec.train,
+                                              container.ok() && !container->working_dir.empty());
+  }
   std::printf("%s: TrainingJob %s is valid (world size %d)\n%s", manifest.c_str(),
               job->metadata.name.c_str(), job->spec.world_size(), summary.c_str());
   for (const std::string& path : not_here) {
@@ -337,6 +342,9 @@ int Run(const std::vector<std::string>& args) {
   opts.tty = ::isatty(STDOUT_FILENO) != 0;
   opts.grace = std::chrono::seconds(grace_seconds);
   opts.kill_now = &g_kill_now;
+  // A checkpoint written since (by this run's rank 0) is one of this run's lineage: an older
+  // one may be of a model this run could not resume from.
+  const auto run_started = std::filesystem::file_time_type::clock::now();
   auto result = executors::RunLocal(*job, opts, &g_interrupted);
   if (!result.ok()) {
     std::fprintf(stderr, "error: %s\n", result.status().ToString().c_str());
@@ -404,8 +412,12 @@ int Run(const std::vector<std::string>& args) {
                                   : -1;
     if ((!summary.contains("steps") || summary.contains("from_last_progress")) &&
         result->checkpoint_step > seen) {
-      if (auto at = train::ReadCheckpointHeader(result->checkpoint_path);
-          at.ok() && at->global_step == result->checkpoint_step) {
+      std::error_code ec;
+      const auto written = std::filesystem::last_write_time(result->checkpoint_path, ec);
+      auto at = ec || written < run_started
+                    ? StatusOr<train::CheckpointPosition>(FailedPrecondition("written before"))
+                    : train::ReadCheckpointHeader(result->checkpoint_path);
+      if (at.ok() && at->global_step == result->checkpoint_step) {
         summary["steps"] = at->global_step;
         summary["epochs"] = at->epoch;
         summary["from_checkpoint"] = true;

@@ -119,14 +119,15 @@ std::vector<RawLine> SplitLines(std::string_view text) {
   return lines;
 }
 
-// The first line's delimiter: ',' where it has one, else ';' (Excel's CSV where the decimal mark
-// is a comma), else a tab, else runs of blanks.
+// The first line's delimiter: ',' where it has one, else a tab, else ';' (Excel's CSV where the
+// decimal mark is a comma), else runs of blanks. A tab before ';': a tab-separated file whose
+// names hold a ';' was read as tab-separated before ';' was looked for.
 char PickDelimiter(std::string_view text, char requested) {
   if (requested != 0) return requested;
   const std::string_view first = text.substr(0, text.find('\n'));
   if (first.find(',') != std::string_view::npos) return ',';
-  if (first.find(';') != std::string_view::npos) return ';';
   if (first.find('\t') != std::string_view::npos) return '\t';
+  if (first.find(';') != std::string_view::npos) return ';';
   return ' ';
 }
 
@@ -140,6 +141,13 @@ std::string DelimiterName(char delim) {
     default:
       return std::string("'") + delim + "'";
   }
+}
+
+// Which delimiter split the lines, for a message where another would have found the columns.
+std::string SplitOn(char delim) {
+  return " (its lines split on " + DelimiterName(delim) +
+         "; set the dataset's delimiter, spec.train.dataset.delimiter in a TrainingJob, if it is "
+         "another)";
 }
 
 std::optional<double> ParseNumber(std::string_view s) {
@@ -288,7 +296,7 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
   if (!p.names.empty() && p.names.size() != p.columns) {
     return DataLoss(path + ": the header names " + std::to_string(p.names.size()) +
                     " columns, line " + std::to_string(p.rows[0].number) + " has " +
-                    std::to_string(p.columns));
+                    std::to_string(p.columns) + SplitOn(delim));
   }
   std::size_t seen = 0;
   for (const RawLine& r : p.rows) {
@@ -297,7 +305,8 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
     if (cells.size() != p.columns) {
       return DataLoss(path + ": line " + std::to_string(r.number) + " has " +
                       std::to_string(cells.size()) + " columns, line " +
-                      std::to_string(p.rows[0].number) + " has " + std::to_string(p.columns));
+                      std::to_string(p.rows[0].number) + " has " + std::to_string(p.columns) +
+                      SplitOn(delim));
     }
   }
   if (p.announced_samples && static_cast<std::uint64_t>(*p.announced_samples) != p.rows.size()) {
@@ -305,13 +314,6 @@ StatusOr<Parsed> Parse(const std::string& path, const CsvOptions& o) {
                     " samples, the file has " + std::to_string(p.rows.size()));
   }
   return p;
-}
-
-// Which delimiter split the lines, for a message where another would have found the columns.
-std::string SplitOn(const Parsed& p) {
-  return " (its lines split on " + DelimiterName(p.delim) +
-         "; set the dataset's delimiter, spec.train.dataset.delimiter in a TrainingJob, if it is "
-         "another)";
 }
 
 std::string ColumnName(const Parsed& p, std::size_t col) {
@@ -359,7 +361,7 @@ StatusOr<std::size_t> LabelColumn(const Parsed& p, const CsvOptions& o) {
     const auto it = std::find(p.names.begin(), p.names.end(), o.label_name);
     if (it == p.names.end()) {
       return InvalidArgument(p.path + ": no column named " + Quote(o.label_name) +
-                             " in the header" + SplitOn(p));
+                             " in the header" + SplitOn(p.delim));
     }
     // Two columns of the label's name: taking the first would train on the other as a feature.
     if (const auto again = std::find(it + 1, p.names.end(), o.label_name); again != p.names.end()) {
@@ -398,7 +400,7 @@ StatusOr<Table> ReadCsv(const CsvSplitFiles& files, const CsvOptions& o) {
     ASSIGN_OR_RETURN(label_col, LabelColumn(px, o));
     if (px.columns < 2) {
       return InvalidArgument(px.path + ": one column: no features beside the label column" +
-                             SplitOn(px));
+                             SplitOn(px.delim));
     }
   }
   // A first column without a name is the row index pandas' to_csv (and R's write.csv) writes

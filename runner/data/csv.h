@@ -30,7 +30,7 @@ enum class CsvHeader {
 
 struct CsvOptions {
   // ',' ';' '\t' or ' ' (any run of spaces and tabs, as in sklearn's diabetes and linnerud
-  // files); 0 picks ',' when the first line has one, else '\t' when it has one, else ' '.
+  // files); 0 picks ',' when the first line has one, else '\t', else ';', else ' '.
   char delimiter = 0;
   CsvHeader header = CsvHeader::kAuto;
   // The label column, by header name when `label_name` is set, else by index (negative counts

@@ -118,7 +118,7 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
 
 }  // namespace
 
-std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t) {
+std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t, bool relative_elsewhere) {
   const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
   std::vector<std::pair<std::string, std::string>> paths;
   const bool test_files = spec.test_fraction == 0;
@@ -145,7 +145,9 @@ std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t) {
   }
   std::vector<std::string> out;
   for (const auto& [field, path] : paths) {
-    if (SeesWhatRanksOpen(path, DatasetLocation::kMaybeElsewhere) && !Exists(path)) {
+    const DatasetLocation where = relative_elsewhere ? DatasetLocation::kThisMachineElsewhereDir
+                                                     : DatasetLocation::kMaybeElsewhere;
+    if (SeesWhatRanksOpen(path, where) && !Exists(path)) {
       out.push_back(field + ": " + path);
     }
   }

@@ -43,8 +43,10 @@ StatusOr<LocalDataShape> ReadLocalDataShape(
     const api::TrainSpec& t, DatasetLocation where = DatasetLocation::kMaybeElsewhere);
 
 // The dataset's paths (as "field: path") that are not on this machine, where `ringtrain validate`
-// checks only what the spec declares. Paths it cannot judge ($(VAR)) are left out.
-std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t);
+// checks only what the spec declares. Paths it cannot judge ($(VAR); a relative one when
+// `relative_elsewhere`: the template's workingDir is another) are left out.
+std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t,
+                                             bool relative_elsewhere = false);
 
 // Resolves and checks spec.train.model against ReadLocalDataShape (api::ResolveModel) and
 // returns a Keras-like summary: one line per layer with its output shape and parameters, then

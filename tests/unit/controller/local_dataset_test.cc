@@ -200,6 +200,12 @@ TEST_F(LocalDatasetTest, AbsentFilesFallBackToTheDeclaredShape) {
             ", testFraction: 0.2}\n");
   EXPECT_EQ(DatasetPathsNotHere(job.spec.train),
             std::vector<std::string>{"spec.train.dataset.trainY: " + missing});
+  // A relative path, where the ranks open it under another workingDir: not judged.
+  job = Job("    model: mlp\n    dataset: {format: npy, trainX: " + Csv() +
+            ", trainY: data/y.npy, testFraction: 0.2}\n");
+  EXPECT_EQ(DatasetPathsNotHere(job.spec.train),
+            std::vector<std::string>{"spec.train.dataset.trainY: data/y.npy"});
+  EXPECT_TRUE(DatasetPathsNotHere(job.spec.train, /*relative_elsewhere=*/true).empty());
 }
 
 // `ringtrain run` starts its ranks on this machine: a dataset path that is not here is refused

@@ -141,6 +141,11 @@ TEST_F(CsvTest, ASemicolonFileIsReadWithoutSayingTheDelimiter) {
   auto u = ReadCsv({bare, ""}, CsvOptions{});
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(u->features, 2u);
+  // A tab-separated file whose names hold a ';' is still tab-separated.
+  const auto tabbed = Write("d.csv", "a;x\tspecies\n1.5\t0\n2.5\t1\n");
+  auto w = ReadCsv({tabbed, ""}, o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->feature_names, std::vector<std::string>{"a;x"});
   // A delimiter it cannot guess: the message says what the lines were split on.
   const auto piped = Write("c.csv", "a|species\n1|0\n");
   EXPECT_EQ(Error(ReadCsv({piped, ""}, o)),
