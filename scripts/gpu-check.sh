@@ -693,13 +693,20 @@ if g is None or c is None:
     print("FAIL (missing accuracy: gpu %s, cpu example %s)" % (raw[0] or "-", raw[1] or "-")
           if kind == "gpu" else "FAIL (missing accuracy)")
     sys.exit()
-tag = "PASS" if abs(g - c) <= 0.003 else "FAIL"
+# Issue 22's bound. The runs differ in sample order and rounding only (the GPU's world 1 x 128
+# on a hashed device shuffle, the CPU example's world 2 x 64 on the host sampler), and that alone
+# is close to it: on the CPU engine seeds 42-46 spread 0.8926-0.8965, and the two shapes at seed
+# 42 differ by 0.0024. A FAIL within about 0.005 is read against the world-size-1 figure
+# printed beside it before it is taken for a defect of the GPU path.
+bound = 0.003
+tag = "PASS" if abs(g - c) <= bound else "FAIL"
 if kind == "gpu":
     w_txt = "" if w is None else ", CPU engine at world size 1 %.4f (%+.4f)" % (w, g - w)
-    print("%s (GPU %.4f vs CPU example %.4f: %+.4f, bound 0.003%s)" % (tag, g, c, g - c, w_txt))
+    print("%s (GPU %.4f vs CPU example %.4f: %+.4f, bound %.3f%s)"
+          % (tag, g, c, g - c, bound, w_txt))
 else:
-    print("%s (2 ranks on the GPU %.4f vs the CPU example %.4f: %+.4f, bound 0.003)"
-          % (tag, g, c, g - c))
+    print("%s (2 ranks on the GPU %.4f vs the CPU example %.4f: %+.4f, bound %.3f)"
+          % (tag, g, c, g - c, bound))
 PY
 }
 
@@ -776,6 +783,9 @@ run_sanitizer() {
     record "compute-sanitizer" "PASS ($(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     record "compute-sanitizer" "FAIL (timed out after $LIMIT s)"
+  elif grep -q "Device not supported" "$log"; then
+    # A sandboxed runtime (gVisor) does not let the sanitizer at the device: nothing checked.
+    record "compute-sanitizer" "SKIP (the sanitizer does not support this device or runtime)"
   else
     record "compute-sanitizer" "FAIL (exit $rc: $(grep -oE 'ERROR SUMMARY: [0-9]+ errors?' "$log" | tail -n 1))"
   fi
@@ -848,7 +858,9 @@ cmd_run() {
     nvidia-smi -L 2>&1 || true
   elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>&1 | tee /dev/stderr | grep '^GPU ' >/dev/null; then
     HAVE_GPU=1
-    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv || true
+    # compute_mode: in Exclusive_Process, two ranks on one GPU cannot both have it.
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_mode \
+      --format=csv || true
   else
     echo "gpu-check: no GPU visible (nvidia-smi missing or lists none): GPU steps skip"
   fi
@@ -872,12 +884,14 @@ cmd_run() {
   BUNDLE_DATA=$abs/data/fashion-mnist
   BIN_DIR=$work/bin
   [[ ,$steps, == *,run,* ]] && run_fashion_mnist "$abs" "$work/bin" "$out"
+  # The comparison with PyTorch before the shared-GPU run and the CPU references (which need no
+  # GPU and took its time: about 30 s of CPU trainings before it, on a 360 s deadline).
+  COMPARE_LOG=
+  [[ ,$steps, == *,compare,* ]] && run_compare "$abs" "$work/bin" "$out"
   SHARED_TMP=
   [[ ,$steps, == *,shared,* ]] && run_shared_gpu "$abs" "$work/bin" "$out"
   [[ ,$steps, == *,cpu,* ]] && run_cpu_reference "$abs" "$work/bin" "$out"
   [ -z "$SHARED_TMP" ] || rm -rf "$SHARED_TMP"
-  COMPARE_LOG=
-  [[ ,$steps, == *,compare,* ]] && run_compare "$abs" "$work/bin" "$out"
   [[ ,$steps, == *,sanitize,* ]] && run_sanitizer "$abs" "$work/bin" "$out"
 
   SUMMARY_DONE=1
