@@ -187,7 +187,8 @@ TEST_F(CsvTest, AColumnThatCouldBeTheLabelOrAnIndexIsRefusedNotTrainedOn) {
 }
 
 TEST_F(CsvTest, AnotherFormatsFileIsRefusedAsNoText) {
-  const std::string npy("\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, }", 56);
+  constexpr char kNpy[] = "\x93NUMPY\x01\x00v\x00{'descr': '<f4', 'fortran_order': False, }";
+  const std::string npy(kNpy, sizeof(kNpy) - 1);
   const auto path = Write("x.npy", npy);
   auto t = ReadCsv({path, ""}, CsvOptions{});
   EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
