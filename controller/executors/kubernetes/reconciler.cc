@@ -35,14 +35,15 @@ std::optional<Duration> Earliest(std::optional<Duration> a, std::optional<Durati
   return std::min(*a, *b);
 }
 
-// The API server could not answer now (down, overloaded, slow): retried by the work queue,
-// not the user's business. Every other refusal is about the job and is shown on it.
 // How long pod creates of one attempt may be refused retryably, in a row, before the refusal
 // is said on the job (FailedCreate). Time, not a count: the queue retries within milliseconds
 // (20 ms, 40 ms, ...), so three refusals were a sub-second blip of an API server (an etcd
 // leader change, a webhook's pod rolling over) that released placed ranks (review).
 constexpr Duration kTransientCreatesSaidAfter = std::chrono::seconds(30);
 
+// The API server could not answer now (down, overloaded, slow): retried by the work queue,
+// not the user's business (for a pod create, until kTransientCreatesSaidAfter). Every other
+// refusal is about the job and is shown on it.
 bool Transient(const Status& st) {
   return st.code() == StatusCode::kUnavailable || st.code() == StatusCode::kResourceExhausted ||
          st.code() == StatusCode::kDeadlineExceeded;
@@ -886,18 +887,15 @@ Status Reconciler::CreateReplica(Pass& pass, const Action& a) {
     // cache): expected, as created. By another's (the pod of a job of this name deleted a moment
     // ago, still terminating): no pod of this job will appear under it, and the expectation
     // held the job for its whole timeout (30 s) after the old pod had gone (review). Retried
-    // with the queue's backoff instead.
-    auto holder = client_->Get(kube::kPods, pass.ns, a.name);
-    if (holder.ok() && OwnedBy(*holder, job.metadata.uid)) return Status::Ok();
+    // with the queue's backoff instead. Looked for in the informer's cache, which holds every
+    // pod of the job's label whoever owns it (the role grants no get on pods); one not there
+    // (not yet seen, or of no job of ours) is expected as before.
+    std::optional<Json> holder;
+    for (Json& p : cache_->JobPods(pass.ns, pass.name)) {
+      if (MetaString(p, "name") == a.name) holder = std::move(p);
+    }
+    if (!holder || OwnedBy(*holder, job.metadata.uid)) return Status::Ok();
     expectations_.Lower(pass.key, a.name);
-    if (!holder.ok() && holder.status().code() != StatusCode::kNotFound) {
-      return holder.status().WithContext("create pod " + a.name + ": the name is taken; get it");
-    }
-    if (!holder.ok()) {
-      return Unavailable("create pod " + a.name +
-                         ": the name was taken, and is free now: "
-                         "created again next time");
-    }
     const Json* controller = ControllerRef(*holder);
     return Unavailable("create pod " + a.name + ": the name is held by another owner's pod (uid " +
                        MetaString(*holder, "uid") + ", " +

@@ -384,6 +384,7 @@ TEST_F(ReconcilerTest, APodNameHeldByADeletedNamesakesPodIsTakenOnceItGoes) {
                  {{"name", "mnist-a0-0"},
                   {"namespace", "default"},
                   {"uid", "old-pod"},
+                  {"labels", {{"ringtrain.dev/job", "mnist"}}},
                   {"deletionTimestamp", FormatRfc3339(clock_.Now() + std::chrono::seconds(30))},
                   {"ownerReferences",
                    {{{"apiVersion", "ringtrain.dev/v1alpha1"},
@@ -391,6 +392,7 @@ TEST_F(ReconcilerTest, APodNameHeldByADeletedNamesakesPodIsTakenOnceItGoes) {
                      {"name", "mnist"},
                      {"uid", "the-deleted-job"},
                      {"controller", true}}}}}}};
+  client_.GracefulPodDeletes();
   client_.Set(kube::kPods, "default", stray);
   ASSERT_NO_FATAL_FAILURE(CreateJob(Job(2)));
   auto first = reconciler_->Reconcile("default", "mnist");
@@ -398,7 +400,9 @@ TEST_F(ReconcilerTest, APodNameHeldByADeletedNamesakesPodIsTakenOnceItGoes) {
   EXPECT_EQ(first.status().message(),
             "create pod mnist-a0-0: the name is held by another owner's pod (uid old-pod, "
             "controller TrainingJob uid the-deleted-job, terminating): created once it is gone");
-  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", {}).ok());
+  kube::DeleteOptions gone;  // its kubelet's last word: the containers stopped
+  gone.grace_period_seconds = 0;
+  ASSERT_TRUE(client_.Delete(kube::kPods, "default", "mnist-a0-0", gone).ok());
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   auto pod = client_.Get(kube::kPods, "default", "mnist-a0-0");
