@@ -113,6 +113,19 @@ StatusOr<std::unique_ptr<TcpCommunicator>> TcpCommunicator::Create(rendezvous::S
 }
 
 Status TcpCommunicator::Connect() {
+  Status s = ConnectRing();
+  if (s.ok() || s.message().find(": the gang failed first: ") != std::string::npos) return s;
+  // A neighbour that learnt of another rank's failure leaves the forming ring, and this rank
+  // sees only that (a reset hello, a closed connection): the failure it left for is the cause.
+  const auto first = gang_failure_.Probe();
+  if (first.ok() && first->has_value() && (**first).rank != rank_) {
+    return Unavailable(s.message() +
+                       "; the gang failed first: " + rendezvous::GangFailure::Describe(**first));
+  }
+  return s;
+}
+
+Status TcpCommunicator::ConnectRing() {
   SteadyTime deadline = DeadlineAfter(options_.connect_timeout);
   // Every rank proposes a key; the first proposal stored wins and all ranks read it back.
   unsigned char proposal[kRingKeyBytes / 2];

@@ -85,7 +85,9 @@ class TcpCommunicator final : public Communicator {
   };
 
   TcpCommunicator(rendezvous::Store& store, const TcpCommOptions& options);
+  // ConnectRing, its failure told with the gang's first failure when another rank recorded one.
   Status Connect();
+  Status ConnectRing();
   // Between the slices (kGangProbeInterval) of Connect's waits for another rank: a failure a
   // rank of the gang has recorded (it will never join the ring), or a store that no longer
   // answers (rank 0, which hosts it, is gone), ends the wait with Unavailable naming `waiting`
