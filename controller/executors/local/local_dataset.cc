@@ -75,11 +75,39 @@ Status CheckDatasetPath(const std::string& field, const std::string& path, bool 
   return Status::Ok();
 }
 
+// A CSV or NPY dataset's files as (field, path), the test split's only when it has its own
+// files (no testFraction); an IDX dataset's directory.
+std::vector<std::pair<std::string, std::string>> TableFiles(const api::TrainSpec& t,
+                                                            const data::DatasetSpec& spec) {
+  const bool test_files = spec.test_fraction == 0;
+  std::vector<std::pair<std::string, std::string>> files;
+  const auto add = [&](const char* key, const std::string& path, bool test) {
+    if (!test || test_files) files.emplace_back(DatasetField(t, key), path);
+  };
+  switch (spec.format) {
+    case data::DatasetFormat::kIdx:
+      add("train", spec.train, false);
+      break;
+    case data::DatasetFormat::kCsv:
+      add("train", spec.train, false);
+      add("trainLabels", spec.train_labels, false);
+      add("test", spec.test, true);
+      add("testLabels", spec.test_labels, true);
+      break;
+    case data::DatasetFormat::kNpy:
+      add("trainX", spec.train_x, false);
+      add("trainY", spec.train_y, false);
+      add("testX", spec.test_x, true);
+      add("testY", spec.test_y, true);
+      break;
+  }
+  return files;
+}
+
 // What the ranks will open, checked as far as the path goes: every file of the format, in the
 // fields that name them.
 Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
                          DatasetLocation where) {
-  const bool test_files = spec.test_fraction == 0;
   switch (spec.format) {
     case data::DatasetFormat::kIdx: {
       const std::string field = DatasetField(t, "train");
@@ -100,18 +128,11 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
       return Status::Ok();
     }
     case data::DatasetFormat::kCsv:
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "train"), spec.train, false, where));
-      RETURN_IF_ERROR(
-          CheckDatasetPath(DatasetField(t, "trainLabels"), spec.train_labels, false, where));
-      if (!test_files) return Status::Ok();
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "test"), spec.test, false, where));
-      return CheckDatasetPath(DatasetField(t, "testLabels"), spec.test_labels, false, where);
     case data::DatasetFormat::kNpy:
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainX"), spec.train_x, false, where));
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "trainY"), spec.train_y, false, where));
-      if (!test_files) return Status::Ok();
-      RETURN_IF_ERROR(CheckDatasetPath(DatasetField(t, "testX"), spec.test_x, false, where));
-      return CheckDatasetPath(DatasetField(t, "testY"), spec.test_y, false, where);
+      for (const auto& [field, path] : TableFiles(t, spec)) {
+        RETURN_IF_ERROR(CheckDatasetPath(field, path, false, where));
+      }
+      return Status::Ok();
   }
   return Status::Ok();
 }
@@ -120,31 +141,8 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
 
 std::vector<std::string> DatasetPathsNotHere(const api::TrainSpec& t, bool relative_elsewhere) {
   const data::DatasetSpec spec = t.dataset_spec ? *t.dataset_spec : data::IdxDatasetSpec(t.dataset);
-  std::vector<std::pair<std::string, std::string>> paths;
-  const bool test_files = spec.test_fraction == 0;
-  switch (spec.format) {
-    case data::DatasetFormat::kIdx:
-      paths = {{DatasetField(t, "train"), spec.train}};
-      break;
-    case data::DatasetFormat::kCsv:
-      paths = {{DatasetField(t, "train"), spec.train},
-               {DatasetField(t, "trainLabels"), spec.train_labels}};
-      if (test_files) {
-        paths.emplace_back(DatasetField(t, "test"), spec.test);
-        paths.emplace_back(DatasetField(t, "testLabels"), spec.test_labels);
-      }
-      break;
-    case data::DatasetFormat::kNpy:
-      paths = {{DatasetField(t, "trainX"), spec.train_x},
-               {DatasetField(t, "trainY"), spec.train_y}};
-      if (test_files) {
-        paths.emplace_back(DatasetField(t, "testX"), spec.test_x);
-        paths.emplace_back(DatasetField(t, "testY"), spec.test_y);
-      }
-      break;
-  }
   std::vector<std::string> out;
-  for (const auto& [field, path] : paths) {
+  for (const auto& [field, path] : TableFiles(t, spec)) {
     const DatasetLocation where = relative_elsewhere ? DatasetLocation::kThisMachineElsewhereDir
                                                      : DatasetLocation::kMaybeElsewhere;
     if (SeesWhatRanksOpen(path, where) && !Exists(path)) {

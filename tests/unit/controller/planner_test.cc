@@ -2912,17 +2912,23 @@ TEST(Planner, ARecoveryThatFailedBesideAHungPeerRestartsTheGang) {
   EXPECT_EQ(in_place.status.attempt, 0);
 }
 
+// Rank 0 of attempt 0, ended (138) at At(30) after its all-reduce timed out waiting for rank 1.
+ObservedReplica RankZeroTimedOutWaitingForRankOne() {
+  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
+  waited.message =
+      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
+      "waiting for rank 1";
+  waited.finished_at = At(30);
+  return waited;
+}
+
 // The peer a survivor timed out on, deleted since by the taint manager with its node
 // (DisruptionTarget DeletionByTaintManager): a disruption, not counted, and its node avoided,
 // as when the peer's own failure is the one seen first (review: counted, node not avoided).
 TEST(Planner, AHungPeerGoneWithItsNodeIsADisruptionAndItsNodeIsAvoided) {
   auto job = Job(2);
   job.status.phase = "Running";
-  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
-  waited.message =
-      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
-      "waiting for rank 1";
-  waited.finished_at = At(30);
+  auto waited = RankZeroTimedOutWaitingForRankOne();
   auto lost = Replica(1, 0, ReplicaPhase::kRunning);
   lost.terminating = true;
   lost.disruption = true;
@@ -2948,11 +2954,7 @@ TEST(Planner, AHungPeerGoneWithItsNodeIsADisruptionAndItsNodeIsAvoided) {
 TEST(Planner, ACollectiveThatTimedOutOnAHungPeerNamesThePeer) {
   auto job = Job(2);
   job.status.phase = "Running";
-  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
-  waited.message =
-      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
-      "waiting for rank 1";
-  waited.finished_at = At(30);
+  auto waited = RankZeroTimedOutWaitingForRankOne();
   const ObservedReplica hung = Replica(1, 0, ReplicaPhase::kRunning);
   const Plan p = PlanWith(job, {waited, hung}, At(31), PlanMemory{});
   EXPECT_EQ(p.status.attempt, 1);
@@ -3004,11 +3006,7 @@ TEST(Planner, ACollectiveThatTimedOutOnAHungPeerNamesThePeer) {
 TEST(Planner, APeerIsNotNamedWhereItFailedOnItsOwnOrTheReportSaysOtherwise) {
   auto job = Job(2);
   job.status.phase = "Running";
-  auto waited = Replica(0, 0, ReplicaPhase::kFailed, 138, "Error");
-  waited.message =
-      "DEADLINE_EXCEEDED: step 2346: gradient all-reduce: all-reduce: timed out after 10s "
-      "waiting for rank 1";
-  waited.finished_at = At(30);
+  auto waited = RankZeroTimedOutWaitingForRankOne();
   auto blamed = [](const Plan& p) {
     return p.status.last_failure ? p.status.last_failure->rank : -1;
   };
