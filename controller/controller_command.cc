@@ -34,6 +34,7 @@ struct Flags {
   double qps = 50;
   int burst = 100;
   int progress_interval_ms = 5000;
+  int status_readers = 4;
   std::string log_level = "info";
 };
 
@@ -56,6 +57,8 @@ flags::FlagSet Declare(Flags& f) {
   set.Int("kube-burst", &f.burst, "client-side write burst", {.min = 1, .max = 100000});
   set.Int("progress-interval-ms", &f.progress_interval_ms, "how often rank 0's /status is read",
           {.min = 50, .max = 3'600'000});
+  set.Int("status-readers", &f.status_readers,
+          "threads that read rank 0's /status, beside the workers", {.min = 1, .max = 256});
   set.String("log-level", &f.log_level, "trace|debug|info|warn|error", "LEVEL");
   return set;
 }
@@ -150,6 +153,7 @@ int Run(const std::vector<std::string>& args, const std::atomic<bool>* stop,
   options.workers = f.workers;
   options.reconciler.pods.runner_image = f.runner_image;
   options.reconciler.progress_interval = Duration(f.progress_interval_ms);
+  options.reconciler.status_readers = f.status_readers;
   options.leader_elect = f.leader_elect;
   options.election.identity = f.identity;
   options.election.lease_name = f.lease_name;

@@ -102,6 +102,8 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
       options_.events_client != nullptr ? options_.events_client : client_, "ringtrain-controller",
       options_.election.identity.empty() ? "ringtrain-controller" : options_.election.identity,
       EventRecorder::kMaxQueued, options_.events_abandoned);
+  // A read of rank 0's /status that answers wakes its job's pass (status_readers > 0).
+  options_.reconciler.status_read = [this](const std::string& key) { queue_.Add(key); };
   reconciler_ = std::make_unique<Reconciler>(client_, cache_.get(), clock_, events_.get(), metrics_,
                                              options_.reconciler);
   auto restarts = [this] {
@@ -228,6 +230,8 @@ void Operator::Worker() {
 void Operator::Stop() {
   if (stopping_.exchange(true)) return;
   StopWorkers();
+  // The readers wake jobs through queue_, which is destroyed before the reconciler.
+  reconciler_->StopStatusReads();
   // Events are writes too: the last ones go out while this replica still holds the lease.
   events_->Flush();
   if (elector_) elector_->Stop();

@@ -106,13 +106,6 @@ struct Reconciler::Pass {
 
 std::string JobKey(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 
-ProgressFetcher HttpProgressFetcher() {
-  return [](const std::string& ip, int port,
-            Duration timeout) -> std::optional<reconcile::ObservedProgress> {
-    return reconcile::ObserveRunnerStatus(contract::FetchRunnerStatus(ip, port, timeout));
-  };
-}
-
 Reconciler::Reconciler(kube::KubeClient* client, const ClusterCache* cache, const Clock* clock,
                        EventRecorder* events, ControllerMetrics* metrics, ReconcilerOptions options,
                        ProgressFetcher fetch)
@@ -122,7 +115,7 @@ Reconciler::Reconciler(kube::KubeClient* client, const ClusterCache* cache, cons
       events_(events),
       metrics_(metrics),
       options_(std::move(options)),
-      fetch_(std::move(fetch)),
+      polls_(std::move(fetch), options_.status_readers, options_.status_read),
       expectations_(options_.expectations_timeout, clock_) {}
 
 Reconciler::JobMemory& Reconciler::Memory(const std::string& key) {
@@ -131,9 +124,12 @@ Reconciler::JobMemory& Reconciler::Memory(const std::string& key) {
 }
 
 void Reconciler::ForgetMemory(const std::string& key) {
+  polls_.Forget(key);
   std::lock_guard<std::mutex> lock(memory_mu_);
   memory_.erase(key);
 }
+
+void Reconciler::StopStatusReads() { polls_.Stop(); }
 
 Status Reconciler::DeletePod(const std::string& key, const Json& pod, reconcile::PlanMemory* record,
                              std::optional<Duration> grace, bool force) {
@@ -688,24 +684,29 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
   JobMemory& memory = *pass.memory;
   auto it = pass.pod_by_name.find(reconcile::ReplicaName(pass.name, pass.job.status.attempt, 0));
   if (it == pass.pod_by_name.end()) return std::nullopt;
+  const Json& pod = *it->second;
+  const std::string uid = MetaString(pod, "uid");
   // Another rank 0 (a new attempt, a replacement): it inherits no backoff of the old one's.
-  if (const std::string uid = MetaString(*it->second, "uid"); uid != memory.polled_uid) {
+  if (uid != memory.polled_uid) {
     memory.polled_uid = uid;
     memory.failed_polls = 0;
   }
-  const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
-  if (pass.in.steady_now - memory.last_poll < wait) return std::nullopt;
-  const Json& pod = *it->second;
   const Json status = pod.value("status", Json::object());
   const std::string ip = status.value("podIP", "");
-  // A runner that ended serves no /status, though a sidecar may keep its pod Running.
+  // A runner that ended serves no /status, though a sidecar may keep its pod Running; an answer
+  // read before it ended is dropped with it (the planner reads only a running rank 0's).
   if (status.value("phase", "") != "Running" || ip.empty() || Deleting(pod) ||
       ObserveReplica(pod).phase != ReplicaPhase::kRunning) {
+    polls_.Take(pass.key, uid);
     return std::nullopt;
   }
-  memory.last_poll = pass.in.steady_now;
-  std::optional<reconcile::ObservedProgress> progress =
-      fetch_(ip, MetricsPort(pod), options_.progress_timeout);
+  const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
+  if (pass.in.steady_now - memory.last_poll >= wait &&
+      polls_.Start(pass.key, uid, ip, MetricsPort(pod), options_.progress_timeout)) {
+    memory.last_poll = pass.in.steady_now;
+  }
+  // The answer of a read asked now (status_readers 0) or by an earlier pass.
+  std::optional<reconcile::ObservedProgress> progress = polls_.Take(pass.key, uid);
   if (progress && !progress->reachable) {
     spdlog::debug("job {}: rank 0's /status: {}", pass.key, progress->error);
     ++memory.failed_polls;

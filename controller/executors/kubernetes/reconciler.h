@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "controller/executors/kubernetes/controller_metrics.h"
 #include "controller/executors/kubernetes/pod_builder.h"
+#include "controller/executors/kubernetes/status_poller.h"
 #include "controller/kube/kube_client.h"
 #include "controller/reconcile/planner.h"
 #include "controller/runtime/event_recorder.h"
@@ -34,12 +35,6 @@ class ClusterCache {
   virtual std::vector<Json> JobPods(const std::string& ns, const std::string& job) const = 0;
 };
 
-// Rank 0's GET /status at ip:port: reachable=false (with the error) when it could not be read
-// in time or was malformed; nullopt only from a fetcher that did not ask.
-using ProgressFetcher = std::function<std::optional<reconcile::ObservedProgress>(
-    const std::string& ip, int port, Duration timeout)>;
-ProgressFetcher HttpProgressFetcher();
-
 // What the spec builds for one rank of an attempt, as BuildPod stamps it (PodSpecHash).
 using SpecHasher = std::function<std::string(const api::TrainingJob& job, int attempt, int rank)>;
 
@@ -49,6 +44,11 @@ struct ReconcilerOptions {
   SpecHasher spec_hash = PodSpecHash;
   Duration progress_interval{5000};  // how often rank 0's /status is read while running
   Duration progress_timeout{500};
+  // Threads that read rank 0's /status (StatusPoller): a pass asks for a read and goes on, and
+  // the answer wakes the job's next pass through `status_read`. 0: the pass that asks reads
+  // (one pass asks and sees the answer; for tests).
+  int status_readers = 0;
+  std::function<void(const std::string& key)> status_read;
   Duration expectations_timeout{30'000};
   Duration expectations_recheck{1000};  // requeue while waiting for the cache to catch up
   // Delete pods, Service and Secret ourselves when a job goes (ttl or deleted), rather than
@@ -79,6 +79,9 @@ class Reconciler {
   // One level-triggered pass over one job. Errors (conflicts, API errors) mean "retry with
   // backoff"; the job is never reconciled by two threads at once (the work queue sees to it).
   StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
+  // Ends the /status readers (ReconcilerOptions::status_readers): no read is asked or answered
+  // after; passes go on without one.
+  void StopStatusReads();
 
  private:
   // What the reconciler remembers about a job between passes; lost on restart by design: it
@@ -204,7 +207,7 @@ class Reconciler {
   EventRecorder* events_;
   ControllerMetrics* metrics_;
   const ReconcilerOptions options_;
-  ProgressFetcher fetch_;
+  StatusPoller polls_;
   Expectations expectations_;
   std::mutex memory_mu_;  // guards the map; an entry is only touched by its key's worker
   std::map<std::string, JobMemory> memory_;

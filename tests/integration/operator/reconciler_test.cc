@@ -3,8 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <condition_variable>
+#include <future>
 #include <fstream>
 #include <map>
+#include <mutex>
+#include <string>
+#include <vector>
 
 #include "common/time_format.h"
 #include "controller/executors/kubernetes/controller_metrics.h"
@@ -2110,6 +2115,128 @@ TEST_F(ReconcilerTest, ReadsOfAStatusThatDoesNotAnswerBackOff) {
   cache_.CatchUp(client_);
   ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
   EXPECT_EQ(reads.load(), 9 + 3) << "at 220, not at 235";
+}
+
+// A read of rank 0's /status is made by a reader of its own (status_readers), not by the pass:
+// a rank 0 that does not answer held a reconcile worker for the read's whole timeout, and many
+// of them queued every other job behind them. The pass that asks goes on at once; the answer
+// wakes the job (status_read), and its next pass takes it.
+TEST_F(ReconcilerTest, AStatusReadThatHasNotAnsweredHoldsNoPass) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> reads{0};
+  std::atomic<bool> answered{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> woken;
+  ReconcilerOptions options;
+  options.expectations_timeout = std::chrono::hours(1);
+  options.status_readers = 1;
+  options.status_read = [&](const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu);
+    woken.push_back(key);
+    cv.notify_all();
+  };
+  Reconciler reconciler(&client_, &cache_, &clock_, nullptr, nullptr, options,
+                        [&](const std::string&, int, Duration) {
+                          ++reads;
+                          // Bounded, so that a pass that waits for the read fails the test
+                          // rather than hangs it.
+                          const bool go = released.wait_for(std::chrono::seconds(60)) ==
+                                          std::future_status::ready;
+                          answered = true;
+                          reconcile::ObservedProgress p;
+                          p.step = go ? 42 : 1;
+                          p.training = true;
+                          p.state = "running";
+                          p.start_step = 0;
+                          p.samples_per_second = 100;
+                          return std::optional<reconcile::ObservedProgress>(p);
+                        });
+  CreateJob(Job(2));
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  SetPodPhase("mnist-a0-0", "Running");
+  SetPodPhase("mnist-a0-1", "Running");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());  // asks for a read
+  EXPECT_FALSE(answered.load()) << "the pass waited for the read";
+  EXPECT_EQ(Status()["phase"], "Running");
+  EXPECT_FALSE(Status().contains("progress"));
+  // Due again while the first read is under way: no second read is asked.
+  clock_.Advance(std::chrono::seconds(10));
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  EXPECT_FALSE(answered.load());
+  release.set_value();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return !woken.empty(); }));
+    EXPECT_EQ(woken, std::vector<std::string>{"default/mnist"});
+  }
+  EXPECT_EQ(reads.load(), 1);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler.Reconcile("default", "mnist").ok());
+  ASSERT_TRUE(Status().contains("progress")) << Status().dump();
+  EXPECT_EQ(Status()["progress"]["step"], 42);
+}
+
+// The answer of a read is the rank 0's it was asked of: one that ends while its read is under
+// way, or is replaced (another pod uid), leaves no answer to the next rank 0 (StatusPoller).
+TEST(StatusPollerTest, AnAnswerIsTakenOnceAndOnlyForThePodItWasAskedOf) {
+  std::atomic<int> reads{0};
+  StatusPoller polls(
+      [&](const std::string& ip, int port, Duration) {
+        reconcile::ObservedProgress p;
+        p.step = ++reads;
+        p.state = ip + ":" + std::to_string(port);
+        return std::optional<reconcile::ObservedProgress>(p);
+      },
+      0);
+  EXPECT_FALSE(polls.Take("ns/a", "uid-1"));
+  ASSERT_TRUE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+  auto answer = polls.Take("ns/a", "uid-1");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->step, 1);
+  EXPECT_EQ(answer->state, "10.0.0.1:8080");
+  EXPECT_FALSE(polls.Take("ns/a", "uid-1")) << "taken once";
+  ASSERT_TRUE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+  EXPECT_FALSE(polls.Take("ns/a", "uid-2")) << "another rank 0's answer";
+  EXPECT_FALSE(polls.Take("ns/a", "uid-1")) << "dropped, not kept for the pod it was of";
+  ASSERT_TRUE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+  polls.Forget("ns/a");
+  EXPECT_FALSE(polls.Take("ns/a", "uid-1"));
+  polls.Stop();
+  EXPECT_FALSE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+  EXPECT_EQ(reads.load(), 3);
+}
+
+// A job forgotten (gone) while its read is under way keeps no answer of it, and a stop waits
+// for the read under way, then asks none.
+TEST(StatusPollerTest, AReadUnderWayOfAForgottenJobLeavesNoAnswer) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::promise<void> begun;
+  std::atomic<int> reads{0};
+  std::atomic<int> done{0};
+  StatusPoller polls(
+      [&](const std::string&, int, Duration) {
+        if (reads++ == 0) begun.set_value();
+        released.wait_for(std::chrono::seconds(60));
+        return std::optional<reconcile::ObservedProgress>(reconcile::ObservedProgress{});
+      },
+      2, [&](const std::string&) { ++done; });
+  ASSERT_TRUE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+  ASSERT_EQ(begun.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_FALSE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500))) << "under way";
+  polls.Forget("ns/a");
+  // Asked anew after the Forget (the job's namesake): its own read.
+  ASSERT_TRUE(polls.Start("ns/a", "uid-9", "10.0.0.2", 8080, Duration(500)));
+  release.set_value();
+  polls.Stop();
+  EXPECT_FALSE(polls.Take("ns/a", "uid-1")) << "the forgotten job's answer was kept";
+  EXPECT_LE(reads.load(), 2);
+  EXPECT_EQ(done.load(), reads.load());
+  EXPECT_FALSE(polls.Start("ns/b", "uid-3", "10.0.0.3", 8080, Duration(500)));
 }
 
 // Issue 10.4: past progressDeadlineSeconds, a rank 0 whose /status cannot be read (here: the
