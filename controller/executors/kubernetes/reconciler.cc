@@ -430,7 +430,14 @@ Status Reconciler::CheckExistingChild(const kube::Resource& resource, const api:
 Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::string& what,
                                 bool replacement) {
   const std::string& key = pass.key;
-  const std::string& api_message = error.message();
+  // The API's words, which name the pod they refused in most refusals (`pods "x" is forbidden:
+  // exceeded quota`), but not in all: an admission webhook's denial or outage names the
+  // webhook only, and a gang's ranks may be refused one by one (a webhook's objectSelector).
+  std::string api_message = error.message();
+  if (what.starts_with("pod ") &&
+      api_message.find('"' + what.substr(4) + '"') == std::string::npos) {
+    api_message = what + ": " + api_message;
+  }
   // Counted as a failed reconcile although the pass ends as the job's wait: the reconcile-errors
   // alert is how a person hears of the controller's own trouble, and no job's wait ends before
   // it is fixed.

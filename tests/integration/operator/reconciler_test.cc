@@ -4,8 +4,8 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <future>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <string>
@@ -341,10 +341,11 @@ TEST_F(ReconcilerTest, GpusPerReplicaMakeOnePodPerReplica) {
 }
 
 // The recorded answers of a real kube-apiserver v1.28 (tests/fakes/apiserver/transcripts/t3-03,
-// t3-04).
+// t3-04), with the pod names of this file's job (mnist) for the recording's (psa-job, quota-job):
+// the API names the pod it refused, and the operator names it only where the API did not.
 // clang-format off
-const char kPodSecurity403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"psa-job-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"runner\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"runner\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"runner\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"runner\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")","reason":"Forbidden","details":{"name":"psa-job-a0-0","kind":"pods"},"code":403})json";
-const char kQuota403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"quota-job-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1","reason":"Forbidden","details":{"name":"quota-job-a0-1","kind":"pods"},"code":403})json";
+const char kPodSecurity403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"mnist-a0-0\" is forbidden: violates PodSecurity \"restricted:latest\": allowPrivilegeEscalation != false (container \"runner\" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container \"runner\" must set securityContext.capabilities.drop=[\"ALL\"]), runAsNonRoot != true (pod or container \"runner\" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container \"runner\" must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\")","reason":"Forbidden","details":{"name":"mnist-a0-0","kind":"pods"},"code":403})json";
+const char kQuota403[] = R"json({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"pods \"mnist-a0-1\" is forbidden: exceeded quota: pods-1, requested: pods=1, used: pods=1, limited: pods=1","reason":"Forbidden","details":{"name":"mnist-a0-1","kind":"pods"},"code":403})json";
 // clang-format on
 
 // A create the API refused is a wait of the job (its ReplicaFailure and PodsReady conditions
@@ -1166,7 +1167,8 @@ TEST_F(FailedCreateTest, ACreateRefusedRetryablyTimeAfterTimeIsSaidAndReleasesTh
   Json c = Condition(Status(), "ReplicaFailure");
   ASSERT_TRUE(c.is_object());
   EXPECT_EQ(c["reason"], "FailedCreate");
-  EXPECT_EQ(c["message"], webhook.message());
+  // The webhook's words name no pod: the one refused is named before them.
+  EXPECT_EQ(c["message"], "pod mnist-a0-1: " + webhook.message());
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok())
       << "the placed rank is released";
   int said = 0;
@@ -1484,7 +1486,7 @@ TEST_F(FailedCreateTest, ARefusedReplacementIsBoundedByTheSchedulingTimeout) {
   EXPECT_EQ(Status()["phase"], "Failed") << Status().dump();
   Json failed = Condition(Status(), "Failed");
   EXPECT_EQ(failed["reason"], "SchedulingTimeout");
-  EXPECT_NE(failed.value("message", "").find("FailedCreate: " + webhook), std::string::npos)
+  EXPECT_NE(failed.value("message", "").find("FailedCreate: pod mnist-a0-1: " + webhook), std::string::npos)
       << failed.dump();
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "released";
   EXPECT_EQ(Status()["restarts"], 0);
