@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -218,6 +219,13 @@ StatusOr<ChildProcess> ChildProcess::Spawn(const std::vector<std::string>& argv,
     if (new_group) ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(128 + SIGKILL);  // the parent died before prctl
+    // The program starts with the signals a pod's would, not with this process's own: the
+    // SIGPIPE it ignores survives exec (`yes | head` under pipefail exited 1, permanent, where
+    // a pod's exits 141, retryable), and so does a mask (threads here block SIGTERM, SIGINT).
+    ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     if (log_fd >= 0) {
       ::dup2(log_fd, STDOUT_FILENO);

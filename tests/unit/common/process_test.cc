@@ -299,6 +299,37 @@ TEST_F(ProcessTest, EnvironmentIsExactlyTheOneGiven) {
   EXPECT_NE(out.find("parent=[]"), std::string::npos) << out;
 }
 
+// A review found: local ranks started with SIGPIPE ignored (ringtrain's own, which exec keeps),
+// so `yes | head` under pipefail exited 1 (permanent) where a pod's exits 141 (retryable); and a
+// spawning thread's blocked SIGTERM would leave the child deaf to it. The child starts with
+// neither.
+TEST_F(ProcessTest, TheChildStartsWithDefaultSignalsNotTheParents) {
+  auto mask = [](const std::string& status, const std::string& field) {
+    const auto at = status.find(field + ":\t");
+    if (at == std::string::npos) return ~0ULL;
+    return std::stoull(status.substr(at + field.size() + 2, 16), nullptr, 16);
+  };
+  struct sigaction ignore {
+  }, old_pipe{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGPIPE, &ignore, &old_pipe), 0);
+  sigset_t term, old_mask;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, &term, &old_mask), 0);
+  // Here, the parent's state as the child would have inherited it.
+  const std::string parent = ReadFile("/proc/thread-self/status");
+  ChildProcess child = Shell("exec grep -E '^Sig(Ign|Blk)' /proc/self/status");
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  ASSERT_NE(mask(parent, "SigIgn") & (1ULL << (SIGPIPE - 1)), 0U) << parent;
+  ASSERT_NE(mask(parent, "SigBlk") & (1ULL << (SIGTERM - 1)), 0U) << parent;
+  ASSERT_TRUE(child.Wait(kBound).ok());
+  const std::string out = ReadFile(Log());
+  EXPECT_EQ(mask(out, "SigIgn") & (1ULL << (SIGPIPE - 1)), 0U) << out;
+  EXPECT_EQ(mask(out, "SigBlk"), 0U) << out;
+}
+
 TEST_F(ProcessTest, LogIsTruncatedAndTakesStdoutAndStderr) {
   {
     std::ofstream old(Log());
