@@ -119,7 +119,7 @@ RunnerMetrics::RunnerMetrics(const RunnerLabels& labels, const Clock& clock)
                              "Mean training loss of this rank's steps in the last report window "
                              "(1 s, or to an epoch end)");
   epoch_ =
-      &prometheus::BuildGauge().Name("ringtrain_epoch").Help("Current epoch").Register(r).Add(l);
+      &prometheus::BuildGauge().Name("ringtrain_epoch").Help("Epochs completed").Register(r).Add(l);
   step_ = &prometheus::BuildGauge()
                .Name("ringtrain_step")
                .Help("Global optimizer step")

@@ -632,7 +632,7 @@ Status TrainingLoop::Pass::Advance(const EngineBatch& batch) {
   epoch_samples_ = epoch_done ? 0 : batch.epoch_samples_after;
   if (m_) {
     m_->SetStep(global_step_);
-    m_->SetEpoch(batch.epoch);
+    m_->SetEpoch(epoch_);  // completed, as /status and the console count them
   }
   progress_.epoch = epoch_;  // epochs completed
   evaluated_last_ = false;

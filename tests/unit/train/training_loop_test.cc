@@ -498,6 +498,8 @@ TEST(TrainingLoop, CpuEngineReportsTheSameSeriesAsTheFakeEngines) {
   }
   EXPECT_GT(cpu.at("ringtrain_loss"), 0);
   EXPECT_EQ(r->steps, 8);
+  // Epochs completed, as /status counts them (the gauge read one less: the last step's epoch).
+  EXPECT_EQ(cpu.at("ringtrain_epoch"), 2);
 }
 
 // The memory check counts one loader's prefetch slots: a new pass (an in-place recovery, a
