@@ -347,6 +347,14 @@ class Planner {
   // for batch/v1 Jobs. Its cost is accounted like a gang restart's (AccountRecoveries), from
   // the resume: the time suspended was asked for, not lost to a failure.
   void Resume() {
+    // A job created suspended (a queue that admits jobs by resuming them: Kueue) starts now:
+    // no gang of it ever ran, so none restarts, and nothing was lost.
+    if (st().start_time.empty() && !st().progress && st().attempt == 0 && st().restarts == 0) {
+      st().start_time = now_s_;
+      SetPhase("Pending", "Resumed", "job resumed");
+      SetCondition("Suspended", false, "Resumed", "spec.runPolicy.suspend is false");
+      return;
+    }
     ++st().attempt;
     st().replaced_pods.clear();
     st().start_time = now_s_;
@@ -1480,7 +1488,8 @@ Plan Planner::Run() {
   if (st().phase.empty()) {
     SetPhase("Pending", "Created", "job accepted");
     SetCondition("Created", true, "Created", "job accepted");
-    st().start_time = now_s_;
+    // As batch/v1's: unset while a job created suspended waits (Resume sets it).
+    if (!spec_.run_policy.suspend) st().start_time = now_s_;
   }
   st().observed_generation = job_.metadata.generation;
   ForceDeleteStuck();

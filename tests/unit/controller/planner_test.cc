@@ -481,9 +481,49 @@ TEST(Planner, AJobCreatedSuspendedShowsItInThePodsColumn) {
   EXPECT_EQ(Cond(r.status, kPodsReadyCondition)->reason, kPodsStartingReason);
 }
 
+// A review found: a job created suspended (a queue that admits jobs by resuming them, as Kueue
+// does) was resumed as a gang restart: attempt 1, gangRestarts 1, its seconds waiting for the
+// first gang counted as time without training, and a startTime from before its admission. No
+// gang of it ran: the first starts as attempt 0, and startTime is set when it is admitted.
+TEST(Planner, AJobCreatedSuspendedStartsItsFirstGangOnResumeNotARestart) {
+  auto job = Job(2);
+  job.spec.run_policy.suspend = true;
+  Plan s = PlanAt(job, {}, kT0);
+  EXPECT_EQ(s.status.start_time, "") << "not started while it waits";
+  job.status = s.status;
+  job.status = PlanAt(job, {}, At(50)).status;
+  job.spec.run_policy.suspend = false;
+  Plan r = PlanAt(job, {}, At(100));
+  EXPECT_EQ(r.status.phase, "Pending");
+  EXPECT_EQ(r.status.attempt, 0);
+  EXPECT_EQ(r.status.start_time, "2026-11-21T10:01:40Z");
+  EXPECT_EQ(r.status.recovery.gang_restarts, 0);
+  EXPECT_EQ(r.status.recovery.restart_from_step, -1);
+  EXPECT_EQ(Count(r, Kind::kCreateReplica), 2);
+  for (const auto& a : r.actions) {
+    if (a.kind == Kind::kCreateReplica) {
+      EXPECT_EQ(a.attempt, 0) << a.name;
+    }
+  }
+  ASSERT_NE(Cond(r.status, "Suspended"), nullptr);
+  EXPECT_EQ(Cond(r.status, "Suspended")->status, "False");
+  // It runs, then is suspended and resumed: that resume is a new gang, as before.
+  job.status = r.status;
+  job.status =
+      PlanAt(job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)},
+             At(110))
+          .status;
+  ASSERT_EQ(job.status.phase, "Running");
+  job.spec.run_policy.suspend = true;
+  job.status = PlanAt(job, {}, At(120)).status;
+  job.spec.run_policy.suspend = false;
+  EXPECT_EQ(PlanAt(job, {}, At(130)).status.attempt, 1);
+}
+
 TEST(Planner, SuspendDeletesAndResumeRecreates) {
   auto job = Job(2);
   job.status.phase = "Running";
+  job.status.start_time = "2026-11-21T09:00:00Z";  // started (not one created suspended)
   job.spec.run_policy.suspend = true;
   Plan s = PlanAt(
       job, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kRunning)}, kT0);
@@ -3685,6 +3725,7 @@ TEST(PlannerAccounting, TheTimeWithoutTrainingCountsFromTheLastProgressSeenNotTh
 TEST(PlannerAccounting, ASuspendedJobRunsNoPodAndItsResumeIsAccountedFromTheResume) {
   auto job = Job(2);
   job.status.phase = "Running";
+  job.status.start_time = "2026-11-21T10:00:00Z";
   job.status.progress = api::Progress{3752, 8, 55919.7, 0.24, "2026-11-21T10:00:12Z"};
   job.status.conditions.push_back({"PodsReady", "True", "AllPodsRunning",
                                    "all 2 replicas are running", "2026-11-21T10:00:01Z"});
