@@ -85,6 +85,17 @@ std::vector<std::pair<std::string, std::string>> RankEnvVars(const RankEnv& e,
     out.emplace_back(kEnvHostRankBase, std::to_string(e.host_rank_base));
   }
   if (!e.image.empty()) out.emplace_back(kEnvImage, e.image);
+  if (e.launcher) {
+    const int nodes = e.local_world_size > 0 ? e.world_size / e.local_world_size : e.world_size;
+    out.insert(out.end(), {
+                              {kEnvTorchLocalWorldSize, std::to_string(e.local_world_size)},
+                              {kEnvTorchrunNnodes, std::to_string(nodes)},
+                              {kEnvTorchrunNodeRank, std::to_string(e.node_rank)},
+                              {kEnvTorchrunNprocPerNode, std::to_string(e.local_world_size)},
+                              {kEnvTorchrunMasterAddr, e.master_addr},
+                              {kEnvTorchrunMasterPort, port},
+                          });
+  }
   return out;
 }
 

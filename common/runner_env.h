@@ -80,6 +80,16 @@ inline constexpr char kEnvTorchLocalRank[] = "LOCAL_RANK";
 inline constexpr char kEnvTorchLocalWorldSize[] = "LOCAL_WORLD_SIZE";
 inline constexpr char kEnvTorchMasterAddr[] = "MASTER_ADDR";
 inline constexpr char kEnvTorchMasterPort[] = "MASTER_PORT";
+// torchrun's own settings, which it reads from the environment (PET_<FLAG>) where no flag says
+// them: given to a user's program (spec.command), which runs once per replica, so that
+// `torchrun train.py` starts the replica's LOCAL_WORLD_SIZE processes and joins the others'
+// with no flag. RANK and WORLD_SIZE above are the replica's first rank and the gang's size;
+// torchrun sets each of its workers' own.
+inline constexpr char kEnvTorchrunNnodes[] = "PET_NNODES";
+inline constexpr char kEnvTorchrunNodeRank[] = "PET_NODE_RANK";
+inline constexpr char kEnvTorchrunNprocPerNode[] = "PET_NPROC_PER_NODE";
+inline constexpr char kEnvTorchrunMasterAddr[] = "PET_MASTER_ADDR";
+inline constexpr char kEnvTorchrunMasterPort[] = "PET_MASTER_PORT";
 
 struct RankEnv {
   std::string job = "local";
@@ -110,6 +120,9 @@ struct RankEnv {
   int host_ranks = 0;      // 0 = unset: local_world_size
   int host_rank_base = 0;  // this process's first rank among host_ranks
   std::string image;       // "" = not said (RINGTRAIN_IMAGE unset)
+  // A user's program (spec.command), not the runner: LOCAL_WORLD_SIZE and torchrun's PET_*
+  // settings are said too.
+  bool launcher = false;
 };
 
 // The variables that give a runner `env`, ours and torchrun's, in a fixed order. The token is

@@ -87,6 +87,13 @@ expect "py: exit code" "$(failure py exit_code)" 3
 expect "py: message" "$(failure py message)" "loss is nan (py-a0-1, tag t-1, cwd $WORK/app)"
 console_has py "last failure: rank 1 exit code 3 (Error): loss is nan (py-a0-1"
 
+# torchrun's own settings (PET_*), which it reads where no flag gives them: `torchrun train.py`
+# joins the gang with no flag (review: every replica trained a world of its own).
+job pet 2 '["sh", "-c", "[ $RANK = 1 ] || exit 0; s=other; [ $PET_MASTER_ADDR:$PET_MASTER_PORT = $MASTER_ADDR:$MASTER_PORT ] && s=same; echo \"$PET_NNODES $PET_NODE_RANK $PET_NPROC_PER_NODE $LOCAL_WORLD_SIZE $s\" > $RINGTRAIN_TERMINATION_LOG; exit 4"]'
+run pet
+expect "pet: torchrun's nodes, node rank, processes per node, local world, master" \
+  "$(failure pet message)" "2 1 1 1 same"
+
 # The same, succeeding: the job Succeeds and ringtrain run exits 0.
 job py-ok 2 '["python3", "-c", "import os; assert os.getcwd() == os.environ[\"WANT\"]"]' "    spec:
       containers:

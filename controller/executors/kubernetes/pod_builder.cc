@@ -115,6 +115,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   // The runner publishes it with its gang fingerprint: a replacement of another image is
   // refused naming both.
   rank_env.image = image;
+  rank_env.launcher = !spec.command.empty();
   Json env = Json::array();
   for (const auto& [name, value] : contract::RankEnvVars(rank_env)) {
     env.push_back(EnvValue(name, value));
@@ -491,7 +492,14 @@ std::string BuildHash(const Json& meta, const Json& spec, bool recovery_entry_ha
     Json kept = Json::array();
     for (const auto& e : c["env"]) {
       const std::string name = StringAt(e, "name");
-      if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage) continue;
+      // Not hashed: what earlier operators did not say, and what the hashed rest decides (the
+      // launcher's settings: the world, the node rank, the master).
+      if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage ||
+          name == contract::kEnvTorchLocalWorldSize || name == contract::kEnvTorchrunNnodes ||
+          name == contract::kEnvTorchrunNodeRank || name == contract::kEnvTorchrunNprocPerNode ||
+          name == contract::kEnvTorchrunMasterAddr || name == contract::kEnvTorchrunMasterPort) {
+        continue;
+      }
       if (name == contract::kEnvRecoveryTimeout) {
         if (!recovery_entry_hashed) continue;
         // Hashed as the default every earlier operator passed on, whatever the template says.

@@ -101,7 +101,8 @@ constexpr char kEnvPodIp[] = "POD_IP";
 
 std::set<std::string> InjectedNames() {
   contract::RankEnv sample;
-  sample.token = "-";  // named whenever the gang has one
+  sample.token = "-";      // named whenever the gang has one
+  sample.launcher = true;  // and a user's program's
   // A local gang starts together and has no gate: never inherit one from the host.
   std::set<std::string> names = {kEnvPodIp, contract::kEnvGangGate, contract::kEnvGangGateTimeout};
   for (const auto& [name, value] : contract::RankEnvVars(sample, /*with_bind_addr=*/true)) {
@@ -316,6 +317,7 @@ Status LocalRun::Spawn(int rank, int attempt) {
   // own): each rank picks its GPU, and NCCL or the TCP ring, by its place among all of them.
   rank_env.host_ranks = spec.world_size();
   rank_env.host_rank_base = rank * gpus;
+  rank_env.launcher = !spec.command.empty();
   auto injected = contract::RankEnvVars(rank_env, /*with_bind_addr=*/true);
   injected.emplace_back(kEnvPodIp, "127.0.0.1");
   injected.emplace_back(contract::kEnvGangGate, "");  // no gate: set empty over any inherited one

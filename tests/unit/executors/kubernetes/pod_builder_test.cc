@@ -462,9 +462,33 @@ TEST(PodBuilderTest, PodCarriesTheEnvContractAndTheUserTemplate) {
   EXPECT_EQ(env["RINGTRAIN_METRICS_PORT"]["value"], "9400");
   EXPECT_EQ(env["RINGTRAIN_IMAGE"]["value"], c["image"]);  // in the gang's fingerprint
   EXPECT_EQ(env["EXTRA"]["value"], "1");
+  EXPECT_FALSE(env.contains("PET_NNODES")) << "the runner is no torchrun";
   Json svc = BuildService(*job);
   EXPECT_EQ(svc["spec"]["clusterIP"], "None");
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+}
+
+// A review found: `command: [torchrun, train.py]` (the CRD's own example) trained a world of one
+// in every pod (torchrun reads its nodes, node rank and master from flags or PET_*, not from
+// RANK/WORLD_SIZE, which it overwrites), and a program with gpusPerReplica 2 was told
+// WORLD_SIZE 4 with no word of how many processes its replica was to start.
+TEST(PodBuilderTest, AProgramOfTheUsersGetsTorchrunsSettings) {
+  api::TrainingJob job =
+      ParseJob("mnist", "ml",
+               {{"replicas", 2}, {"gpusPerReplica", 2}, {"command", {"torchrun", "train.py"}}});
+  Json pod = BuildPod(job, 1, 1, PodOptions{});
+  std::map<std::string, std::string> env;
+  for (const auto& e : pod["spec"]["containers"][0]["env"]) {
+    if (e.contains("value")) env[e["name"]] = e["value"];
+  }
+  EXPECT_EQ(env["PET_NNODES"], "2");
+  EXPECT_EQ(env["PET_NODE_RANK"], "1");
+  EXPECT_EQ(env["PET_NPROC_PER_NODE"], "2");
+  EXPECT_EQ(env["PET_MASTER_ADDR"], "mnist-a1-0.mnist.ml.svc");
+  EXPECT_EQ(env["PET_MASTER_PORT"], "29500");
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "2");
+  EXPECT_EQ(env["RANK"], "2");
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
 }
 
 TEST(PodBuilderTest, SeveralGpusMakeOnePodANodeOfRanks) {
