@@ -174,6 +174,9 @@ int Validate(const std::vector<std::string>& args) {
   if (const std::string ignored = api::IgnoredMomentum(job->spec); !ignored.empty()) {
     std::printf("note: %s\n", ignored.c_str());
   }
+  for (const std::string& ignored : api::IgnoredTemplateFields(job->spec)) {
+    std::printf("note: %s\n", ignored.c_str());
+  }
   // Valid for a cluster; only this machine's `ringtrain run` cannot do it.
   if (Status local = executors::CheckRunsLocally(job->spec); !local.ok()) {
     std::printf("note: `ringtrain run` will refuse this job: %s\n", local.message().c_str());

@@ -408,6 +408,52 @@ std::string IgnoredMomentum(const JobSpec& spec) {
          " is not used: it is optimizer sgd's; adam's first-moment decay (beta1) is 0.9";
 }
 
+std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec) {
+  std::vector<std::string> out;
+  const std::optional<json> pod = TemplatePodSpec(spec);
+  if (!pod) return out;
+  const std::string trains = !spec.command.empty() ? "spec.command, in spec.image"
+                                                   : "the built-in runner on spec.train (set "
+                                                     "spec.image and spec.command to run a "
+                                                     "program of your own)";
+  if (const std::optional<json> runner = TemplateRunner(spec)) {
+    if (const auto image = runner->find("image");
+        image != runner->end() && image->is_string() && !image->get<std::string>().empty()) {
+      out.push_back("spec.template.spec.containers[runner].image: " + image->get<std::string>() +
+                    " is ignored: every replica runs " + trains);
+    }
+  }
+  if (const auto policy = pod->find("restartPolicy");
+      policy != pod->end() && policy->is_string() && *policy != "Never") {
+    out.push_back("spec.template.spec.restartPolicy: " + policy->get<std::string>() +
+                  " is ignored: a replica's pod is never restarted in place (restartPolicy "
+                  "Never); a failed replica is replaced, or its gang restarted "
+                  "(runPolicy.recovery, backoffLimit)");
+  }
+  const auto containers = pod->find("containers");
+  if (containers == pod->end() || !containers->is_array()) return out;
+  for (const auto& c : *containers) {
+    if (!c.is_object() || c.value("name", json()) == "runner") continue;
+    const auto resources = c.find("resources");
+    if (resources == c.end() || !resources->is_object()) continue;
+    std::string gpu;
+    for (const char* kind : {"limits", "requests"}) {
+      const auto amounts = resources->find(kind);
+      if (amounts == resources->end() || !amounts->is_object()) continue;
+      for (const auto& [key, value] : amounts->items()) {
+        if (gpu.empty() && key.ends_with("/gpu")) gpu = key;
+      }
+    }
+    if (gpu.empty()) continue;
+    const json name = c.value("name", json());
+    const std::string named = name.is_string() ? name.get<std::string>() : name.dump();
+    out.push_back("spec.template.spec.containers[" + named + "] asks for " + gpu +
+                  " but does not train: only the container named runner does, running " + trains +
+                  "; " + named + " runs beside it as a sidecar, without the gang's environment");
+  }
+  return out;
+}
+
 std::string IgnoredRecoveryTimeout(const JobSpec& spec) {
   const std::optional<json> set = TemplateRunnerEnvEntry(spec, contract::kEnvRecoveryTimeout);
   if (!set) return "";

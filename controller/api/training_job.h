@@ -335,6 +335,13 @@ std::string IgnoredRecoveryTimeout(const JobSpec& spec);
 // momentum than the default (the CRD's 0.9 is every job's), else "". Said where
 // IgnoredRunnerCommand is.
 std::string IgnoredMomentum(const JobSpec& spec);
+// What spec.template asks for that no replica gets, each naming the field, a PyTorchJob's habits
+// (review): the runner container's `image` (every replica runs spec.image), a `restartPolicy`
+// other than Never (replicas are replaced, not restarted in place), and a container of another
+// name that asks for GPUs (only the container named runner trains; another is a sidecar without
+// the gang's environment, beside the built-in runner or spec.command). Said where
+// IgnoredRunnerCommand is, as the Warning event TemplateFieldIgnored.
+std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec);
 
 // The longest job name: it names the headless Service, which must be a DNS-1035 label, and
 // prefixes the pod names <name>-a<attempt>-<rank>, which must stay within 63 characters.

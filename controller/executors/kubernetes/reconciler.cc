@@ -634,6 +634,11 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
     if (!momentum.empty() && !api::IsTerminal(job.status.phase) && events_ != nullptr) {
       events_->Record(pass.raw, "Warning", "MomentumIgnored", momentum);
     }
+    for (const std::string& ignored : api::IgnoredTemplateFields(job.spec)) {
+      if (!api::IsTerminal(job.status.phase) && events_ != nullptr) {
+        events_->Record(pass.raw, "Warning", "TemplateFieldIgnored", ignored);
+      }
+    }
   }
 
   std::vector<ObservedReplica> replicas;

@@ -165,6 +165,9 @@ StatusOr<LocalContainer> LocalContainerFromSpec(const api::JobSpec& spec, const 
     out.notes.push_back("spec.template container \"" + name +
                         "\" does not run under `ringtrain run` (only the runner does)");
   }
+  for (std::string& ignored : api::IgnoredTemplateFields(spec)) {
+    out.notes.push_back(std::move(ignored) + ", as in the operator's pods");
+  }
   if (runner == nullptr || !runner->is_object()) return out;
   if (std::string ignored = api::IgnoredRunnerCommand(spec); !ignored.empty()) {
     out.notes.push_back(std::move(ignored) + ", as in the operator's pods");

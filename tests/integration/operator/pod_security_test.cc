@@ -264,6 +264,49 @@ TEST_F(CheckpointReconcileTest, AMomentumAdamDoesNotUseIsAWarning) {
             "decay (beta1) is 0.9");
 }
 
+// A review found a PyTorchJob's template taken in silence: its trainer container (named pytorch,
+// with the GPU) became a sidecar beside the built-in runner, and the runner's image and the
+// pod's restartPolicy were replaced. Each is said once, naming the field; the job runs.
+TEST_F(CheckpointReconcileTest, WhatATemplateAsksForThatNoReplicaGetsIsAWarning) {
+  const Json tmpl = {{"spec",
+                      {{"restartPolicy", "OnFailure"},
+                       {"containers",
+                        {{{"name", "pytorch"},
+                          {"image", "example.com/pytorch-mnist:1"},
+                          {"command", {"python3", "mnist.py"}},
+                          {"resources", {{"limits", {{"nvidia.com/gpu", 1}}}}}},
+                         {{"name", "runner"}, {"image", "example.com/mine:1"}},
+                         {{"name", "logs"}, {"image", "example.com/shipper:1"}}}}}}};
+  Create("pt", {{"replicas", 1}, {"template", tmpl}});
+  Create("plain", {{"replicas", 1}});
+  for (const char* name : {"pt", "plain"}) {
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", name).ok());
+  }
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "pt-a0-0").ok()) << "the job runs";
+  std::vector<std::string> said;
+  for (const Json& e : EventsWithReason("TemplateFieldIgnored")) {
+    EXPECT_EQ(e["involvedObject"]["name"], "pt");
+    EXPECT_EQ(e["type"], "Warning");
+    said.push_back(e["message"]);
+  }
+  const std::string trains =
+      "the built-in runner on spec.train (set spec.image and spec.command to run a program of "
+      "your own)";
+  EXPECT_EQ(said,
+            (std::vector<std::string>{
+                "spec.template.spec.containers[runner].image: example.com/mine:1 is ignored: every "
+                "replica runs " +
+                    trains,
+                "spec.template.spec.restartPolicy: OnFailure is ignored: a replica's pod is never "
+                "restarted in place (restartPolicy Never); a failed replica is replaced, or its "
+                "gang restarted (runPolicy.recovery, backoffLimit)",
+                "spec.template.spec.containers[pytorch] asks for nvidia.com/gpu but does not "
+                "train: only the container named runner does, running " +
+                    trains +
+                    "; pytorch runs beside it as a sidecar, without the gang's "
+                    "environment"}));
+}
+
 // A wait in a GangRestart job's template reached no rank (the pods get 0), unsaid: said now,
 // and the pod's env says 0.
 TEST_F(CheckpointReconcileTest, ARecoveryWaitOfAGangRestartJobIsAWarning) {
