@@ -89,7 +89,16 @@ void Informer::Run() {
     if (need_list) {
       auto rv = ListAndReplace();
       if (!rv.ok()) {
-        spdlog::warn("informer {}: list failed: {}", what, rv.status().ToString());
+        // A 404 of a list is a resource type the server does not serve (a CRD not installed).
+        const Resource& r = options_.resource;
+        spdlog::warn(
+            "informer {}: list failed: {}{}", what, rv.status().ToString(),
+            rv.status().code() == StatusCode::kNotFound
+                ? " (the API server serves no " + r.plural +
+                      (r.group.empty() ? "" : "." + r.group) + "/" + r.version +
+                      (r.group.empty() ? "" : ": is its CustomResourceDefinition installed?") + ")"
+                : std::string());
+        if (options_.on_list_error) options_.on_list_error(rv.status());
         if (!SleepUnlessStopped(backoff.Next())) break;
         continue;
       }

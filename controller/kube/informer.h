@@ -39,6 +39,9 @@ struct InformerOptions {
   // relist after the first list (410 Gone, or a watch that cannot resume).
   std::function<void()> on_watch_restart;
   std::function<void()> on_relist;
+  // A list failed (retried with backoff): no resource type (a CRD not installed), RBAC, an API
+  // server away. Until one succeeds the informer has nothing, and nothing is reconciled.
+  std::function<void(const Status&)> on_list_error;
 };
 
 class Informer {

@@ -70,6 +70,16 @@ ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::
                          .Help("Watches re-established or relisted by the informers")
                          .Register(r)
                          .Add({});
+  list_errors_family_ = &prometheus::BuildCounter()
+                             .Name("ringtrain_controller_list_errors_total")
+                             .Help(
+                                 "Lists of the informers that failed (a CRD not installed, "
+                                 "RBAC, the API server away), by resource")
+                             .Register(r);
+  // At 0 from the start, so that increase() sees the first failure.
+  for (const char* resource : {"trainingjobs", "pods"}) {
+    list_errors_family_->Add({{"resource", resource}});
+  }
   pods_ready_seconds_ = &prometheus::BuildHistogram()
                              .Name("ringtrain_controller_job_pods_ready_seconds")
                              .Help("Seconds from a job's creation until all its pods existed")
@@ -182,6 +192,10 @@ void ControllerMetrics::AddRecoveredInPlace(int n) {
 }
 void ControllerMetrics::IncPodsCreated() { pods_created_->Increment(); }
 void ControllerMetrics::IncWatchRestarts() { watch_restarts_->Increment(); }
+
+void ControllerMetrics::IncListErrors(const std::string& resource) {
+  list_errors_family_->Add({{"resource", resource}}).Increment();
+}
 void ControllerMetrics::ObservePodsReady(double seconds) { pods_ready_seconds_->Observe(seconds); }
 void ControllerMetrics::SetLeader(bool leader) {
   is_leader_->Set(leader ? 1 : 0);

@@ -43,6 +43,9 @@ class ControllerMetrics {
   void AddRecoveredInPlace(int n);
   void IncPodsCreated();
   void IncWatchRestarts();
+  // A list of `resource` (trainingjobs, pods) failed: the informer holds nothing until one
+  // succeeds, and no job is reconciled meanwhile.
+  void IncListErrors(const std::string& resource);
   void ObservePodsReady(double seconds);
   // Losing the lead forgets every job (the counts by phase and the per-job series): only the
   // leader reconciles, so only its figures are current.
@@ -78,6 +81,7 @@ class ControllerMetrics {
   prometheus::Counter* recovered_in_place_;
   prometheus::Counter* pods_created_;
   prometheus::Counter* watch_restarts_;
+  prometheus::Family<prometheus::Counter>* list_errors_family_;
   prometheus::Histogram* pods_ready_seconds_;
   prometheus::Gauge* is_leader_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;

@@ -117,6 +117,9 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
   jobs.on_add = jobs.on_update = jobs.on_delete = [this](const Json& j) { EnqueueJob(j); };
   jobs.on_watch_restart = restarts;
   jobs.on_relist = restarts;
+  jobs.on_list_error = [this](const Status&) {
+    if (metrics_ != nullptr) metrics_->IncListErrors(kube::kTrainingJobs.plural);
+  };
   jobs_ = std::make_unique<kube::Informer>(client_, std::move(jobs));
 
   kube::InformerOptions pods;
@@ -135,6 +138,9 @@ Operator::Operator(kube::KubeClient* client, OperatorOptions options, Controller
   };
   pods.on_watch_restart = restarts;
   pods.on_relist = restarts;
+  pods.on_list_error = [this](const Status&) {
+    if (metrics_ != nullptr) metrics_->IncListErrors(kube::kPods.plural);
+  };
   pods_ = std::make_unique<kube::Informer>(client_, std::move(pods));
 }
 

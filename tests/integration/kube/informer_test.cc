@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "controller/kube/informer.h"
 #include "tests/integration/kube/kube_test_util.h"
@@ -21,6 +22,7 @@ struct Recorder {
   std::mutex mu;
   std::map<std::string, int> adds, updates, deletes;
   std::atomic<int> watch_restarts{0}, relists{0};
+  std::vector<Status> list_errors;
 
   InformerOptions Options(const Resource& r) {
     InformerOptions o;
@@ -32,6 +34,10 @@ struct Recorder {
     o.on_delete = [this](const Json& j) { Bump(deletes, j); };
     o.on_watch_restart = [this] { ++watch_restarts; };
     o.on_relist = [this] { ++relists; };
+    o.on_list_error = [this](const Status& s) {
+      std::lock_guard<std::mutex> lock(mu);
+      list_errors.push_back(s);
+    };
     return o;
   }
   void Bump(std::map<std::string, int>& m, const Json& j) {
@@ -234,6 +240,34 @@ TEST_F(InformerTest, StopIsPromptWithAnIdleWatch) {
   // test's limit, so a Stop that waited for it fails the test by timing out, not by a clock).
   informer.Stop();
   EXPECT_TRUE(Eventually([&] { return server_->OpenWatchCount() == 0; }));
+}
+
+// A review found a controller whose TrainingJob lists failed (the CRD not installed) silent in
+// its metrics: every alert quiet, nothing reconciled. Each failed list is told (on_list_error),
+// with the API's answer, until one succeeds.
+TEST_F(InformerTest, EachFailedListIsToldUntilOneSucceeds) {
+  Recorder rec;
+  const Resource unserved{"ringtrain.dev", "v1alpha1", "nosuchthings"};
+  Informer missing(client_.get(), rec.Options(unserved));
+  missing.Start();
+  ASSERT_TRUE(Eventually([&] {
+    std::lock_guard<std::mutex> lock(rec.mu);
+    return rec.list_errors.size() >= 2;
+  }));
+  missing.Stop();
+  EXPECT_FALSE(missing.HasSynced());
+  {
+    std::lock_guard<std::mutex> lock(rec.mu);
+    EXPECT_EQ(rec.list_errors[0].code(), StatusCode::kNotFound) << rec.list_errors[0].ToString();
+  }
+  Recorder ok;
+  // Forbidden (the client retries a 503 itself), then allowed: one error told, then synced.
+  server_->FailNextRequests("GET", "pods", 403, 1);
+  Informer pods(client_.get(), ok.Options(kPods));
+  pods.Start();
+  ASSERT_TRUE(pods.WaitForSync(std::chrono::seconds(10)));
+  std::lock_guard<std::mutex> lock(ok.mu);
+  EXPECT_EQ(ok.list_errors.size(), 1u);
 }
 
 TEST_F(InformerTest, ReconnectsAfterServerOutage) {
