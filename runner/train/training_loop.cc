@@ -527,6 +527,7 @@ Status TrainingLoop::Pass::Begin(const Start& start) {
   loss_taken_at_ = start.global_step;
   result_.resume_warning = start.warning;
   train_start_ = std::chrono::steady_clock::now();
+  if (!loop_.first_train_start_) loop_.first_train_start_ = train_start_;
   window_start_ = train_start_;
   last_done_ = train_start_;
   began_ = true;
@@ -730,8 +731,11 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   result_.epochs = epoch_;
   result_.steps = global_step_;
   result_.wall_seconds = SecondsSince(run_start);
+  // The run's, from this process's first step on: an in-place recovery's outage included (the
+  // pass after it alone read higher than the run ever trained).
+  const double run_train_seconds = SecondsSince(*loop_.first_train_start_);
   result_.samples_per_second =
-      train_seconds > 0 ? static_cast<double>(samples_done_) * world_ / train_seconds : 0;
+      run_train_seconds > 0 ? static_cast<double>(result_.samples_this_run) / run_train_seconds : 0;
   result_.data_wait_seconds = engine_.data_wait_seconds();
   result_.step_graph = engine_.replays_graph();
   if (engine_.has_device() && train_seconds > 0) {

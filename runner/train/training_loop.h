@@ -32,7 +32,9 @@ struct TrainResult {
   std::int64_t samples_this_run = 0;  // by the whole gang in this process (after any resume)
   std::int64_t steps_this_run = 0;    // taken by this process (after any resume)
   double wall_seconds = 0;
-  double samples_per_second = 0;  // whole job, this run
+  // Whole job, this run: samples_this_run over the seconds from this process's first step to its
+  // last (an in-place recovery's outage included).
+  double samples_per_second = 0;
   int world_size = 1;
   double data_wait_seconds = 0;
   double allreduce_wait_seconds = 0;  // the steps waited for gradients after backward
@@ -193,6 +195,8 @@ class TrainingLoop {
   std::optional<Position> kept_;  // the state this rank brings to the next Run (Rejoin)
   bool recovering_ = false;       // from BeginRecovery until a Run trains again
   TrainResult so_far_;            // what this process's earlier rounds counted (Rejoin)
+  // When this process's first round began training: the run's throughput counts from it.
+  std::optional<SteadyTime> first_train_start_;
   // Where the outage of the last failed Run began: its last progress (a completed step, the
   // start of training), or, for a Run that failed before training, the outage before it.
   std::optional<SteadyTime> failed_at_;
