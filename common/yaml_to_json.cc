@@ -3,8 +3,13 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cerrno>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <vector>
 
 #include "common/env.h"
@@ -56,8 +61,76 @@ bool IsUtf8(const std::string& s) {
   return true;
 }
 
-// YAML → JSON with YAML 1.2 core-schema typing of plain scalars; quoted scalars stay strings.
-// Every node converted counts against the caps above, aliases once per use.
+// Plain scalars typed as kubectl and client-go type them (sigs.k8s.io/yaml: go-yaml v2's YAML
+// 1.1 resolver, then JSON), so that a manifest means here what it means to a cluster (review:
+// `replicas: 010` ran 10 ranks here and 8 there): y/yes/on and n/no/off (any of their three
+// casings) are booleans, Null and NULL null; an integer takes Go's base prefixes (0x, 0o, 0b,
+// and a leading 0 for octal) and underscores (1_000); a float without a fraction (1e1, 2.0) is
+// the integer JSON makes of it. Quoted scalars stay strings. Merge keys (<<) merge, the map's
+// own keys first. Every node converted counts against the caps above, aliases once per use.
+//
+// Go's strconv.ParseInt(s, 0, 64) of a number without underscores; nullopt where it fails.
+std::optional<std::int64_t> GoInt(const std::string& s) {
+  std::size_t i = 0;
+  bool negative = false;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  int base = 10;
+  if (s.size() - i >= 2 && s[i] == '0') {
+    const char p = static_cast<char>(s[i + 1] | 0x20);
+    if (p == 'x' || p == 'o' || p == 'b') {
+      base = p == 'x' ? 16 : p == 'o' ? 8 : 2;
+      i += 2;
+    } else {
+      base = 8;  // 010 is 8
+      i += 1;
+    }
+  }
+  if (i >= s.size()) return base == 8 ? std::optional<std::int64_t>(0) : std::nullopt;
+  // At most 2^63 for a negative number, 2^63-1 otherwise.
+  const std::uint64_t limit = static_cast<std::uint64_t>(INT64_MAX) + (negative ? 1 : 0);
+  std::uint64_t v = 0;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : 99;
+    if (d >= base) return std::nullopt;
+    const auto digit = static_cast<std::uint64_t>(d);
+    if (v > (limit - digit) / static_cast<std::uint64_t>(base)) return std::nullopt;
+    v = v * static_cast<std::uint64_t>(base) + digit;
+  }
+  if (!negative) return static_cast<std::int64_t>(v);
+  return v == limit ? INT64_MIN : -static_cast<std::int64_t>(v);
+}
+
+// go-yaml's float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
+bool YamlFloatSyntax(const std::string& s) {
+  std::size_t i = 0;
+  auto digits = [&] {
+    const std::size_t from = i;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  } else {
+    if (!digits()) return false;
+    if (i < s.size() && s[i] == '.') {
+      ++i;
+      digits();
+    }
+  }
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == s.size();
+}
+
 class YamlConverter {
  public:
   explicit YamlConverter(const YamlLimits& limits)
@@ -116,9 +189,14 @@ class YamlConverter {
 
   StatusOr<json> ConvertMap(const YAML::Node& node, const std::string& path) {
     json obj = json::object();
+    std::vector<YAML::Node> merges;
     for (const auto& kv : node) {
       if (!kv.first.IsScalar()) return InvalidArgument(Where(path) + "map keys must be strings");
       const std::string& key = kv.first.Scalar();
+      if (key == "<<" && kv.first.Tag() != "!") {
+        merges.push_back(kv.second);
+        continue;
+      }
       RETURN_IF_ERROR(CountBytes(key.size(), path));
       if (!IsUtf8(key)) return InvalidArgument(Where(path) + "a key is not valid UTF-8");
       const std::string child = path.empty() ? key : path + "." + key;
@@ -127,23 +205,64 @@ class YamlConverter {
       ASSIGN_OR_RETURN(json v, Convert(kv.second, child));
       obj[key] = std::move(v);
     }
+    // A merge key's map (or maps, the earlier first) gives the keys the map does not set.
+    const std::string merge_path = path.empty() ? "<<" : path + ".<<";
+    for (const YAML::Node& merge : merges) {
+      ASSIGN_OR_RETURN(json from, Convert(merge, merge_path));
+      std::vector<json> maps;
+      if (from.is_object()) {
+        maps.push_back(std::move(from));
+      } else if (from.is_array()) {
+        for (auto& m : from) maps.push_back(std::move(m));
+      }
+      if (maps.empty() && !from.is_null()) {
+        return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
+      }
+      for (json& m : maps) {
+        if (!m.is_object()) {
+          return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
+        }
+        for (auto& [k, v] : m.items()) {
+          if (!obj.contains(k)) obj[k] = std::move(v);
+        }
+      }
+    }
     return obj;
   }
 
   static StatusOr<json> ScalarToJson(const YAML::Node& node, const std::string& s,
                                      const std::string& path) {
+    (void)path;
     if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
-    if (s == "null" || s == "~" || s.empty()) return json(nullptr);
-    if (s == "true" || s == "True" || s == "TRUE") return json(true);
-    if (s == "false" || s == "False" || s == "FALSE") return json(false);
-    if (auto i = ParseInt(s, path); i.ok()) return json(*i);
-    if (auto d = ParseDouble(s, path); d.ok() && s.find_first_of("0123456789") == 0) {
-      return json(*d);
+    static const std::set<std::string> kNull = {"", "~", "null", "Null", "NULL"};
+    static const std::set<std::string> kTrue = {"y",    "Y",    "yes", "Yes", "YES", "true",
+                                                "True", "TRUE", "on",  "On",  "ON"};
+    static const std::set<std::string> kFalse = {"n",     "N",     "no",  "No",  "NO", "false",
+                                                 "False", "FALSE", "off", "Off", "OFF"};
+    if (kNull.contains(s)) return json(nullptr);
+    if (kTrue.contains(s)) return json(true);
+    if (kFalse.contains(s)) return json(false);
+    const char first = s[0];
+    if (!(first >= '0' && first <= '9') && first != '+' && first != '-' && first != '.') {
+      return json(s);
     }
-    if (auto d = ParseDouble(s, path); d.ok() && (s[0] == '-' || s[0] == '+' || s[0] == '.')) {
-      return json(*d);
+    std::string plain;
+    for (char c : s) {
+      if (c != '_') plain.push_back(c);
     }
-    return json(s);
+    if (first != '.') {
+      if (const auto i = GoInt(plain)) return json(*i);
+    }
+    if (!YamlFloatSyntax(first == '.' ? s : plain)) return json(s);
+    errno = 0;
+    char* end = nullptr;
+    const std::string& text = first == '.' ? s : plain;
+    const double d = std::strtod(text.c_str(), &end);
+    if (errno == ERANGE && std::isinf(d)) return json(s);  // beyond float64: Go keeps the text
+    // Go's JSON writes a float without a fraction as an integer (1e1 is 10), and the API
+    // server reads it as one.
+    if (std::trunc(d) == d && std::fabs(d) < 9.2e18) return json(static_cast<std::int64_t>(d));
+    return json(d);
   }
 
   std::vector<YAML::Node> ancestors_;

@@ -4,11 +4,17 @@
 #include <tuple>
 #include <vector>
 
+#include <cstdint>
+#include <nlohmann/json.hpp>
+
 #include "common/runner_env.h"
+#include "common/yaml_to_json.h"
 #include "controller/api/training_job.h"
 
 namespace ringtrain::api {
 namespace {
+
+using Json = nlohmann::json;
 
 constexpr char kMinimal[] = R"(
 apiVersion: ringtrain.dev/v1alpha1
@@ -119,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
         BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"},
         BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
-                "          env: [{name: A, value: a}, {name: N, value: 3}]\n",
+                "          env: [{name: A, value: a}, {name: NUM, value: 3}]\n",
                 "spec.template.spec.containers[runner].env[1].value: must be a string (quote "
                 "it), got an integer 3"},
         BadCase{"  template:\n    spec:\n      containers:\n        - name: sidecar\n"
@@ -151,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(
                 "          args: --lr\n",
                 "spec.template.spec.containers[runner].args: must be a list of strings"},
         BadCase{"  template:\n    spec:\n      initContainers:\n        - name: fetch\n"
-                "          env: [{name: N, value: {a: 1}}]\n",
+                "          env: [{name: NUM, value: {a: 1}}]\n",
                 "spec.template.spec.initContainers[fetch].env[0].value: must be a string"}));
 
 // The operator reads the same checks from the API object: a job with a non-string env value
@@ -502,6 +508,64 @@ TEST(Manifest, NotYamlAndMissingFile) {
   auto dir = LoadManifestFile("/tmp");
   ASSERT_FALSE(dir.ok());
   EXPECT_EQ(dir.status().message(), "/tmp: a directory, not a manifest file");
+}
+
+// A review found a manifest that meant one thing here and another to the cluster: kubectl
+// types plain scalars as YAML 1.1 does (sigs.k8s.io/yaml, go-yaml v2), so `replicas: 010` ran 10
+// ranks under `ringtrain run` and 8 in the cluster, and `suspend: yes` or a merge key (<<) were
+// refused here and taken there. The same file means the same job everywhere now.
+TEST(Manifest, PlainScalarsAreTypedAsKubectlTypesThem) {
+  auto typed = [](const std::string& scalar) {
+    auto j = YamlToJson("v: " + scalar + "\n", "t.yaml", "test");
+    EXPECT_TRUE(j.ok()) << scalar << ": " << j.status().ToString();
+    return j.ok() ? (*j)["v"] : Json();
+  };
+  EXPECT_EQ(typed("010"), 8);
+  EXPECT_EQ(typed("0o10"), 8);
+  EXPECT_EQ(typed("0x10"), 16);
+  EXPECT_EQ(typed("-0x10"), -16);
+  EXPECT_EQ(typed("0b101"), 5);
+  EXPECT_EQ(typed("1_000"), 1000);
+  EXPECT_EQ(typed("08"), 8) << "no octal: the float 8, which JSON writes as 8";
+  EXPECT_EQ(typed("0"), 0);
+  EXPECT_EQ(typed("1e1"), 10);
+  EXPECT_TRUE(typed("1e1").is_number_integer());
+  EXPECT_EQ(typed("2.0"), 2);
+  EXPECT_EQ(typed("0.5"), 0.5);
+  EXPECT_EQ(typed(".5"), 0.5);
+  EXPECT_EQ(typed("-.5"), -0.5);
+  EXPECT_EQ(typed("9223372036854775807"), INT64_MAX);
+  EXPECT_EQ(typed("-9223372036854775808"), INT64_MIN);
+  EXPECT_EQ(typed("1e400"), "1e400") << "beyond float64: Go keeps the text";
+  for (const char* yes : {"y", "Y", "yes", "Yes", "YES", "on", "On", "ON", "true", "True"}) {
+    EXPECT_EQ(typed(yes), true) << yes;
+  }
+  for (const char* no : {"n", "N", "no", "No", "NO", "off", "Off", "OFF", "false", "FALSE"}) {
+    EXPECT_EQ(typed(no), false) << no;
+  }
+  for (const char* null : {"~", "null", "Null", "NULL"}) EXPECT_TRUE(typed(null).is_null());
+  for (const char* text :
+       {"\"010\"", "'yes'", "10.0.0.1", "1.2.3", "2026-11-29", "yess", "0x", "+", "nope"}) {
+    EXPECT_TRUE(typed(text).is_string()) << text;
+  }
+  // The manifest as kubectl would create it.
+  auto job =
+      ParseManifestYaml(WithSpec("  replicas: 010\n  runPolicy: {suspend: yes}\n"), "q.yaml");
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->spec.replicas, 8);
+  EXPECT_TRUE(job->spec.run_policy.suspend);
+  // A merge key gives what the map does not set itself, the earlier of several maps first.
+  auto merged = YamlToJson(
+      "base: &b {x: 1, y: 2}\nmore: &m {y: 3, z: 4}\none: {<<: *b, x: 9}\n"
+      "two: {<<: [*m, *b]}\nquoted: {\"<<\": 1}\n",
+      "m.yaml", "test");
+  ASSERT_TRUE(merged.ok()) << merged.status().ToString();
+  EXPECT_EQ((*merged)["one"], (Json{{"x", 9}, {"y", 2}}));
+  EXPECT_EQ((*merged)["two"], (Json{{"x", 1}, {"y", 3}, {"z", 4}}));
+  EXPECT_EQ((*merged)["quoted"], (Json{{"<<", 1}}));
+  auto bad = YamlToJson("a: {<<: 3}\n", "m.yaml", "test");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "m.yaml: a.<<: a merge key takes a map or a list of maps");
 }
 
 TEST(Manifest, QuotedNumbersStayStrings) {
