@@ -607,6 +607,17 @@ class Planner {
   // that asked for the replacement counts against backoffLimit (a crash, an OOM kill); the upgrade
   // itself never does.
   void RestartForUpgrade(const ObservedReplica& other, const std::string& instead, bool counts);
+  // Where an uncounted restart's new attempt starts, as its message says it: the newest
+  // checkpoint, or step 0 when the checkpoints died with the old pods (review: a label edit of
+  // a shipped example said "from the newest checkpoint" beside CheckpointsEphemeral and trained
+  // from 0); a program of the user's (spec.command) resumes from what it saved itself.
+  std::string NewAttemptFrom() const {
+    if (!spec_.command.empty()) return "";
+    return in_.checkpoints_ephemeral
+               ? " from step 0 (spec.checkpoint has no volume: the checkpoints died with the old "
+                 "pods)"
+               : " from the newest checkpoint";
+  }
   // Whether the replica is part of a partial gang the executor released itself (the API refused
   // to create the rest of it): deleted by the executor (its memory, or its mark on the pod for
   // an executor started since), of the current attempt and no rank replaced in place. Its end
@@ -681,11 +692,11 @@ bool Planner::HandleResize() {
     }
   }
   if (other != nullptr) {
-    const std::string message =
-        "world changed from " + std::to_string(other->world_size) + " to " +
-        std::to_string(spec_.world_size()) + " ranks (" + std::to_string(spec_.replicas) +
-        " replicas x " + std::to_string(gpus) +
-        "): new attempt from the newest checkpoint, not counted against backoffLimit";
+    const std::string message = "world changed from " + std::to_string(other->world_size) + " to " +
+                                std::to_string(spec_.world_size()) + " ranks (" +
+                                std::to_string(spec_.replicas) + " replicas x " +
+                                std::to_string(gpus) + "): new attempt" + NewAttemptFrom() +
+                                ", not counted against backoffLimit";
     Restart("Resized", message, false);
     return true;
   }
@@ -704,12 +715,12 @@ bool Planner::HandleResize() {
         r.spec_hash == want[static_cast<std::size_t>(r.rank)]) {
       continue;
     }
-    const std::string message =
-        "the spec changed (generation " + std::to_string(r.spec_generation) + " -> " +
-        std::to_string(job_.metadata.generation) + ") under attempt " +
-        std::to_string(st().attempt) + ": " + r.name +
-        " runs what the old spec built; new attempt of the new spec from the newest checkpoint, "
-        "not counted against backoffLimit";
+    const std::string message = "the spec changed (generation " +
+                                std::to_string(r.spec_generation) + " -> " +
+                                std::to_string(job_.metadata.generation) + ") under attempt " +
+                                std::to_string(st().attempt) + ": " + r.name +
+                                " runs what the old spec built; new attempt of the new spec" +
+                                NewAttemptFrom() + ", not counted against backoffLimit";
     Restart("SpecChanged", message, false);
     return true;
   }
@@ -798,7 +809,7 @@ void Planner::RestartForUpgrade(const ObservedReplica& other, const std::string&
                                  : "";
   Restart("OperatorUpgraded",
           instead + ": " + other.name + " was built by another operator configuration" + images +
-              "; new attempt from the newest checkpoint" +
+              "; new attempt" + NewAttemptFrom() +
               (counts ? " (the loss counts against backoffLimit)"
                       : ", not counted against backoffLimit"),
           counts);

@@ -546,6 +546,8 @@ std::string CheckpointClaimName(const std::string& job) { return job + "-checkpo
 
 bool CheckpointsAreEphemeral(const api::JobSpec& spec) {
   if (spec.checkpoint.volume_claim || !spec.checkpoint.volume_json.empty()) return false;
+  // A program of the user's (spec.command) keeps its state where it chooses: none is known lost.
+  if (!spec.command.empty()) return false;
   // A volume the template mounts at the checkpoint path (the pod builder then adds none) keeps
   // the checkpoints, unless it is an emptyDir itself.
   const Json tmpl =

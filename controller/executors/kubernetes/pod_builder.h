@@ -90,7 +90,8 @@ Json BuildTokenSecret(const api::TrainingJob& job, const std::string& token);
 // The PVC of spec.checkpoint.volumeClaim, owned by the job (nullopt without one).
 std::optional<Json> BuildCheckpointClaim(const api::TrainingJob& job);
 // Neither spec.checkpoint.volumeClaim nor .volume: checkpoints live in an emptyDir and die
-// with the pod, so a gang restart starts from step 0.
+// with the pod, so a gang restart starts from step 0. Never for a program of the user's
+// (spec.command), which keeps its state where it chooses.
 bool CheckpointsAreEphemeral(const api::JobSpec& spec);
 Json OwnerReference(const api::TrainingJob& job);
 

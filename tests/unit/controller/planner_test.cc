@@ -980,6 +980,39 @@ TEST(PlannerSpecChange, AnEditOfARunningGangRestartsItAtOnce) {
   EXPECT_EQ(Cond(p.status, "Restarting")->reason, "SpecChanged");
 }
 
+// A review found an edit's restart of a job whose checkpoints die with its pods (the shipped
+// examples) saying "from the newest checkpoint" beside CheckpointsEphemeral, and then training
+// from step 0. It says where the new attempt starts; of a program of the user's, nothing.
+TEST(PlannerSpecChange, TheRestartSaysWhereTheNewAttemptStarts) {
+  auto message = [](bool ephemeral, bool command) {
+    auto job = EditedJob(2);
+    if (command) job.spec.command = {"python3", "train.py"};
+    PlanInput in;
+    in.job = &job;
+    in.now = At(1);
+    in.spec_hashes = {"new0", "new1"};
+    in.checkpoints_ephemeral = ephemeral;
+    in.replicas = {Stamped(Replica(0, 0, ReplicaPhase::kRunning), "old0", 1),
+                   Stamped(Replica(1, 0, ReplicaPhase::kRunning), "old1", 1)};
+    Plan p = PlanReconcile(in);
+    for (const auto& e : p.events) {
+      if (e.reason == "SpecChanged") return e.message;
+    }
+    return std::string("no SpecChanged event");
+  };
+  const std::string kept = message(false, false);
+  EXPECT_NE(kept.find("new attempt of the new spec from the newest checkpoint, not counted"),
+            std::string::npos)
+      << kept;
+  const std::string lost = message(true, false);
+  EXPECT_NE(lost.find("new attempt of the new spec from step 0 (spec.checkpoint has no volume: "
+                      "the checkpoints died with the old pods), not counted"),
+            std::string::npos)
+      << lost;
+  const std::string own = message(false, true);
+  EXPECT_NE(own.find("new attempt of the new spec, not counted"), std::string::npos) << own;
+}
+
 TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
   const auto job = EditedJob(2);
   auto quiet = [&job](std::vector<ObservedReplica> replicas, std::vector<std::string> hashes) {

@@ -346,6 +346,10 @@ TEST(CheckpointStorageTest, UserVolumeOrElseAnEmptyDir) {
   EXPECT_EQ(ckpt_mounts, 1);
   // ... and an emptyDir of the template's is as ephemeral as ours.
   EXPECT_TRUE(CheckpointsAreEphemeral(own.spec));
+  // A program of the user's keeps its state where it chooses: none is known lost.
+  api::TrainingJob command = own;
+  command.spec.command = {"python3", "train.py"};
+  EXPECT_FALSE(CheckpointsAreEphemeral(command.spec));
 
   // The template's own volume at the path keeps the checkpoints: no NoCheckpointVolume warning.
   api::TrainingJob pvc = ParseJob(
