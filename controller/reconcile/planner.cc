@@ -263,11 +263,26 @@ class Planner {
     if (const Condition* ready = FindCondition(kPodsReadyCondition);
         ready != nullptr && (ready->status == "True" || ready->reason == kPodsStartingReason ||
                              ready->reason == kOldPodsTerminatingReason)) {
-      SetCondition(kPodsReadyCondition, false, "JobFinished",
-                   std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
-                       ": its replicas no longer run");
+      SayReplicasEnded(succeeded);
     }
     if (st().completion_time.empty()) st().completion_time = now_s_;
+  }
+
+  // PodsReady of a finished job (JobFinished): its replicas no longer run, or, where
+  // cleanPodPolicy None keeps some running (review: "no longer run" was said of one that ran
+  // on), how many; said again as they end.
+  void SayReplicasEnded(bool succeeded) {
+    int active = 0;
+    for (const auto& r : in_.replicas) {
+      if (Active(r) && !r.terminating) ++active;
+    }
+    const bool kept = spec_.run_policy.clean_pod_policy == api::CleanPodPolicy::kNone;
+    SetCondition(
+        kPodsReadyCondition, false, "JobFinished",
+        std::string("the job has ") + (succeeded ? "succeeded" : "failed") +
+            (kept && active > 0 ? ": its gang no longer trains (cleanPodPolicy None leaves " +
+                                      std::to_string(active) + " replica(s) running)"
+                                : ": its replicas no longer run"));
   }
 
   // Since when the job has not trained, at the latest: when its last step was first seen
@@ -1508,6 +1523,10 @@ Plan Planner::Run() {
   if (api::IsTerminal(st().phase)) {
     CountFinalReplicas();
     Cleanup();
+    if (const Condition* ready = FindCondition(kPodsReadyCondition);
+        ready != nullptr && ready->reason == "JobFinished") {
+      SayReplicasEnded(st().phase == "Succeeded");
+    }
     if (spec_.run_policy.ttl_seconds_after_finished) {
       const Duration left =
           TtlLeft(st().completion_time, *spec_.run_policy.ttl_seconds_after_finished, in_.now);

@@ -393,6 +393,29 @@ TEST(Planner, AFinishedJobsPodsNoLongerReadAsRunning) {
   EXPECT_EQ(ended.status.phase, "Failed");
   ASSERT_NE(Cond(ended.status, kPodsReadyCondition), nullptr);
   EXPECT_EQ(Cond(ended.status, kPodsReadyCondition)->reason, "JobFinished");
+
+  // cleanPodPolicy None keeps a survivor running: the PODS column does not say it stopped.
+  auto kept = Job(2);
+  kept.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
+  kept.status = PlanAt(kept, {}, kT0).status;
+  kept.status = PlanAt(kept, running, At(1)).status;
+  Plan failed =
+      PlanAt(kept, {Replica(0, 0, ReplicaPhase::kRunning), Replica(1, 0, ReplicaPhase::kFailed, 1)},
+             At(2));
+  EXPECT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(Count(failed, Kind::kDeleteReplica), 0);
+  ASSERT_NE(Cond(failed.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(failed.status, kPodsReadyCondition)->message,
+            "the job has failed: its gang no longer trains (cleanPodPolicy None leaves 1 "
+            "replica(s) running)");
+  kept.status = failed.status;
+  Plan later = PlanAt(
+      kept, {Replica(0, 0, ReplicaPhase::kSucceeded), Replica(1, 0, ReplicaPhase::kFailed, 1)},
+      At(60));
+  ASSERT_NE(Cond(later.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(later.status, kPodsReadyCondition)->message,
+            "the job has failed: its replicas no longer run")
+      << "said again once the survivor ended";
 }
 
 // A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
