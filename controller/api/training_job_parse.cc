@@ -6,9 +6,12 @@
 #include <cerrno>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -159,6 +162,25 @@ bool IsQuantity(const std::string& q) {
   return false;
 }
 
+// The value of a quantity IsQuantity accepts, in its base unit (cores, bytes, ...).
+long double QuantityValue(const std::string& q) {
+  std::size_t end = 0;
+  while (end < q.size() &&
+         ((q[end] >= '0' && q[end] <= '9') || q[end] == '.' || q[end] == '+' || q[end] == '-')) {
+    ++end;
+  }
+  const long double number = std::strtold(q.substr(0, end).c_str(), nullptr);
+  const std::string suffix = q.substr(end);
+  static const std::map<std::string, long double> kScale = {
+      {"", 1.0L},      {"m", 1e-3L},       {"k", 1e3L},           {"M", 1e6L},
+      {"G", 1e9L},     {"T", 1e12L},       {"P", 1e15L},          {"E", 1e18L},
+      {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
+      {"Pi", 0x1p50L}, {"Ei", 0x1p60L}};
+  if (const auto it = kScale.find(suffix); it != kScale.end()) return number * it->second;
+  // e<N>, E<N>
+  return number * std::pow(10.0L, std::strtold(suffix.c_str() + 1, nullptr));
+}
+
 Status ParseQuantity(const json& v, const std::string& path, std::string* out) {
   if (v.is_number_integer() || v.is_number_unsigned()) {
     *out = std::to_string(v.get<std::int64_t>());
@@ -226,14 +248,17 @@ Status ParseCheckpoint(const json& j, CheckpointSpec* c) {
   }
   ASSIGN_OR_RETURN(const json* volume, f.Object("volume"));
   if (volume != nullptr) {
+    // A name first: a pod volume's habit (name plus source), said as such rather than counted.
+    if (volume->contains("name")) {
+      return InvalidArgument(
+          "spec.checkpoint.volume: give the volume source only, not a name (the operator names "
+          "the volume)");
+    }
     if (volume->size() != 1) {
       return InvalidArgument(
           "spec.checkpoint.volume: must be one volume source (persistentVolumeClaim, nfs, "
           "hostPath, ...), got " +
           std::to_string(volume->size()) + " fields");
-    }
-    if (volume->contains("name")) {
-      return InvalidArgument("spec.checkpoint.volume: give the volume source only, not a name");
     }
     c->volume_json = volume->dump();
   }
@@ -327,6 +352,16 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
       if (list != nullptr) RETURN_IF_ERROR(ParseQuantities(*list, r.Path(key), out));
     }
     RETURN_IF_ERROR(r.NoUnknown());
+    // The API server refuses a pod that requests more than its limit, so the job would wait
+    // on a refused create: said here, as validate and run would not otherwise.
+    for (const auto& [name, request] : spec.requests) {
+      const auto limit = spec.limits.find(name);
+      if (limit != spec.limits.end() && QuantityValue(request) > QuantityValue(limit->second)) {
+        return InvalidArgument("spec.resources.requests." + name + ": " + request +
+                               " is more than its limit, spec.resources.limits." + name + ": " +
+                               limit->second + " (a request must be at most the limit)");
+      }
+    }
     s->resources = std::move(spec);
   }
   RETURN_IF_ERROR(f.Strings("command", &s->command));

@@ -119,11 +119,18 @@ INSTANTIATE_TEST_SUITE_P(
                 "spec.checkpoint.volumeClaim.sise: unknown field"},
         BadCase{"  checkpoint:\n    volume: {nfs: {server: a, path: /x}, hostPath: {path: /y}}\n",
                 "spec.checkpoint.volume: must be one volume source"},
+        BadCase{"  checkpoint:\n    volume: {name: ckpt, persistentVolumeClaim: {claimName: c}}\n",
+                "spec.checkpoint.volume: give the volume source only, not a name"},
         BadCase{"  checkpoint:\n    path: ckpt\n",
                 "spec.checkpoint.path: must be an absolute path"},
         BadCase{"  resources:\n    requests: {cpu: fast}\n",
                 "spec.resources.requests.cpu: must be a non-negative quantity"},
         BadCase{"  resources:\n    request: {cpu: 1}\n", "spec.resources.request: unknown field"},
+        BadCase{"  resources:\n    requests: {memory: 4Gi}\n    limits: {memory: 2048Mi}\n",
+                "spec.resources.requests.memory: 4Gi is more than its limit, "
+                "spec.resources.limits.memory: 2048Mi"},
+        BadCase{"  resources:\n    requests: {cpu: 1500m}\n    limits: {cpu: 1}\n",
+                "spec.resources.requests.cpu: 1500m is more than its limit"},
         BadCase{"  template:\n    spec:\n      containers:\n        - name: runner\n"
                 "          env: [{name: A, value: a}, {name: NUM, value: 3}]\n",
                 "spec.template.spec.containers[runner].env[1].value: must be a string (quote "
