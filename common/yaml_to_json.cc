@@ -209,14 +209,14 @@ class YamlConverter {
     const std::string merge_path = path.empty() ? "<<" : path + ".<<";
     for (const YAML::Node& merge : merges) {
       ASSIGN_OR_RETURN(json from, Convert(merge, merge_path));
+      if (!from.is_object() && !from.is_array()) {
+        return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
+      }
       std::vector<json> maps;
       if (from.is_object()) {
         maps.push_back(std::move(from));
-      } else if (from.is_array()) {
+      } else {
         for (auto& m : from) maps.push_back(std::move(m));
-      }
-      if (maps.empty() && !from.is_null()) {
-        return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
       }
       for (json& m : maps) {
         if (!m.is_object()) {
