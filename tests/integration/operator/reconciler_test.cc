@@ -1486,7 +1486,8 @@ TEST_F(FailedCreateTest, ARefusedReplacementIsBoundedByTheSchedulingTimeout) {
   EXPECT_EQ(Status()["phase"], "Failed") << Status().dump();
   Json failed = Condition(Status(), "Failed");
   EXPECT_EQ(failed["reason"], "SchedulingTimeout");
-  EXPECT_NE(failed.value("message", "").find("FailedCreate: pod mnist-a0-1: " + webhook), std::string::npos)
+  EXPECT_NE(failed.value("message", "").find("FailedCreate: pod mnist-a0-1: " + webhook),
+            std::string::npos)
       << failed.dump();
   EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "released";
   EXPECT_EQ(Status()["restarts"], 0);
