@@ -639,6 +639,28 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
         events_->Record(pass.raw, "Warning", "TemplateFieldIgnored", ignored);
       }
     }
+    // An edit after the end (review: a job failed as InvalidSpec, its spec fixed, stayed Failed
+    // quoting the old error with no word of why): a finished job runs no more.
+    const bool failed_invalid = std::any_of(
+        job.status.conditions.begin(), job.status.conditions.end(), [](const api::Condition& c) {
+          return c.type == "Failed" && c.status == "True" && c.reason == "InvalidSpec";
+        });
+    const std::int64_t ended_with = job.status.observed_generation;
+    if (api::IsTerminal(job.status.phase) && events_ != nullptr &&
+        ((ended_with > 0 && ended_with < job.metadata.generation) ||
+         (ended_with == 0 && failed_invalid))) {
+      const std::string edit =
+          ended_with > 0
+              ? "the spec was edited (generation " + std::to_string(ended_with) + " -> " +
+                    std::to_string(job.metadata.generation) + ") after the job " +
+                    (job.status.phase == "Succeeded" ? "succeeded" : "failed")
+              : "the spec is valid now (generation " + std::to_string(job.metadata.generation) +
+                    "), but the job failed as InvalidSpec";
+      events_->Record(pass.raw, "Warning", "SpecEditedAfterEnd",
+                      edit +
+                          ": a finished job does not run again; delete and re-create it to run "
+                          "the new spec");
+    }
   }
 
   std::vector<ObservedReplica> replicas;

@@ -5,6 +5,8 @@
 // tests/unit/executors/kubernetes/pod_builder_test.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "controller/executors/kubernetes/pod_builder.h"
 #include "controller/executors/kubernetes/reconciler.h"
 #include "controller/runtime/event_recorder.h"
@@ -305,6 +307,41 @@ TEST_F(CheckpointReconcileTest, WhatATemplateAsksForThatNoReplicaGetsIsAWarning)
                     trains +
                     "; pytorch runs beside it as a sidecar, without the gang's "
                     "environment"}));
+}
+
+// A review found a job that failed as InvalidSpec, its spec then fixed, staying Failed with the
+// old error and no word of why; so does any finished job edited. Said once, as a Warning.
+TEST_F(CheckpointReconcileTest, AnEditOfAFinishedJobIsSaidToRunNothing) {
+  Create("fixed", {{"replicas", 1}, {"train", {{"optimizer", "sgd"}, {"momentum", 1.5}}}});
+  ASSERT_TRUE(reconciler_->Reconcile("default", "fixed").ok());
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "fixed");
+  ASSERT_EQ(job["status"]["phase"], "Failed");
+  job["spec"]["train"]["momentum"] = 0.9;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "fixed").ok());
+  EXPECT_EQ(client_.Get(kube::kTrainingJobs, "default", "fixed")->at("status")["phase"], "Failed");
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "fixed-a0-0").ok()) << "it runs no more";
+  // A job that finished (here: marked Succeeded) and is edited after.
+  Create("done", {{"replicas", 1}});
+  ASSERT_TRUE(reconciler_->Reconcile("default", "done").ok());
+  job = *client_.Get(kube::kTrainingJobs, "default", "done");
+  job["status"]["phase"] = "Succeeded";
+  job["status"]["observedGeneration"] = 1;
+  job["spec"]["train"]["epochs"] = 3;
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reconciler_->Reconcile("default", "done").ok());
+  std::vector<std::string> said;
+  for (const Json& e : EventsWithReason("SpecEditedAfterEnd")) said.push_back(e["message"]);
+  std::sort(said.begin(), said.end());
+  EXPECT_EQ(said, (std::vector<std::string>{
+                      "the spec is valid now (generation 2), but the job failed as InvalidSpec: a "
+                      "finished job does not run again; delete and re-create it to run the new "
+                      "spec",
+                      "the spec was edited (generation 1 -> 2) after the job succeeded: a "
+                      "finished job does not run again; delete and re-create it to run the new "
+                      "spec"}));
 }
 
 // A wait in a GangRestart job's template reached no rank (the pods get 0), unsaid: said now,
