@@ -162,23 +162,64 @@ bool IsQuantity(const std::string& q) {
   return false;
 }
 
-// The value of a quantity IsQuantity accepts, in its base unit (cores, bytes, ...).
-long double QuantityValue(const std::string& q) {
-  std::size_t end = 0;
-  while (end < q.size() &&
-         ((q[end] >= '0' && q[end] <= '9') || q[end] == '.' || q[end] == '+' || q[end] == '-')) {
-    ++end;
+// A quantity IsQuantity accepts as digits × 10^decimal × 2^binary, exactly.
+__extension__ using Wide = unsigned __int128;
+struct ExactQuantity {
+  Wide digits = 0;
+  int decimal = 0;
+  int binary = 0;
+};
+std::optional<ExactQuantity> Exact(const std::string& q) {
+  ExactQuantity e;
+  std::size_t i = q.empty() || q[0] != '+' ? 0 : 1;
+  bool fraction = false;
+  for (; i < q.size() && ((q[i] >= '0' && q[i] <= '9') || q[i] == '.'); ++i) {
+    if (q[i] == '.') {
+      fraction = true;
+      continue;
+    }
+    if (e.digits > (~Wide{0}) / 20) return std::nullopt;  // more digits than anyone writes
+    e.digits = e.digits * 10 + static_cast<unsigned>(q[i] - '0');
+    if (fraction) --e.decimal;
   }
-  const long double number = std::strtold(q.substr(0, end).c_str(), nullptr);
-  const std::string suffix = q.substr(end);
-  static const std::map<std::string, long double> kScale = {
-      {"", 1.0L},      {"m", 1e-3L},       {"k", 1e3L},           {"M", 1e6L},
-      {"G", 1e9L},     {"T", 1e12L},       {"P", 1e15L},          {"E", 1e18L},
-      {"Ki", 1024.0L}, {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
-      {"Pi", 0x1p50L}, {"Ei", 0x1p60L}};
-  if (const auto it = kScale.find(suffix); it != kScale.end()) return number * it->second;
-  // e<N>, E<N>
-  return number * std::pow(10.0L, std::strtold(suffix.c_str() + 1, nullptr));
+  static const std::map<std::string, std::pair<int, int>> kScale = {
+      {"", {0, 0}},    {"m", {-3, 0}},  {"k", {3, 0}},   {"M", {6, 0}},   {"G", {9, 0}},
+      {"T", {12, 0}},  {"P", {15, 0}},  {"E", {18, 0}},  {"Ki", {0, 10}}, {"Mi", {0, 20}},
+      {"Gi", {0, 30}}, {"Ti", {0, 40}}, {"Pi", {0, 50}}, {"Ei", {0, 60}}};
+  const std::string suffix = q.substr(i);
+  if (const auto it = kScale.find(suffix); it != kScale.end()) {
+    e.decimal += it->second.first;
+    e.binary = it->second.second;
+  } else if (suffix.size() > 1 && suffix.size() < 5) {  // e<N>: IsQuantity checked the digits
+    e.decimal += std::stoi(suffix.substr(1));
+  } else {
+    return std::nullopt;
+  }
+  return e;
+}
+
+// Whether quantity `a` is more than `b`, compared exactly (1000m is 1, 0.5 is 500m); false
+// where either is beyond exact reach (then the API server says).
+bool QuantityAbove(const std::string& a, const std::string& b) {
+  std::optional<ExactQuantity> x = Exact(a);
+  std::optional<ExactQuantity> y = Exact(b);
+  if (!x || !y) return false;
+  // Both scaled to the smaller exponents, in the wide integer; out of range: not compared.
+  auto scale = [](ExactQuantity* q, int decimal, int binary) {
+    for (int k = q->decimal; k > decimal; --k) {
+      if (q->digits > (~Wide{0}) / 10) return false;
+      q->digits *= 10;
+    }
+    for (int k = q->binary; k > binary; --k) {
+      if (q->digits > (~Wide{0}) / 2) return false;
+      q->digits *= 2;
+    }
+    return true;
+  };
+  const int decimal = std::min(x->decimal, y->decimal);
+  const int binary = std::min(x->binary, y->binary);
+  if (!scale(&*x, decimal, binary) || !scale(&*y, decimal, binary)) return false;
+  return x->digits > y->digits;
 }
 
 Status ParseQuantity(const json& v, const std::string& path, std::string* out) {
@@ -333,6 +374,29 @@ Status CheckTemplateEnv(const json& tmpl) {
   return Status::Ok();
 }
 
+// Whether spec.template's runner container sets requests or limits of its own (the pod builder
+// then takes them, not spec.resources).
+bool TemplateRunnerHasResources(const std::string& template_json) {
+  if (template_json.empty()) return false;
+  const json tmpl = json::parse(template_json, nullptr, /*allow_exceptions=*/false);
+  const json* containers = nullptr;
+  if (tmpl.is_object() && tmpl.contains("spec") && tmpl["spec"].is_object() &&
+      tmpl["spec"].contains("containers") && tmpl["spec"]["containers"].is_array()) {
+    containers = &tmpl["spec"]["containers"];
+  }
+  if (containers == nullptr) return false;
+  for (const auto& c : *containers) {
+    if (!c.is_object() || c.value("name", json()) != "runner") continue;
+    const auto r = c.find("resources");
+    if (r == c.end() || !r->is_object()) continue;
+    for (const char* kind : {"requests", "limits"}) {
+      const auto k = r->find(kind);
+      if (k != r->end() && k->is_object() && !k->empty()) return true;
+    }
+  }
+  return false;
+}
+
 Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
@@ -352,16 +416,6 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
       if (list != nullptr) RETURN_IF_ERROR(ParseQuantities(*list, r.Path(key), out));
     }
     RETURN_IF_ERROR(r.NoUnknown());
-    // The API server refuses a pod that requests more than its limit, so the job would wait
-    // on a refused create: said here, as validate and run would not otherwise.
-    for (const auto& [name, request] : spec.requests) {
-      const auto limit = spec.limits.find(name);
-      if (limit != spec.limits.end() && QuantityValue(request) > QuantityValue(limit->second)) {
-        return InvalidArgument("spec.resources.requests." + name + ": " + request +
-                               " is more than its limit, spec.resources.limits." + name + ": " +
-                               limit->second + " (a request must be at most the limit)");
-      }
-    }
     s->resources = std::move(spec);
   }
   RETURN_IF_ERROR(f.Strings("command", &s->command));
@@ -373,6 +427,20 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   RETURN_IF_ERROR(f.NoUnknown());
   if (s->backend == contract::Backend::kNccl && s->gpus_per_replica == 0) {
     return InvalidArgument("spec.backend: nccl needs spec.gpusPerReplica of at least 1");
+  }
+  // The API server refuses a pod that requests more than its limit, and the job would wait on
+  // the refused create: said by validate and run. Not by the operator (not `strict`), which
+  // must not fail a job that ran under an earlier operator; it waits on the API's refusal. A
+  // runner container of the template with resources of its own uses those instead.
+  if (!strict && s->resources && !TemplateRunnerHasResources(s->pod_template_json)) {
+    for (const auto& [name, request] : s->resources->requests) {
+      const auto limit = s->resources->limits.find(name);
+      if (limit != s->resources->limits.end() && QuantityAbove(request, limit->second)) {
+        return InvalidArgument("spec.resources.requests." + name + ": " + request +
+                               " is more than its limit, spec.resources.limits." + name + ": " +
+                               limit->second + " (a request must be at most the limit)");
+      }
+    }
   }
   return Status::Ok();
 }

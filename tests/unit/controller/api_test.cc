@@ -575,6 +575,39 @@ TEST(Manifest, PlainScalarsAreTypedAsKubectlTypesThem) {
   EXPECT_EQ(bad.status().message(), "m.yaml: a.<<: a merge key takes a map or a list of maps");
 }
 
+// The comparison is exact (review: 1000m read as less than 1 and a request equal to its limit
+// was refused), and only validate and run say it: the operator (an object of the API server)
+// must not fail a job that ran under an earlier operator, and a template runner's own resources
+// are the ones used.
+TEST(Manifest, ARequestAboveItsLimitIsComparedExactly) {
+  auto check = [](const std::string& request, const std::string& limit) {
+    return ParseManifestYaml(WithSpec("  resources:\n    requests: {cpu: \"" + request +
+                                      "\"}\n    limits: {cpu: \"" + limit + "\"}\n"),
+                             "r.yaml")
+        .ok();
+  };
+  EXPECT_TRUE(check("1", "1000m"));
+  EXPECT_TRUE(check("1000m", "1"));
+  EXPECT_TRUE(check("0.5", "500m"));
+  EXPECT_TRUE(check("1Gi", "1024Mi"));
+  EXPECT_TRUE(check("1073741824", "1Gi"));
+  EXPECT_TRUE(check("1e3", "1k"));
+  EXPECT_TRUE(check("0.001", "1m"));
+  EXPECT_FALSE(check("1001m", "1"));
+  EXPECT_FALSE(check("1Gi", "1G"));
+  EXPECT_FALSE(check("1.5", "1"));
+  const std::string json = R"({"apiVersion":"ringtrain.dev/v1alpha1","kind":"TrainingJob",)"
+                           R"("metadata":{"name":"j","namespace":"ml"},"spec":{"replicas":1,)"
+                           R"("resources":{"requests":{"cpu":"2"},"limits":{"cpu":"1"}}}})";
+  EXPECT_TRUE(ParseJobJson(json).ok()) << "the operator leaves it to the API server";
+  auto own = ParseManifestYaml(
+      WithSpec("  resources:\n    requests: {cpu: 2}\n    limits: {cpu: 1}\n  template:\n"
+               "    spec:\n      containers:\n        - name: runner\n"
+               "          resources: {requests: {cpu: 1}}\n"),
+      "r.yaml");
+  EXPECT_TRUE(own.ok()) << "the template's runner sets its own: " << own.status().ToString();
+}
+
 TEST(Manifest, QuotedNumbersStayStrings) {
   auto job = ParseManifestYaml(WithSpec("  replicas: \"2\"\n"), "q.yaml");
   ASSERT_FALSE(job.ok());
