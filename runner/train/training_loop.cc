@@ -711,6 +711,10 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   ASSIGN_OR_RETURN(const std::optional<StepStats> last, engine_.Flush());
   OnDone(last);
   const double train_seconds = SecondsSince(train_start_);
+  // The run's, from this process's first step to its last (before the final evaluation,
+  // checkpoint and barrier): an in-place recovery's outage included (the pass after it alone
+  // read higher than the run ever trained).
+  const double run_train_seconds = SecondsSince(*loop_.first_train_start_);
   RETURN_IF_ERROR(Report(true));
   // The last evaluation and checkpoint (every rank waits for rank 0's write inside Checkpoint)
   // are no stall; a peer that hangs in the evaluation's all-reduce or at the final barrier is.
@@ -731,9 +735,6 @@ StatusOr<TrainResult> TrainingLoop::Pass::Finish(SteadyTime run_start) {
   result_.epochs = epoch_;
   result_.steps = global_step_;
   result_.wall_seconds = SecondsSince(run_start);
-  // The run's, from this process's first step on: an in-place recovery's outage included (the
-  // pass after it alone read higher than the run ever trained).
-  const double run_train_seconds = SecondsSince(*loop_.first_train_start_);
   result_.samples_per_second =
       run_train_seconds > 0 ? static_cast<double>(result_.samples_this_run) / run_train_seconds : 0;
   result_.data_wait_seconds = engine_.data_wait_seconds();
