@@ -3,10 +3,13 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -104,6 +107,45 @@ std::optional<std::int64_t> GoInt(const std::string& s) {
   return v == limit ? INT64_MIN : -static_cast<std::int64_t>(v);
 }
 
+// Go's strconv.ParseUint(s, 0, 64) of a positive number past int64 (0xFFFFFFFFFFFFFFFF).
+std::optional<std::uint64_t> GoUint(const std::string& s) {
+  if (s.empty() || s[0] == '-') return std::nullopt;
+  const std::string digits = s[0] == '+' ? s.substr(1) : s;
+  if (digits.empty() || digits[0] == '+' || digits[0] == '-') return std::nullopt;
+  int base = 10;
+  std::size_t i = 0;
+  if (digits.size() >= 2 && digits[0] == '0') {
+    const char p = static_cast<char>(digits[1] | 0x20);
+    base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 8;
+    i = base == 8 && p != 'o' ? 1 : 2;
+  }
+  if (i >= digits.size()) return std::nullopt;
+  std::uint64_t v = 0;
+  for (; i < digits.size(); ++i) {
+    const char c = digits[i];
+    const int d = c >= '0' && c <= '9'   ? c - '0'
+                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                         : 99;
+    if (d >= base) return std::nullopt;
+    const auto digit = static_cast<std::uint64_t>(d);
+    if (v > (UINT64_MAX - digit) / static_cast<std::uint64_t>(base)) return std::nullopt;
+    v = v * static_cast<std::uint64_t>(base) + digit;
+  }
+  return v;
+}
+
+// Every _ stands between two digits.
+bool UnderscoresBetweenDigits(const std::string& s) {
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '_' && (i == 0 || i + 1 == s.size() || !digit(s[i - 1]) || !digit(s[i + 1]))) {
+      return false;
+    }
+  }
+  return true;
+}
+
 // go-yaml's float: [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?
 bool YamlFloatSyntax(const std::string& s) {
   std::size_t i = 0;
@@ -189,49 +231,79 @@ class YamlConverter {
 
   StatusOr<json> ConvertMap(const YAML::Node& node, const std::string& path) {
     json obj = json::object();
-    std::vector<YAML::Node> merges;
+    std::set<std::string> written;  // the keys this map names itself
+    const std::string merge_path = path.empty() ? "<<" : path + ".<<";
     for (const auto& kv : node) {
+      if (kv.first.IsNull()) return InvalidArgument(Where(path) + "a key is null");
       if (!kv.first.IsScalar()) return InvalidArgument(Where(path) + "map keys must be strings");
-      const std::string& key = kv.first.Scalar();
-      if (key == "<<" && kv.first.Tag() != "!") {
-        merges.push_back(kv.second);
+      const bool plain = kv.first.Tag() != "!";
+      if (kv.first.Scalar() == "<<" && plain) {
+        // Merged where it stands, as go-yaml v2 merges: over the keys before it, under the
+        // keys after it; of a list of maps, the earlier wins.
+        ASSIGN_OR_RETURN(json from, Convert(kv.second, merge_path));
+        std::vector<json*> maps;
+        if (from.is_object()) {
+          maps.push_back(&from);
+        } else if (from.is_array()) {
+          for (auto it = from.rbegin(); it != from.rend(); ++it) maps.push_back(&*it);
+        }
+        if (maps.empty() && !from.is_array()) {
+          return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
+        }
+        for (json* m : maps) {
+          if (!m->is_object()) {
+            return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
+          }
+          for (auto& [k, v] : m->items()) obj[k] = std::move(v);
+        }
         continue;
       }
+      ASSIGN_OR_RETURN(const std::string key, KeyText(kv.first, path));
       RETURN_IF_ERROR(CountBytes(key.size(), path));
       if (!IsUtf8(key)) return InvalidArgument(Where(path) + "a key is not valid UTF-8");
       const std::string child = path.empty() ? key : path + "." + key;
       // yaml-cpp keeps one of two equal keys without a word; kubectl refuses them.
-      if (obj.contains(key)) return InvalidArgument(Where(child) + "duplicate key");
+      if (!written.insert(key).second) return InvalidArgument(Where(child) + "duplicate key");
       ASSIGN_OR_RETURN(json v, Convert(kv.second, child));
       obj[key] = std::move(v);
-    }
-    // A merge key's map (or maps, the earlier first) gives the keys the map does not set.
-    const std::string merge_path = path.empty() ? "<<" : path + ".<<";
-    for (const YAML::Node& merge : merges) {
-      ASSIGN_OR_RETURN(json from, Convert(merge, merge_path));
-      if (!from.is_object() && !from.is_array()) {
-        return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
-      }
-      std::vector<json> maps;
-      if (from.is_object()) {
-        maps.push_back(std::move(from));
-      } else {
-        for (auto& m : from) maps.push_back(std::move(m));
-      }
-      for (json& m : maps) {
-        if (!m.is_object()) {
-          return InvalidArgument(Where(merge_path) + "a merge key takes a map or a list of maps");
-        }
-        for (auto& [k, v] : m.items()) {
-          if (!obj.contains(k)) obj[k] = std::move(v);
-        }
-      }
     }
     return obj;
   }
 
+  // A key as sigs.k8s.io/yaml writes it into JSON: a plain key typed as a value is (y and on
+  // are "true", 010 is "8", 1e3 is "1000"), then written as text; a null key is refused.
+  static StatusOr<std::string> KeyText(const YAML::Node& key, const std::string& path) {
+    const std::string& s = key.Scalar();
+    ASSIGN_OR_RETURN(const json typed, ScalarToJson(key, s, path, /*as_json=*/false));
+    if (typed.is_string()) return typed.get<std::string>();
+    if (typed.is_null()) return InvalidArgument(Where(path) + "a key is null");
+    if (typed.is_boolean()) return std::string(typed.get<bool>() ? "true" : "false");
+    if (typed.is_number_unsigned()) return std::to_string(typed.get<std::uint64_t>());
+    if (typed.is_number_integer()) return std::to_string(typed.get<std::int64_t>());
+    return GoFloat32Text(typed.get<double>());
+  }
+
+  // Go's strconv.FormatFloat(v, 'g', -1, 32): the shortest digits that read back as the same
+  // float32, in %e form when the exponent is below -4 or at least 6.
+  static std::string GoFloat32Text(double v) {
+    const float f = static_cast<float>(v);
+    char buf[64];
+    int digits = 1;
+    for (; digits <= 9; ++digits) {
+      std::snprintf(buf, sizeof(buf), "%.*e", digits - 1, static_cast<double>(f));
+      if (std::strtof(buf, nullptr) == f) break;
+    }
+    const char* e = std::strchr(buf, 'e');
+    const int exp = e != nullptr ? std::atoi(e + 1) : 0;
+    if (exp < -4 || exp >= 6) return buf;
+    std::snprintf(buf, sizeof(buf), "%.*f", std::max(digits - 1 - exp, 0), static_cast<double>(f));
+    return buf;
+  }
+
+  // `as_json`: a float without a fraction is the integer JSON makes of it (a value); else it
+  // stays a float (a key, which sigs.k8s.io/yaml formats as a float).
   static StatusOr<json> ScalarToJson(const YAML::Node& node, const std::string& s,
-                                     const std::string& path) {
+                                     const std::string& path, bool as_json = true) {
     (void)path;
     if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
     static const std::set<std::string> kNull = {"", "~", "null", "Null", "NULL"};
@@ -252,16 +324,19 @@ class YamlConverter {
     }
     if (first != '.') {
       if (const auto i = GoInt(plain)) return json(*i);
+      if (const auto u = GoUint(plain)) return json(*u);
+    } else if (!UnderscoresBetweenDigits(s)) {
+      return json(s);  // Go's ParseFloat of the text itself takes _ only between digits
     }
-    if (!YamlFloatSyntax(first == '.' ? s : plain)) return json(s);
+    if (!YamlFloatSyntax(plain)) return json(s);
     errno = 0;
-    char* end = nullptr;
-    const std::string& text = first == '.' ? s : plain;
-    const double d = std::strtod(text.c_str(), &end);
+    const double d = std::strtod(plain.c_str(), nullptr);
     if (errno == ERANGE && std::isinf(d)) return json(s);  // beyond float64: Go keeps the text
     // Go's JSON writes a float without a fraction as an integer (1e1 is 10), and the API
-    // server reads it as one.
-    if (std::trunc(d) == d && std::fabs(d) < 9.2e18) return json(static_cast<std::int64_t>(d));
+    // server reads one in int64's range as one.
+    if (as_json && std::trunc(d) == d && d >= -0x1p63 && d < 0x1p63) {
+      return json(static_cast<std::int64_t>(d));
+    }
     return json(d);
   }
 

@@ -1,5 +1,6 @@
 // Bounded YAML → JSON for files a user wrote (TrainingJob manifests, kubeconfigs): one document,
-// YAML 1.2 core-schema typing, caps on size, depth, nodes and expanded bytes (hostile input).
+// typed as kubectl types it (sigs.k8s.io/yaml: go-yaml v2's YAML 1.1 resolver, then JSON), caps
+// on size, depth, nodes and expanded bytes (hostile input).
 // The JSON is then read by common/json_fields.h. Knows nothing of any schema.
 #pragma once
 

@@ -561,18 +561,37 @@ TEST(Manifest, PlainScalarsAreTypedAsKubectlTypesThem) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   EXPECT_EQ(job->spec.replicas, 8);
   EXPECT_TRUE(job->spec.run_policy.suspend);
-  // A merge key gives what the map does not set itself, the earlier of several maps first.
+  // A merge key merges where it stands (go-yaml v2): over the keys before it, under the keys
+  // after it; of a list of maps, the earlier wins.
   auto merged = YamlToJson(
-      "base: &b {x: 1, y: 2}\nmore: &m {y: 3, z: 4}\none: {<<: *b, x: 9}\n"
-      "two: {<<: [*m, *b]}\nquoted: {\"<<\": 1}\n",
+      "base: &b {x: 1, w: 2}\nmore: &m {w: 3, z: 4}\none: {<<: *b, x: 9}\n"
+      "two: {<<: [*m, *b]}\nthree: {x: 7, <<: *b}\nquoted: {\"<<\": 1}\n",
       "m.yaml", "test");
   ASSERT_TRUE(merged.ok()) << merged.status().ToString();
-  EXPECT_EQ((*merged)["one"], (Json{{"x", 9}, {"y", 2}}));
-  EXPECT_EQ((*merged)["two"], (Json{{"x", 1}, {"y", 3}, {"z", 4}}));
+  EXPECT_EQ((*merged)["one"], (Json{{"x", 9}, {"w", 2}}));
+  EXPECT_EQ((*merged)["two"], (Json{{"x", 1}, {"w", 3}, {"z", 4}}));
+  EXPECT_EQ((*merged)["three"], (Json{{"x", 1}, {"w", 2}}));
   EXPECT_EQ((*merged)["quoted"], (Json{{"<<", 1}}));
-  auto bad = YamlToJson("a: {<<: 3}\n", "m.yaml", "test");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.status().message(), "m.yaml: a.<<: a merge key takes a map or a list of maps");
+  for (const char* bad_merge : {"a: {<<: 3}\n", "a: {<<: ~}\n", "a: {<<: [1]}\n"}) {
+    auto bad = YamlToJson(bad_merge, "m.yaml", "test");
+    ASSERT_FALSE(bad.ok()) << bad_merge;
+    EXPECT_EQ(bad.status().message(), "m.yaml: a.<<: a merge key takes a map or a list of maps");
+  }
+  // Keys are typed, then written as text, as sigs.k8s.io/yaml writes them.
+  auto keys =
+      YamlToJson("k: {y: a, 010: c, 1e3: d, 1.5: e, 1e7: f, \"on\": g}\n", "k.yaml", "test");
+  ASSERT_TRUE(keys.ok()) << keys.status().ToString();
+  EXPECT_EQ(
+      (*keys)["k"],
+      (Json{{"true", "a"}, {"8", "c"}, {"1000", "d"}, {"1.5", "e"}, {"1e+07", "f"}, {"on", "g"}}));
+  auto null_key = YamlToJson("k: {~: a}\n", "k.yaml", "test");
+  ASSERT_FALSE(null_key.ok());
+  EXPECT_EQ(null_key.status().message(), "k.yaml: k: a key is null");
+  EXPECT_EQ(typed("0xFFFFFFFFFFFFFFFF"), UINT64_MAX);
+  EXPECT_EQ(typed(".5_5"), 0.55);
+  EXPECT_TRUE(typed("._5").is_string());
+  EXPECT_TRUE(typed("9.2e18").is_number_integer());
+  EXPECT_TRUE(typed("9.3e18").is_number_float());
 }
 
 // The comparison is exact (review: 1000m read as less than 1 and a request equal to its limit
