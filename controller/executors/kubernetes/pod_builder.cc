@@ -115,7 +115,7 @@ Json RunnerContainer(const api::TrainingJob& job, int attempt, int rank, const P
   // The runner publishes it with its gang fingerprint: a replacement of another image is
   // refused naming both.
   rank_env.image = image;
-  rank_env.launcher = !spec.command.empty();
+  rank_env.launcher = options.launcher_env && !spec.command.empty();
   Json env = Json::array();
   for (const auto& [name, value] : contract::RankEnvVars(rank_env)) {
     env.push_back(EnvValue(name, value));
@@ -492,14 +492,7 @@ std::string BuildHash(const Json& meta, const Json& spec, bool recovery_entry_ha
     Json kept = Json::array();
     for (const auto& e : c["env"]) {
       const std::string name = StringAt(e, "name");
-      // Not hashed: what earlier operators did not say, and what the hashed rest decides (the
-      // launcher's settings: the world, the node rank, the master).
-      if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage ||
-          name == contract::kEnvTorchLocalWorldSize || name == contract::kEnvTorchrunNnodes ||
-          name == contract::kEnvTorchrunNodeRank || name == contract::kEnvTorchrunNprocPerNode ||
-          name == contract::kEnvTorchrunMasterAddr || name == contract::kEnvTorchrunMasterPort) {
-        continue;
-      }
+      if (name == contract::kEnvGangGateTimeout || name == contract::kEnvImage) continue;
       if (name == contract::kEnvRecoveryTimeout) {
         if (!recovery_entry_hashed) continue;
         // Hashed as the default every earlier operator passed on, whatever the template says.
@@ -616,7 +609,10 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
 // upgrade (a new default runner image, another binary path) changes no job's hash, then or at
 // its next edit.
 std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
-  static const PodOptions kNeutral{"ringtrain.dev/default-runner", "ringtrain-runner", "/ckpt"};
+  // Built without the launcher's settings (PodOptions::launcher_env), as earlier operators built
+  // it: what decides them (the world, the node rank, the master) is hashed anyway.
+  static const PodOptions kNeutral{"ringtrain.dev/default-runner", "ringtrain-runner", "/ckpt",
+                                   /*launcher_env=*/false};
   Json pod_meta, spec;
   BuildPodUnstamped(job, attempt, rank, kNeutral, &pod_meta, &spec);
   return BuildHash(pod_meta, spec, RecoveryEntryHashed(job.spec));

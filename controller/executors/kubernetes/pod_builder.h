@@ -66,6 +66,10 @@ struct PodOptions {
   std::string runner_image;
   std::string runner_binary = "ringtrain-runner";
   std::string default_checkpoint_dir = "/ckpt";
+  // A spec.command program's LOCAL_WORLD_SIZE and torchrun settings (PET_*). Off only in the
+  // build the spec hash is taken of: operators before them hashed none, and a template's own
+  // entry of one of those names, which the pod builder's now shadows, was hashed as it stood.
+  bool launcher_env = true;
 };
 
 std::string TokenSecretName(const std::string& job);

@@ -791,6 +791,18 @@ TEST(PodBuilderTest, TheSpecHashOfAGangRestartOrCommandPodIsTheOneEarlierRelease
       ParseJob("mnist", "default", {{"replicas", 2}, {"command", {"python3", "train.py"}}});
   command.metadata.generation = 1;
   EXPECT_EQ(PodSpecHash(command, 0, 1), "0bcee38468d41e63");
+  // A template that set a launcher variable itself (a torchrun user's own PET_NNODES before the
+  // operator set it): hashed as it stood then, though the operator's entry now shadows it.
+  api::TrainingJob own = ParseJob(
+      "mnist", "default",
+      {{"replicas", 2},
+       {"command", {"torchrun", "train.py"}},
+       {"template",
+        {{"spec",
+          {{"containers",
+            {{{"name", "runner"}, {"env", {{{"name", "PET_NNODES"}, {"value", "2"}}}}}}}}}}}});
+  own.metadata.generation = 1;
+  EXPECT_EQ(PodSpecHash(own, 0, 1), "ea358c3d125cd33a");
 }
 
 // The second stamp: what the operator's own options (which the spec hash leaves out) made of
