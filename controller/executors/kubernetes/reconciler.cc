@@ -736,7 +736,8 @@ std::optional<reconcile::ObservedProgress> Reconciler::ObserveProgress(const Pas
   }
   const Duration wait = options_.progress_interval * (1 << std::min(memory.failed_polls, 3));
   if (pass.in.steady_now - memory.last_poll >= wait &&
-      polls_.Start(pass.key, uid, ip, MetricsPort(pod), options_.progress_timeout)) {
+      polls_.Start(pass.key, uid, ip, MetricsPort(pod), options_.progress_timeout,
+                   /*suspect=*/memory.failed_polls > 0)) {
     memory.last_poll = pass.in.steady_now;
   }
   // The answer of a read asked now (status_readers 0) or by an earlier pass.

@@ -1,5 +1,6 @@
 #include "controller/executors/kubernetes/status_poller.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/runner_status.h"
@@ -16,15 +17,17 @@ ProgressFetcher HttpProgressFetcher() {
 
 StatusPoller::StatusPoller(ProgressFetcher fetch, int threads,
                            std::function<void(const std::string& key)> on_done)
-    : fetch_(std::move(fetch)), on_done_(std::move(on_done)) {
+    : fetch_(std::move(fetch)),
+      on_done_(std::move(on_done)),
+      max_suspects_running_(std::max(1, threads / 2)) {
   for (int i = 0; i < threads; ++i) readers_.emplace_back([this] { Reader(); });
 }
 
 StatusPoller::~StatusPoller() { Stop(); }
 
 bool StatusPoller::Start(const std::string& key, const std::string& uid, const std::string& ip,
-                         int port, Duration timeout) {
-  Request r{key, uid, ip, port, timeout, 0};
+                         int port, Duration timeout, bool suspect) {
+  Request r{key, uid, ip, port, timeout, 0, suspect};
   {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& e = entries_[key];
@@ -32,8 +35,8 @@ bool StatusPoller::Start(const std::string& key, const std::string& uid, const s
     e.pending = true;
     e.token = r.token = next_token_++;
     if (!readers_.empty()) {
-      requests_.push_back(std::move(r));
-      cv_.notify_one();
+      (suspect ? suspects_ : requests_).push_back(std::move(r));
+      cv_.notify_all();
       return true;
     }
   }
@@ -57,6 +60,7 @@ void StatusPoller::Forget(const std::string& key) {
   entries_.erase(key);
   // A request not yet begun goes too; one under way finds no entry of its token when it ends.
   std::erase_if(requests_, [&key](const Request& r) { return r.key == key; });
+  std::erase_if(suspects_, [&key](const Request& r) { return r.key == key; });
 }
 
 void StatusPoller::Stop() {
@@ -65,6 +69,7 @@ void StatusPoller::Stop() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     requests_.clear();
+    suspects_.clear();
     readers.swap(readers_);
   }
   cv_.notify_all();
@@ -76,12 +81,22 @@ void StatusPoller::Reader() {
     Request r;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stopping_ || !requests_.empty(); });
+      cv_.wait(lock, [this] {
+        return stopping_ || !requests_.empty() ||
+               (!suspects_.empty() && suspects_running_ < max_suspects_running_);
+      });
       if (stopping_) return;
-      r = std::move(requests_.front());
-      requests_.pop_front();
+      std::deque<Request>& from = !requests_.empty() ? requests_ : suspects_;
+      r = std::move(from.front());
+      from.pop_front();
+      if (r.suspect) ++suspects_running_;
     }
     Keep(r, fetch_(r.ip, r.port, r.timeout));
+    if (r.suspect) {
+      std::lock_guard<std::mutex> lock(mu_);
+      --suspects_running_;
+    }
+    cv_.notify_all();
     if (on_done_) on_done_(r.key);
   }
 }

@@ -39,9 +39,11 @@ class StatusPoller {
   StatusPoller& operator=(const StatusPoller&) = delete;
 
   // Asks for a read of key's rank 0 (the pod `uid`) at ip:port, unless one of key's is still to
-  // be made or under way: false then, and nothing is asked.
+  // be made or under way: false then, and nothing is asked. `suspect`: its last read failed, so
+  // this one may well hold a reader for its whole timeout: such reads take at most half the
+  // readers (at least one), and a read of a rank that answers goes first.
   bool Start(const std::string& key, const std::string& uid, const std::string& ip, int port,
-             Duration timeout);
+             Duration timeout, bool suspect = false);
   // The answer of key's last read, once, if it was of the pod `uid` (an answer of another pod,
   // an earlier rank 0, is dropped). nullopt while none is kept.
   std::optional<reconcile::ObservedProgress> Take(const std::string& key, const std::string& uid);
@@ -65,6 +67,7 @@ class StatusPoller {
     int port = 0;
     Duration timeout{};
     std::uint64_t token = 0;
+    bool suspect = false;
   };
   void Reader();
   void Keep(const Request& r, std::optional<reconcile::ObservedProgress> answer);
@@ -76,7 +79,10 @@ class StatusPoller {
   bool stopping_ = false;
   std::uint64_t next_token_ = 1;
   std::map<std::string, Entry> entries_;
-  std::deque<Request> requests_;
+  std::deque<Request> requests_;  // of ranks that answered
+  std::deque<Request> suspects_;  // of ranks whose last read failed
+  int suspects_running_ = 0;
+  int max_suspects_running_ = 1;
   std::vector<std::thread> readers_;
 };
 
