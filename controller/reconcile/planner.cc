@@ -274,7 +274,11 @@ class Planner {
   void SayReplicasEnded(bool succeeded) {
     int active = 0;
     for (const auto& r : in_.replicas) {
-      if (Active(r) && !r.terminating) ++active;
+      const bool deleted_now =
+          std::any_of(plan_.actions.begin(), plan_.actions.end(), [&r](const Action& a) {
+            return a.kind == Action::Kind::kDeleteReplica && a.name == r.name;
+          });
+      if (Active(r) && !r.terminating && !deleted_now) ++active;
     }
     const bool kept = spec_.run_policy.clean_pod_policy == api::CleanPodPolicy::kNone;
     SetCondition(
@@ -1572,10 +1576,12 @@ Plan Planner::Run() {
           ready != nullptr && ready->status == "False") {
         message += " while waiting for its replicas: " + ready->reason + ": " + ready->message;
       }
-      Finish(false, "DeadlineExceeded", message);
+      // Deleted first, whatever cleanPodPolicy says (as batch/v1's deadline): Finish then
+      // says no replica is left running.
       for (const auto& r : in_.replicas) {
         if (Active(r)) Delete(r, "deadline exceeded");
       }
+      Finish(false, "DeadlineExceeded", message);
       return std::move(plan_);
     }
     Requeue(deadline);

@@ -416,6 +416,19 @@ TEST(Planner, AFinishedJobsPodsNoLongerReadAsRunning) {
   EXPECT_EQ(Cond(later.status, kPodsReadyCondition)->message,
             "the job has failed: its replicas no longer run")
       << "said again once the survivor ended";
+
+  // A deadline deletes every replica whatever cleanPodPolicy says: none is said left running.
+  auto timed = Job(2);
+  timed.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
+  timed.spec.run_policy.active_deadline_seconds = 30;
+  timed.status = PlanAt(timed, {}, kT0).status;
+  timed.status = PlanAt(timed, running, At(1)).status;
+  Plan expired = PlanAt(timed, running, At(40));
+  EXPECT_EQ(expired.status.phase, "Failed");
+  EXPECT_EQ(Count(expired, Kind::kDeleteReplica), 2);
+  ASSERT_NE(Cond(expired.status, kPodsReadyCondition), nullptr);
+  EXPECT_EQ(Cond(expired.status, kPodsReadyCondition)->message,
+            "the job has failed: its replicas no longer run");
 }
 
 // A sidecar (istio-proxy) keeps each pod Running after its runner ended: the job succeeds, and
