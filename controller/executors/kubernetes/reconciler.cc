@@ -443,7 +443,7 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // it is fixed.
   const bool misconfigured = ControllerMisconfigured(error);
   if (misconfigured && metrics_ != nullptr) metrics_->IncReconcileErrors();
-  spdlog::warn("job {}: create {}: {}{}{}", key, what, api_message,
+  spdlog::warn("job {}: create {}: {}{}{}", key, what, error.message(),
                replacement ? " (an in-place replacement: the surviving pods are kept)" : "",
                misconfigured ? " (the controller's configuration: a reconcile error)" : "");
   if (events_ != nullptr) {
