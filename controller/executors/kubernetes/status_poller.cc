@@ -1,6 +1,7 @@
 #include "controller/executors/kubernetes/status_poller.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 #include "common/runner_status.h"
@@ -40,8 +41,21 @@ bool StatusPoller::Start(const std::string& key, const std::string& uid, const s
       return true;
     }
   }
-  Keep(r, fetch_(r.ip, r.port, r.timeout));
+  Keep(r, Fetch(r));
   return true;
+}
+
+std::optional<reconcile::ObservedProgress> StatusPoller::Fetch(const Request& r) const {
+  // The edge of a reader thread: an exception (a library's, an allocation) is a read that
+  // failed, never a controller that terminates.
+  try {
+    return fetch_(r.ip, r.port, r.timeout);
+  } catch (const std::exception& e) {
+    reconcile::ObservedProgress failed;
+    failed.reachable = false;
+    failed.error = std::string("reading /status threw: ") + e.what();
+    return failed;
+  }
 }
 
 std::optional<reconcile::ObservedProgress> StatusPoller::Take(const std::string& key,
@@ -91,7 +105,7 @@ void StatusPoller::Reader() {
       from.pop_front();
       if (r.suspect) ++suspects_running_;
     }
-    Keep(r, fetch_(r.ip, r.port, r.timeout));
+    Keep(r, Fetch(r));
     if (r.suspect) {
       std::lock_guard<std::mutex> lock(mu_);
       --suspects_running_;

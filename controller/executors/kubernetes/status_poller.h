@@ -70,6 +70,7 @@ class StatusPoller {
     bool suspect = false;
   };
   void Reader();
+  std::optional<reconcile::ObservedProgress> Fetch(const Request& r) const;
   void Keep(const Request& r, std::optional<reconcile::ObservedProgress> answer);
 
   const ProgressFetcher fetch_;

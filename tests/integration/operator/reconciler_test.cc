@@ -8,6 +8,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -2211,6 +2212,27 @@ TEST(StatusPollerTest, AnAnswerIsTakenOnceAndOnlyForThePodItWasAskedOf) {
   polls.Stop();
   EXPECT_FALSE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
   EXPECT_EQ(reads.load(), 3);
+}
+
+// A fetcher that throws (a library's exception) is a read that failed, on a reader thread as in
+// the pass that asks: never a controller that terminates.
+TEST(StatusPollerTest, AReadThatThrowsIsAReadThatFailed) {
+  for (int threads : {0, 1}) {
+    std::promise<void> read;
+    StatusPoller polls(
+        [](const std::string&, int, Duration) -> std::optional<reconcile::ObservedProgress> {
+          throw std::runtime_error("bad json");
+        },
+        threads, [&read](const std::string&) { read.set_value(); });
+    ASSERT_TRUE(polls.Start("ns/a", "uid-1", "10.0.0.1", 8080, Duration(500)));
+    if (threads > 0) {
+      ASSERT_EQ(read.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    }
+    auto answer = polls.Take("ns/a", "uid-1");
+    ASSERT_TRUE(answer) << threads;
+    EXPECT_FALSE(answer->reachable);
+    EXPECT_EQ(answer->error, "reading /status threw: bad json");
+  }
 }
 
 // A job forgotten (gone) while its read is under way keeps no answer of it, though its namesake
