@@ -88,7 +88,7 @@ std::optional<std::int64_t> GoInt(const std::string& s) {
       i += 1;
     }
   }
-  if (i >= s.size()) return base == 8 ? std::optional<std::int64_t>(0) : std::nullopt;
+  if (i >= s.size()) return std::nullopt;  // "0o", "-": no digits
   // At most 2^63 for a negative number, 2^63-1 otherwise.
   const std::uint64_t limit = static_cast<std::uint64_t>(INT64_MAX) + (negative ? 1 : 0);
   std::uint64_t v = 0;
@@ -109,9 +109,9 @@ std::optional<std::int64_t> GoInt(const std::string& s) {
 
 // Go's strconv.ParseUint(s, 0, 64) of a positive number past int64 (0xFFFFFFFFFFFFFFFF).
 std::optional<std::uint64_t> GoUint(const std::string& s) {
-  if (s.empty() || s[0] == '-') return std::nullopt;
-  const std::string digits = s[0] == '+' ? s.substr(1) : s;
-  if (digits.empty() || digits[0] == '+' || digits[0] == '-') return std::nullopt;
+  // ParseUint takes no sign.
+  if (s.empty() || s[0] == '-' || s[0] == '+') return std::nullopt;
+  const std::string& digits = s;
   int base = 10;
   std::size_t i = 0;
   if (digits.size() >= 2 && digits[0] == '0') {

@@ -588,6 +588,8 @@ TEST(Manifest, PlainScalarsAreTypedAsKubectlTypesThem) {
   ASSERT_FALSE(null_key.ok());
   EXPECT_EQ(null_key.status().message(), "k.yaml: k: a key is null");
   EXPECT_EQ(typed("0xFFFFFFFFFFFFFFFF"), UINT64_MAX);
+  EXPECT_TRUE(typed("0o").is_string()) << "a prefix without digits is no number";
+  EXPECT_TRUE(typed("+18446744073709551615").is_number_float()) << "ParseUint takes no sign";
   EXPECT_EQ(typed(".5_5"), 0.55);
   EXPECT_TRUE(typed("._5").is_string());
   EXPECT_TRUE(typed("9.2e18").is_number_integer());
