@@ -15,7 +15,6 @@
 #include <set>
 #include <vector>
 
-#include "common/env.h"
 #include "common/utf8.h"
 #include "common/yaml_guard.h"
 
@@ -72,11 +71,21 @@ bool IsUtf8(const std::string& s) {
 // the integer JSON makes of it. Quoted scalars stay strings. Merge keys (<<) merge, the map's
 // own keys first. Every node converted counts against the caps above, aliases once per use.
 //
-// Go's strconv.ParseInt(s, 0, 64) of a number without underscores; nullopt where it fails.
-std::optional<std::int64_t> GoInt(const std::string& s) {
-  std::size_t i = 0;
+// Go's strconv.ParseInt/ParseUint(s, 0, 64) of a number without underscores, as its sign
+// (negative) and magnitude: a base prefix (0x, 0o, 0b; a leading 0 is octal, 010 is 8), then
+// digits of that base; nullopt for none, a digit outside the base, or more than 2^64-1.
+struct GoDigits {
   bool negative = false;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) negative = s[i++] == '-';
+  bool signed_text = false;  // a sign was written (ParseUint takes none)
+  std::uint64_t magnitude = 0;
+};
+std::optional<GoDigits> ReadGoDigits(const std::string& s) {
+  GoDigits out;
+  std::size_t i = 0;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-')) {
+    out.signed_text = true;
+    out.negative = s[i++] == '-';
+  }
   int base = 10;
   if (s.size() - i >= 2 && s[i] == '0') {
     const char p = static_cast<char>(s[i + 1] | 0x20);
@@ -84,14 +93,11 @@ std::optional<std::int64_t> GoInt(const std::string& s) {
       base = p == 'x' ? 16 : p == 'o' ? 8 : 2;
       i += 2;
     } else {
-      base = 8;  // 010 is 8
+      base = 8;
       i += 1;
     }
   }
   if (i >= s.size()) return std::nullopt;  // "0o", "-": no digits
-  // At most 2^63 for a negative number, 2^63-1 otherwise.
-  const std::uint64_t limit = static_cast<std::uint64_t>(INT64_MAX) + (negative ? 1 : 0);
-  std::uint64_t v = 0;
   for (; i < s.size(); ++i) {
     const char c = s[i];
     const int d = c >= '0' && c <= '9'   ? c - '0'
@@ -100,39 +106,33 @@ std::optional<std::int64_t> GoInt(const std::string& s) {
                                          : 99;
     if (d >= base) return std::nullopt;
     const auto digit = static_cast<std::uint64_t>(d);
-    if (v > (limit - digit) / static_cast<std::uint64_t>(base)) return std::nullopt;
-    v = v * static_cast<std::uint64_t>(base) + digit;
+    if (out.magnitude > (UINT64_MAX - digit) / static_cast<std::uint64_t>(base)) {
+      return std::nullopt;
+    }
+    out.magnitude = out.magnitude * static_cast<std::uint64_t>(base) + digit;
   }
-  if (!negative) return static_cast<std::int64_t>(v);
-  return v == limit ? INT64_MIN : -static_cast<std::int64_t>(v);
+  return out;
 }
 
-// Go's strconv.ParseUint(s, 0, 64) of a positive number past int64 (0xFFFFFFFFFFFFFFFF).
+// strconv.ParseInt(s, 0, 64): within [-2^63, 2^63-1].
+std::optional<std::int64_t> GoInt(const std::string& s) {
+  const std::optional<GoDigits> n = ReadGoDigits(s);
+  if (!n) return std::nullopt;
+  constexpr auto kMax = static_cast<std::uint64_t>(INT64_MAX);
+  if (!n->negative) {
+    return n->magnitude <= kMax
+               ? std::optional<std::int64_t>(static_cast<std::int64_t>(n->magnitude))
+               : std::nullopt;
+  }
+  if (n->magnitude > kMax + 1) return std::nullopt;
+  return n->magnitude == kMax + 1 ? INT64_MIN : -static_cast<std::int64_t>(n->magnitude);
+}
+
+// strconv.ParseUint(s, 0, 64): a positive number past int64 (0xFFFFFFFFFFFFFFFF); no sign.
 std::optional<std::uint64_t> GoUint(const std::string& s) {
-  // ParseUint takes no sign.
-  if (s.empty() || s[0] == '-' || s[0] == '+') return std::nullopt;
-  const std::string& digits = s;
-  int base = 10;
-  std::size_t i = 0;
-  if (digits.size() >= 2 && digits[0] == '0') {
-    const char p = static_cast<char>(digits[1] | 0x20);
-    base = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 8;
-    i = base == 8 && p != 'o' ? 1 : 2;
-  }
-  if (i >= digits.size()) return std::nullopt;
-  std::uint64_t v = 0;
-  for (; i < digits.size(); ++i) {
-    const char c = digits[i];
-    const int d = c >= '0' && c <= '9'   ? c - '0'
-                  : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                  : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                         : 99;
-    if (d >= base) return std::nullopt;
-    const auto digit = static_cast<std::uint64_t>(d);
-    if (v > (UINT64_MAX - digit) / static_cast<std::uint64_t>(base)) return std::nullopt;
-    v = v * static_cast<std::uint64_t>(base) + digit;
-  }
-  return v;
+  const std::optional<GoDigits> n = ReadGoDigits(s);
+  if (!n || n->signed_text) return std::nullopt;
+  return n->magnitude;
 }
 
 // Every _ stands between two digits.
@@ -202,7 +202,7 @@ class YamlConverter {
     const std::string& s = node.Scalar();
     RETURN_IF_ERROR(CountBytes(s.size(), path));
     if (!IsUtf8(s)) return InvalidArgument(Where(path) + "not valid UTF-8");
-    return ScalarToJson(node, s, path);
+    return ScalarToJson(node, s);
   }
 
  private:
@@ -274,7 +274,7 @@ class YamlConverter {
   // are "true", 010 is "8", 1e3 is "1000"), then written as text; a null key is refused.
   static StatusOr<std::string> KeyText(const YAML::Node& key, const std::string& path) {
     const std::string& s = key.Scalar();
-    ASSIGN_OR_RETURN(const json typed, ScalarToJson(key, s, path, /*as_json=*/false));
+    const json typed = ScalarToJson(key, s, /*as_json=*/false);
     if (typed.is_string()) return typed.get<std::string>();
     if (typed.is_null()) return InvalidArgument(Where(path) + "a key is null");
     if (typed.is_boolean()) return std::string(typed.get<bool>() ? "true" : "false");
@@ -302,9 +302,7 @@ class YamlConverter {
 
   // `as_json`: a float without a fraction is the integer JSON makes of it (a value); else it
   // stays a float (a key, which sigs.k8s.io/yaml formats as a float).
-  static StatusOr<json> ScalarToJson(const YAML::Node& node, const std::string& s,
-                                     const std::string& path, bool as_json = true) {
-    (void)path;
+  static json ScalarToJson(const YAML::Node& node, const std::string& s, bool as_json = true) {
     if (node.Tag() == "!" || node.Tag() == "tag:yaml.org,2002:str") return json(s);
     static const std::set<std::string> kNull = {"", "~", "null", "Null", "NULL"};
     static const std::set<std::string> kTrue = {"y",    "Y",    "yes", "Yes", "YES", "true",

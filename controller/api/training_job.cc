@@ -356,6 +356,18 @@ bool TemplateRunnerSetsEnv(const JobSpec& spec, std::string_view name) {
   return TemplateRunnerEnvEntry(spec, name).has_value();
 }
 
+bool TemplateRunnerSetsResources(const JobSpec& spec) {
+  const std::optional<json> runner = TemplateRunner(spec);
+  if (!runner) return false;
+  const auto r = runner->find("resources");
+  if (r == runner->end() || !r->is_object()) return false;
+  for (const char* kind : {"requests", "limits"}) {
+    const auto k = r->find(kind);
+    if (k != r->end() && k->is_object() && !k->empty()) return true;
+  }
+  return false;
+}
+
 bool MayRecoverInPlace(const JobSpec& spec) {
   // spec.command images know no recovery protocol; the CUDA engine cannot recover in place yet.
   return spec.command.empty() && spec.run_policy.recovery == "InPlace" &&

@@ -287,6 +287,9 @@ bool TemplateGivesTheGraceWork(const JobSpec& spec);
 // Whether spec.template's runner container has an env entry named `name` (any value or
 // reference).
 bool TemplateRunnerSetsEnv(const JobSpec& spec, std::string_view name);
+// Whether spec.template's runner container sets requests or limits of its own (the pod builder
+// then takes them, not spec.resources).
+bool TemplateRunnerSetsResources(const JobSpec& spec);
 // Whether a lost rank of this spec may be recovered in place at all: the built-in runner on
 // CPUs with runPolicy.recovery InPlace (how long the survivors wait aside).
 bool MayRecoverInPlace(const JobSpec& spec);

@@ -374,29 +374,6 @@ Status CheckTemplateEnv(const json& tmpl) {
   return Status::Ok();
 }
 
-// Whether spec.template's runner container sets requests or limits of its own (the pod builder
-// then takes them, not spec.resources).
-bool TemplateRunnerHasResources(const std::string& template_json) {
-  if (template_json.empty()) return false;
-  const json tmpl = json::parse(template_json, nullptr, /*allow_exceptions=*/false);
-  const json* containers = nullptr;
-  if (tmpl.is_object() && tmpl.contains("spec") && tmpl["spec"].is_object() &&
-      tmpl["spec"].contains("containers") && tmpl["spec"]["containers"].is_array()) {
-    containers = &tmpl["spec"]["containers"];
-  }
-  if (containers == nullptr) return false;
-  for (const auto& c : *containers) {
-    if (!c.is_object() || c.value("name", json()) != "runner") continue;
-    const auto r = c.find("resources");
-    if (r == c.end() || !r->is_object()) continue;
-    for (const char* kind : {"requests", "limits"}) {
-      const auto k = r->find(kind);
-      if (k != r->end() && k->is_object() && !k->empty()) return true;
-    }
-  }
-  return false;
-}
-
 Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   Fields f(j, "spec");
   RETURN_IF_ERROR(f.Int("replicas", 1, 4096, &s->replicas));
@@ -432,7 +409,7 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   // the refused create: said by validate and run. Not by the operator (not `strict`), which
   // must not fail a job that ran under an earlier operator; it waits on the API's refusal. A
   // runner container of the template with resources of its own uses those instead.
-  if (!strict && s->resources && !TemplateRunnerHasResources(s->pod_template_json)) {
+  if (!strict && s->resources && !TemplateRunnerSetsResources(*s)) {
     for (const auto& [name, request] : s->resources->requests) {
       const auto limit = s->resources->limits.find(name);
       if (limit != s->resources->limits.end() && QuantityAbove(request, limit->second)) {
