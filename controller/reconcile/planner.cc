@@ -1237,12 +1237,25 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
     reason = pick->wait_reason;
     message = pick->name + ": " + pick->wait_message + " (" + count + ")";
   }
-  // The API refused a replica (quota, PodSecurity, a PodGroup the cluster cannot serve): that
-  // is why it waits, and what a timeout must name.
+  // The API refused a replica (quota, PodSecurity, a PodGroup the cluster cannot serve, an
+  // invalid pod): that is why it waits, and what a timeout must name.
+  int wait_rank = pick != nullptr ? pick->rank : -1;
+  std::string wait_message = pick != nullptr ? pick->wait_message : "";
   if (const Condition* refused = FindCondition(kReplicaFailureCondition);
-      refused != nullptr && refused->status == "True" && WaitSeverity(reason) < 4) {
+      refused != nullptr && refused->status == "True" &&
+      (WaitSeverity(reason) < 4 || WaitSeverity(refused->reason) > WaitSeverity(reason))) {
     reason = refused->reason;
     message = refused->message + " (" + count + ")";
+    wait_message = refused->message;
+    wait_rank = -1;  // the refused rank, when the API's words name its pod
+    for (int rank = 0; rank < spec_.replicas; ++rank) {
+      const std::string name = ReplicaName(job_.metadata.name, st().attempt, rank);
+      if (refused->message.find('"' + name + '"') != std::string::npos ||
+          refused->message.starts_with("pod " + name + ":")) {
+        wait_rank = rank;
+        break;
+      }
+    }
   }
   const Condition* before = FindCondition(kPodsReadyCondition);
   const int severity_before =
@@ -1264,7 +1277,7 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   if (pick != nullptr && RelaxAvoidance(pick->wait_reason, pick->wait_message)) return true;
 
   if (IsPermanentWait(reason)) {
-    st().last_failure = api::Failure{pick->rank, 0, reason, pick->wait_message};
+    st().last_failure = api::Failure{wait_rank, 0, reason, wait_message};
     Finish(false, reason, message + ": a restart cannot fix this; correct the spec");
     for (const auto& r : in_.replicas) Delete(r, reason);
     return true;
@@ -1805,7 +1818,9 @@ Duration TtlLeft(const std::string& completion_time, std::int64_t ttl_seconds, W
                       : std::chrono::ceil<Duration>(left);
 }
 
-bool IsPermanentWait(const std::string& wait_reason) { return wait_reason == "InvalidImageName"; }
+bool IsPermanentWait(const std::string& wait_reason) {
+  return wait_reason == "InvalidImageName" || wait_reason == kPodInvalidReason;
+}
 
 std::string ReplicaName(const std::string& job, int attempt, int rank) {
   return job + "-a" + std::to_string(attempt) + "-" + std::to_string(rank);

@@ -266,6 +266,11 @@ void SetJobConditionStatus(api::JobStatus* status, const std::string& type,
 // by the planner once the whole gang runs.
 inline constexpr char kReplicaFailureCondition[] = "ReplicaFailure";
 inline constexpr char kFailedCreateReason[] = "FailedCreate";
+// The reason of a ReplicaFailure whose pod the API server refused as invalid (422 `Pod "x" is
+// invalid: <field>: ...`: a template field the CRD's schema does not check, an env name, a
+// volume mount of no volume, a GPU request unlike its limit). Every pod of the job is built
+// the same way, so no retry or restart heals it: a permanent wait (the job fails at once).
+inline constexpr char kPodInvalidReason[] = "PodInvalid";
 
 // False while any replica of the current attempt is not running, with the cluster's reason
 // (see ObservedReplica::wait_reason) and message; True once the whole gang runs. Its
@@ -319,7 +324,7 @@ bool IsNodeFault(const ObservedReplica& r);
 bool IsAvoidanceRequired(const api::AvoidedNode& a, int attempt);
 
 // Whether a wait reason is one a restart cannot heal (the job fails at once): the image name
-// itself is invalid.
+// itself is invalid, or the API server refused the pod as invalid (kPodInvalidReason).
 bool IsPermanentWait(const std::string& wait_reason);
 
 // runPolicy.ttlSecondsAfterFinished of a finished job, counted from its status.completionTime

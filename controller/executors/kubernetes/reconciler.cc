@@ -443,9 +443,19 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // it is fixed.
   const bool misconfigured = ControllerMisconfigured(error);
   if (misconfigured && metrics_ != nullptr) metrics_->IncReconcileErrors();
-  spdlog::warn("job {}: create {}: {}{}{}", key, what, error.message(),
+  // A pod the API server validated and refused (422 `Pod "x" is invalid: ...`): every pod of
+  // the job is built alike, so no retry heals it and the planner fails the job on the next
+  // pass (kPodInvalidReason is a permanent wait). Not a replacement's: its gang was created
+  // from the same spec, so what changed is outside the job (a webhook's mutation, a newer API
+  // server); the survivors wait for it as for any refusal, bounded by their recovery timeout.
+  const bool invalid = !replacement && what.starts_with("pod ") &&
+                       error.code() == StatusCode::kInvalidArgument &&
+                       error.message().starts_with("Pod \"" + what.substr(4) + "\" is invalid: ");
+  const char* reason = invalid ? reconcile::kPodInvalidReason : reconcile::kFailedCreateReason;
+  spdlog::warn("job {}: create {}: {}{}{}{}", key, what, error.message(),
                replacement ? " (an in-place replacement: the surviving pods are kept)" : "",
-               misconfigured ? " (the controller's configuration: a reconcile error)" : "");
+               misconfigured ? " (the controller's configuration: a reconcile error)" : "",
+               invalid ? " (an invalid pod: the job fails)" : "");
   if (events_ != nullptr) {
     events_->Record(pass.latest, "Warning", reconcile::kFailedCreateReason,
                     "Error creating: " + api_message);
@@ -472,8 +482,7 @@ Status Reconciler::FailedCreate(Pass& pass, const Status& error, const std::stri
   // the pass fails and is retried (a partial gang holds its quota only that long).
   const api::JobStatus& status = pass.plan.status;
   api::JobStatus next = status;
-  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true,
-                             reconcile::kFailedCreateReason, api_message,
+  reconcile::SetJobCondition(&next, reconcile::kReplicaFailureCondition, true, reason, api_message,
                              FormatRfc3339(clock_->Now()));
   if (next != status) {
     Json obj = pass.latest;

@@ -1372,7 +1372,8 @@ TEST_P(RefusalCountTest, OnlyTheControllersConfigurationIsAReconcileError) {
     EXPECT_FALSE(r.ok()) << "retried by the work queue, which counts it";
   } else {
     ExpectARefusalWaits(r);
-    EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate");
+    EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"],
+              c.code == StatusCode::kInvalidArgument ? "PodInvalid" : "FailedCreate");
   }
   const std::string counted =
       std::string("ringtrain_controller_reconcile_errors_total ") + (c.misconfigured ? "1" : "0");
@@ -1393,6 +1394,76 @@ INSTANTIATE_TEST_SUITE_P(
         RefusalCase{"Unavailable", "pods", StatusCode::kUnavailable, "etcdserver: request timed out", false}),
     [](const ::testing::TestParamInfo<RefusalCase>& info) { return std::string(info.param.name); });
 // clang-format on
+
+// A pod the API server refuses as invalid (422, its words as recorded in t2-07-pods.txt): every
+// pod of the job is built alike, so the job fails on the next pass with the API's words and
+// rank, and the partial gang goes; it used to be retried in the backoff until the scheduling
+// timeout (600 s by default; never, with 0) failed it as SchedulingTimeout.
+TEST_F(FailedCreateTest, APodTheApiFindsInvalidFailsTheJobAtOnce) {
+  CreateJob(Job(2, {{"spec", {{"runPolicy", {{"schedulingTimeoutSeconds", 0}}}}}}));
+  const std::string invalid =
+      "Pod \"mnist-a0-1\" is invalid: spec.containers[0].resources.requests: Invalid value: "
+      "\"2\": must be equal to nvidia.com/gpu limit of 1";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kInvalidArgument, invalid), 1,
+                   /*skip=*/1);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  Json refused = Condition(Status(), "ReplicaFailure");
+  ASSERT_TRUE(refused.is_object()) << Status().dump();
+  EXPECT_EQ(refused["reason"], "PodInvalid");
+  EXPECT_EQ(refused["message"], invalid);
+  EXPECT_FALSE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok()) << "rank 0 holds quota";
+
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  const Json status = Status();
+  EXPECT_EQ(status["phase"], "Failed") << status.dump();
+  Json failed = Condition(status, "Failed");
+  ASSERT_TRUE(failed.is_object()) << status.dump();
+  EXPECT_EQ(failed["reason"], "PodInvalid");
+  EXPECT_NE(failed.value("message", "").find(invalid), std::string::npos) << failed.dump();
+  EXPECT_NE(failed.value("message", "").find("a restart cannot fix this"), std::string::npos);
+  EXPECT_EQ(status["lastFailure"]["rank"], 1) << status.dump();
+  EXPECT_EQ(status["lastFailure"]["reason"], "PodInvalid");
+  EXPECT_EQ(status["restarts"], 0);
+  // Nothing is created for it again.
+  RetryAtOnce();
+  const int creates = client_.CountWrites("create", "pods");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("create", "pods"), creates);
+  EXPECT_EQ(Status()["phase"], "Failed");
+}
+
+// Not the words of the API server's own validation (a webhook's 400, a 422 of another object),
+// or a replacement's: the refusal is waited on as any other, bounded by the scheduling timeout.
+TEST_F(FailedCreateTest, AnInvalidReplacementOrAnotherRefusalIsWaitedOn) {
+  std::string survivor_uid;
+  ASSERT_NO_FATAL_FAILURE(DeleteRankOneOfARunningGang(&survivor_uid));
+  const std::string invalid =
+      "Pod \"mnist-a0-1\" is invalid: spec.containers[0].env[0].name: Invalid value: \"1X\"";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kInvalidArgument, invalid), 1);
+  cache_.CatchUp(client_);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Restarting");
+  EXPECT_EQ(client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata").at("uid"),
+            survivor_uid);
+}
+TEST_F(FailedCreateTest, AWebhooksDenialIsWaitedOn) {
+  CreateJob(Job(2));
+  client_.FailNext("create", "pods",
+                   ringtrain::Status(StatusCode::kInvalidArgument,
+                                     "admission webhook \"v.example.com\" denied the request: "
+                                     "no team label"),
+                   1);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "FailedCreate") << Status().dump();
+  EXPECT_EQ(Status()["phase"], "Pending") << Status().dump();
+}
 
 // A replacement the API refuses (a ResourceQuota here; on the real cluster an RBAC refusal did
 // the same, s2b-ctlrestart) during an in-place recovery: the survivor keeps running with the
