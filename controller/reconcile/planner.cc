@@ -725,13 +725,22 @@ bool Planner::HandleResize() {
   // operator's) matches; one stamped with the current generation was built from this spec (by
   // an operator that builds pods differently: an upgrade restarts nothing); one that ended
   // meets no replacement.
+  // A replica whose labels alone changed (its run hash is the current spec's) runs what the new
+  // spec would run: relabeled in place, no restart (a label for cost or a NetworkPolicy lost
+  // the gang's work since its last checkpoint). Unless another replica restarts the gang.
   const auto& want = in_.spec_hashes;
+  std::vector<const ObservedReplica*> relabel;
   for (const auto& r : in_.replicas) {
     if (r.attempt != st().attempt || r.terminating || r.spec_hash.empty() || r.rank < 0 ||
         r.rank >= static_cast<int>(want.size()) ||
         (r.phase != ReplicaPhase::kPending && r.phase != ReplicaPhase::kRunning) ||
         r.spec_generation == job_.metadata.generation ||
         r.spec_hash == want[static_cast<std::size_t>(r.rank)]) {
+      continue;
+    }
+    const auto rank = static_cast<std::size_t>(r.rank);
+    if (!r.run_hash.empty() && rank < in_.run_hashes.size() && r.run_hash == in_.run_hashes[rank]) {
+      relabel.push_back(&r);
       continue;
     }
     const std::string message = "the spec changed (generation " +
@@ -742,6 +751,21 @@ bool Planner::HandleResize() {
                                 NewAttemptFrom() + ", not counted against backoffLimit";
     Restart("SpecChanged", message, false);
     return true;
+  }
+  for (const auto* r : relabel) {
+    plan_.actions.push_back(
+        {Action::Kind::kRelabel, r->rank, r->attempt, r->name,
+         "generation " + std::to_string(job_.metadata.generation) + " changed its labels only"});
+  }
+  if (!relabel.empty()) {
+    plan_.events.push_back(
+        {"Normal", "Relabeled",
+         "the spec changed (generation " + std::to_string(relabel.front()->spec_generation) +
+             " -> " + std::to_string(job_.metadata.generation) +
+             ") in the pods' labels only: " + std::to_string(relabel.size()) +
+             " replica(s) of attempt " + std::to_string(st().attempt) +
+             " relabeled in place, no restart (a label removed stays on them until the next "
+             "attempt)"});
   }
   return false;
 }

@@ -68,6 +68,9 @@ struct ObservedReplica {
   // matching the current spec.
   std::string spec_hash;
   std::int64_t spec_generation = 0;
+  // The same hash with the pod's labels left out (PlanInput::run_hashes): equal where only the
+  // labels of the spec changed. "" when it carries none (an older operator's pod).
+  std::string run_hash;
   // What the executor's own configuration gave the replica (PlanInput::options_hash), "" when it
   // carries no stamp, and its runner's image ("" when unknown).
   std::string options_hash;
@@ -116,7 +119,9 @@ struct ObservedProgress {
 
 struct Action {
   // kOpenGate: the whole gang is placed; tell this replica's ranks to start their rendezvous.
-  enum class Kind { kCreateReplica, kDeleteReplica, kDeleteJob, kOpenGate };
+  // kRelabel: give the replica the labels the current spec builds, and stamp it as that
+  // generation's (an edit of the template's labels only; nothing it runs changed).
+  enum class Kind { kCreateReplica, kDeleteReplica, kDeleteJob, kOpenGate, kRelabel };
   Kind kind;
   int rank = 0;
   int attempt = 0;
@@ -218,6 +223,10 @@ struct PlanInput {
   // generation of the spec means the spec changed under the gang: a new attempt (reason
   // SpecChanged, not counted), never a replacement of the new spec beside ranks of the old.
   std::vector<std::string> spec_hashes;
+  // The same for ObservedReplica::run_hash (what each rank runs, its labels left out; empty
+  // when the executor does not stamp it). A replica that differs from spec_hashes only in its
+  // labels (the same run hash) is not restarted: it is relabeled in place (Action::kRelabel).
+  std::vector<std::string> run_hashes;
   // What the executor's own configuration (not the spec: an operator upgrade) gives a replica it
   // builds now, as it stamps them (ObservedReplica::options_hash), and the runner image it gives
   // it; "" when it does not stamp. A lost replica is replaced in place only while no survivor was

@@ -598,7 +598,9 @@ void BuildPodUnstamped(const api::TrainingJob& job, int attempt, int rank,
 Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptions& options) {
   Json pod_meta, spec;
   BuildPodUnstamped(job, attempt, rank, options, &pod_meta, &spec);
-  pod_meta["annotations"][kSpecHashAnnotation] = PodSpecHash(job, attempt, rank);
+  PodHashes hashes = PodSpecHashes(job, attempt, rank);
+  pod_meta["annotations"][kSpecHashAnnotation] = std::move(hashes.spec);
+  pod_meta["annotations"][kRunHashAnnotation] = std::move(hashes.run);
   pod_meta["annotations"][kSpecGenerationAnnotation] = std::to_string(job.metadata.generation);
   pod_meta["annotations"][kOptionsHashAnnotation] = PodOptionsHash(job, options);
   AvoidNodes(job, attempt, &spec);
@@ -608,14 +610,23 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
 // What the spec alone makes of the pod: built with neutral operator options, so an operator
 // upgrade (a new default runner image, another binary path) changes no job's hash, then or at
 // its next edit.
-std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
+PodHashes PodSpecHashes(const api::TrainingJob& job, int attempt, int rank) {
   // Built without the launcher's settings (PodOptions::launcher_env), as earlier operators built
   // it: what decides them (the world, the node rank, the master) is hashed anyway.
   static const PodOptions kNeutral{"ringtrain.dev/default-runner", "ringtrain-runner", "/ckpt",
                                    /*launcher_env=*/false};
   Json pod_meta, spec;
   BuildPodUnstamped(job, attempt, rank, kNeutral, &pod_meta, &spec);
-  return BuildHash(pod_meta, spec, RecoveryEntryHashed(job.spec));
+  const bool recovery_entry = RecoveryEntryHashed(job.spec);
+  PodHashes hashes;
+  hashes.spec = BuildHash(pod_meta, spec, recovery_entry);
+  pod_meta.erase("labels");
+  hashes.run = BuildHash(pod_meta, spec, recovery_entry);
+  return hashes;
+}
+
+std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank) {
+  return PodSpecHashes(job, attempt, rank).spec;
 }
 
 std::string RunnerImage(const api::JobSpec& spec, const PodOptions& options) {
@@ -831,6 +842,7 @@ reconcile::ObservedReplica ObserveReplica(const Json& pod) {
   if (const auto ann = meta.find("annotations"); ann != meta.end() && ann->is_object()) {
     r.gated = ann->contains(kGangGateAnnotation) && !ann->contains(kGangPlacedAnnotation);
     r.spec_hash = StringAt(*ann, kSpecHashAnnotation);
+    r.run_hash = StringAt(*ann, kRunHashAnnotation);
     r.options_hash = StringAt(*ann, kOptionsHashAnnotation);
     r.deleted_by_executor = ann->contains(kDeletedByOperatorAnnotation);
     const std::string generation = StringAt(*ann, kSpecGenerationAnnotation);

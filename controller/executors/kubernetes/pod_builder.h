@@ -30,6 +30,11 @@ inline constexpr char kMetricsPortAnnotation[] = "ringtrain.dev/metrics-port";
 // spec: the planner restarts the gang (SpecChanged).
 inline constexpr char kSpecHashAnnotation[] = "ringtrain.dev/spec-hash";
 inline constexpr char kSpecGenerationAnnotation[] = "ringtrain.dev/spec-generation";
+// The same hash with the pod's labels left out: what the pod runs. A pod whose spec hash differs
+// from the current spec's while its run hash does not changed only in its labels (a team or cost
+// label added to the template): the operator relabels it in place rather than restarting the
+// gang. Pods of operators before it carry none, and restart on such an edit as they did.
+inline constexpr char kRunHashAnnotation[] = "ringtrain.dev/run-hash";
 // What the operator's own configuration (PodOptions, which kSpecHashAnnotation leaves out: an
 // upgrade restarts no running job) gave the pod: PodOptionsHash. A lost rank is never replaced
 // in place by a pod of other options than its survivors: the planner restarts the gang
@@ -83,6 +88,13 @@ Json BuildPod(const api::TrainingJob& job, int attempt, int rank, const PodOptio
 // The kSpecHashAnnotation BuildPod gives the pod of that attempt and rank: a hash of the pod
 // the spec makes, whatever this operator's PodOptions (an upgrade changes no job's hash).
 std::string PodSpecHash(const api::TrainingJob& job, int attempt, int rank);
+// Both hashes BuildPod stamps on that pod, from one build: kSpecHashAnnotation's and
+// kRunHashAnnotation's.
+struct PodHashes {
+  std::string spec;
+  std::string run;
+};
+PodHashes PodSpecHashes(const api::TrainingJob& job, int attempt, int rank);
 // The kOptionsHashAnnotation BuildPod gives the job's pods: a hash of what `options` decide of
 // them (the runner image when spec.image is the built-in default, the runner binary without
 // spec.command, the checkpoint directory without spec.checkpoint.path).

@@ -713,12 +713,15 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
     JobMemory::SpecHashes& built = memory.spec_hashes;
     if (built.generation != job.metadata.generation || built.attempt != job.status.attempt ||
         built.labels != job.metadata.labels) {
-      built = {job.metadata.generation, job.status.attempt, job.metadata.labels, {}};
+      built = {job.metadata.generation, job.status.attempt, job.metadata.labels, {}, {}};
       for (int rank = 0; rank < job.spec.replicas; ++rank) {
-        built.hashes.push_back(options_.spec_hash(job, job.status.attempt, rank));
+        PodHashes hashes = options_.spec_hash(job, job.status.attempt, rank);
+        built.hashes.push_back(std::move(hashes.spec));
+        built.run_hashes.push_back(std::move(hashes.run));
       }
     }
     pass.in.spec_hashes = built.hashes;
+    pass.in.run_hashes = built.run_hashes;
   }
   return std::nullopt;
 }
@@ -871,6 +874,41 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
           return patched.status().WithContext("open the gang gate of pod " + a.name);
         }
         spdlog::debug("job {}: opened the gang gate of pod {}", pass.key, a.name);
+        break;
+      }
+      case Action::Kind::kRelabel: {
+        auto it = pass.pod_by_name.find(a.name);
+        if (it == pass.pod_by_name.end() || Deleting(*it->second)) break;
+        // The labels the current spec builds, added or changed (one another party added is
+        // kept, and so is one the edit removed: no pod says which of its labels the template
+        // gave it), and the stamps of this generation. The uid: only the pod observed.
+        const Json built = BuildPod(pass.job, a.attempt, a.rank, options_.pods);
+        const Json& meta = built["metadata"];
+        Json annotations = Json::object();
+        for (const char* k : {kSpecHashAnnotation, kRunHashAnnotation, kSpecGenerationAnnotation}) {
+          annotations[k] = meta["annotations"][k];
+        }
+        const Json patch = {{"metadata",
+                             {{"uid", MetaString(*it->second, "uid")},
+                              {"labels", meta["labels"]},
+                              {"annotations", annotations}}}};
+        auto patched = client_->Patch(kube::kPods, pass.ns, a.name, patch, kube::PatchType::kMerge);
+        if (patched.ok() || patched.status().code() == StatusCode::kNotFound) {
+          if (patched.ok())
+            spdlog::info("job {}: relabeled pod {} ({})", pass.key, a.name, a.reason);
+          break;
+        }
+        // Refused for good (a label value the API finds invalid, a policy; or a namesake's uid):
+        // said, and tried again by later passes, while the replica runs on as it is.
+        if (patched.status().code() != StatusCode::kInvalidArgument &&
+            patched.status().code() != StatusCode::kPermissionDenied) {
+          return patched.status().WithContext("relabel pod " + a.name);
+        }
+        spdlog::warn("job {}: relabel pod {}: {}", pass.key, a.name, patched.status().message());
+        if (events_ != nullptr) {
+          events_->Record(pass.latest, "Warning", "RelabelFailed",
+                          "pod " + a.name + " keeps its labels: " + patched.status().message());
+        }
         break;
       }
       case Action::Kind::kDeleteJob:

@@ -36,12 +36,12 @@ class ClusterCache {
 };
 
 // What the spec builds for one rank of an attempt, as BuildPod stamps it (PodSpecHash).
-using SpecHasher = std::function<std::string(const api::TrainingJob& job, int attempt, int rank)>;
+using SpecHasher = std::function<PodHashes(const api::TrainingJob& job, int attempt, int rank)>;
 
 struct ReconcilerOptions {
   PodOptions pods;
   // A seam for tests (PodSpecHash otherwise): what a hash costs is a whole pod built.
-  SpecHasher spec_hash = PodSpecHash;
+  SpecHasher spec_hash = PodSpecHashes;
   Duration progress_interval{5000};  // how often rank 0's /status is read while running
   Duration progress_timeout{500};
   // Threads that read rank 0's /status (StatusPoller): a pass asks for a read and goes on, and
@@ -120,6 +120,7 @@ class Reconciler {
       int attempt = -1;
       std::map<std::string, std::string> labels;
       std::vector<std::string> hashes;
+      std::vector<std::string> run_hashes;
     };
     SpecHashes spec_hashes;
   };

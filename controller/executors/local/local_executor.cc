@@ -601,6 +601,8 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
           break;  // nothing to delete locally
         case reconcile::Action::Kind::kOpenGate:
           break;  // local ranks start together: they have no gate
+        case reconcile::Action::Kind::kRelabel:
+          break;  // local ranks have no labels (and no run hash: never planned)
       }
     }
     if (api::IsTerminal(state_.status.phase)) {

@@ -1703,6 +1703,52 @@ TEST_F(ReconcilerTest, AfterAnUpgradeALostRankRestartsTheGangRatherThanMixRunner
   }
 }
 
+// kubectl edit adding a label to spec.template.metadata.labels of a training job: the pods get
+// it in place and the gang trains on (it was a SpecChanged restart). An edit of what they run
+// besides (the epochs) still restarts the gang.
+TEST_F(ReconcilerTest, AnEditOfTheTemplatesLabelsRelabelsThePodsWithoutARestart) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"template", {{"metadata", {{"labels", {{"team", "a"}}}}}}}}}})));
+  const std::string uid0 = client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata")["uid"];
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["template"]["metadata"]["labels"] = {{"team", "b"}, {"cost-center", "42"}};
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Running") << Status().dump();
+  EXPECT_EQ(Status()["attempt"], 0);
+  EXPECT_EQ(client_.CountWrites("delete", "pods"), 0);
+  const api::TrainingJob edited = *api::ParseJobJson(job.dump());
+  for (int r = 0; r < 2; ++r) {
+    const Json pod = *client_.Get(kube::kPods, "default", "mnist-a0-" + std::to_string(r));
+    const Json& meta = pod["metadata"];
+    EXPECT_EQ(meta["labels"]["team"], "b") << meta.dump();
+    EXPECT_EQ(meta["labels"]["cost-center"], "42");
+    EXPECT_EQ(meta["labels"]["ringtrain.dev/rank"], std::to_string(r));
+    EXPECT_EQ(meta["annotations"][kSpecGenerationAnnotation], "2");
+    EXPECT_EQ(meta["annotations"][kSpecHashAnnotation], PodSpecHash(edited, 0, r));
+  }
+  EXPECT_EQ(client_.Get(kube::kPods, "default", "mnist-a0-0")->at("metadata")["uid"], uid0);
+  // Quiet from then on.
+  const int patches = client_.CountWrites("patch", "pods");
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(client_.CountWrites("patch", "pods"), patches);
+  EXPECT_EQ(Status()["attempt"], 0);
+
+  // Labels and the epochs: the gang restarts from the new spec.
+  job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["template"]["metadata"]["labels"]["team"] = "c";
+  job["spec"]["train"]["epochs"] = 3;
+  job["metadata"]["generation"] = 3;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["attempt"], 1);
+  EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "SpecChanged");
+}
+
 // An edit that leaves the pods as they are keeps the pods of an older generation in the gang for
 // the rest of the attempt: what the spec builds for each rank is built once per generation, not
 // on every pass.
@@ -1712,7 +1758,7 @@ TEST_F(ReconcilerTest, AnEditThatLeavesThePodsBuildsEachRanksHashOncePerGenerati
   options.expectations_timeout = std::chrono::hours(1);
   options.spec_hash = [&built](const api::TrainingJob& job, int attempt, int rank) {
     ++built[{job.metadata.generation, rank}];
-    return PodSpecHash(job, attempt, rank);
+    return PodSpecHashes(job, attempt, rank);
   };
   reconciler_ =
       std::make_unique<Reconciler>(&client_, &cache_, &clock_, nullptr, nullptr, options,

@@ -1091,6 +1091,54 @@ TEST(PlannerSpecChange, WhatBuildsTheSamePodOrCarriesNoStampChangesNothing) {
   EXPECT_EQ(d.status.attempt, 0);
 }
 
+// An edit of the template's labels only (a cost label): the replicas run what the new spec
+// runs (the same run hash), so they are relabeled in place, with no restart; it used to restart
+// the gang as SpecChanged, losing the work since its last checkpoint. Not when another replica
+// of the gang runs something else, nor for a pod without a run hash (an older operator's).
+TEST(PlannerSpecChange, AnEditOfTheLabelsAloneRelabelsThePodsInPlace) {
+  const auto job = EditedJob(2);
+  auto plan = [&job](std::vector<std::string> run_hashes) {
+    PlanInput in;
+    in.job = &job;
+    in.now = At(1);
+    in.spec_hashes = {"new0", "new1"};
+    in.run_hashes = {"run0", "run1"};
+    for (int rank = 0; rank < 2; ++rank) {
+      auto r = Stamped(Replica(rank, 0, ReplicaPhase::kRunning), "old" + std::to_string(rank), 1);
+      r.run_hash = run_hashes[static_cast<std::size_t>(rank)];
+      in.replicas.push_back(r);
+    }
+    return PlanReconcile(in);
+  };
+  Plan p = plan({"run0", "run1"});
+  EXPECT_EQ(p.status.attempt, 0);
+  EXPECT_EQ(p.status.phase, "Running");
+  EXPECT_EQ(Cond(p.status, "Restarting"), nullptr);
+  EXPECT_EQ(Count(p, Kind::kDeleteReplica), 0);
+  ASSERT_EQ(Count(p, Kind::kRelabel), 2);
+  for (const auto& a : p.actions) {
+    if (a.kind == Kind::kRelabel) {
+      EXPECT_EQ(a.name, "job-a0-" + std::to_string(a.rank));
+    }
+  }
+  bool said = false;
+  for (const auto& e : p.events) {
+    said = said || (e.type == "Normal" && e.reason == "Relabeled" &&
+                    e.message.find("generation 1 -> 2") != std::string::npos &&
+                    e.message.find("no restart") != std::string::npos);
+  }
+  EXPECT_TRUE(said);
+
+  for (const auto& other :
+       {std::vector<std::string>{"run0", "changed1"}, std::vector<std::string>{"run0", ""}}) {
+    Plan restart = plan(other);
+    EXPECT_EQ(restart.status.attempt, 1);
+    ASSERT_NE(Cond(restart.status, "Restarting"), nullptr);
+    EXPECT_EQ(Cond(restart.status, "Restarting")->reason, "SpecChanged");
+    EXPECT_EQ(Count(restart, Kind::kRelabel), 0);
+  }
+}
+
 // An edit under a gang one of whose replicas failed permanently (exit 1-127): the
 // failure is read first and fails the job, rather than a SpecChanged restart standing in for it.
 TEST(PlannerSpecChange, APermanentFailureWinsOverAnEdit) {

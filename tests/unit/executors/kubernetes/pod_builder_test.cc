@@ -136,6 +136,43 @@ TEST(PodBuilderTest, APodCarriesTheHashOfWhatItWasBuiltFrom) {
   EXPECT_EQ(ObserveReplica(unstamped).spec_generation, 0);
 }
 
+// The run hash leaves the labels out: an edit of the template's labels alone changes the spec
+// hash and not the run hash (the operator relabels such pods in place); anything else, an
+// annotation included (a webhook may act on it at admission), changes both.
+TEST(PodBuilderTest, ThePodsRunHashLeavesItsLabelsOut) {
+  auto build = [](const Json& tmpl_meta, int rank = 1) {
+    Json spec = {
+        {"replicas", 2}, {"train", {{"epochs", 40}}}, {"template", {{"metadata", tmpl_meta}}}};
+    api::TrainingJob job = ParseJob("mnist", "default", spec);
+    job.metadata.generation = 2;
+    return BuildPod(job, 0, rank, PodOptions{});
+  };
+  auto ann = [](const Json& pod, const char* key) {
+    return pod["metadata"]["annotations"][key].get<std::string>();
+  };
+  const Json base = build({{"labels", {{"team", "a"}}}});
+  ASSERT_EQ(ann(base, kRunHashAnnotation).size(), 16u);
+  const Json relabeled = build({{"labels", {{"team", "b"}, {"cost", "x"}}}});
+  EXPECT_NE(ann(relabeled, kSpecHashAnnotation), ann(base, kSpecHashAnnotation));
+  EXPECT_EQ(ann(relabeled, kRunHashAnnotation), ann(base, kRunHashAnnotation));
+  const Json annotated =
+      build({{"labels", {{"team", "a"}}}, {"annotations", {{"sidecar.istio.io/inject", "false"}}}});
+  EXPECT_NE(ann(annotated, kSpecHashAnnotation), ann(base, kSpecHashAnnotation));
+  EXPECT_NE(ann(annotated, kRunHashAnnotation), ann(base, kRunHashAnnotation));
+  EXPECT_NE(ann(build({{"labels", {{"team", "a"}}}}, 0), kRunHashAnnotation),
+            ann(base, kRunHashAnnotation))
+      << "each rank's own pod";
+  EXPECT_EQ(ObserveReplica(base).run_hash, ann(base, kRunHashAnnotation));
+  api::TrainingJob job = ParseJob("mnist", "default",
+                                  {{"replicas", 2},
+                                   {"train", {{"epochs", 40}}},
+                                   {"template", {{"metadata", {{"labels", {{"team", "a"}}}}}}}});
+  const PodHashes hashes = PodSpecHashes(job, 0, 1);
+  EXPECT_EQ(hashes.spec, ann(base, kSpecHashAnnotation));
+  EXPECT_EQ(hashes.run, ann(base, kRunHashAnnotation));
+  EXPECT_EQ(PodSpecHash(job, 0, 1), hashes.spec);
+}
+
 TEST(PodSecurityTest, PodIsRestrictedAndTheTemplateMayOverride) {
   Json pod = BuildPod(ParseJob("j", "default", {{"replicas", 1}}), 0, 0, PodOptions{});
   EXPECT_EQ(pod["spec"]["securityContext"],
