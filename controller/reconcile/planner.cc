@@ -1289,7 +1289,9 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   // condition, and no scheduling timeout while it lasts.
   const bool queued =
       reason == "SchedulingGated" && job_.metadata.labels.contains(api::kKueueQueueLabel);
-  if (WaitSeverity(reason) > 0 && WaitSeverity(reason) != severity_before) {
+  // A permanent wait is said once, as the job's end below.
+  if (WaitSeverity(reason) > 0 && WaitSeverity(reason) != severity_before &&
+      !IsPermanentWait(reason)) {
     plan_.events.push_back({queued ? "Normal" : "Warning", queued ? "Queued" : reason,
                             "waiting for the gang: " + message});
   }

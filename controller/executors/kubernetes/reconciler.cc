@@ -682,6 +682,15 @@ std::optional<StatusOr<ReconcileResult>> Reconciler::Observe(const std::string& 
   if (!expectations_.Satisfied(key, present, job.metadata.resource_version)) {
     return ReconcileResult{options_.expectations_recheck};
   }
+  // A relabel this operator wrote that the cache does not show yet.
+  std::map<std::string, std::int64_t> relabeled;
+  for (std::size_t i = 0; i < pass.owned.size() && !pass.memory->relabeled.empty(); ++i) {
+    auto it = pass.memory->relabeled.find(MetaString(pass.owned[i], "uid"));
+    if (it == pass.memory->relabeled.end() || replicas[i].spec_generation >= it->second) continue;
+    replicas[i].spec_generation = it->second;
+    relabeled.insert(*it);
+  }
+  pass.memory->relabeled = std::move(relabeled);
   std::map<std::string, std::string> claim_problems;  // one GET per claim and pass
   for (std::size_t i = 0; i < pass.owned.size(); ++i) {
     if (replicas[i].wait_reason == "Unschedulable") {
@@ -893,11 +902,12 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
                               {"labels", meta["labels"]},
                               {"annotations", annotations}}}};
         auto patched = client_->Patch(kube::kPods, pass.ns, a.name, patch, kube::PatchType::kMerge);
-        if (patched.ok() || patched.status().code() == StatusCode::kNotFound) {
-          if (patched.ok())
-            spdlog::info("job {}: relabeled pod {} ({})", pass.key, a.name, a.reason);
+        if (patched.ok()) {
+          pass.memory->relabeled[MetaString(*it->second, "uid")] = pass.job.metadata.generation;
+          spdlog::info("job {}: relabeled pod {} ({})", pass.key, a.name, a.reason);
           break;
         }
+        if (patched.status().code() == StatusCode::kNotFound) break;
         // Refused for good (a label value the API finds invalid, a policy; or a namesake's uid):
         // said, and tried again by later passes, while the replica runs on as it is.
         if (patched.status().code() != StatusCode::kInvalidArgument &&

@@ -107,6 +107,10 @@ class Reconciler {
     // (a 500 of an admission webhook that is down, a 503): past kTransientCreatesSaidAfter, a
     // refusal like any other (FailedCreate). Reset by a create that succeeds.
     std::optional<std::pair<int, SteadyTime>> transient_creates_since;
+    // Pods relabeled in place (Action::kRelabel), by uid, and the generation their stamp now
+    // says, until the cache shows it: a pass on a cache that lagged behind the patch read the
+    // old stamp and relabeled (and said so) again.
+    std::map<std::string, std::int64_t> relabeled;
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
     // The generation whose ignored template command (api::IgnoredRunnerCommand) was looked
