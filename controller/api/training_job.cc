@@ -440,7 +440,8 @@ std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec) {
     out.push_back("spec.template.spec.restartPolicy: " + policy->get<std::string>() +
                   " is ignored: a replica's pod is never restarted in place (restartPolicy "
                   "Never); a failed replica is replaced, or its gang restarted "
-                  "(runPolicy.recovery, backoffLimit)");
+                  "(runPolicy.recovery, backoffLimit; runPolicy.restartPolicy: OnFailure for "
+                  "every exit code, not only 128-255)");
   }
   const auto containers = pod->find("containers");
   if (containers == pod->end() || !containers->is_array()) return out;

@@ -122,6 +122,11 @@ struct RunPolicy {
   // their state (no step lost); GangRestart: every replica goes and the gang restarts from the
   // newest checkpoint. A spec.command image always restarts the gang.
   std::string recovery = "InPlace";  // InPlace | GangRestart
+  // Which failed replicas a restart may heal (Kubeflow's restartPolicy names). ExitCode: exit
+  // codes 128-255 (signals, the runner's retryable codes), evictions, lost nodes, OOM kills;
+  // 1-127 fail the job. OnFailure: every failure but a program the runtime cannot find, within
+  // backoffLimit (a program whose exit code does not say: torchrun exits 1 for a lost worker).
+  std::string restart_policy = "ExitCode";  // ExitCode | OnFailure
 };
 
 struct JobSpec {

@@ -129,6 +129,7 @@ Status ParseRunPolicy(const json& j, RunPolicy* p) {
   RETURN_IF_ERROR(
       f.Int("schedulingTimeoutSeconds", 0, kMaxPolicySeconds, &p->scheduling_timeout_seconds));
   RETURN_IF_ERROR(f.Enum("recovery", {"InPlace", "GangRestart"}, &p->recovery));
+  RETURN_IF_ERROR(f.Enum("restartPolicy", {"ExitCode", "OnFailure"}, &p->restart_policy));
   ASSIGN_OR_RETURN(const json* group, f.Object("podGroup"));
   if (group != nullptr) {
     Fields g(*group, "spec.runPolicy.podGroup");

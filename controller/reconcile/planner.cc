@@ -595,7 +595,11 @@ class Planner {
   // A replica of this attempt that failed permanently (exit 1-127: its own cause, or another
   // rank's it reports): it dooms the job whatever else changed.
   bool FailedPermanently(const ObservedReplica& r) {
-    return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !IsRetryable(r);
+    return r.attempt == st().attempt && r.phase == ReplicaPhase::kFailed && !Retryable(r);
+  }
+  // IsRetryable under the job's runPolicy.restartPolicy.
+  bool Retryable(const ObservedReplica& r) const {
+    return IsRetryable(r, spec_.run_policy.restart_policy == "OnFailure");
   }
   bool HandleFailure(const std::vector<const ObservedReplica*>& current);
   // runPolicy.recovery InPlace: the lost replicas are deleted and re-created alone (the same
@@ -944,9 +948,9 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   auto was_replaced = [&answered](const ObservedReplica& r) {
     return std::find(answered.begin(), answered.end(), r.name) != answered.end();
   };
-  auto better = [&was_replaced](const ObservedReplica& a, const ObservedReplica& b) {
+  auto better = [this, &was_replaced](const ObservedReplica& a, const ObservedReplica& b) {
     if (IsConsequence(a) != IsConsequence(b)) return !IsConsequence(a);
-    if (IsRetryable(a) != IsRetryable(b)) return !IsRetryable(a);
+    if (Retryable(a) != Retryable(b)) return !Retryable(a);
     if (was_replaced(a) != was_replaced(b)) return !was_replaced(a);
     return a.rank < b.rank;
   };
@@ -1059,7 +1063,13 @@ bool Planner::HandleFailure(const std::vector<const ObservedReplica*>& current) 
   // failed one's is (a node fault only: AvoidNodeOf), and the restart is a disruption's.
   if (silent_peer != nullptr) AvoidNodeOf(*silent_peer);
   const bool disrupted = pick->disruption || (silent_peer != nullptr && silent_peer->disruption);
-  if (!IsRetryable(*pick)) {
+  if (!Retryable(*pick)) {
+    // A program of the user's may exit 1 for what a restart heals (torchrun, for a lost worker).
+    if (!spec_.command.empty() && pick->exit_code >= 1 && pick->exit_code <= 127) {
+      what +=
+          " (exit codes 1-127 fail the job under runPolicy.restartPolicy ExitCode; "
+          "OnFailure restarts the gang for them, within backoffLimit)";
+    }
     Finish(false, "PermanentFailure", what);
     Cleanup();
     return true;
@@ -1769,7 +1779,7 @@ bool IsConsequence(const ObservedReplica& r) {
          r.message.find("lost peer") != std::string::npos;
 }
 
-bool IsRetryable(const ObservedReplica& r) {
+bool IsRetryable(const ObservedReplica& r, bool on_failure) {
   if (r.disruption || r.never_ran) return true;
   if (IsNodeFault(r)) return true;
   // The runtime could not start the program (not found, not executable): exit 128 from the
@@ -1792,6 +1802,7 @@ bool IsRetryable(const ObservedReplica& r) {
     }
     return true;
   }
+  if (on_failure) return true;
   if (r.reason == "Evicted" || r.reason == "NodeLost" || r.reason == "Deleted" ||
       r.reason == "Preempted" || r.reason == "OOMKilled") {
     return true;

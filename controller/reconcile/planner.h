@@ -254,8 +254,9 @@ std::optional<ObservedProgress> ParseRunnerStatus(std::string_view json);
 bool IsConsequence(const ObservedReplica& r);
 
 // Exit codes 1-127 are permanent; 128-255, signals, evictions, lost nodes and replicas that never
-// ran are retryable.
-bool IsRetryable(const ObservedReplica& r);
+// ran are retryable. With `on_failure` (runPolicy.restartPolicy OnFailure) every failure is but
+// a program the runtime cannot find or start with these arguments (no restart finds it).
+bool IsRetryable(const ObservedReplica& r, bool on_failure = false);
 
 std::string ReplicaName(const std::string& job, int attempt, int rank);
 

@@ -94,6 +94,15 @@ run pet
 expect "pet: torchrun's nodes, node rank, processes per node, local world, master" \
   "$(failure pet message)" "2 1 1 1 same"
 
+# runPolicy.restartPolicy OnFailure: exit 1 (torchrun's for a lost worker) restarts the gang,
+# counted, where ExitCode (the default, above) fails the job; the second attempt succeeds.
+job once 2 '["sh", "-c", "[ $RANK = 1 ] || exit 0; [ -e \"$ONCE\" ] && exit 0; touch \"$ONCE\"; exit 1"]'
+sed -i 's/  runPolicy: {backoffLimit: 2}/  runPolicy: {backoffLimit: 2, restartPolicy: OnFailure}/' "$WORK/once.yaml"
+run once ONCE="$WORK/once.marker"
+expect "once: ringtrain run exit code ($(tail -n 3 "$WORK/once.out"))" "$RC" 0
+expect "once: phase" "$(json_get "$WORK/once.json" phase)" Succeeded
+expect "once: restarts (exit 1 restarted under OnFailure)" "$(json_get "$WORK/once.json" restarts)" 1
+
 # The same, succeeding: the job Succeeds and ringtrain run exits 0.
 job py-ok 2 '["python3", "-c", "import os; assert os.getcwd() == os.environ[\"WANT\"]"]' "    spec:
       containers:

@@ -294,19 +294,21 @@ TEST_F(CheckpointReconcileTest, WhatATemplateAsksForThatNoReplicaGetsIsAWarning)
   const std::string trains =
       "the built-in runner on spec.train (set spec.image and spec.command to run a program of "
       "your own)";
-  EXPECT_EQ(said,
-            (std::vector<std::string>{
-                "spec.template.spec.containers[runner].image: example.com/mine:1 is ignored: every "
-                "replica runs " +
-                    trains,
-                "spec.template.spec.restartPolicy: OnFailure is ignored: a replica's pod is never "
-                "restarted in place (restartPolicy Never); a failed replica is replaced, or its "
-                "gang restarted (runPolicy.recovery, backoffLimit)",
-                "spec.template.spec.containers[pytorch] asks for nvidia.com/gpu but does not "
-                "train: only the container named runner does, running " +
-                    trains +
-                    "; pytorch runs beside it as a sidecar, without the gang's "
-                    "environment"}));
+  EXPECT_EQ(
+      said,
+      (std::vector<std::string>{
+          "spec.template.spec.containers[runner].image: example.com/mine:1 is ignored: every "
+          "replica runs " +
+              trains,
+          "spec.template.spec.restartPolicy: OnFailure is ignored: a replica's pod is never "
+          "restarted in place (restartPolicy Never); a failed replica is replaced, or its "
+          "gang restarted (runPolicy.recovery, backoffLimit; runPolicy.restartPolicy: OnFailure "
+          "for every exit code, not only 128-255)",
+          "spec.template.spec.containers[pytorch] asks for nvidia.com/gpu but does not "
+          "train: only the container named runner does, running " +
+              trains +
+              "; pytorch runs beside it as a sidecar, without the gang's "
+              "environment"}));
 }
 
 // A review found a job that failed as InvalidSpec, its spec then fixed, staying Failed with the

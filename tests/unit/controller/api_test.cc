@@ -42,6 +42,7 @@ TEST(Manifest, DefaultsApply) {
   EXPECT_EQ(job->spec.train.epochs, 10);
   EXPECT_EQ(job->spec.run_policy.backoff_limit, 3);
   EXPECT_EQ(job->spec.run_policy.clean_pod_policy, api::CleanPodPolicy::kRunning);
+  EXPECT_EQ(job->spec.run_policy.restart_policy, "ExitCode");
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
@@ -91,6 +92,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
                 "spec.runPolicy.cleanPodPolicy: must be one of None, Running, All"},
         BadCase{"  runPolicy:\n    backoffLimit: -2\n", "spec.runPolicy.backoffLimit"},
+        BadCase{"  runPolicy:\n    restartPolicy: Always\n",
+                "spec.runPolicy.restartPolicy: must be one of ExitCode, OnFailure"},
         BadCase{"  runPolicy:\n    schedulingTimeoutSeconds: -1\n",
                 "spec.runPolicy.schedulingTimeoutSeconds: must be at least 0"},
         BadCase{"  runPolicy:\n    podGroup: {queue: q}\n",

@@ -2240,6 +2240,48 @@ TEST(Avoidance, ARefusalNeverDowngradesARequiredAvoidance) {
   EXPECT_EQ(faulted.status.avoided_nodes[0], (api::AvoidedNode{"node-0", "NodeLost", 1, true}));
 }
 
+// torchrun exits 1 when a worker fails (a lost peer as well as a bug): under ExitCode (the
+// default, and Kubeflow's) that fails the job, and the message says which policy restarts it;
+// under OnFailure it restarts the gang, counted, until backoffLimit. A program the runtime
+// cannot find fails the job under both.
+TEST(PlannerRestartPolicy, OnFailureRestartsTheGangForAnExitCodeThatSaysNothing) {
+  auto plan = [](const std::string& policy, int restarts, ObservedReplica failed) {
+    api::TrainingJob job = Job(2);
+    job.spec.command = {"torchrun", "train.py"};
+    job.spec.run_policy.restart_policy = policy;
+    job.status.phase = "Running";
+    job.status.restarts = restarts;
+    return PlanAt(job, {failed, Replica(1, 0, ReplicaPhase::kRunning)}, At(10));
+  };
+  ObservedReplica torchrun = Replica(0, 0, ReplicaPhase::kFailed, 1, "Error");
+  torchrun.message = "torch.distributed.elastic.multiprocessing.errors.ChildFailedError";
+
+  Plan exit_code = plan("ExitCode", 0, torchrun);
+  EXPECT_EQ(exit_code.status.phase, "Failed");
+  ASSERT_NE(Cond(exit_code.status, "Failed"), nullptr);
+  EXPECT_EQ(Cond(exit_code.status, "Failed")->reason, "PermanentFailure");
+  EXPECT_NE(Cond(exit_code.status, "Failed")->message.find("OnFailure restarts the gang"),
+            std::string::npos)
+      << Cond(exit_code.status, "Failed")->message;
+
+  Plan on_failure = plan("OnFailure", 0, torchrun);
+  EXPECT_EQ(on_failure.status.phase, "Restarting");
+  EXPECT_EQ(on_failure.status.attempt, 1);
+  EXPECT_EQ(on_failure.status.restarts, 1) << "the job's own failure counts";
+  ASSERT_NE(Cond(on_failure.status, "Restarting"), nullptr);
+  EXPECT_EQ(Cond(on_failure.status, "Restarting")->reason, "RetryableFailure");
+
+  Plan spent = plan("OnFailure", 2, torchrun);
+  EXPECT_EQ(spent.status.phase, "Failed");
+  EXPECT_EQ(Cond(spent.status, "Failed")->reason, "BackoffLimitExceeded");
+
+  ObservedReplica missing = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
+  missing.message = "exec: \"torchrun\": executable file not found in $PATH";
+  Plan unfound = plan("OnFailure", 0, missing);
+  EXPECT_EQ(unfound.status.phase, "Failed");
+  EXPECT_EQ(Cond(unfound.status, "Failed")->reason, "PermanentFailure");
+}
+
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   ObservedReplica missing = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
   missing.message =
