@@ -2,8 +2,10 @@
 // default resources and the name rule. Parsing lives in training_job_parse.cc.
 #include "controller/api/training_job.h"
 
+#include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <vector>
 
 #include "common/env.h"
@@ -420,6 +422,46 @@ std::string IgnoredMomentum(const JobSpec& spec) {
          " is not used: it is optimizer sgd's; adam's first-moment decay (beta1) is 0.9";
 }
 
+namespace {
+
+// The runner container's env entries of the names every replica gets from the operator (its
+// rank, the world, the master, torchrun's settings for a program of the user's, the gang's
+// token, POD_IP): replaced by the operator's values, in pods and under `ringtrain run`, named
+// once each. RINGTRAIN_RECOVERY_TIMEOUT_SECONDS is not (it is passed on: IgnoredRecoveryTimeout),
+// nor a timeout the operator leaves at its default (the template's is the rank's).
+std::string ShadowedRunnerEnv(const JobSpec& spec) {
+  const std::optional<json> runner = TemplateRunner(spec);
+  if (!runner) return "";
+  const auto env = runner->find("env");
+  if (env == runner->end() || !env->is_array()) return "";
+  contract::RankEnv rank_env;
+  rank_env.token = "set";
+  rank_env.gang_gate = "set";
+  rank_env.image = "set";
+  rank_env.launcher = !spec.command.empty();
+  std::set<std::string> ours = {contract::kEnvToken, "POD_IP"};
+  for (const auto& [name, value] : contract::RankEnvVars(rank_env)) ours.insert(name);
+  ours.erase(contract::kEnvRecoveryTimeout);
+  std::vector<std::string> named;
+  for (const auto& e : *env) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string()) continue;
+    const std::string name = e["name"].get<std::string>();
+    if (ours.contains(name) && std::find(named.begin(), named.end(), name) == named.end()) {
+      named.push_back(name);
+    }
+  }
+  if (named.empty()) return "";
+  std::string list;
+  for (const auto& n : named) list += (list.empty() ? "" : ", ") + n;
+  return "spec.template.spec.containers[runner].env: " + list +
+         (named.size() == 1 ? " is" : " are") +
+         " ignored: every replica gets the operator's value (its rank, the gang's world and "
+         "master" +
+         (spec.command.empty() ? "" : ", torchrun's settings") + ")";
+}
+
+}  // namespace
+
 std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec) {
   std::vector<std::string> out;
   const std::optional<json> pod = TemplatePodSpec(spec);
@@ -443,6 +485,7 @@ std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec) {
                   "(runPolicy.recovery, backoffLimit; runPolicy.restartPolicy: OnFailure for "
                   "every exit code, not only 128-255)");
   }
+  if (std::string env = ShadowedRunnerEnv(spec); !env.empty()) out.push_back(std::move(env));
   const auto containers = pod->find("containers");
   if (containers == pod->end() || !containers->is_array()) return out;
   for (const auto& c : *containers) {

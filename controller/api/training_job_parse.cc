@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -381,6 +382,9 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   RETURN_IF_ERROR(f.Int("gpusPerReplica", 0, 16, &s->gpus_per_replica));
   RETURN_IF_ERROR(ReadEnum(f, "backend", &s->backend));
   RETURN_IF_ERROR(f.String("image", &s->image));
+  // Empty is unset (a Helm value left empty renders `image: ""`): the default runner image, not
+  // a pod the API server refuses ("spec.containers[0].image: Required value").
+  if (s->image.empty()) s->image = JobSpec{}.image;
   ASSIGN_OR_RETURN(const json* train, f.Object("train"));
   if (train != nullptr) RETURN_IF_ERROR(ParseTrain(*train, &s->train, strict));
   ASSIGN_OR_RETURN(const json* ckpt, f.Object("checkpoint"));
@@ -408,7 +412,8 @@ Status ParseSpec(const json& j, JobSpec* s, bool strict) {
   }
   // The API server refuses a pod that requests more than its limit, and the job would wait on
   // the refused create: said by validate and run. Not by the operator (not `strict`), which
-  // must not fail a job that ran under an earlier operator; it waits on the API's refusal. A
+  // must not fail a job that ran under an earlier operator; it fails the job on the API's
+  // refusal (PodInvalid) if ever it creates a pod of it again. A
   // runner container of the template with resources of its own uses those instead.
   if (!strict && s->resources && !TemplateRunnerSetsResources(*s)) {
     for (const auto& [name, request] : s->resources->requests) {
@@ -443,6 +448,21 @@ Status ParseMetadata(const json& j, ObjectMeta* m) {
   m->resource_version = StringField(j, "resourceVersion", m->resource_version);
   m->generation = IntField(j, "generation", m->generation);
   m->creation_timestamp = StringField(j, "creationTimestamp", m->creation_timestamp);
+  // `kubectl create -f` of a manifest with metadata.generateName (Argo's, a CI's): the API server
+  // names it the prefix (up to 58 characters) and 5 characters of its own alphabet; so does
+  // `ringtrain run` (an object read from the API server always has its name).
+  std::string generate;
+  RETURN_IF_ERROR(f.String("generateName", &generate));
+  if (m->name.empty() && !generate.empty()) {
+    static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+    std::random_device device;
+    std::uniform_int_distribution<std::size_t> pick(0, sizeof(kAlphabet) - 2);
+    m->name = generate.substr(0, 58);
+    for (int i = 0; i < 5; ++i) m->name += kAlphabet[pick(device)];
+    if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
+      return InvalidArgument("metadata.generateName: " + problem);
+    }
+  }
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
   if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
     return InvalidArgument("metadata.name: " + problem);

@@ -166,6 +166,8 @@ StatusOr<LocalContainer> LocalContainerFromSpec(const api::JobSpec& spec, const 
                         "\" does not run under `ringtrain run` (only the runner does)");
   }
   for (std::string& ignored : api::IgnoredTemplateFields(spec)) {
+    // Each replaced env entry is said below, as ReadEnv meets it ("env X is set by ringtrain").
+    if (ignored.starts_with("spec.template.spec.containers[runner].env: ")) continue;
     out.notes.push_back(std::move(ignored) + ", as in the operator's pods");
   }
   if (runner == nullptr || !runner->is_object()) return out;

@@ -43,6 +43,78 @@ TEST(Manifest, DefaultsApply) {
   EXPECT_EQ(job->spec.run_policy.backoff_limit, 3);
   EXPECT_EQ(job->spec.run_policy.clean_pod_policy, api::CleanPodPolicy::kRunning);
   EXPECT_EQ(job->spec.run_policy.restart_policy, "ExitCode");
+  // An empty image (a Helm value left empty) is the default, as an unset one.
+  auto empty = ParseManifestYaml(WithSpec("  image: \"\"\n"), "t.yaml");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_EQ(empty->spec.image, api::JobSpec{}.image);
+}
+
+// metadata.generateName (kubectl create -f; Argo's manifests): named as the API server names
+// it, the prefix and 5 characters of its alphabet; a name given wins; a prefix that cannot make
+// a job name is refused naming the field. It used to be refused as "metadata.name: required".
+TEST(Manifest, GenerateNameNamesTheJobAsTheApiServerWould) {
+  auto parse = [](const std::string& meta) {
+    return ParseManifestYaml("apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n" +
+                                 meta + "spec:\n  replicas: 2\n",
+                             "job.yaml");
+  };
+  auto a = parse("  generateName: mnist-\n");
+  auto b = parse("  generateName: mnist-\n");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  const std::string& name = a->metadata.name;
+  ASSERT_EQ(name.size(), 11u) << name;
+  EXPECT_TRUE(name.starts_with("mnist-")) << name;
+  EXPECT_EQ(name.substr(6).find_first_not_of("bcdfghjklmnpqrstvwxz2456789"), std::string::npos)
+      << name;
+  EXPECT_NE(a->metadata.name, b->metadata.name);
+  auto named = parse("  name: fixed\n  generateName: mnist-\n");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(named->metadata.name, "fixed");
+  auto bad = parse("  generateName: MNIST-\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("metadata.generateName: \"MNIST-"), std::string::npos)
+      << bad.status().ToString();
+  auto none = parse("  labels: {a: b}\n");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("metadata.name: required"), std::string::npos);
+}
+
+// A template's value of a variable every replica gets from the operator was replaced without a
+// word (review: PET_NNODES, MASTER_PORT); it is named, once, where the other template fields no
+// replica gets are. The recovery timeout (passed on) and a timeout of the user's are not.
+TEST(Manifest, ATemplateEnvTheOperatorReplacesIsNamed) {
+  const std::string tmpl =
+      "  template:\n    spec:\n      containers:\n        - name: runner\n          env:\n"
+      "            - {name: MASTER_PORT, value: \"29500\"}\n"
+      "            - {name: PET_NNODES, value: \"4\"}\n"
+      "            - {name: MASTER_PORT, value: \"29501\"}\n"
+      "            - {name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: \"60\"}\n"
+      "            - {name: RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS, value: \"600\"}\n"
+      "            - {name: NCCL_SOCKET_IFNAME, value: eth0}\n";
+  auto said = [](const api::JobSpec& spec) {
+    std::string env;
+    for (const std::string& s : api::IgnoredTemplateFields(spec)) {
+      if (s.starts_with("spec.template.spec.containers[runner].env: ")) env += s;
+    }
+    return env;
+  };
+  auto runner = ParseManifestYaml(WithSpec("  replicas: 2\n" + tmpl), "job.yaml");
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  EXPECT_EQ(said(runner->spec),
+            "spec.template.spec.containers[runner].env: MASTER_PORT is ignored: every replica "
+            "gets the operator's value (its rank, the gang's world and master)");
+  auto torchrun = ParseManifestYaml(
+      WithSpec("  replicas: 2\n  image: example.com/t:1\n  command: [torchrun, train.py]\n" + tmpl),
+      "job.yaml");
+  ASSERT_TRUE(torchrun.ok()) << torchrun.status().ToString();
+  EXPECT_EQ(said(torchrun->spec),
+            "spec.template.spec.containers[runner].env: MASTER_PORT, PET_NNODES are ignored: "
+            "every replica gets the operator's value (its rank, the gang's world and master, "
+            "torchrun's settings)");
+  auto plain = ParseManifestYaml(WithSpec("  replicas: 2\n"), "job.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(said(plain->spec), "");
 }
 
 TEST(Manifest, ShippedExamplesAreValid) {
