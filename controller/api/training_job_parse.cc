@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "common/json_fields.h"
@@ -53,7 +55,18 @@ Status ParseModel(Fields& f, TrainSpec* t) {
                            ") or a layer list (an object with input, layers, loss), got " +
                            JsonTypeName(*model) + " " + QuoteJson(*model));
   }
-  return f.Enum("model", contract::ModelNames(), &t->model);
+  const auto& names = contract::ModelNames();
+  if (model != nullptr &&
+      std::find(names.begin(), names.end(), model->get<std::string>()) == names.end()) {
+    // A layer list as a JSON string, or a path to one (review): written as YAML it is taken.
+    std::string presets;
+    for (const auto& n : names) presets += (presets.empty() ? "" : ", ") + n;
+    return InvalidArgument(f.Path("model") + ": must be a preset name (" + presets +
+                           ") or a layer list written in the manifest (an object: {input: [...], "
+                           "layers: [...], loss: ...}; not a string of JSON, nor a file), got " +
+                           QuoteJson(*model));
+  }
+  return f.Enum("model", names, &t->model);
 }
 
 // `strict`: an object of the API server, which the operator must check without reading the
@@ -73,6 +86,23 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
   } else {
     RETURN_IF_ERROR(f.String("dataset", &t->dataset));
     if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
+    // A string is a directory of IDX files: one that names a table's file was read as such, and
+    // the first word of it was a model "of 10 classes" or "not a directory" (review).
+    for (const auto& [suffix, format] :
+         std::initializer_list<std::pair<const char*, const char*>>{{".csv", "csv"},
+                                                                    {".csv.gz", "csv"},
+                                                                    {".tsv", "csv"},
+                                                                    {".tsv.gz", "csv"},
+                                                                    {".npy", "npy"}}) {
+      if (!t->dataset.ends_with(suffix)) continue;
+      const std::string example = std::string(format) == "csv"
+                                      ? "{format: csv, train: " + t->dataset + ", label: <column>}"
+                                      : "{format: npy, trainX: " + t->dataset + ", trainY: ...}";
+      return InvalidArgument("spec.train.dataset: " + QuoteJson(json(t->dataset)) +
+                             ": a string names a directory of IDX files (Fashion-MNIST's); for " +
+                             "a " + (std::string(format) == "csv" ? "CSV" : "NPY") +
+                             " file write the dataset as an object: " + example);
+    }
   }
   RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
   RETURN_IF_ERROR(f.Int("batchSizePerReplica", 1, 65536, &t->batch_size_per_replica));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -196,11 +197,7 @@ bool LooksLikeCounts(const Line& line) {
                       [](std::string_view c) { return ParseNumber(c).has_value(); });
 }
 
-std::string Quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s.substr(0, 64)) out += (static_cast<unsigned char>(c) < 0x20) ? '?' : c;
-  return out + (s.size() > 64 ? "...\"" : "\"");
-}
+std::string Quote(std::string_view s) { return QuoteText(s); }
 
 // One file's cells as numbers: the header and counts lines taken off, every row checked.
 struct Parsed {
@@ -360,8 +357,14 @@ StatusOr<std::size_t> LabelColumn(const Parsed& p, const CsvOptions& o) {
     }
     const auto it = std::find(p.names.begin(), p.names.end(), o.label_name);
     if (it == p.names.end()) {
+      // The names it has (a label of another case, a name mistyped), the first 12 of them.
+      std::string names;
+      for (std::size_t i = 0; i < p.names.size() && i < 12; ++i) {
+        names += (names.empty() ? "" : ", ") + Quote(p.names[i]);
+      }
+      if (p.names.size() > 12) names += ", ... (" + std::to_string(p.names.size()) + " in all)";
       return InvalidArgument(p.path + ": no column named " + Quote(o.label_name) +
-                             " in the header" + SplitOn(p.delim));
+                             " in the header, which names " + names + SplitOn(p.delim));
     }
     // Two columns of the label's name: taking the first would train on the other as a feature.
     if (const auto again = std::find(it + 1, p.names.end(), o.label_name); again != p.names.end()) {

@@ -126,7 +126,10 @@ Status ParseLabel(Fields& f, DatasetSpec& spec) {
   }
   if (!v->is_number_integer()) {
     return InvalidArgument(f.Path("label") + ": must be a column name or an integer index, got " +
-                           JsonTypeName(*v) + " " + QuoteJson(*v));
+                           JsonTypeName(*v) + " " + QuoteJson(*v) +
+                           (v->is_boolean() ? " (YAML reads y, n, yes, no, on, off, true and "
+                                              "false as booleans: quote a column of such a name)"
+                                            : ""));
   }
   return f.Int("label", -kMaxLabelIndex, kMaxLabelIndex, &spec.label_index);
 }

@@ -2,12 +2,45 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <utility>
 
 namespace ringtrain::data {
+
+// A cell or a name as the messages quote it: at most 64 bytes, a control character as '?', and
+// a byte that is no part of a UTF-8 character (a Latin-1 header) as \xNN, so that the message
+// stays text (a summary's or a status's JSON refuses broken UTF-8).
+std::string QuoteText(std::string_view s) {
+  std::string out = "\"";
+  const std::string_view head = s.substr(0, 64);
+  for (std::size_t i = 0; i < head.size();) {
+    const auto c = static_cast<unsigned char>(head[i]);
+    if (c < 0x80) {
+      out += c < 0x20 ? '?' : static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // The length its lead byte announces (2-4), and whether that many continuation bytes follow.
+    const std::size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    bool whole = len > 0 && i + len <= head.size();
+    for (std::size_t k = 1; whole && k < len; ++k) {
+      whole = (static_cast<unsigned char>(head[i + k]) & 0xC0) == 0x80;
+    }
+    if (whole) {
+      out.append(head.substr(i, len));
+      i += len;
+      continue;
+    }
+    char hex[8];
+    std::snprintf(hex, sizeof(hex), "\\x%02X", c);
+    out += hex;
+    ++i;
+  }
+  return out + (s.size() > 64 ? "...\"" : "\"");
+}
 namespace {
 
 std::string Name(const std::string& path, const char* fallback) {
@@ -165,7 +198,7 @@ Status ValidateTable(const Table& t, const Table* reference) {
       const auto i = static_cast<std::size_t>(
           std::mismatch(names.begin(), names.end(), ref.begin(), ref.end()).first - names.begin());
       auto name = [](const std::vector<std::string>& v, std::size_t k) {
-        return k < v.size() ? "\"" + v[k] + "\"" : std::string("nothing");
+        return k < v.size() ? QuoteText(v[k]) : std::string("nothing");
       };
       return InvalidArgument(x + ": the header names feature " + std::to_string(i + 1) + " " +
                              name(names, i) + ", the training set (" + reference->path +
@@ -257,7 +290,21 @@ StatusOr<TrainTest> LoadTrainTest(const SplitReader& read, bool standardize) {
   TrainTest out;
   ASSIGN_OR_RETURN(out.train, read(nullptr));
   RETURN_IF_ERROR(ValidateTable(out.train));
-  ASSIGN_OR_RETURN(out.test, read(&out.train.task));
+  auto test = read(&out.train.task);
+  if (!test.ok()) {
+    // A test label past the classes the training split gave (its largest label + 1): where the
+    // count came from, and what sets it (review: "label 2 is not below the 2 classes" beside a
+    // model of 3 units).
+    const std::string& m = test.status().message();
+    if (!out.train.classes_from.empty() && (m.find(" is not below the ") != std::string::npos ||
+                                            m.find(" is not in [0, ") != std::string::npos)) {
+      return Status(test.status().code(),
+                    m + " (the training split's classes: " + out.train.classes_from +
+                        "; spec.train.dataset.classes says how many)");
+    }
+    return test.status();
+  }
+  out.test = *std::move(test);
   RETURN_IF_ERROR(ValidateTable(out.test, &out.train));
   if (standardize) {
     out.scaling = FitStandardization(out.train);

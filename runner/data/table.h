@@ -25,6 +25,10 @@ struct Task {
   bool classification() const { return kind == Kind::kClassification; }
 };
 
+// A cell or a name as messages quote it: "...", at most 64 bytes, a control character as '?'
+// and a byte that is no part of a UTF-8 character (a Latin-1 header) as \xNN.
+std::string QuoteText(std::string_view s);
+
 // The most classes a label may select: a label of 10^9 is a corrupt file, not a softmax width.
 inline constexpr int kMaxClasses = 1 << 16;
 

@@ -64,7 +64,9 @@ StatusOr<int> IntOption(const Json& options, const std::string& path, const char
     if (fallback) return *fallback;
     return InvalidArgument(at + ": required");
   }
-  if (!it->is_number_integer()) return InvalidArgument(at + ": must be an integer");
+  if (!it->is_number_integer()) {
+    return InvalidArgument(at + ": must be an integer, got " + it->dump().substr(0, 40));
+  }
   const auto value = it->get<std::int64_t>();
   if (value < lo || value > hi) {
     return InvalidArgument(at + ": must be " + std::to_string(lo) + ".." + std::to_string(hi) +
@@ -203,7 +205,9 @@ StatusOr<ModelSpec> ParseModelSpec(std::string_view text, std::string_view where
   for (std::size_t i = 0; i < input->size(); ++i) {
     const Json& d = (*input)[i];
     const std::string at = root + ".input[" + std::to_string(i) + "]";
-    if (!d.is_number_integer()) return InvalidArgument(at + ": must be an integer");
+    if (!d.is_number_integer()) {
+      return InvalidArgument(at + ": must be an integer, got " + d.dump().substr(0, 40));
+    }
     const auto v = d.get<std::int64_t>();
     // [features] of a table as wide as the data has (a CSV of 70,000 columns trains), each of
     // [c, h, w] at most kMaxInputDim; the product is bounded in InferShapes.
@@ -352,10 +356,14 @@ StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Tas
                                           std::string_view outputs_from) {
   const bool classes = task == Task::kClassification;
   if ((spec.loss == Loss::kSoftmaxCrossEntropy) != classes) {
+    // Or the dataset's task is not the one meant: a regression that left `task` out is read
+    // as classification (review).
     return InvalidArgument("loss: " + std::string(NameOf(spec.loss)) + " does not fit a " +
                            std::string(NameOf(task)) + " dataset (use \"" +
                            std::string(NameOf(classes ? Loss::kSoftmaxCrossEntropy : Loss::kMse)) +
-                           "\")");
+                           "\"; for " + (classes ? "numbers" : "classes") +
+                           " to predict, set spec.train.dataset.task: " +
+                           (classes ? "regression" : "classification") + ")");
   }
   ASSIGN_OR_RETURN(ShapeReport report, InferShapes(spec));
   if (data.size() != spec.input.size() ||

@@ -152,7 +152,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  replicas: 1\n  gpusPerReplica: -1\n", "spec.gpusPerReplica"},
         BadCase{"  backend: mpi\n", "spec.backend: must be one of auto, nccl, tcp"},
         BadCase{"  train:\n    epochs: 0\n", "spec.train.epochs: must be at least 1"},
-        BadCase{"  train:\n    model: resnet\n", "spec.train.model: must be one of mlp, cnn"},
+        BadCase{"  train:\n    model: resnet\n",
+                "spec.train.model: must be a preset name (mlp, cnn) or a layer list written in "
+                "the manifest (an object: {input: [...], layers: [...], loss: ...}; not a string "
+                "of JSON, nor a file), got \"resnet\""},
+        BadCase{"  train:\n    dataset: {format: csv, train: t.csv, test: s.csv, label: no}\n",
+                "spec.train.dataset.label: must be a column name or an integer index, got a "
+                "boolean false (YAML reads y, n, yes, no, on, off, true and false as booleans: "
+                "quote a column of such a name)"},
         BadCase{"  train:\n    learningRate: 0\n", "spec.train.learningRate: must be greater"},
         BadCase{"  train:\n    optimizer: sgd\n    momentum: 1\n",
                 "spec.train.momentum: must be less than 1 (optimizer sgd), got 1"},
@@ -164,6 +171,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"  runPolicy:\n    cleanPodPolicy: Sometimes\n",
                 "spec.runPolicy.cleanPodPolicy: must be one of None, Running, All"},
         BadCase{"  runPolicy:\n    backoffLimit: -2\n", "spec.runPolicy.backoffLimit"},
+        BadCase{"  train:\n    dataset: /data/train.csv\n",
+                "spec.train.dataset: \"/data/train.csv\": a string names a directory of IDX files "
+                "(Fashion-MNIST's); for a CSV file write the dataset as an object: {format: csv, "
+                "train: /data/train.csv, label: <column>}"},
+        BadCase{"  train:\n    dataset: x.npy\n", "{format: npy, trainX: x.npy, trainY: ...}"},
         BadCase{"  runPolicy:\n    restartPolicy: Always\n",
                 "spec.runPolicy.restartPolicy: must be one of ExitCode, OnFailure"},
         BadCase{"  runPolicy:\n    schedulingTimeoutSeconds: -1\n",

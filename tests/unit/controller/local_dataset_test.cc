@@ -127,7 +127,8 @@ TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt
        "    dataset: {format: csv, train: " +
            Csv() + ", test: " + Csv() + ", label: target}\n",
        "spec.train.model.loss: mse does not fit a classification dataset (use "
-       "\"softmax_cross_entropy\")"},
+       "\"softmax_cross_entropy\"; for numbers to predict, set spec.train.dataset.task: "
+       "regression)"},
       {"    model:\n      layers: [{dense: {units: 1}}]\n      loss: mse\n"
        "    dataset: {format: csv, train: " +
            Csv() + ", test: " + Csv() + ", label: target, task: classification}\n",
@@ -136,7 +137,7 @@ TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt
        "    dataset: {format: csv, train: " +
            regression + ", test: " + regression + ", label: target, task: regression}\n",
        "spec.train.model.loss: softmax_cross_entropy does not fit a regression dataset (use "
-       "\"mse\")"},
+       "\"mse\"; for classes to predict, set spec.train.dataset.task: classification)"},
       {"    model:\n      layers: [{dense: {units: 2}}]\n      loss: mse\n"
        "    dataset: {format: csv, train: " +
            regression + ", test: " + regression + ", label: target, task: regression}\n",

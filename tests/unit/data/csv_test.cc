@@ -150,7 +150,8 @@ TEST_F(CsvTest, ASemicolonFileIsReadWithoutSayingTheDelimiter) {
   const auto piped = Write("c.csv", "a|species\n1|0\n");
   EXPECT_EQ(Error(ReadCsv({piped, ""}, o)),
             piped +
-                ": no column named \"species\" in the header (its lines split on blanks; "
+                ": no column named \"species\" in the header, which names \"a|species\" (its "
+                "lines split on blanks; "
                 "set the dataset's delimiter, spec.train.dataset.delimiter in a TrainingJob, "
                 "if it is another)");
 }
@@ -210,7 +211,18 @@ TEST_F(CsvTest, RaggedRowsAndBadHeaderAreErrors) {
   CsvOptions o;
   o.label_name = "missing";
   const auto named = Write("c.csv", "a,y\n1,0\n");
-  EXPECT_NE(Error(ReadCsv({named, ""}, o)).find("no column named \"missing\""), std::string::npos);
+  EXPECT_NE(Error(ReadCsv({named, ""}, o))
+                .find("no column named \"missing\" in the header, which "
+                      "names \"a\", \"y\""),
+            std::string::npos)
+      << Error(ReadCsv({named, ""}, o));
+  // A Latin-1 name is quoted as text (a summary's JSON refuses broken UTF-8); UTF-8 stays.
+  o.label_name = "nope";
+  const auto latin1 = Write("l.csv", "f\xE9,\xC3\xA9t\xC3\xA9,y\n1,2,0\n");
+  EXPECT_NE(
+      Error(ReadCsv({latin1, ""}, o)).find("which names \"f\\xE9\", \"\xC3\xA9t\xC3\xA9\", \"y\""),
+      std::string::npos)
+      << Error(ReadCsv({latin1, ""}, o));
   const auto plain = Write("d.csv", "1,0\n");
   EXPECT_NE(Error(ReadCsv({plain, ""}, o)).find("no header line"), std::string::npos);
   EXPECT_NE(Error(ReadCsv({Write("e.csv", "\n\n"), ""}, CsvOptions{})).find("no samples"),
@@ -412,6 +424,11 @@ TEST_F(CsvTest, TestSplitMustMatchTheTrainingSplit) {
   const auto unseen = Write("unseen.csv", "1,2,2\n");
   auto tt = LoadCsv({train, ""}, {unseen, ""}, CsvOptions{});
   EXPECT_NE(Error(tt).find(unseen + ": line 1, column 3: label 2 is not below the 2 classes"),
+            std::string::npos)
+      << Error(tt);
+  // Where the 2 came from, and what sets it.
+  EXPECT_NE(Error(tt).find("(the training split's classes: the largest label, 1 (" + train +
+                           " line 2), plus one; spec.train.dataset.classes says how many)"),
             std::string::npos)
       << Error(tt);
 }

@@ -93,7 +93,7 @@ TEST_F(ModelSpecTest, ParseErrorsNameThePath) {
   EXPECT_EQ(ParseError(R"({"input": [4], "layers": [{"dense": {}}]})"),
             "model.layers[0].dense.units: required");
   EXPECT_EQ(ParseError(R"({"input": [4], "layers": [{"dense": {"units": 2.5}}]})"),
-            "model.layers[0].dense.units: must be an integer");
+            "model.layers[0].dense.units: must be an integer, got 2.5");
   EXPECT_THAT(ParseError(R"({"input": [4], "layers": [{"dense": {"units": 2, "bias": 0}}]})"),
               HasSubstr("model.layers[0].dense.bias: unknown option (known: units)"));
   EXPECT_THAT(ParseError(R"({"input": [4], "layers": ["lstm"]})"),
@@ -220,14 +220,16 @@ TEST_F(ModelSpecTest, DatasetCheckRefusesALossThatDoesNotFitTheTaskFirst) {
     auto refused = CheckAgainstDataset(mse, Shape{1, 28, 28}, kClasses, 10);
     ASSERT_FALSE(refused.ok()) << units;
     EXPECT_EQ(refused.status().message(),
-              "loss: mse does not fit a classification dataset (use \"softmax_cross_entropy\")");
+              "loss: mse does not fit a classification dataset (use \"softmax_cross_entropy\"; "
+              "for numbers to predict, set spec.train.dataset.task: regression)");
     EXPECT_TRUE(CheckAgainstDataset(mse, Shape{1, 28, 28}, Task::kRegression, units).ok());
   }
   const ModelSpec classifier = MustParse(R"({"input": [13], "layers": [{"dense": {"units": 2}}]})");
   auto refused = CheckAgainstDataset(classifier, Shape{13, 1, 1}, Task::kRegression, 1);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(),
-            "loss: softmax_cross_entropy does not fit a regression dataset (use \"mse\")");
+            "loss: softmax_cross_entropy does not fit a regression dataset (use \"mse\"; for "
+            "classes to predict, set spec.train.dataset.task: classification)");
   // Before the input too: the first thing to fix is the loss.
   refused = CheckAgainstDataset(classifier, Shape{7, 1, 1}, Task::kRegression, 2);
   ASSERT_FALSE(refused.ok());
