@@ -60,8 +60,9 @@ std::string CheckpointPath(const std::string& dir, std::int64_t global_step);
 // What a NaN or infinite loss or state says of its cause: the training loop's stop and the
 // checkpoint writer's refusal name the same setting.
 inline constexpr std::string_view kDivergedCauses =
-    "the model diverged (a learning rate too high for it, spec.train.learningRate, or inputs or "
-    "targets too large: standardize them)";
+    "the model diverged (a learning rate too high for it, spec.train.learningRate; feature "
+    "values too large: spec.train.dataset.standardize, on by default, scales them; or "
+    "regression targets too large: scale them yourself, standardize does not)";
 
 // Writes CheckpointPath(dir, position.global_step) and keeps the newest `keep` files. A state
 // holding a NaN or infinity is not written (FailedPrecondition naming kDivergedCauses). Errors a
