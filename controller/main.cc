@@ -436,6 +436,14 @@ int Run(const std::vector<std::string>& args) {
       summary["resume_command"] = resume_command;
     }
   }
+  // Rank 0's result says whether it resumed; without it (interrupted), what the run announced.
+  if (!summary.contains("resumed") && result->resumed_from > 0) {
+    summary["resumed"] = true;
+    if (summary.contains("steps") && summary["steps"].is_number_integer()) {
+      summary["steps_this_run"] =
+          std::max<std::int64_t>(0, summary["steps"].get<std::int64_t>() - result->resumed_from);
+    }
+  }
   // The job failed on that very checkpoint: the resume command would fail the same way.
   const bool of_another_model =
       st.last_failure &&

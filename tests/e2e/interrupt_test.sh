@@ -227,4 +227,22 @@ resume="ringtrain run $WORK/job.yaml --workdir $WORK/run"
 grep -qF "newest checkpoint: step $step, $ckpt" "$WORK/ringtrain.log" &&
   grep -qF "to resume from it: $resume" "$WORK/ringtrain.log" ||
   fail "the console does not say how to resume: $(tail -n 5 "$WORK/ringtrain.log")"
+
+# That command, interrupted again once it trains: without rank 0's result, the summary still says
+# it resumed, and from where (the console's "resuming from step"); it left both out (review).
+"$BIN/ringtrain" run "$WORK/job.yaml" --workdir "$WORK/run" --summary-json "$WORK/resumed.json" \
+  >"$WORK/resumed.log" 2>&1 &
+RUN_PID=$!
+PIDS+=($RUN_PID)
+wait_until 120 "the run says it resumes" grep -q "resuming from step $step of" "$WORK/resumed.log"
+wait_until 120 "progress of the resumed run" grep -q "| step [1-9]" "$WORK/resumed.log"
+kill -INT "$RUN_PID"
+wait_exit "$RUN_PID" 60
+[ "$RC" = 130 ] || fail "the resumed run exited with $RC after SIGINT, expected 130"
+[ "$(json_get "$WORK/resumed.json" resumed)" = True ] ||
+  fail "resumed summary: no resumed: $(cat "$WORK/resumed.json")"
+total=$(json_get "$WORK/resumed.json" steps)
+this_run=$(json_get "$WORK/resumed.json" steps_this_run)
+[ "$((total - this_run))" = "$step" ] ||
+  fail "resumed summary: steps $total - steps_this_run $this_run is not step $step"
 echo PASS

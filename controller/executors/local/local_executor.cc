@@ -206,7 +206,8 @@ class LocalRun {
   SteadyTime next_poll_{};
   SteadyTime next_print_{};
   int printed_attempt_ = -1;
-  bool announced_resume_ = false;  // or decided there was nothing to announce
+  bool announced_resume_ = false;   // or decided there was nothing to announce
+  std::int64_t resumed_from_ = -1;  // what it announced (LocalRunResult::resumed_from)
 };
 
 void LocalRun::RemoveStaleResults() const {
@@ -267,6 +268,7 @@ void LocalRun::AnnounceResume(std::int64_t step, bool ended) {
   if (announced_resume_ || !job_.spec.command.empty()) return;
   announced_resume_ = true;
   if (step <= 0) return;
+  resumed_from_ = step;
   Say(std::string(ended ? "resumed" : "resuming") + " from step " + std::to_string(step) + " of " +
           CheckpointDir(),
       false);
@@ -642,6 +644,7 @@ StatusOr<LocalRunResult> LocalRun::Run(const std::atomic<bool>* interrupted) {
       AnnounceResume(integer("steps") - integer("steps_this_run"), true);
     }
   }
+  result.resumed_from = resumed_from_;
   return result;
 }
 

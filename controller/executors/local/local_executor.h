@@ -64,6 +64,10 @@ struct LocalRunResult {
   std::string checkpoint_dir;
   std::int64_t checkpoint_step = -1;
   std::string checkpoint_path;
+  // The checkpoint step the first attempt resumed from (its first /status read, or rank 0's
+  // result), -1 when it started from step 0 or it is not known: a summary without rank 0's
+  // result (an interrupted run) still says it resumed.
+  std::int64_t resumed_from = -1;
 };
 
 // The newest checkpoint file (ckpt-<step>.bin) in `dir` by its step, as the runner resumes from
