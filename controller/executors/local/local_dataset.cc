@@ -112,9 +112,10 @@ Status CheckDatasetPaths(const api::TrainSpec& t, const data::DatasetSpec& spec,
     case data::DatasetFormat::kIdx: {
       const std::string field = DatasetField(t, "train");
       RETURN_IF_ERROR(CheckDatasetPath(field, spec.train, /*directory=*/true, where));
+      // A directory that is here is read here (ReadLocalDataShape), by `validate` too: what it
+      // lacks is said in these words, not as the loader's ENOENT of the first file (review).
       std::error_code ec;
-      if (where == DatasetLocation::kMaybeElsewhere || !SeesWhatRanksOpen(spec.train, where) ||
-          !std::filesystem::is_directory(spec.train, ec)) {
+      if (!SeesWhatRanksOpen(spec.train, where) || !std::filesystem::is_directory(spec.train, ec)) {
         return Status::Ok();
       }
       for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",

@@ -289,6 +289,21 @@ TEST_F(LocalDatasetTest, APathOfTheWrongKindIsRefusedNamingTheField) {
   }
 }
 
+// An IDX directory that is here but lacks its files: `validate` (maybe elsewhere) said the
+// loader's "<dir>/train-images-idx3-ubyte: No such file or directory", `run` this (review).
+TEST_F(LocalDatasetTest, AnIdxDirectoryWithoutItsFilesIsSaidAlikeByValidateAndRun) {
+  api::TrainingJob job = Job("    dataset: " + dir_.string() + "\n");
+  for (const DatasetLocation where :
+       {DatasetLocation::kMaybeElsewhere, DatasetLocation::kThisMachine}) {
+    auto summary = CheckModelLocally(&job.spec.train, where);
+    ASSERT_FALSE(summary.ok());
+    EXPECT_EQ(summary.status().message(),
+              "spec.train.dataset: " + dir_.string() +
+                  " has no train-images-idx3-ubyte[.gz] (an IDX directory holds the four "
+                  "Fashion-MNIST files)");
+  }
+}
+
 TEST_F(LocalDatasetTest, ACorruptFileIsAnErrorNamingIt) {
   std::ofstream(dir_ / "train.csv", std::ios::app) << "5,6,x,8,0\n";
   api::TrainingJob job =
