@@ -9,17 +9,18 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <random>
 #include <set>
 #include <utility>
 #include <vector>
 
+#include "common/fnv.h"
 #include "common/json_fields.h"
 #include "common/runner_flags.h"
 #include "common/yaml_to_json.h"
@@ -478,21 +479,6 @@ Status ParseMetadata(const json& j, ObjectMeta* m) {
   m->resource_version = StringField(j, "resourceVersion", m->resource_version);
   m->generation = IntField(j, "generation", m->generation);
   m->creation_timestamp = StringField(j, "creationTimestamp", m->creation_timestamp);
-  // `kubectl create -f` of a manifest with metadata.generateName (Argo's, a CI's): the API server
-  // names it the prefix (up to 58 characters) and 5 characters of its own alphabet; so does
-  // `ringtrain run` (an object read from the API server always has its name).
-  std::string generate;
-  RETURN_IF_ERROR(f.String("generateName", &generate));
-  if (m->name.empty() && !generate.empty()) {
-    static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
-    std::random_device device;
-    std::uniform_int_distribution<std::size_t> pick(0, sizeof(kAlphabet) - 2);
-    m->name = generate.substr(0, 58);
-    for (int i = 0; i < 5; ++i) m->name += kAlphabet[pick(device)];
-    if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
-      return InvalidArgument("metadata.generateName: " + problem);
-    }
-  }
   if (m->name.empty()) return InvalidArgument("metadata.name: required");
   if (std::string problem = JobNameProblem(m->name); !problem.empty()) {
     return InvalidArgument("metadata.name: " + problem);
@@ -633,8 +619,45 @@ StatusOr<TrainingJob> FromJson(const json& doc, bool with_status) {
 
 }  // namespace
 
+namespace {
+
+// `kubectl create -f` of a manifest with metadata.generateName and no name (Argo's, a CI's):
+// the API server names the job the prefix (up to 58 characters) and 5 characters of its
+// alphabet. `ringtrain run` and `validate` name it so too, from the manifest's path rather than
+// at random: every parse of one manifest (validate, run, the rerun that resumes from the work
+// directory's checkpoints, named after the job) gives the same name.
+Status NameFromGenerateName(json* doc, const std::string& source) {
+  const auto meta = doc->find("metadata");
+  if (meta == doc->end() || !meta->is_object()) return Status::Ok();
+  const auto name = meta->find("name");
+  const auto generate = meta->find("generateName");
+  if ((name != meta->end() && !(name->is_null() || (name->is_string() && name->empty()))) ||
+      generate == meta->end() || !generate->is_string() || generate->empty()) {
+    return Status::Ok();
+  }
+  static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  std::error_code ec;
+  const auto absolute = std::filesystem::absolute(source, ec);
+  std::uint64_t h = Fnv1a(ec ? source : absolute.string());
+  std::string named = generate->get<std::string>().substr(0, 58);
+  for (int i = 0; i < 5; ++i) {
+    named += kAlphabet[h % (sizeof(kAlphabet) - 1)];
+    h /= sizeof(kAlphabet) - 1;
+  }
+  if (std::string problem = JobNameProblem(named); !problem.empty()) {
+    return InvalidArgument("metadata.generateName: " + problem);
+  }
+  (*meta)["name"] = named;
+  return Status::Ok();
+}
+
+}  // namespace
+
 StatusOr<TrainingJob> ParseManifestYaml(const std::string& yaml, const std::string& source) {
   ASSIGN_OR_RETURN(json doc, YamlToJson(yaml, source, kKind));
+  if (Status named = NameFromGenerateName(&doc, source); !named.ok()) {
+    return named.WithContext(source);
+  }
   auto job = FromJson(doc, /*with_status=*/false);
   if (!job.ok()) return job.status().WithContext(source);
   return job;

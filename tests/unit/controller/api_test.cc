@@ -59,7 +59,10 @@ TEST(Manifest, GenerateNameNamesTheJobAsTheApiServerWould) {
                              "job.yaml");
   };
   auto a = parse("  generateName: mnist-\n");
-  auto b = parse("  generateName: mnist-\n");
+  auto b = ParseManifestYaml(
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  generateName: "
+      "mnist-\nspec:\n  replicas: 2\n",
+      "other.yaml");
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const std::string& name = a->metadata.name;
@@ -67,7 +70,9 @@ TEST(Manifest, GenerateNameNamesTheJobAsTheApiServerWould) {
   EXPECT_TRUE(name.starts_with("mnist-")) << name;
   EXPECT_EQ(name.substr(6).find_first_not_of("bcdfghjklmnpqrstvwxz2456789"), std::string::npos)
       << name;
-  EXPECT_NE(a->metadata.name, b->metadata.name);
+  EXPECT_NE(a->metadata.name, b->metadata.name) << "another manifest, another name";
+  // The same manifest, the same name: a rerun resumes from the checkpoints named after the job.
+  EXPECT_EQ(parse("  generateName: mnist-\n")->metadata.name, name);
   auto named = parse("  name: fixed\n  generateName: mnist-\n");
   ASSERT_TRUE(named.ok());
   EXPECT_EQ(named->metadata.name, "fixed");
