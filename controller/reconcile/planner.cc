@@ -266,6 +266,16 @@ class Planner {
       SayReplicasEnded(succeeded);
     }
     if (st().completion_time.empty()) st().completion_time = now_s_;
+    // A restart whose new gang never reported progress (a spec.command program reports none) is
+    // no longer pending once the job ended: status.recovery.pendingRestart stayed for good
+    // (review, real cluster). A gang that then succeeded did run after it: counted, its cost
+    // unknown.
+    api::RecoveryAccount& account = st().recovery;
+    if (account.restart_from_step >= 0) {
+      if (succeeded) ++account.gang_restarts;
+      account.restart_from_step = -1;
+      account.restarted_at.clear();
+    }
   }
 
   // PodsReady of a finished job (JobFinished): its replicas no longer run, or, where

@@ -2282,6 +2282,34 @@ TEST(PlannerRestartPolicy, OnFailureRestartsTheGangForAnExitCodeThatSaysNothing)
   EXPECT_EQ(Cond(unfound.status, "Failed")->reason, "PermanentFailure");
 }
 
+// A gang restart's cost is accounted when the new gang reports progress, which a spec.command
+// program never does: status.recovery.pendingRestart stayed on the finished job for good (real
+// cluster). The job's end closes it; a gang that then succeeded is counted as one that ran.
+TEST(PlannerRestartPolicy, AFinishedJobHasNoPendingRestart) {
+  auto finish = [](ReplicaPhase rank1) {
+    api::TrainingJob job = Job(2);
+    job.spec.command = {"sh", "-c", "exit 0"};
+    job.status.phase = "Running";
+    job.status.attempt = 1;
+    job.status.restarts = 1;
+    job.status.recovery.restart_from_step = 0;
+    job.status.recovery.restarted_at = "2026-11-21T10:00:00Z";
+    return PlanAt(job,
+                  {Replica(0, 1, ReplicaPhase::kSucceeded),
+                   Replica(1, 1, rank1, rank1 == ReplicaPhase::kFailed ? 2 : 0, "Error")},
+                  At(10));
+  };
+  Plan ok = finish(ReplicaPhase::kSucceeded);
+  EXPECT_EQ(ok.status.phase, "Succeeded");
+  EXPECT_EQ(ok.status.recovery.restart_from_step, -1);
+  EXPECT_EQ(ok.status.recovery.restarted_at, "");
+  EXPECT_EQ(ok.status.recovery.gang_restarts, 1);
+  Plan failed = finish(ReplicaPhase::kFailed);
+  EXPECT_EQ(failed.status.phase, "Failed");
+  EXPECT_EQ(failed.status.recovery.restart_from_step, -1);
+  EXPECT_EQ(failed.status.recovery.gang_restarts, 0);
+}
+
 TEST(Avoidance, OnlyAMissingProgramMakesAStartErrorPermanent) {
   ObservedReplica missing = Replica(0, 0, ReplicaPhase::kFailed, 128, "StartError");
   missing.message =
