@@ -439,6 +439,11 @@ std::string ShadowedRunnerEnv(const JobSpec& spec) {
   rank_env.gang_gate = "set";
   rank_env.image = "set";
   rank_env.launcher = !spec.command.empty();
+  // The gang gate's wait, whenever the placement is bounded (schedulingTimeoutSeconds, 600 by
+  // default, or a deadline): the pod builder's own value then.
+  if (spec.run_policy.scheduling_timeout_seconds > 0 || spec.run_policy.active_deadline_seconds) {
+    rank_env.gang_gate_timeout = contract::kGangGateTimeout + std::chrono::seconds(1);
+  }
   std::set<std::string> ours = {contract::kEnvToken, "POD_IP"};
   for (const auto& [name, value] : contract::RankEnvVars(rank_env)) ours.insert(name);
   ours.erase(contract::kEnvRecoveryTimeout);
@@ -483,7 +488,7 @@ std::vector<std::string> IgnoredTemplateFields(const JobSpec& spec) {
                   " is ignored: a replica's pod is never restarted in place (restartPolicy "
                   "Never); a failed replica is replaced, or its gang restarted "
                   "(runPolicy.recovery, backoffLimit; runPolicy.restartPolicy: OnFailure for "
-                  "every exit code, not only 128-255)");
+                  "every failure but a missing program, not only exit codes 128-255)");
   }
   if (std::string env = ShadowedRunnerEnv(spec); !env.empty()) out.push_back(std::move(env));
   const auto containers = pod->find("containers");

@@ -632,14 +632,28 @@ Status NameFromGenerateName(json* doc, const std::string& source) {
   const auto name = meta->find("name");
   const auto generate = meta->find("generateName");
   if ((name != meta->end() && !(name->is_null() || (name->is_string() && name->empty()))) ||
-      generate == meta->end() || !generate->is_string() || generate->empty()) {
+      generate == meta->end() || generate->is_null()) {
     return Status::Ok();
   }
+  if (!generate->is_string()) {
+    return InvalidArgument("metadata.generateName: must be a string, got " +
+                           JsonTypeName(*generate) + " " + QuoteJson(*generate));
+  }
+  const std::string prefix = generate->get<std::string>();
+  if (prefix.empty()) return Status::Ok();  // as none: "metadata.name: required"
+  if (prefix.size() + 5 > kMaxJobNameLength) {
+    return InvalidArgument("metadata.generateName: \"" + prefix.substr(0, 80) + "\" is " +
+                           std::to_string(prefix.size()) + " characters; at most " +
+                           std::to_string(kMaxJobNameLength - 5) +
+                           " (the job's name is it and 5 more, at most " +
+                           std::to_string(kMaxJobNameLength) + ")");
+  }
   static constexpr char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  // The path as the file system resolves it (../d/job.yaml and job.yaml, a symlink: one name).
   std::error_code ec;
-  const auto absolute = std::filesystem::absolute(source, ec);
-  std::uint64_t h = Fnv1a(ec ? source : absolute.string());
-  std::string named = generate->get<std::string>().substr(0, 58);
+  const auto resolved = std::filesystem::weakly_canonical(source, ec);
+  std::uint64_t h = Fnv1a(ec ? source : resolved.string());
+  std::string named = prefix;
   for (int i = 0; i < 5; ++i) {
     named += kAlphabet[h % (sizeof(kAlphabet) - 1)];
     h /= sizeof(kAlphabet) - 1;

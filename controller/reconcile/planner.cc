@@ -766,20 +766,12 @@ bool Planner::HandleResize() {
     Restart("SpecChanged", message, false);
     return true;
   }
+  // Said by the executor once the pods are relabeled (a refused patch is no relabel).
   for (const auto* r : relabel) {
-    plan_.actions.push_back(
-        {Action::Kind::kRelabel, r->rank, r->attempt, r->name,
-         "generation " + std::to_string(job_.metadata.generation) + " changed its labels only"});
-  }
-  if (!relabel.empty()) {
-    plan_.events.push_back(
-        {"Normal", "Relabeled",
-         "the spec changed (generation " + std::to_string(relabel.front()->spec_generation) +
-             " -> " + std::to_string(job_.metadata.generation) +
-             ") in the pods' labels only: " + std::to_string(relabel.size()) +
-             " replica(s) of attempt " + std::to_string(st().attempt) +
-             " relabeled in place, no restart (a label removed stays on them until the next "
-             "attempt)"});
+    plan_.actions.push_back({Action::Kind::kRelabel, r->rank, r->attempt, r->name,
+                             "the spec changed (generation " + std::to_string(r->spec_generation) +
+                                 " -> " + std::to_string(job_.metadata.generation) +
+                                 ") in the pods' labels only"});
   }
   return false;
 }
@@ -1285,6 +1277,14 @@ bool Planner::HandleWait(const std::vector<const ObservedReplica*>& current, int
   // invalid pod): that is why it waits, and what a timeout must name.
   int wait_rank = pick != nullptr ? pick->rank : -1;
   std::string wait_message = pick != nullptr ? pick->wait_message : "";
+  // A pod refused as invalid by an earlier generation of the spec: the edit since may have
+  // fixed it, and the creates go on (refused again, it is said again, of this generation).
+  if (const Condition* refused = FindCondition(kReplicaFailureCondition);
+      refused != nullptr && refused->status == "True" && IsPermanentWait(refused->reason) &&
+      job_.status.observed_generation != job_.metadata.generation) {
+    SetCondition(kReplicaFailureCondition, false, "SpecChanged",
+                 "the spec changed since the API refused a pod: created again");
+  }
   if (const Condition* refused = FindCondition(kReplicaFailureCondition);
       refused != nullptr && refused->status == "True" &&
       (WaitSeverity(reason) < 4 || WaitSeverity(refused->reason) > WaitSeverity(reason))) {

@@ -120,7 +120,8 @@ struct ObservedProgress {
 struct Action {
   // kOpenGate: the whole gang is placed; tell this replica's ranks to start their rendezvous.
   // kRelabel: give the replica the labels the current spec builds, and stamp it as that
-  // generation's (an edit of the template's labels only; nothing it runs changed).
+  // generation's (an edit of the template's labels only; nothing it runs changed). The executor
+  // says what it relabeled (a Normal event Relabeled naming the pods, with the reason).
   enum class Kind { kCreateReplica, kDeleteReplica, kDeleteJob, kOpenGate, kRelabel };
   Kind kind;
   int rank = 0;

@@ -15,7 +15,14 @@ namespace ringtrain::data {
 // stays text (a summary's or a status's JSON refuses broken UTF-8).
 std::string QuoteText(std::string_view s) {
   std::string out = "\"";
-  const std::string_view head = s.substr(0, 64);
+  // At most 64 bytes, not through a character: back over at most 3 continuation bytes.
+  std::size_t cut = std::min<std::size_t>(s.size(), 64);
+  for (int k = 0;
+       k < 3 && cut < s.size() && cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80;
+       ++k) {
+    --cut;
+  }
+  const std::string_view head = s.substr(0, cut);
   for (std::size_t i = 0; i < head.size();) {
     const auto c = static_cast<unsigned char>(head[i]);
     if (c < 0x80) {
@@ -23,11 +30,25 @@ std::string QuoteText(std::string_view s) {
       ++i;
       continue;
     }
-    // The length its lead byte announces (2-4), and whether that many continuation bytes follow.
-    const std::size_t len = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
+    // A well-formed sequence (RFC 3629, as JSON writers check it): its lead byte's length and
+    // second byte's range (no overlong form, no surrogate, nothing past U+10FFFF).
+    std::size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    }
     bool whole = len > 0 && i + len <= head.size();
     for (std::size_t k = 1; whole && k < len; ++k) {
-      whole = (static_cast<unsigned char>(head[i + k]) & 0xC0) == 0x80;
+      const auto b = static_cast<unsigned char>(head[i + k]);
+      whole = k == 1 ? (b >= lo && b <= hi) : (b & 0xC0) == 0x80;
     }
     if (whole) {
       out.append(head.substr(i, len));
@@ -39,7 +60,7 @@ std::string QuoteText(std::string_view s) {
     out += hex;
     ++i;
   }
-  return out + (s.size() > 64 ? "...\"" : "\"");
+  return out + (head.size() < s.size() ? "...\"" : "\"");
 }
 namespace {
 

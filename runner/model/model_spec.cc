@@ -361,9 +361,10 @@ StatusOr<ShapeReport> CheckAgainstDataset(const ModelSpec& spec, Shape data, Tas
     return InvalidArgument("loss: " + std::string(NameOf(spec.loss)) + " does not fit a " +
                            std::string(NameOf(task)) + " dataset (use \"" +
                            std::string(NameOf(classes ? Loss::kSoftmaxCrossEntropy : Loss::kMse)) +
-                           "\"; for " + (classes ? "numbers" : "classes") +
-                           " to predict, set spec.train.dataset.task: " +
-                           (classes ? "regression" : "classification") + ")");
+                           (classes ? "\"; a CSV or NPY dataset of numbers to predict says "
+                                      "spec.train.dataset.task: regression)"
+                                    : "\"; a dataset of classes to predict says "
+                                      "spec.train.dataset.task: classification)"));
   }
   ASSIGN_OR_RETURN(ShapeReport report, InferShapes(spec));
   if (data.size() != spec.input.size() ||

@@ -833,6 +833,8 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
     if (ObserveReplica(pod).attempt == plan.status.attempt) pass.gang.push_back(pod);
   }
   bool creates = false;
+  std::string relabeled;  // the pods relabeled in place, and why (Action::kRelabel)
+  std::string relabel_reason;
   for (const auto& a : plan.actions) {
     switch (a.kind) {
       case Action::Kind::kCreateReplica: {
@@ -888,6 +890,12 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
       case Action::Kind::kRelabel: {
         auto it = pass.pod_by_name.find(a.name);
         if (it == pass.pod_by_name.end() || Deleting(*it->second)) break;
+        const std::string uid = MetaString(*it->second, "uid");
+        auto& refused = pass.memory->relabel_refused;
+        if (auto r = refused.find(uid);
+            r != refused.end() && r->second == pass.job.metadata.generation) {
+          break;
+        }
         // The labels the current spec builds, added or changed (one another party added is
         // kept, and so is one the edit removed: no pod says which of its labels the template
         // gave it), and the stamps of this generation. The uid: only the pod observed.
@@ -903,8 +911,10 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
                               {"annotations", annotations}}}};
         auto patched = client_->Patch(kube::kPods, pass.ns, a.name, patch, kube::PatchType::kMerge);
         if (patched.ok()) {
-          pass.memory->relabeled[MetaString(*it->second, "uid")] = pass.job.metadata.generation;
+          pass.memory->relabeled[uid] = pass.job.metadata.generation;
           spdlog::info("job {}: relabeled pod {} ({})", pass.key, a.name, a.reason);
+          relabeled += (relabeled.empty() ? "" : ", ") + a.name;
+          relabel_reason = a.reason;
           break;
         }
         if (patched.status().code() == StatusCode::kNotFound) break;
@@ -915,6 +925,8 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
           return patched.status().WithContext("relabel pod " + a.name);
         }
         spdlog::warn("job {}: relabel pod {}: {}", pass.key, a.name, patched.status().message());
+        if (refused.size() > 4096) refused.clear();  // pods come and go; a bound, never a leak
+        refused[uid] = pass.job.metadata.generation;
         if (events_ != nullptr) {
           events_->Record(pass.latest, "Warning", "RelabelFailed",
                           "pod " + a.name + " keeps its labels: " + patched.status().message());
@@ -926,6 +938,12 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         RETURN_IF_ERROR(DeleteJob(pass.raw, pass.owned));
         return ReconcileResult{};
     }
+  }
+  if (!relabeled.empty() && events_ != nullptr) {
+    events_->Record(pass.latest, "Normal", "Relabeled",
+                    relabel_reason + ": " + relabeled +
+                        " relabeled in place, no restart (a label removed stays on them until "
+                        "the next attempt)");
   }
   NotePodsReady(pass);
   if (creates) reconcile::RecordGangCreated(&pass.memory->plan);

@@ -111,6 +111,9 @@ class Reconciler {
     // says, until the cache shows it: a pass on a cache that lagged behind the patch read the
     // old stamp and relabeled (and said so) again.
     std::map<std::string, std::int64_t> relabeled;
+    // Pods whose relabel the API refused (a policy, an invalid label value), by uid, and the
+    // generation refused: said once (RelabelFailed), not patched again until the spec changes.
+    std::map<std::string, std::int64_t> relabel_refused;
     // The invalid-spec message last reported on a finished job (one Warning event each).
     std::string invalid_reported;
     // The generation whose ignored template command (api::IgnoredRunnerCommand) was looked

@@ -303,7 +303,7 @@ TEST_F(CheckpointReconcileTest, WhatATemplateAsksForThatNoReplicaGetsIsAWarning)
           "spec.template.spec.restartPolicy: OnFailure is ignored: a replica's pod is never "
           "restarted in place (restartPolicy Never); a failed replica is replaced, or its "
           "gang restarted (runPolicy.recovery, backoffLimit; runPolicy.restartPolicy: OnFailure "
-          "for every exit code, not only 128-255)",
+          "for every failure but a missing program, not only exit codes 128-255)",
           "spec.template.spec.containers[pytorch] asks for nvidia.com/gpu but does not "
           "train: only the container named runner does, running " +
               trains +

@@ -1437,6 +1437,43 @@ TEST_F(FailedCreateTest, APodTheApiFindsInvalidFailsTheJobAtOnce) {
   EXPECT_EQ(Status()["phase"], "Failed");
 }
 
+// The spec fixed before the pass that reads the refusal (kubectl edit right after the event):
+// the job is not failed for the generation that was refused; the new one is created (review).
+// And a pod of rank 0 refused so names rank 0.
+TEST_F(FailedCreateTest, AnInvalidPodOfAnEarlierGenerationFailsNothing) {
+  CreateJob(Job(2));
+  const std::string invalid =
+      "Pod \"mnist-a0-0\" is invalid: spec.containers[0].volumeMounts[0].name: Not found: "
+      "\"nosuchvol\"";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kInvalidArgument, invalid), 1);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  ASSERT_EQ(Condition(Status(), "ReplicaFailure")["reason"], "PodInvalid");
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["train"]["epochs"] = 2;  // the fix
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  RetryAtOnce();
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Pending") << Status().dump();
+  EXPECT_EQ(Condition(Status(), "ReplicaFailure")["status"], "False");
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-0").ok());
+  EXPECT_TRUE(client_.Get(kube::kPods, "default", "mnist-a0-1").ok());
+}
+
+TEST_F(FailedCreateTest, AnInvalidPodOfRankZeroNamesRankZero) {
+  CreateJob(Job(2));
+  const std::string invalid =
+      "Pod \"mnist-a0-0\" is invalid: metadata.labels: Invalid value: \"bad value!\"";
+  client_.FailNext("create", "pods", ringtrain::Status(StatusCode::kInvalidArgument, invalid), 1);
+  ExpectARefusalWaits(reconciler_->Reconcile("default", "mnist"));
+  cache_.CatchUp(client_);
+  ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  EXPECT_EQ(Status()["phase"], "Failed") << Status().dump();
+  EXPECT_EQ(Status()["lastFailure"]["rank"], 0);
+  EXPECT_EQ(client_.CountWrites("create", "pods"), 0);
+}
+
 // Not the words of the API server's own validation (a webhook's 400, a 422 of another object),
 // or a replacement's: the refusal is waited on as any other, bounded by the scheduling timeout.
 TEST_F(FailedCreateTest, AnInvalidReplacementOrAnotherRefusalIsWaitedOn) {
@@ -1756,6 +1793,37 @@ TEST_F(ReconcilerTest, AnEditOfTheTemplatesLabelsRelabelsThePodsWithoutARestart)
   ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
   EXPECT_EQ(Status()["attempt"], 1);
   EXPECT_EQ(Condition(Status(), "Restarting")["reason"], "SpecChanged");
+}
+
+// A relabel the API refuses (a policy; a label value it finds invalid): said once, as
+// RelabelFailed, and not as Relabeled; not patched again on every pass while the spec stays
+// (review: a false Relabeled and a PATCH per pod every 5 s).
+TEST_F(FailedCreateTest, ARefusedRelabelIsSaidOnceAndNotRetriedUntilTheSpecChanges) {
+  ASSERT_NO_FATAL_FAILURE(RunTwoRankGang(
+      Job(2, {{"spec", {{"template", {{"metadata", {{"labels", {{"team", "a"}}}}}}}}}})));
+  Json job = *client_.Get(kube::kTrainingJobs, "default", "mnist");
+  job["spec"]["template"]["metadata"]["labels"]["team"] = "b";
+  job["metadata"]["generation"] = 2;
+  client_.Set(kube::kTrainingJobs, "default", job);
+  client_.FailNext(
+      "patch", "pods",
+      Forbidden(
+          R"({"kind":"Status","message":"admission webhook \"labels.example.com\" denied the request: team is immutable"})"),
+      100);
+  for (int pass = 0; pass < 3; ++pass) {
+    clock_.Advance(std::chrono::seconds(5));
+    cache_.CatchUp(client_);
+    ASSERT_TRUE(reconciler_->Reconcile("default", "mnist").ok());
+  }
+  EXPECT_EQ(Status()["attempt"], 0) << "no restart either";
+  int failed = 0;
+  int relabeled = 0;
+  for (const Json& e : Events()) {
+    if (e["reason"] == "RelabelFailed") failed += e.value("count", 1);
+    if (e["reason"] == "Relabeled") ++relabeled;
+  }
+  EXPECT_EQ(failed, 2) << "once per pod";
+  EXPECT_EQ(relabeled, 0);
 }
 
 // An edit that leaves the pods as they are keeps the pods of an older generation in the gang for

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -80,6 +81,31 @@ TEST(Manifest, GenerateNameNamesTheJobAsTheApiServerWould) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("metadata.generateName: \"MNIST-"), std::string::npos)
       << bad.status().ToString();
+  auto long_prefix = parse("  generateName: " + std::string(46, 'a') + "\n");
+  ASSERT_FALSE(long_prefix.ok());
+  EXPECT_NE(long_prefix.status().message().find(
+                "metadata.generateName: \"" + std::string(46, 'a') +
+                "\" is 46 characters; at most 45 (the job's name is it and 5 more, at most 50)"),
+            std::string::npos)
+      << long_prefix.status().ToString();
+  EXPECT_TRUE(parse("  generateName: " + std::string(45, 'a') + "\n").ok());
+  auto number = parse("  generateName: 7\n");
+  ASSERT_FALSE(number.ok());
+  EXPECT_NE(
+      number.status().message().find("metadata.generateName: must be a string, got an integer 7"),
+      std::string::npos)
+      << number.status().ToString();
+  // The same file by another path: the same name.
+  const auto dir = std::filesystem::temp_directory_path() / "ringtrain-generate-name";
+  std::filesystem::create_directories(dir / "sub");
+  const std::string yaml =
+      "apiVersion: ringtrain.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  generateName: g-\n"
+      "spec:\n  replicas: 2\n";
+  auto direct = ParseManifestYaml(yaml, (dir / "job.yaml").string());
+  auto around = ParseManifestYaml(yaml, (dir / "sub" / ".." / "job.yaml").string());
+  ASSERT_TRUE(direct.ok() && around.ok());
+  EXPECT_EQ(direct->metadata.name, around->metadata.name);
+  std::filesystem::remove_all(dir);
   auto none = parse("  labels: {a: b}\n");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("metadata.name: required"), std::string::npos);
@@ -96,7 +122,8 @@ TEST(Manifest, ATemplateEnvTheOperatorReplacesIsNamed) {
       "            - {name: MASTER_PORT, value: \"29501\"}\n"
       "            - {name: RINGTRAIN_RECOVERY_TIMEOUT_SECONDS, value: \"60\"}\n"
       "            - {name: RINGTRAIN_COLLECTIVE_TIMEOUT_SECONDS, value: \"600\"}\n"
-      "            - {name: NCCL_SOCKET_IFNAME, value: eth0}\n";
+      "            - {name: NCCL_SOCKET_IFNAME, value: eth0}\n"
+      "            - {name: RINGTRAIN_GANG_GATE_TIMEOUT_SECONDS, value: \"60\"}\n";
   auto said = [](const api::JobSpec& spec) {
     std::string env;
     for (const std::string& s : api::IgnoredTemplateFields(spec)) {
@@ -107,16 +134,17 @@ TEST(Manifest, ATemplateEnvTheOperatorReplacesIsNamed) {
   auto runner = ParseManifestYaml(WithSpec("  replicas: 2\n" + tmpl), "job.yaml");
   ASSERT_TRUE(runner.ok()) << runner.status().ToString();
   EXPECT_EQ(said(runner->spec),
-            "spec.template.spec.containers[runner].env: MASTER_PORT is ignored: every replica "
-            "gets the operator's value (its rank, the gang's world and master)");
+            "spec.template.spec.containers[runner].env: MASTER_PORT, "
+            "RINGTRAIN_GANG_GATE_TIMEOUT_SECONDS are ignored: every replica gets the operator's "
+            "value (its rank, the gang's world and master)");
   auto torchrun = ParseManifestYaml(
       WithSpec("  replicas: 2\n  image: example.com/t:1\n  command: [torchrun, train.py]\n" + tmpl),
       "job.yaml");
   ASSERT_TRUE(torchrun.ok()) << torchrun.status().ToString();
   EXPECT_EQ(said(torchrun->spec),
-            "spec.template.spec.containers[runner].env: MASTER_PORT, PET_NNODES are ignored: "
-            "every replica gets the operator's value (its rank, the gang's world and master, "
-            "torchrun's settings)");
+            "spec.template.spec.containers[runner].env: MASTER_PORT, PET_NNODES, "
+            "RINGTRAIN_GANG_GATE_TIMEOUT_SECONDS are ignored: every replica gets the operator's "
+            "value (its rank, the gang's world and master, torchrun's settings)");
   auto plain = ParseManifestYaml(WithSpec("  replicas: 2\n"), "job.yaml");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(said(plain->spec), "");

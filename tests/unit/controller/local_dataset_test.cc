@@ -127,8 +127,8 @@ TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt
        "    dataset: {format: csv, train: " +
            Csv() + ", test: " + Csv() + ", label: target}\n",
        "spec.train.model.loss: mse does not fit a classification dataset (use "
-       "\"softmax_cross_entropy\"; for numbers to predict, set spec.train.dataset.task: "
-       "regression)"},
+       "\"softmax_cross_entropy\"; a CSV or NPY dataset of numbers to predict says "
+       "spec.train.dataset.task: regression)"},
       {"    model:\n      layers: [{dense: {units: 1}}]\n      loss: mse\n"
        "    dataset: {format: csv, train: " +
            Csv() + ", test: " + Csv() + ", label: target, task: classification}\n",
@@ -137,7 +137,8 @@ TEST_F(LocalDatasetTest, ALossThatDoesNotFitTheTaskIsRefusedAsTheRunnerRefusesIt
        "    dataset: {format: csv, train: " +
            regression + ", test: " + regression + ", label: target, task: regression}\n",
        "spec.train.model.loss: softmax_cross_entropy does not fit a regression dataset (use "
-       "\"mse\"; for classes to predict, set spec.train.dataset.task: classification)"},
+       "\"mse\"; a dataset of classes to predict says spec.train.dataset.task: "
+       "classification)"},
       {"    model:\n      layers: [{dense: {units: 2}}]\n      loss: mse\n"
        "    dataset: {format: csv, train: " +
            regression + ", test: " + regression + ", label: target, task: regression}\n",

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include <cerrno>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/stop.h"
+#include "runner/data/table.h"
 
 namespace ringtrain::data {
 namespace {
@@ -581,6 +583,38 @@ TEST_F(SklearnCsvTest, RegressionFiles) {
     ASSERT_TRUE(boston.ok()) << boston.status().ToString();
     EXPECT_EQ(boston->n, 506u);
     EXPECT_EQ(boston->features, 13u);
+  }
+}
+
+}  // namespace
+}  // namespace ringtrain::data
+
+namespace ringtrain::data {
+namespace {
+
+// What messages quote stays text JSON can hold (a summary's dump refuses broken UTF-8: review
+// found overlong forms, surrogates, lead bytes F5-FF and a cut through a character let through).
+TEST(QuoteTextTest, OnlyWellFormedUtf8IsKept) {
+  const struct {
+    std::string in;
+    std::string want;
+  } cases[] = {
+      {"plain", "\"plain\""},
+      {"\xC3\xA9t\xC3\xA9", "\"\xC3\xA9t\xC3\xA9\""},    // UTF-8 kept
+      {"f\xE9", "\"f\\xE9\""},                           // Latin-1
+      {"\xF5\x80\x80\x80", "\"\\xF5\\x80\\x80\\x80\""},  // no such lead byte
+      {"\xE0\x80\x80", "\"\\xE0\\x80\\x80\""},           // overlong
+      {"\xED\xA0\x80", "\"\\xED\\xA0\\x80\""},           // a surrogate
+      {"\xF4\x90\x80\x80", "\"\\xF4\\x90\\x80\\x80\""},  // past U+10FFFF
+      {"\xC0\xAF", "\"\\xC0\\xAF\""},                    // overlong '/'
+      {"\xF0\x9F\x98\x80", "\"\xF0\x9F\x98\x80\""},      // U+1F600 kept
+      {"a\tb", "\"a?b\""},
+      {std::string(63, 'a') + "\xC3\xA9", "\"" + std::string(63, 'a') + "...\""},  // not cut
+  };
+  for (const auto& c : cases) {
+    const std::string quoted = QuoteText(c.in);
+    EXPECT_EQ(quoted, c.want);
+    EXPECT_NO_THROW((void)nlohmann::json(quoted).dump()) << quoted;
   }
 }
 

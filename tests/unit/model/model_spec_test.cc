@@ -221,15 +221,16 @@ TEST_F(ModelSpecTest, DatasetCheckRefusesALossThatDoesNotFitTheTaskFirst) {
     ASSERT_FALSE(refused.ok()) << units;
     EXPECT_EQ(refused.status().message(),
               "loss: mse does not fit a classification dataset (use \"softmax_cross_entropy\"; "
-              "for numbers to predict, set spec.train.dataset.task: regression)");
+              "a CSV or NPY dataset of numbers to predict says spec.train.dataset.task: "
+              "regression)");
     EXPECT_TRUE(CheckAgainstDataset(mse, Shape{1, 28, 28}, Task::kRegression, units).ok());
   }
   const ModelSpec classifier = MustParse(R"({"input": [13], "layers": [{"dense": {"units": 2}}]})");
   auto refused = CheckAgainstDataset(classifier, Shape{13, 1, 1}, Task::kRegression, 1);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().message(),
-            "loss: softmax_cross_entropy does not fit a regression dataset (use \"mse\"; for "
-            "classes to predict, set spec.train.dataset.task: classification)");
+            "loss: softmax_cross_entropy does not fit a regression dataset (use \"mse\"; a "
+            "dataset of classes to predict says spec.train.dataset.task: classification)");
   // Before the input too: the first thing to fix is the loss.
   refused = CheckAgainstDataset(classifier, Shape{7, 1, 1}, Task::kRegression, 2);
   ASSERT_FALSE(refused.ok());
