@@ -905,10 +905,8 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         for (const char* k : {kSpecHashAnnotation, kRunHashAnnotation, kSpecGenerationAnnotation}) {
           annotations[k] = meta["annotations"][k];
         }
-        const Json patch = {{"metadata",
-                             {{"uid", MetaString(*it->second, "uid")},
-                              {"labels", meta["labels"]},
-                              {"annotations", annotations}}}};
+        const Json patch = {
+            {"metadata", {{"uid", uid}, {"labels", meta["labels"]}, {"annotations", annotations}}}};
         auto patched = client_->Patch(kube::kPods, pass.ns, a.name, patch, kube::PatchType::kMerge);
         if (patched.ok()) {
           pass.memory->relabeled[uid] = pass.job.metadata.generation;
@@ -919,7 +917,7 @@ StatusOr<ReconcileResult> Reconciler::Act(Pass& pass) {
         }
         if (patched.status().code() == StatusCode::kNotFound) break;
         // Refused for good (a label value the API finds invalid, a policy; or a namesake's uid):
-        // said, and tried again by later passes, while the replica runs on as it is.
+        // said once, and not tried again until the spec changes; the replica runs on as it is.
         if (patched.status().code() != StatusCode::kInvalidArgument &&
             patched.status().code() != StatusCode::kPermissionDenied) {
           return patched.status().WithContext("relabel pod " + a.name);
