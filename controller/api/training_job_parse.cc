@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <initializer_list>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -89,20 +88,17 @@ Status ParseTrain(const json& j, TrainSpec* t, bool strict) {
     if (t->dataset.empty()) return InvalidArgument("spec.train.dataset: must not be empty");
     // A string is a directory of IDX files: one that names a table's file was read as such, and
     // the first word of it was a model "of 10 classes" or "not a directory" (review).
-    for (const auto& [suffix, format] :
-         std::initializer_list<std::pair<const char*, const char*>>{{".csv", "csv"},
-                                                                    {".csv.gz", "csv"},
-                                                                    {".tsv", "csv"},
-                                                                    {".tsv.gz", "csv"},
-                                                                    {".npy", "npy"}}) {
-      if (!t->dataset.ends_with(suffix)) continue;
-      const std::string example = std::string(format) == "csv"
-                                      ? "{format: csv, train: " + t->dataset + ", label: <column>}"
-                                      : "{format: npy, trainX: " + t->dataset + ", trainY: ...}";
-      return InvalidArgument("spec.train.dataset: " + QuoteJson(json(t->dataset)) +
-                             ": a string names a directory of IDX files (Fashion-MNIST's); for " +
-                             "a " + (std::string(format) == "csv" ? "CSV" : "NPY") +
-                             " file write the dataset as an object: " + example);
+    const std::string& d = t->dataset;
+    const bool npy = d.ends_with(".npy");
+    if (npy || d.ends_with(".csv") || d.ends_with(".csv.gz") || d.ends_with(".tsv") ||
+        d.ends_with(".tsv.gz")) {
+      return InvalidArgument(
+          "spec.train.dataset: " + QuoteJson(json(d)) +
+          ": a string names a directory of IDX files (Fashion-MNIST's); for a " +
+          (npy ? "NPY file write the dataset as an object: {format: npy, trainX: " + d +
+                     ", trainY: ...}"
+               : "CSV file write the dataset as an object: {format: csv, train: " + d +
+                     ", label: <column>}"));
     }
   }
   RETURN_IF_ERROR(f.Int("epochs", 1, 100000, &t->epochs));
